@@ -1,0 +1,1 @@
+"""Backends that fit a :class:`scoremix.lme.spec.ModelSpec`."""
