@@ -1,0 +1,171 @@
+r"""PyMC models: the collapsed model and the full joint model (β and b sampled).
+
+Joint model (same notation as :mod:`scoremix.bayes.collapsed`):
+
+.. math::
+
+    \beta_j \sim \text{prior}_j,\qquad b_{k,j} \sim N(0, \Sigma_k)\ \ (j = 1…n_k),\qquad
+    y_i \sim N\!\left(x_i^\top\beta + \textstyle\sum_k z_{k,i}^\top b_{k,g_k(i)},\;
+    \sigma_{\ell(i)}^2 / w_i\right).
+
+Two equivalent likelihoods:
+
+* ``likelihood="suffstats"`` — a ``pm.Potential`` with the Gaussian log-density written
+  on the blocked cross-products (:mod:`scoremix.bayes.suffstats`): with
+  ``e = Z_1 b_1 + R a``, ``a = [b_2 … b_K, β, -1]``,
+
+  .. math::
+
+      \log p(y\mid\cdot) = \sum_\ell \Big[-\tfrac{n_\ell}{2}\log 2\pi - n_\ell\log\sigma_\ell
+        + \tfrac12\textstyle\sum_{i\in\ell}\log w_i
+        - \frac{1}{2\sigma_\ell^2}\big(\sum_j b_{1j}^\top D_{\ell j} b_{1j}
+        + 2\sum_j b_{1j}^\top B_{\ell j} a + a^\top A_\ell a\big)\Big];
+
+* ``likelihood="rows"`` — ``pm.Normal`` observed row by row (for checking, and the
+  starting point for non-Gaussian extensions).
+
+Parameterisation of ``b_k``: centred (``b_k`` is the PyMC variable) when the mean number
+of rows per level ``N / n_k ≥ 20`` (the data pin each level down, so the funnel of a
+non-centred model would hurt), non-centred (``b_k = z_k T_k^⊤``, ``z_k ~ N(0, I)``)
+otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from scoremix.bayes.collapsed import collapsed_loglik_graph
+from scoremix.bayes.params import VarianceParams, add_variance_params
+from scoremix.bayes.priors import PriorError, PriorSet
+from scoremix.bayes.suffstats import BlockedSuffStats
+
+__all__ = ["CENTRED_MIN_ROWS_PER_LEVEL", "BuiltModel", "beta_prior_arrays", "build_collapsed_model",
+           "build_joint_model", "centred_terms"]
+
+CENTRED_MIN_ROWS_PER_LEVEL = 20.0
+LOG2PI = float(np.log(2.0 * np.pi))
+
+
+@dataclass
+class BuiltModel:
+    """A PyMC model plus what is needed to read its draws back."""
+
+    model: object
+    method: str
+    likelihood: str
+    centred: list[bool]
+    vp: VarianceParams
+
+
+def beta_prior_arrays(spec, ps: PriorSet) -> tuple[np.ndarray, np.ndarray]:
+    """Prior means ``m_0`` and SDs ``s_0`` of β (``s_0 = inf`` for a flat prior).
+
+    Raises :class:`PriorError` when a coefficient has a non-Gaussian, non-flat prior
+    (the collapsed model needs a Gaussian or flat prior to integrate β exactly).
+    """
+    m0 = np.zeros(spec.p)
+    s0 = np.full(spec.p, np.inf)
+    for j, name in enumerate(spec.fixef_names):
+        pr = ps.fixef[name]
+        if pr.family == "normal":
+            m0[j] = float(pr.params["mu"])
+            s0[j] = float(pr.params["sigma"])
+        elif pr.family != "flat":
+            raise PriorError(
+                f"method='collapsed' integrates β analytically and needs a normal or flat prior; "
+                f"{name!r} has {pr}. Use method='joint' for other families."
+            )
+    return m0, s0
+
+
+def centred_terms(spec, centred: bool | dict | None = None) -> list[bool]:
+    """Which terms use the centred parameterisation (see the module docstring rule)."""
+    out = []
+    for t in spec.terms:
+        if isinstance(centred, bool):
+            out.append(centred)
+        elif isinstance(centred, dict) and t.group in centred:
+            out.append(bool(centred[t.group]))
+        else:
+            out.append(spec.n / max(t.n_levels, 1) >= CENTRED_MIN_ROWS_PER_LEVEL)
+    return out
+
+
+def build_collapsed_model(spec, ps: PriorSet, ss: BlockedSuffStats) -> BuiltModel:
+    """PyMC model sampling only (σ, SDs, correlations) with the collapsed likelihood."""
+    import pymc as pm
+
+    m0, s0 = beta_prior_arrays(spec, ps)
+    sss = ss.shift_response(m0)
+    with pm.Model() as model:
+        vp = add_variance_params(spec, ps)
+        pm.Potential("loglik", collapsed_loglik_graph(sss, vp.sigma, vp.T, s0))
+    return BuiltModel(model, "collapsed", "suffstats", [], vp)
+
+
+def _beta_rv(spec, ps: PriorSet):
+    import pytensor.tensor as pt
+    import pymc as pm
+
+    fams = {ps.fixef[n].family for n in spec.fixef_names}
+    if fams == {"normal"}:
+        mu = np.array([ps.fixef[n].params["mu"] for n in spec.fixef_names], dtype=np.float64)
+        sd = np.array([ps.fixef[n].params["sigma"] for n in spec.fixef_names], dtype=np.float64)
+        return pm.Normal("beta", mu=mu, sigma=sd, shape=spec.p)
+    if fams == {"flat"}:
+        return pm.Flat("beta", shape=spec.p)
+    parts = [ps.fixef[n].pymc(f"beta__{j}") for j, n in enumerate(spec.fixef_names)]
+    return pm.Deterministic("beta", pt.stack(parts))
+
+
+def build_joint_model(spec, ps: PriorSet, ss: BlockedSuffStats | None, likelihood: str = "suffstats",
+                      centred: bool | dict | None = None) -> BuiltModel:
+    """The joint PyMC model with β and b as variables (see the module docstring)."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    if likelihood not in ("suffstats", "rows"):
+        raise ValueError(f"likelihood must be 'suffstats' or 'rows', got {likelihood!r}")
+    cent = centred_terms(spec, centred)
+    with pm.Model() as model:
+        vp = add_variance_params(spec, ps)
+        beta = _beta_rv(spec, ps)
+        bs = []
+        for k, t in enumerate(spec.terms):
+            if cent[k]:
+                if t.p == 1:
+                    bk = pm.Normal(f"b__{k}", 0.0, vp.T[k][0, 0], shape=t.n_levels)[:, None]
+                else:
+                    bk = pm.MvNormal(f"b__{k}", mu=np.zeros(t.p), chol=vp.T[k], shape=(t.n_levels, t.p))
+            else:
+                zk = pm.Normal(f"z__{k}", 0.0, 1.0, shape=(t.n_levels, t.p))
+                bk = pm.Deterministic(f"b__{k}", zk @ vp.T[k].T)
+            bs.append(bk)
+        sigma = vp.sigma
+        if likelihood == "suffstats":
+            assert ss is not None
+            a = pt.concatenate([bk.ravel() for bk in bs[1:]] + [beta, pt.constant(np.array([-1.0]))])
+            Q = pt.dot(pt.dot(pt.constant(ss.A), a), a)  # (L,)
+            if ss.n1:
+                b1 = bs[0]
+                Dq = (pt.constant(ss.D) * b1[None, :, :, None] * b1[None, :, None, :]).sum(axis=(1, 2, 3))
+                Bq = (pt.dot(pt.constant(ss.B), a) * b1[None]).sum(axis=(1, 2))
+                Q = Q + Dq + 2.0 * Bq
+            n_by = pt.constant(ss.n_by)
+            ll = (-0.5 * LOG2PI * n_by - n_by * pt.log(sigma) + 0.5 * pt.constant(ss.logw_by)
+                  - 0.5 * Q / sigma**2).sum()
+            pm.Potential("loglik", ll)
+        else:
+            mu = pt.dot(pt.constant(np.asarray(spec.X, dtype=np.float64)), beta)
+            for k, t in enumerate(spec.terms):
+                codes = pt.constant(np.asarray(t.codes, dtype=np.int64))
+                Xk = np.asarray(t.X, dtype=np.float64)
+                mu = mu + (bs[k][codes] * pt.constant(Xk)).sum(axis=1)
+            dcodes = (np.zeros(spec.n, dtype=np.int64) if spec.dispersion_codes is None
+                      else np.asarray(spec.dispersion_codes, dtype=np.int64))
+            w = np.ones(spec.n) if spec.weights is None else np.asarray(spec.weights, dtype=np.float64)
+            sd = sigma[pt.constant(dcodes)] / pt.constant(np.sqrt(w))
+            pm.Normal("y", mu=mu, sigma=sd, observed=np.asarray(spec.y, dtype=np.float64))
+    return BuiltModel(model, "joint", likelihood, cent, vp)

@@ -1,0 +1,19 @@
+"""Subgroup fairness of detectors: SVEva DCF measures with cluster-bootstrap intervals,
+model-based and posterior measures, paired two-system comparisons, Casual-Conversations
+style breakdowns and plots.  See ``docs/fairness.md``."""
+
+from scoremix.fairness.breakdown import breakdown
+from scoremix.fairness.compare import CompareResult, compare_subgroup_dcf
+from scoremix.fairness.model_based import (ModelSubgroupDCFResult, PosteriorFairness, gaussian_mixture_measures,
+                                           model_subgroup_dcf, posterior_subgroup_measures)
+from scoremix.fairness.subgroups import SubgroupError, Subgroups, define_subgroups
+from scoremix.fairness.sveva import SubgroupDCFResult, fairness_index, subgroup_dcf
+
+__all__ = [
+    "SubgroupError", "Subgroups", "define_subgroups",
+    "SubgroupDCFResult", "subgroup_dcf", "fairness_index",
+    "CompareResult", "compare_subgroup_dcf",
+    "ModelSubgroupDCFResult", "PosteriorFairness", "gaussian_mixture_measures", "model_subgroup_dcf",
+    "posterior_subgroup_measures",
+    "breakdown",
+]

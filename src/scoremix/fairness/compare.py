@@ -1,0 +1,139 @@
+"""Paired comparison of two systems' subgroup measures (SVEva Table 5 with uncertainty).
+
+Both systems score the same trials.  For subgroup ``g`` and measure ``r`` (default
+``ratio_overall``) the difference ``Δ_g = r_g^{(B)} - r_g^{(A)}`` gets a percentile
+interval from a *paired* cluster bootstrap: each replicate draws one set of speaker
+multiplicities and evaluates both systems on it, so the speaker sampling variation that
+the systems share cancels in ``Δ_g``.  The Fairness Indices and their difference are
+reported the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from scoremix.fairness.engine import CostSpec, Engine
+from scoremix.fairness.subgroups import SubgroupError
+from scoremix.fairness.sveva import _percentiles, prepare_trials, run_bootstrap
+
+__all__ = ["CompareResult", "compare_subgroup_dcf"]
+
+
+@dataclass
+class CompareResult:
+    """Result of :func:`compare_subgroup_dcf`.
+
+    ``table``: grouping attributes, ``subgroup, n_speakers`` and per measure ``m``:
+    ``m_<A>, m_<A>_lo, m_<A>_hi, m_<B>, …, m_diff, m_diff_lo, m_diff_hi`` (diff = B − A);
+    ``fairness_index``: ``{A: (FI, lo, hi), B: …, "diff": (Δ, lo, hi)}``.
+    """
+
+    table: pd.DataFrame
+    systems: tuple[str, str]
+    fairness_index: dict[str, tuple[float, float, float]]
+    replicates: dict[str, dict[str, np.ndarray]] | None = None
+
+
+def _split(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, system: str,
+           systems: Sequence[str] | None) -> tuple[tuple[str, str], list[pd.DataFrame]]:
+    if isinstance(tables, pd.DataFrame):
+        if system not in tables.columns:
+            raise SubgroupError(f"system column {system!r} not in the trial table")
+        names = list(systems) if systems is not None else list(pd.unique(tables[system]))
+        if len(names) != 2:
+            raise SubgroupError(f"exactly two systems are compared; got {names} (pass systems=(a, b))")
+        dfs = []
+        for nm in names:
+            sub = tables[tables[system] == nm]
+            if sub.empty:
+                raise SubgroupError(f"system {nm!r} has no rows in column {system!r}")
+            dfs.append(sub.reset_index(drop=True))
+        return (str(names[0]), str(names[1])), dfs
+    names = list(tables) if systems is None else list(systems)
+    if len(names) != 2:
+        raise SubgroupError(f"exactly two systems are compared; got {names}")
+    return (str(names[0]), str(names[1])), [tables[n].reset_index(drop=True) for n in names]
+
+
+def compare_subgroup_dcf(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, groups: Sequence[str], *,
+                         system: str = "system", systems: Sequence[str] | None = None, trial_id: str | None = None,
+                         score: str = "score", label: str = "label", speaker: str = "speaker",
+                         positive: Any = None, p_target: float = 0.05, c_miss: float = 1.0, c_fa: float = 1.0,
+                         normalize: bool = False, measures: Sequence[str] = ("ratio_overall", "ratio_own"),
+                         n_boot: int = 1000, ci: float = 0.95, random_state: int | np.random.Generator | None = None,
+                         membership: str = "enrol", progress: bool = True, **subgroup_kw: Any) -> CompareResult:
+    """Per-subgroup differences of SVEva measures between two systems, paired bootstrap.
+
+    Parameters
+    ----------
+    tables:
+        a long table with a ``system`` column, or ``{name: table}`` for two systems; both
+        must hold the same trials (aligned on ``trial_id`` when given, else by row order
+        after selecting the system).
+    groups, score, label, speaker, positive, p_target, c_miss, c_fa, normalize, membership:
+        as in :func:`scoremix.fairness.subgroup_dcf`.
+    measures:
+        per-subgroup measures to compare (any of the empirical table's measures).
+    n_boot, ci, random_state, progress:
+        paired cluster bootstrap (the same speaker multiplicities for both systems).
+
+    Returns
+    -------
+    CompareResult
+    """
+    names, dfs = _split(tables, system, systems)
+    if trial_id is not None:
+        for nm, d in zip(names, dfs):
+            if trial_id not in d.columns:
+                raise SubgroupError(f"trial_id column {trial_id!r} not in the table of system {nm!r}")
+        dfs[1] = dfs[1].set_index(trial_id).reindex(dfs[0][trial_id]).reset_index()
+        if dfs[1][score].isna().any():
+            raise SubgroupError(f"system {names[1]!r} lacks trials that system {names[0]!r} has")
+    if len(dfs[0]) != len(dfs[1]):
+        raise SubgroupError(f"systems {names} have different numbers of trials ({len(dfs[0])}, {len(dfs[1])})")
+    cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
+    preps = [prepare_trials(d, groups, score=score, label=label, speaker=speaker, positive=positive,
+                            membership=membership, **subgroup_kw) for d in dfs]
+    if not (np.array_equal(preps[0].clusters, preps[1].clusters) and np.array_equal(preps[0].y, preps[1].y)):
+        raise SubgroupError("the two systems' trials differ in speakers or labels; align them (trial_id=)")
+    with_eer = "eer" in measures
+    engines = [Engine(p.scores, p.y, p.clusters, len(p.cluster_labels), p.sg, cost, with_eer=with_eer)
+               for p in preps]
+    C = len(preps[0].cluster_labels)
+    points = [e.measures(np.ones((C, 1))) for e in engines]
+    for m in measures:
+        if m not in points[0]:
+            raise ValueError(f"unknown measure {m!r}")
+    tab = preps[0].sg.cells.copy()
+    tab["n_speakers"] = preps[0].sg.n_speakers
+    reps = None
+    if n_boot > 0:
+        rng = np.random.default_rng(random_state)
+        reps = run_bootstrap(engines, preps[0].strata, n_boot, rng, progress=progress, desc="paired bootstrap")
+    for m in measures:
+        for k, nm in enumerate(names):
+            tab[f"{m}_{nm}"] = points[k][m][:, 0]
+            if reps is not None:
+                lo, hi = _percentiles(reps[k][m], ci)
+                tab[f"{m}_{nm}_lo"], tab[f"{m}_{nm}_hi"] = lo, hi
+        tab[f"{m}_diff"] = points[1][m][:, 0] - points[0][m][:, 0]
+        if reps is not None:
+            lo, hi = _percentiles(reps[1][m] - reps[0][m], ci)
+            tab[f"{m}_diff_lo"], tab[f"{m}_diff_hi"] = lo, hi
+    fi: dict[str, tuple[float, float, float]] = {}
+    for k, nm in enumerate(names):
+        v = float(points[k]["fairness_index"][0])
+        lo, hi = _percentiles(reps[k]["fairness_index"][None, :], ci) if reps is not None else ([np.nan], [np.nan])
+        fi[nm] = (v, float(lo[0]), float(hi[0]))
+    dv = float(points[1]["fairness_index"][0] - points[0]["fairness_index"][0])
+    if reps is not None:
+        lo, hi = _percentiles((reps[1]["fairness_index"] - reps[0]["fairness_index"])[None, :], ci)
+        fi["diff"] = (dv, float(lo[0]), float(hi[0]))
+    else:
+        fi["diff"] = (dv, np.nan, np.nan)
+    return CompareResult(table=tab, systems=names, fairness_index=fi,
+                         replicates=None if reps is None else {names[0]: reps[0], names[1]: reps[1]})

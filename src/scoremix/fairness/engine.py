@@ -1,0 +1,174 @@
+"""Vectorised evaluation of all empirical SVEva measures for a batch of cluster weights.
+
+Shared by :func:`scoremix.fairness.subgroup_dcf` (point estimate: all weights 1;
+bootstrap: multiplicities) and the paired two-system comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from scoremix.fairness.bootstrap import Population, rocch_eer_from_rates, weighted_rates_at
+from scoremix.fairness.subgroups import SubgroupError, Subgroups
+
+__all__ = ["CostSpec", "Engine", "cluster_codes", "MEASURES"]
+
+#: per-subgroup measures that get bootstrap intervals
+MEASURES = ("dcf_at_overall", "min_dcf", "threshold_own", "ratio_overall", "ratio_own",
+            "fpr", "fnr", "fpr_ratio", "fnr_ratio", "eer")
+
+
+@dataclass(frozen=True)
+class CostSpec:
+    """Detection-cost parameters ``C(τ) = c_miss·π·P_miss(τ) + c_fa·(1-π)·P_fa(τ)``,
+    divided by ``min(c_miss·π, c_fa·(1-π))`` when ``normalize``."""
+
+    p_target: float = 0.05
+    c_miss: float = 1.0
+    c_fa: float = 1.0
+    normalize: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.p_target < 1.0:
+            raise ValueError(f"p_target must be in (0, 1), got {self.p_target}")
+        if self.c_miss <= 0 or self.c_fa <= 0:
+            raise ValueError(f"c_miss and c_fa must be positive, got {self.c_miss}, {self.c_fa}")
+
+    @property
+    def weights(self) -> tuple[float, float]:
+        a = self.c_miss * self.p_target
+        b = self.c_fa * (1.0 - self.p_target)
+        if self.normalize:
+            m = min(a, b)
+            return a / m, b / m
+        return a, b
+
+
+def cluster_codes(trials: pd.DataFrame, cluster: str, sg: Subgroups, role_code: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Integer cluster codes per trial, cluster labels and the stratum of each cluster.
+
+    The stratum of a cluster is the subgroup cell of that speaker (``role_code``); a
+    speaker with two different cells is an error.
+    """
+    if cluster not in trials.columns:
+        raise SubgroupError(f"cluster/speaker column {cluster!r} not in the trial table")
+    col = trials[cluster]
+    if col.isna().any():
+        i = int(np.flatnonzero(col.isna().to_numpy())[0])
+        raise SubgroupError(f"cluster column {cluster!r} is missing in row {i}")
+    codes, labels = pd.factorize(col, sort=True)
+    C = len(labels)
+    df = pd.DataFrame({"c": codes, "g": role_code}).drop_duplicates()
+    dup = df["c"].duplicated(keep=False)
+    if dup.any():
+        c0 = int(df.loc[dup, "c"].iloc[0])
+        cells = sorted(df.loc[df["c"] == c0, "g"].tolist())
+        names = [sg.cells["subgroup"].iloc[g] if g >= 0 else "<missing>" for g in cells]
+        raise SubgroupError(f"speaker {labels[c0]!r} (column {cluster!r}) has inconsistent attributes: "
+                            f"it falls into subgroups {names}")
+    strata = np.full(C, -1, dtype=np.int64)
+    strata[df["c"].to_numpy()] = df["g"].to_numpy()
+    return codes.astype(np.int64), np.asarray(labels), strata
+
+
+class Engine:
+    """All SVEva measures of every subgroup for a batch of cluster weights.
+
+    Parameters
+    ----------
+    scores, y:
+        ``(n,)`` scores and 0/1 labels of all trials (the overall population).
+    clusters:
+        ``(n,)`` cluster code of each trial; ``n_clusters`` clusters.
+    sg:
+        subgroup membership.
+    cost:
+        detection-cost parameters.
+    """
+
+    def __init__(self, scores: np.ndarray, y: np.ndarray, clusters: np.ndarray, n_clusters: int,
+                 sg: Subgroups, cost: CostSpec, with_eer: bool = True) -> None:
+        self.cost = cost
+        self.sg = sg
+        self.G = sg.n_groups
+        self.C = int(n_clusters)
+        self.with_eer = with_eer
+        self.overall = Population(scores, y, clusters, n_clusters)
+        self.pops: list[Population | None] = []
+        for g in range(self.G):
+            idx = sg.members(g)
+            self.pops.append(Population(scores[idx], y[idx], clusters[idx], n_clusters) if idx.size else None)
+        self._m_rank = self.overall.rank[sg.mem_trial]
+        self._m_y = np.asarray(y)[sg.mem_trial]
+        self._m_cl = np.asarray(clusters)[sg.mem_trial]
+        self._m_g = sg.mem_group
+
+    @property
+    def n_candidates(self) -> int:
+        return self.overall.n_candidates + sum(p.n_candidates for p in self.pops if p is not None)
+
+    def _min_cost(self, pop: Population, M: np.ndarray):
+        a, b = self.cost.weights
+        cnt = pop.counts(M)
+        pm, pf = cnt.rates()
+        dcf = a * pm + b * pf
+        bad = np.isnan(dcf).all(axis=0)
+        j = np.argmin(np.where(np.isnan(dcf), np.inf, dcf), axis=0)
+        cols = np.arange(dcf.shape[1])
+        val = np.where(bad, np.nan, dcf[j, cols])
+        out = {"min_dcf": val, "j": j, "thr": np.where(bad, np.nan, pop.thresholds[j]),
+               "thr_rank": pop.cand[j], "fnr": np.where(bad, np.nan, pm[j, cols]),
+               "fpr": np.where(bad, np.nan, pf[j, cols]), "n_pos": cnt.n_pos, "n_neg": cnt.n_neg}
+        if self.with_eer:
+            out["eer"] = rocch_eer_from_rates(pm, pf)
+        return out
+
+    def measures(self, M: np.ndarray) -> dict[str, np.ndarray]:
+        """Evaluate for weights ``M`` ``(C, B)``.
+
+        Returns a dict with overall ``(B,)`` arrays ``all_min_dcf, all_threshold, all_fpr,
+        all_fnr, all_eer, fairness_index`` and per-subgroup ``(G, B)`` arrays of
+        :data:`MEASURES` plus ``n_pos, n_neg, n_errors``.
+        """
+        a, b = self.cost.weights
+        B = M.shape[1]
+        ov = self._min_cost(self.overall, M)
+        fn, fp = weighted_rates_at(self._m_rank, self._m_y, self._m_cl, self._m_g, self.G, ov["thr_rank"], M)
+        res: dict[str, np.ndarray] = {
+            "all_min_dcf": ov["min_dcf"], "all_threshold": ov["thr"], "all_fpr": ov["fpr"],
+            "all_fnr": ov["fnr"], "all_eer": ov.get("eer", np.full(B, np.nan)),
+        }
+        G = self.G
+        own = {k: np.full((G, B), np.nan) for k in ("min_dcf", "threshold_own", "eer", "n_pos", "n_neg")}
+        own["n_pos"][:] = 0.0
+        own["n_neg"][:] = 0.0
+        for g, pop in enumerate(self.pops):
+            if pop is None:
+                continue
+            o = self._min_cost(pop, M)
+            own["min_dcf"][g] = o["min_dcf"]
+            own["threshold_own"][g] = o["thr"]
+            if self.with_eer:
+                own["eer"][g] = o["eer"]
+            own["n_pos"][g] = o["n_pos"]
+            own["n_neg"][g] = o["n_neg"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            fnr = fn / own["n_pos"]
+            fpr = fp / own["n_neg"]
+            dcf_at = a * fnr + b * fpr
+            res.update({
+                "n_pos": own["n_pos"], "n_neg": own["n_neg"], "n_errors": fn + fp,
+                "dcf_at_overall": dcf_at, "min_dcf": own["min_dcf"], "threshold_own": own["threshold_own"],
+                "ratio_overall": dcf_at / ov["min_dcf"][None, :],
+                "ratio_own": own["min_dcf"] / dcf_at,
+                "fpr": fpr, "fnr": fnr,
+                "fpr_ratio": fpr / ov["fpr"][None, :], "fnr_ratio": fnr / ov["fnr"][None, :],
+                "eer": own["eer"],
+            })
+        r = res["ratio_overall"]
+        res["fairness_index"] = np.where(r > 1, r, 0.0).sum(axis=0)
+        return res

@@ -1,0 +1,76 @@
+"""``scoremix.lmer``: fit a linear mixed model from an lme4 formula."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scoremix.lme.result import LmerResult
+from scoremix.lme.spec import ModelSpec
+
+__all__ = ["lmer", "fit_spec", "BACKENDS"]
+
+BACKENDS = ("native", "statsmodels", "lme4")
+
+
+def fit_spec(spec: ModelSpec, REML: bool = True, backend: str = "native",
+             control: dict | Any | None = None) -> LmerResult:
+    """Fit an already-built :class:`~scoremix.lme.spec.ModelSpec` with one backend.
+
+    ``"native"`` is :func:`scoremix.lme.native.fit`; ``"statsmodels"`` and ``"lme4"``
+    dispatch to ``scoremix.lme.backends.<name>_backend.fit(spec, REML)`` (imported lazily).
+    """
+    if backend == "native":
+        from scoremix.lme import native
+        return native.fit(spec, REML=REML, control=control)
+    if backend == "statsmodels":
+        from scoremix.lme.backends import statsmodels_backend
+        return statsmodels_backend.fit(spec, REML)
+    if backend == "lme4":
+        from scoremix.lme.backends import lme4_backend
+        return lme4_backend.fit(spec, REML)
+    raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+
+
+def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "native",
+         weights: np.ndarray | pd.Series | str | None = None, dispersion: str | None = None,
+         na_action: str = "omit", control: dict | Any | None = None) -> LmerResult:
+    """Fit ``y = Xβ + Zb + ε`` given by an lme4 formula (REML or ML), like ``lme4::lmer``.
+
+    The model is ``y = Xβ + Zb + ε`` with ``b ~ N(0, Σ_θ)`` (one unstructured covariance per
+    random term) and ``ε_i ~ N(0, σ² ρ_{d(i)} / w_i)``: prior ``weights`` ``w`` and, with
+    ``dispersion="~ label"``, a relative residual variance ``ρ_d`` per level of ``label``
+    (``ρ`` of the first level = 1).
+
+    Parameters
+    ----------
+    formula:
+        lme4 formula, e.g. ``"score ~ label + (1 | speaker) + (1 | attack)"``.
+    data:
+        the data frame.
+    REML:
+        REML (default) or maximum likelihood.
+    backend:
+        ``"native"`` (default), ``"statsmodels"`` or ``"lme4"`` (via rpy2).
+    weights:
+        prior weights (array or column name).
+    dispersion:
+        one-sided formula of a class-specific residual variance (``"~ label"``).
+    na_action:
+        ``"omit"`` (drop rows with NA in a used column) or ``"fail"``.
+    control:
+        native optimiser options (:class:`scoremix.lme.native.NativeControl` fields).
+
+    Returns
+    -------
+    LmerResult
+    """
+    from scoremix.lme.model_frame import build_model_spec
+
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion,
+                            na_action=na_action)
+    return fit_spec(spec, REML=REML, backend=backend, control=control)

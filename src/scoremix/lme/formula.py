@@ -1,0 +1,683 @@
+r"""Parse lme4 model formulas into terms (no data needed).
+
+A formula ``response ~ fixed + (expr | group) + …`` is split into
+
+* the **fixed part**, expanded like R's ``terms.formula``: operators ``+``, ``-``, ``:``
+  (interaction), ``*`` (``a*b = a + b + a:b``), ``/`` (``a/b = a + a:b``), ``^``
+  (``(a+b+c)^2`` = all terms up to order 2), parentheses, the intercept ``1`` /
+  ``0`` / ``-1``; terms are ordered by order of interaction, then by first appearance,
+  and variables inside a term by their first appearance in the formula;
+* the **random part**, expanded like ``lme4::findbars``: ``(x || g)`` becomes
+  ``(1 | g) + (0 + x | g)``, ``(e | g1/g2)`` becomes ``(e | g2:g1) + (e | g1)``.
+
+With :math:`T` the set of terms and :math:`\mathbb{1}` the intercept, the fixed part of
+the linear predictor is :math:`\eta = \beta_0 \mathbb{1} + \sum_{t \in T} X_t \beta_t`, where
+``X_t`` is the row-wise product of the columns of the variables of ``t`` (built by
+:mod:`scoremix.lme.model_frame`).
+
+Supported syntax, everything else raises :class:`~scoremix.lme.errors.FormulaError`:
+column names (R names or ``\`back quoted\```), ``1``/``0``, ``+ - : * / ^ ( )``,
+``dummy(column, "level")`` and ``(expr | group)`` / ``(expr || group)`` terms whose
+group is a column, ``g1:g2`` or ``g1/g2``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from scoremix.lme.errors import FormulaError
+
+__all__ = [
+    "Variable",
+    "TermSet",
+    "RandomPart",
+    "ParsedFormula",
+    "parse_formula",
+    "parse_dispersion",
+    "SUPPORTED_SYNTAX",
+]
+
+SUPPORTED_SYNTAX = (
+    "supported: response ~ fixed + (expr | group); fixed/expr use column names, 1, 0, "
+    "+, -, :, *, /, ^, parentheses and dummy(column, \"level\"); group is a column, "
+    "g1:g2 or g1/g2; (expr || group) gives independent terms"
+)
+
+_SYNTACTIC = re.compile(r"^((\.[A-Za-z._]|[A-Za-z])[A-Za-z0-9._]*|\.)$")
+
+
+def _r_name(name: str) -> str:
+    """How R deparses a symbol: back-quoted unless it is a syntactic name."""
+    if _SYNTACTIC.match(name) and not re.match(r"^\.\d", name):
+        return name
+    return "`" + name.replace("`", "\\`") + "`"
+
+
+# --------------------------------------------------------------------------- tokens
+_TOKEN_RE = re.compile(
+    r"""
+    (?P<ws>\s+)
+  | (?P<name>(?:[A-Za-z]|\.(?![0-9]))[A-Za-z0-9._]*)
+  | (?P<bq>`(?:[^`\\]|\\.)*`)
+  | (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
+  | (?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
+  | (?P<op>\|\||[~+\-*/:^|(),])
+    """,
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True)
+class _Tok:
+    kind: str
+    text: str
+    pos: int
+
+
+def _tokenize(s: str) -> list[_Tok]:
+    toks: list[_Tok] = []
+    pos = 0
+    while pos < len(s):
+        m = _TOKEN_RE.match(s, pos)
+        if m is None:
+            raise FormulaError(
+                f"cannot parse formula {s!r}: unexpected character {s[pos]!r} at position "
+                f"{pos}; {SUPPORTED_SYNTAX}"
+            )
+        kind = m.lastgroup or ""
+        if kind != "ws":
+            text = m.group(0)
+            if kind == "bq":
+                kind, text = "name", text[1:-1].replace("\\`", "`")
+            elif kind == "str":
+                text = text[1:-1]
+            toks.append(_Tok(kind, text, pos))
+        pos = m.end()
+    toks.append(_Tok("end", "", len(s)))
+    return toks
+
+
+# --------------------------------------------------------------------------- AST
+# Nodes are tuples: ("name", str) ("num", str) ("str", str) ("call", fname, args)
+# ("paren", node) ("bin", op, left, right) ("unary", op, node).
+
+
+class _Parser:
+    """Recursive descent with R's operator precedence (low → high):
+    ``~`` < ``| ||`` < ``+ -`` < ``* /`` < ``:`` < unary ``+ -`` < ``^``."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.toks = _tokenize(text)
+        self.i = 0
+
+    def peek(self) -> _Tok:
+        return self.toks[self.i]
+
+    def take(self) -> _Tok:
+        t = self.toks[self.i]
+        self.i += 1
+        return t
+
+    def expect(self, text: str) -> None:
+        t = self.take()
+        if t.text != text or t.kind not in ("op",):
+            where = "end of formula" if t.kind == "end" else repr(t.text)
+            raise FormulaError(
+                f"cannot parse formula {self.text!r}: expected {text!r} at position {t.pos}, "
+                f"found {where}"
+            )
+
+    def is_op(self, *ops: str) -> bool:
+        t = self.peek()
+        return t.kind == "op" and t.text in ops
+
+    def formula(self) -> tuple[object | None, object]:
+        lhs = None
+        if not self.is_op("~"):
+            lhs = self.bar()
+        if not self.is_op("~"):
+            raise FormulaError(
+                f"formula {self.text!r} has no '~'; write it as 'response ~ predictors'"
+            )
+        self.take()
+        rhs = self.bar()
+        if self.peek().kind != "end":
+            t = self.peek()
+            raise FormulaError(
+                f"cannot parse formula {self.text!r}: unexpected {t.text!r} at position {t.pos}; "
+                f"{SUPPORTED_SYNTAX}"
+            )
+        return lhs, rhs
+
+    def bar(self) -> object:
+        node = self.sum()
+        while self.is_op("|", "||"):
+            op = self.take().text
+            node = ("bin", op, node, self.sum())
+        return node
+
+    def sum(self) -> object:
+        node = self.prod()
+        while self.is_op("+", "-"):
+            op = self.take().text
+            node = ("bin", op, node, self.prod())
+        return node
+
+    def prod(self) -> object:
+        node = self.colon()
+        while self.is_op("*", "/"):
+            op = self.take().text
+            node = ("bin", op, node, self.colon())
+        return node
+
+    def colon(self) -> object:
+        node = self.unary()
+        while self.is_op(":"):
+            self.take()
+            node = ("bin", ":", node, self.unary())
+        return node
+
+    def unary(self) -> object:
+        if self.is_op("-", "+"):
+            op = self.take().text
+            return ("unary", op, self.unary())
+        return self.power()
+
+    def power(self) -> object:
+        node = self.atom()
+        if self.is_op("^"):
+            self.take()
+            node = ("bin", "^", node, self.unary())
+        return node
+
+    def atom(self) -> object:
+        t = self.take()
+        if t.kind == "name":
+            if self.is_op("("):
+                self.take()
+                args: list[object] = []
+                if not self.is_op(")"):
+                    args.append(self.bar())
+                    while self.is_op(","):
+                        self.take()
+                        args.append(self.bar())
+                self.expect(")")
+                return ("call", t.text, tuple(args))
+            return ("name", t.text)
+        if t.kind == "num":
+            return ("num", t.text)
+        if t.kind == "str":
+            return ("str", t.text)
+        if t.kind == "op" and t.text == "(":
+            inner = self.bar()
+            self.expect(")")
+            return ("paren", inner)
+        where = "end of formula" if t.kind == "end" else repr(t.text)
+        raise FormulaError(
+            f"cannot parse formula {self.text!r}: unexpected {where} at position {t.pos}; "
+            f"{SUPPORTED_SYNTAX}"
+        )
+
+
+_PREC = {"|": 1, "||": 1, "+": 2, "-": 2, "*": 3, "/": 3, ":": 4, "^": 6}
+
+
+def _deparse(node: object) -> str:
+    """R's ``deparse`` of an expression (spacing and parentheses as R prints them)."""
+    kind = node[0]  # type: ignore[index]
+    if kind == "name":
+        return _r_name(node[1])  # type: ignore[index]
+    if kind == "num":
+        return node[1]  # type: ignore[index]
+    if kind == "str":
+        return '"' + node[1].replace("\\", "\\\\").replace('"', '\\"') + '"'  # type: ignore[index]
+    if kind == "call":
+        return f"{node[1]}(" + ", ".join(_deparse(a) for a in node[2]) + ")"  # type: ignore[index]
+    if kind == "paren":
+        return "(" + _deparse(node[1]) + ")"  # type: ignore[index]
+    if kind == "unary":
+        return node[1] + _deparse(node[2])  # type: ignore[index]
+    _, op, left, right = node  # type: ignore[misc]
+    lt, rt = _deparse(left), _deparse(right)
+    # R adds parentheses for a right operand of the same precedence (left-assoc ops)
+    if right[0] == "bin" and _PREC[right[1]] <= _PREC[op] and op != "^":
+        rt = "(" + rt + ")"
+    if left[0] == "bin" and _PREC[left[1]] < _PREC[op]:
+        lt = "(" + lt + ")"
+    if op in (":", "^"):
+        return f"{lt}{op}{rt}"
+    return f"{lt} {op} {rt}"
+
+
+# --------------------------------------------------------------------------- terms
+@dataclass(frozen=True)
+class Variable:
+    r"""One variable of a formula.
+
+    Attributes
+    ----------
+    label:
+        R's name of the variable (its deparsed expression): ``x``, ```my col```,
+        ``dummy(label, "spoof")``.
+    column:
+        the data column it reads.
+    level:
+        for ``dummy(column, "level")`` the level; the variable is then the numeric
+        indicator :math:`1\{column = level\}`.
+    """
+
+    label: str
+    column: str
+    level: str | None = None
+
+
+@dataclass(frozen=True)
+class TermSet:
+    """The expanded right-hand side of a (sub)formula, as R's ``terms`` object.
+
+    Attributes
+    ----------
+    intercept:
+        whether the intercept column is included.
+    variables:
+        the variables in order of first appearance (R's ``variables`` attribute).
+    terms:
+        each term a tuple of indices into ``variables`` (sorted), in R's order: by order
+        of interaction, then by first appearance.
+    """
+
+    intercept: bool
+    variables: tuple[Variable, ...]
+    terms: tuple[tuple[int, ...], ...]
+
+    def term_labels(self) -> list[str]:
+        """R's ``term.labels``: ``["label", "x", "label:x"]``."""
+        return [":".join(self.variables[i].label for i in t) for t in self.terms]
+
+
+@dataclass(frozen=True)
+class RandomPart:
+    """One random-effects term ``(lhs | group)`` after ``||`` and ``/`` expansion.
+
+    Attributes
+    ----------
+    lhs:
+        the terms of the left-hand side (model matrix ``~ lhs``).
+    group_columns:
+        the columns whose interaction is the grouping factor, in the written order
+        (``("g2", "g1")`` for ``g2:g1``).
+    group:
+        the grouping name as lme4 prints it (``"g2:g1"``, ``"g3:(g2:g1)"``).
+    label:
+        the term as lme4 deparses it (``"1 + x | g2:g1"``, ``"0 + x | g"``).
+    """
+
+    lhs: TermSet
+    group_columns: tuple[str, ...]
+    group: str
+    label: str
+
+
+@dataclass(frozen=True)
+class ParsedFormula:
+    """A parsed lme4 formula.
+
+    Attributes
+    ----------
+    formula:
+        the text as given.
+    response:
+        the response column.
+    fixed:
+        the fixed-effects terms.
+    random:
+        the random-effects terms in formula order (before lme4's sorting by number of
+        levels, which needs the data).
+    """
+
+    formula: str
+    response: str
+    fixed: TermSet
+    random: tuple[RandomPart, ...]
+
+    @property
+    def columns(self) -> list[str]:
+        """Every data column the formula reads (response first, no duplicates)."""
+        cols = [self.response]
+        sets = [self.fixed] + [r.lhs for r in self.random]
+        for ts in sets:
+            cols.extend(v.column for v in ts.variables)
+        for r in self.random:
+            cols.extend(r.group_columns)
+        return list(dict.fromkeys(cols))
+
+
+_Term = frozenset  # a term: frozenset of variable indices
+
+
+class _Expander:
+    """Expand an AST into R's terms, with a variable registry in appearance order."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.variables: list[Variable] = []
+        self.index: dict[str, int] = {}
+
+    def err(self, msg: str) -> FormulaError:
+        return FormulaError(f"in formula {self.text!r}: {msg}")
+
+    def variable(self, node: object) -> int:
+        kind = node[0]  # type: ignore[index]
+        if kind == "name":
+            if node[1] == ".":  # type: ignore[index]
+                raise self.err("'.' (all other columns) is not supported; name the predictors")
+            var = Variable(_r_name(node[1]), node[1])  # type: ignore[index]
+        else:  # call, validated
+            _, fname, args = node  # type: ignore[misc]
+            if fname != "dummy":
+                raise self.err(
+                    f"function {fname}() is not supported (only dummy(column, \"level\") is); "
+                    f"compute the column in the data frame first. {SUPPORTED_SYNTAX}"
+                )
+            if len(args) != 2 or args[0][0] != "name" or args[1][0] != "str":
+                raise self.err(
+                    f"{_deparse(node)}: dummy() needs a column and one quoted level, "
+                    'as in dummy(label, "spoof")'
+                )
+            var = Variable(_deparse(node), args[0][1], args[1][1])
+        if var.label not in self.index:
+            self.index[var.label] = len(self.variables)
+            self.variables.append(var)
+        return self.index[var.label]
+
+    def collect(self, node: object) -> None:
+        """Register variables in order of appearance (R's ``all.vars`` order)."""
+        kind = node[0]  # type: ignore[index]
+        if kind in ("name", "call"):
+            self.variable(node)
+        elif kind == "paren":
+            self.collect(node[1])  # type: ignore[index]
+        elif kind == "unary":
+            self.collect(node[2])  # type: ignore[index]
+        elif kind == "bin":
+            if node[1] in ("|", "||"):  # type: ignore[index]
+                raise self.err(
+                    "a random-effects term (expr | group) must be a top-level summand in "
+                    f"its own parentheses, found {_deparse(node)!r} nested in an expression"
+                )
+            self.collect(node[2])  # type: ignore[index]
+            if node[1] != "^":  # type: ignore[index]
+                self.collect(node[3])  # type: ignore[index]
+
+    def expand(self, node: object) -> tuple[list[frozenset], bool | None]:
+        """Return (ordered unique terms, intercept directive or None)."""
+        kind = node[0]  # type: ignore[index]
+        if kind in ("name", "call"):
+            return [_Term({self.variable(node)})], None
+        if kind == "num":
+            if node[1] in ("1", "1.0"):  # type: ignore[index]
+                return [], True
+            if node[1] in ("0", "0.0"):  # type: ignore[index]
+                return [], False
+            raise self.err(f"the number {node[1]} is not a term; use 1 or 0 for the intercept")  # type: ignore[index]
+        if kind == "str":
+            raise self.err(f"a quoted string {_deparse(node)} is not a term")
+        if kind == "paren":
+            return self.expand(node[1])  # type: ignore[index]
+        if kind == "unary":
+            terms, icpt = self.expand(node[2])  # type: ignore[index]
+            if node[1] == "+":  # type: ignore[index]
+                return terms, icpt
+            return [], (None if icpt is None else not icpt)
+        _, op, left, right = node  # type: ignore[misc]
+        if op in ("|", "||"):
+            raise self.err(
+                f"random-effects term {_deparse(node)!r} must be enclosed in parentheses "
+                "and added to the formula, as in y ~ x + (1 | g)"
+            )
+        if op == "^":
+            if right[0] != "num" or not re.fullmatch(r"\d+", right[1]) or int(right[1]) < 1:
+                raise self.err(f"the power in {_deparse(node)!r} must be a positive integer")
+            base, icpt = self.expand(left)
+            if icpt is not None:
+                raise self.err(f"0/1 cannot be raised to a power in {_deparse(node)!r}")
+            out = list(base)
+            for _ in range(int(right[1]) - 1):
+                out = _add(_add(out, base), _interact(out, base))
+            return out, None
+        lt, li = self.expand(left)
+        rt, ri = self.expand(right)
+        if op == "+":
+            return _add(lt, rt), (ri if ri is not None else li)
+        if op == "-":
+            out = [t for t in lt if t not in set(rt)]
+            icpt = li
+            if ri is not None:
+                icpt = not ri
+            return out, icpt
+        if li is not None or ri is not None:
+            raise self.err(
+                f"the intercept (1 or 0) cannot be used with {op!r} in {_deparse(node)!r}; "
+                "add or remove it with + and -"
+            )
+        if op == ":":
+            return _interact(lt, rt), None
+        if op == "*":
+            return _add(_add(lt, rt), _interact(lt, rt)), None
+        if op == "/":
+            allvars = _Term().union(*lt) if lt else _Term()
+            return _add(lt, [allvars | t for t in rt]), None
+        raise self.err(f"operator {op!r} is not supported")  # pragma: no cover
+
+    def termset(self, node: object | None, default_intercept: bool = True) -> TermSet:
+        if node is None:
+            return TermSet(default_intercept, tuple(self.variables), ())
+        self.collect(node)
+        terms, icpt = self.expand(node)
+        intercept = default_intercept if icpt is None else icpt
+        # stable sort by order of interaction (R's keep.order = FALSE)
+        ordered = sorted((t for t in terms if t), key=len)
+        return TermSet(
+            intercept,
+            tuple(self.variables),
+            tuple(tuple(sorted(t)) for t in ordered),
+        )
+
+
+def _add(a: list[frozenset], b: list[frozenset]) -> list[frozenset]:
+    out = list(a)
+    seen = set(a)
+    for t in b:
+        if t not in seen:
+            seen.add(t)
+            out.append(t)
+    return out
+
+
+def _interact(a: list[frozenset], b: list[frozenset]) -> list[frozenset]:
+    return _add([], [x | y for x in a for y in b])
+
+
+# --------------------------------------------------------------------------- random
+def _split_bars(node: object, text: str) -> tuple[object | None, list[object]]:
+    """Remove the ``(e | g)`` summands from the right-hand side (lme4's ``nobars``)
+    and return (fixed part or None, bar nodes in order)."""
+    if node[0] == "paren" and node[1][0] == "bin" and node[1][1] in ("|", "||"):  # type: ignore[index]
+        return None, [node[1]]  # type: ignore[index]
+    if node[0] == "bin" and node[1] in ("|", "||"):  # type: ignore[index]
+        raise FormulaError(
+            f"in formula {text!r}: the random-effects term {_deparse(node)!r} must be enclosed "
+            "in parentheses and added to the formula, as in y ~ x + (1 | g)"
+        )
+    if node[0] == "bin" and node[1] in ("+", "-"):  # type: ignore[index]
+        left, lbars = _split_bars(node[2], text)  # type: ignore[index]
+        if node[1] == "+":  # type: ignore[index]
+            right, rbars = _split_bars(node[3], text)  # type: ignore[index]
+        else:
+            right, rbars = node[3], []  # type: ignore[index]
+            if _contains_bar(right):
+                raise FormulaError(
+                    f"in formula {text!r}: a random-effects term cannot be subtracted"
+                )
+        bars = lbars + rbars
+        if left is None and right is None:
+            return None, bars
+        if left is None:
+            if node[1] == "-":  # type: ignore[index]
+                return ("unary", "-", right), bars
+            return right, bars
+        if right is None:
+            return left, bars
+        return ("bin", node[1], left, right), bars  # type: ignore[index]
+    if _contains_bar(node):
+        raise FormulaError(
+            f"in formula {text!r}: a random-effects term (expr | group) must be a top-level "
+            f"summand in its own parentheses, as in y ~ x + (1 | g); found {_deparse(node)!r}"
+        )
+    return node, []
+
+
+def _contains_bar(node: object) -> bool:
+    if node[0] == "bin":  # type: ignore[index]
+        return node[1] in ("|", "||") or _contains_bar(node[2]) or _contains_bar(node[3])  # type: ignore[index]
+    if node[0] in ("paren", "unary"):  # type: ignore[index]
+        return _contains_bar(node[-1])  # type: ignore[index]
+    if node[0] == "call":  # type: ignore[index]
+        return any(_contains_bar(a) for a in node[2])  # type: ignore[index]
+    return False
+
+
+def _group_tree(node: object, text: str) -> object:
+    """Validate a grouping expression: names combined with ``:`` and ``/``."""
+    kind = node[0]  # type: ignore[index]
+    if kind == "name":
+        return node
+    if kind == "paren":
+        return _group_tree(node[1], text)  # type: ignore[index]
+    if kind == "bin" and node[1] in (":", "/"):  # type: ignore[index]
+        return ("bin", node[1], _group_tree(node[2], text), _group_tree(node[3], text))  # type: ignore[index]
+    raise FormulaError(
+        f"in formula {text!r}: grouping factor {_deparse(node)!r} is not supported; "
+        "use a column, g1:g2 (interaction) or g1/g2 (nesting)"
+    )
+
+
+def _slash_terms(node: object) -> list[object]:
+    """lme4's ``expandSlash``: ``g1/g2`` → ``[g2:g1, g1]``; ``g1/g2/g3`` →
+    ``[g3:(g2:g1), g2:g1, g1]``."""
+    if node[0] == "bin" and node[1] == "/":  # type: ignore[index]
+        outer = _slash_terms(node[2])  # type: ignore[index]
+        inner_first = outer[0]
+        rights = _slash_terms(node[3])  # type: ignore[index]
+        if len(rights) != 1:
+            raise FormulaError(
+                f"grouping factor {_deparse(node)!r}: nesting inside the right side of '/' "
+                "is not supported"
+            )
+        return [("bin", ":", rights[0], inner_first)] + outer
+    if _has_slash(node):
+        raise FormulaError(f"unparseable formula for grouping factor {_deparse(node)!r}")
+    return [node]
+
+
+def _has_slash(node: object) -> bool:
+    if node[0] == "bin":  # type: ignore[index]
+        return node[1] == "/" or _has_slash(node[2]) or _has_slash(node[3])  # type: ignore[index]
+    return False
+
+
+def _flatten_group(node: object) -> tuple[str, ...]:
+    if node[0] == "name":  # type: ignore[index]
+        return (node[1],)  # type: ignore[index]
+    return _flatten_group(node[2]) + _flatten_group(node[3])  # type: ignore[index]
+
+
+def _random_parts(bar: object, text: str) -> list[RandomPart]:
+    _, op, lhs, group = bar  # type: ignore[misc]
+    gtree = _group_tree(group, text)
+    ex = _Expander(text)
+    ts = ex.termset(lhs)
+    sub: list[tuple[str, TermSet]] = []
+    if op == "||":
+        # lme4's expandDoubleVerts: (1 | g) + (0 + t | g) for every term label t
+        if ts.intercept:
+            sub.append(("1", TermSet(True, (), ())))
+        for t in ts.terms:
+            vars_ = tuple(ts.variables[i] for i in t)
+            sub.append((
+                "0 + " + ":".join(v.label for v in vars_),
+                TermSet(False, vars_, (tuple(range(len(vars_))),)),
+            ))
+    else:
+        sub.append((_deparse(lhs), ts))
+    parts = []
+    for lhs_text, lhs_ts in sub:
+        for g in _slash_terms(gtree):
+            gname = _deparse(g)
+            parts.append(RandomPart(lhs_ts, _flatten_group(g), gname, f"{lhs_text} | {gname}"))
+    return parts
+
+
+@lru_cache(maxsize=256)
+def parse_formula(formula: str) -> ParsedFormula:
+    """Parse an lme4 formula.
+
+    Parameters
+    ----------
+    formula:
+        ``"score ~ label * x + (1 | speaker) + (1 | attack)"``.
+
+    Returns
+    -------
+    ParsedFormula
+        response, fixed terms (R's ``terms.formula`` expansion and order) and the
+        random-effects terms (``findbars`` expansion of ``||`` and ``/``).
+
+    Raises
+    ------
+    FormulaError
+        for a malformed formula or unsupported syntax (functions other than
+        ``dummy()``, ``offset()``, ``I()``, a bar outside parentheses, …).
+    """
+    if not isinstance(formula, str):
+        raise FormulaError(f"formula must be a string, got {type(formula).__name__}")
+    lhs, rhs = _Parser(formula).formula()
+    if lhs is None:
+        raise FormulaError(f"formula {formula!r} has no response; write 'response ~ predictors'")
+    if lhs[0] != "name":  # type: ignore[index]
+        raise FormulaError(
+            f"response {_deparse(lhs)!r} of formula {formula!r} must be a column name; "
+            "transform it in the data frame first"
+        )
+    response = lhs[1]  # type: ignore[index]
+    fixed_node, bars = _split_bars(rhs, formula)
+    fixed = _Expander(formula).termset(fixed_node)
+    for v in fixed.variables:
+        if v.column == response and v.level is None:
+            raise FormulaError(f"in formula {formula!r}: the response {response!r} is also a predictor")
+    random: list[RandomPart] = []
+    for bar in bars:
+        random.extend(_random_parts(bar, formula))
+    return ParsedFormula(formula, response, fixed, tuple(random))
+
+
+@lru_cache(maxsize=64)
+def parse_dispersion(dispersion: str) -> str:
+    """Parse a one-sided dispersion formula ``"~ label"`` and return the column name.
+
+    The residual variance is then class specific,
+    :math:`\\operatorname{Var}(\\varepsilon_i) = \\sigma^2_{c(i)}` with :math:`c(i)` the
+    level of the column on row ``i``.
+    """
+    if not isinstance(dispersion, str):
+        raise FormulaError(f"dispersion must be a string like '~ label', got {type(dispersion).__name__}")
+    lhs, rhs = _Parser(dispersion).formula()
+    if lhs is not None or rhs[0] != "name":  # type: ignore[index]
+        raise FormulaError(
+            f"dispersion formula {dispersion!r} is not supported: write a one-sided formula "
+            "with a single factor column, as in '~ label'"
+        )
+    return rhs[1]  # type: ignore[index]

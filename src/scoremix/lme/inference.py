@@ -1,0 +1,409 @@
+"""Likelihood-ratio tests (``anova``) and confidence intervals (``confint``) for
+:class:`~scoremix.lme.result.LmerResult` fits, following lme4.
+
+* ``anova(m0, m1, …)``: REML fits are first refitted by ML (lme4's message
+  ``"refitting model(s) with ML (instead of REML)"``); models are ordered by their number of
+  parameters and each is compared with the previous one by
+  ``χ² = 2(ℓ_i − ℓ_{i−1})`` on ``npar_i − npar_{i−1}`` degrees of freedom.
+* ``confint(m, method="wald")``: ``β̂ ± z_{(1+level)/2}·se``; variance parameters ``NaN``
+  (as lme4).
+* ``confint(m, method="profile")``: likelihood profile of the ML fit.  The covariance
+  parameters are profiled on lme4's scale ``ψ`` = (per term: SDs on the diagonal positions and
+  correlations on the off-diagonal positions of ``θ``, named ``.sig01, .sig02, …``; then
+  ``.sigma``) with the ML deviance
+  ``d(ψ) = log|L_θ|² − Σ log W_ii + r²_θ/σ² + n log(2πσ²)`` (β profiled out); each
+  fixed effect ``β_j`` by refitting with ``β_j`` fixed (an offset).  With the signed root
+  ``ζ(v) = sign(v − v̂) sqrt(d_min(v) − d̂)``, the interval is where ``|ζ| ≤ z_{(1+level)/2}``
+  (0 / ±1 when an SD / a correlation reaches its bound first).
+* ``confint(m, method="boot")``: parametric bootstrap: simulate ``y* = Xβ̂ + Zb* + ε*`` with
+  ``b* ~ N(0, Σ̂)``, ``ε*_i ~ N(0, σ̂²ρ̂_{d(i)}/w_i)``, refit (same REML/ML), percentile
+  intervals of ``ψ`` and ``β``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, stats
+from tqdm.auto import tqdm
+
+from scoremix.lme.crossprod import CrossProducts, crossproducts, factorize, theta_to_T
+from scoremix.lme.result import LmerResult
+
+__all__ = ["anova", "confint", "RefitMLWarning", "profile_names", "theta_to_psi", "psi_to_theta"]
+
+REFIT_MESSAGE = "refitting model(s) with ML (instead of REML)"
+
+
+class RefitMLWarning(UserWarning):
+    """lme4's message that REML fits were refitted with ML before a likelihood-ratio test."""
+
+
+# ---------------------------------------------------------------------------------------- anova
+def _refit_ml(m: LmerResult) -> LmerResult:
+    from scoremix.lme.api import fit_spec, BACKENDS
+    spec = m._need_spec("anova's ML refit")
+    backend = m.backend if m.backend in BACKENDS else "native"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fit_spec(spec, REML=False, backend=backend)
+
+
+def anova(*models: LmerResult, names: Sequence[str] | None = None, refit: bool = True) -> pd.DataFrame:
+    """Likelihood-ratio tests of nested models, like lme4's ``anova(m0, m1, …)``.
+
+    Parameters
+    ----------
+    models:
+        two or more fits of the same response on the same rows.
+    names:
+        row names (default ``m0, m1, …`` in the order given).
+    refit:
+        refit REML fits with ML first (lme4's default; a
+        :class:`RefitMLWarning` with lme4's message is issued).
+
+    Returns
+    -------
+    pandas.DataFrame
+        columns ``npar AIC BIC logLik deviance Chisq Df Pr(>Chisq)``, rows ordered by
+        ``npar``.
+    """
+    if len(models) < 2:
+        raise ValueError("anova needs at least two models")
+    names = list(names) if names is not None else [f"m{i}" for i in range(len(models))]
+    if len(names) != len(models):
+        raise ValueError(f"{len(names)} names for {len(models)} models")
+    nobs = {m.nobs for m in models}
+    if len(nobs) != 1:
+        raise ValueError(f"models were fitted to different numbers of rows: {sorted(nobs)}")
+    ms = list(models)
+    if refit and any(m.REML for m in ms):
+        warnings.warn(REFIT_MESSAGE, RefitMLWarning, stacklevel=2)
+        ms = [_refit_ml(m) if m.REML else m for m in ms]
+    order = sorted(range(len(ms)), key=lambda i: ms[i].npar)
+    rows = []
+    prev = None
+    for i in order:
+        m = ms[i]
+        dev = -2 * m.loglik
+        if prev is None:
+            chisq, df, pval = np.nan, np.nan, np.nan
+        else:
+            chisq = max(0.0, 2 * (m.loglik - prev.loglik))
+            df = m.npar - prev.npar
+            pval = float(stats.chi2.sf(chisq, df)) if df > 0 else np.nan
+        rows.append(dict(npar=m.npar, AIC=m.aic, BIC=m.bic, logLik=m.loglik, deviance=dev,
+                         Chisq=chisq, Df=df, **{"Pr(>Chisq)": pval}))
+        prev = m
+    return pd.DataFrame(rows, index=[names[i] for i in order])
+
+
+# ------------------------------------------------------------------------ ψ parameterisation
+def profile_names(m: LmerResult) -> list[str]:
+    """lme4's profile names: ``.sig01 … .sigNN`` (θ order) and ``.sigma``."""
+    k = len(m.theta)
+    return [f".sig{i + 1:02d}" for i in range(k)] + [".sigma"]
+
+
+def _term_p(m: LmerResult) -> list[int]:
+    return [len(t["term_names"]) for t in m.terms_info]
+
+
+def theta_to_psi(theta: np.ndarray, sigma: float, term_p: Sequence[int]) -> np.ndarray:
+    """``θ, σ → ψ``: per term the SDs (diagonal positions of θ) and correlations
+    (off-diagonal positions) of ``Σ_k = σ² T_k T_k'``, then ``σ`` (lme4's ``Cv_to_Sv``)."""
+    out = []
+    for T in theta_to_T(np.asarray(theta, float), term_p):
+        S = sigma ** 2 * T @ T.T
+        sd = np.sqrt(np.diag(S))
+        p = T.shape[0]
+        for j in range(p):
+            for i in range(j, p):
+                if i == j:
+                    out.append(sd[i])
+                else:
+                    out.append(S[i, j] / (sd[i] * sd[j]) if sd[i] > 0 and sd[j] > 0 else 0.0)
+    out.append(sigma)
+    return np.asarray(out)
+
+
+def _psd_chol(R: np.ndarray) -> np.ndarray:
+    p = R.shape[0]
+    L = np.zeros_like(R)
+    for j in range(p):
+        d = R[j, j] - np.dot(L[j, :j], L[j, :j])
+        L[j, j] = np.sqrt(max(d, 0.0))
+        for i in range(j + 1, p):
+            v = R[i, j] - np.dot(L[i, :j], L[j, :j])
+            L[i, j] = v / L[j, j] if L[j, j] > 1e-12 else 0.0
+    return L
+
+
+def psi_to_theta(psi: np.ndarray, term_p: Sequence[int]) -> tuple[np.ndarray, float]:
+    """Inverse of :func:`theta_to_psi`: ``θ = D_k chol(R_k) / σ`` per term."""
+    sigma = float(psi[-1])
+    out = []
+    pos = 0
+    for p in term_p:
+        sd = np.zeros(p)
+        R = np.eye(p)
+        for j in range(p):
+            for i in range(j, p):
+                if i == j:
+                    sd[i] = psi[pos]
+                else:
+                    R[i, j] = R[j, i] = psi[pos]
+                pos += 1
+        T = sd[:, None] * _psd_chol(R) / sigma
+        for j in range(p):
+            for i in range(j, p):
+                out.append(T[i, j])
+    return np.asarray(out), sigma
+
+
+def _psi_bounds(term_p: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi = [], []
+    for p in term_p:
+        for j in range(p):
+            for i in range(j, p):
+                lo.append(0.0 if i == j else -1.0)
+                hi.append(np.inf if i == j else 1.0)
+    lo.append(1e-12)
+    hi.append(np.inf)
+    return np.asarray(lo), np.asarray(hi)
+
+
+def _ml_dev_psi(psi: np.ndarray, cp: CrossProducts, term_p: Sequence[int]) -> float:
+    """ML deviance at ``ψ`` with β profiled out: ``log|L|² − ldW + r²/σ² + n log(2πσ²)``."""
+    theta, sigma = psi_to_theta(psi, term_p)
+    if not sigma > 0:
+        return np.inf
+    try:
+        f = factorize(theta, cp)
+    except np.linalg.LinAlgError:
+        return np.inf
+    n = cp.n
+    return f.ldL2 - f.ldW + f.pwrss / sigma ** 2 + n * np.log(2 * np.pi * sigma ** 2)
+
+
+def _minimize(f: Callable[[np.ndarray], float], x0: np.ndarray, lo: np.ndarray, hi: np.ndarray
+              ) -> tuple[np.ndarray, float]:
+    from scoremix.lme.native import _fd_grad
+    if x0.size == 0:
+        return x0, f(x0)
+
+    def fg(x):
+        f0 = f(x)
+        g = _fd_grad(f, x, lo, 1e-6, f0)
+        # one-sided at upper bounds
+        return f0, g
+
+    bounds = [(None if not np.isfinite(a) else a, None if not np.isfinite(b) else b) for a, b in zip(lo, hi)]
+    x0 = np.clip(x0, lo, hi)
+    # keep finite-difference steps inside upper bounds
+    x0 = np.where(np.isfinite(hi), np.minimum(x0, hi - 1e-5), x0)
+    r = optimize.minimize(fg, x0, jac=True, method="L-BFGS-B", bounds=bounds,
+                          options=dict(maxiter=3000, ftol=1e-15, gtol=1e-9))
+    return r.x, float(r.fun)
+
+
+# ------------------------------------------------------------------------------- confint
+def confint(m: LmerResult, method: str = "wald", level: float = 0.95,
+            parm: Sequence[str] | None = None, n_boot: int = 500, seed: int | None = None,
+            progress: bool = True) -> pd.DataFrame:
+    """Confidence intervals of the variance parameters and fixed effects (lme4's
+    ``confint.merMod``; see the module docstring for the methods).
+
+    Parameters
+    ----------
+    m:
+        the fit (needs its spec for ``"profile"`` and ``"boot"``).
+    method:
+        ``"wald"``, ``"profile"`` or ``"boot"``.
+    level:
+        confidence level.
+    parm:
+        subset of row names (``.sig01``, ``.sigma``, fixed-effect names); default all.
+    n_boot:
+        bootstrap replicates (``"boot"``).
+    seed:
+        seed of the bootstrap simulation.
+    progress:
+        show a tqdm progress bar (profile and bootstrap).
+
+    Returns
+    -------
+    pandas.DataFrame
+        rows ``.sig01 … .sigma`` then the fixed effects; columns ``"2.5 %"``, ``"97.5 %"``
+        (for ``level = 0.95``).
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    a = (1 - level) / 2
+    cols = [f"{100 * a:.3g} %", f"{100 * (1 - a):.3g} %"]
+    names = profile_names(m) + list(m.fixef.index)
+    want = names if parm is None else list(parm)
+    bad = [p for p in want if p not in names]
+    if bad:
+        raise ValueError(f"unknown parameter(s) {bad}; available: {names}")
+    method = method.lower()
+    if method == "wald":
+        z = stats.norm.ppf(1 - a)
+        out = pd.DataFrame(np.nan, index=names, columns=cols)
+        out.loc[m.fixef.index, cols[0]] = (m.fixef - z * m.se).to_numpy()
+        out.loc[m.fixef.index, cols[1]] = (m.fixef + z * m.se).to_numpy()
+    elif method == "profile":
+        out = _confint_profile(m, level, want, progress)
+        out.columns = cols
+    elif method == "boot":
+        out = _confint_boot(m, level, n_boot, seed, progress)
+        out.columns = cols
+    else:
+        raise ValueError(f"unknown confint method {method!r}; use 'wald', 'profile' or 'boot'")
+    return out.loc[want]
+
+
+def _ml_fit(m: LmerResult) -> tuple[LmerResult, CrossProducts]:
+    from scoremix.lme import native
+    spec = m._need_spec("confint")
+    if spec.dispersion_codes is not None:
+        raise NotImplementedError("profile intervals of a dispersion model are not implemented; "
+                                  "use method='boot'")
+    cp = getattr(m, "_cp", None) or crossproducts(spec)
+    if m.REML or m.backend != "native":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = native.fit(spec, REML=False, cp=cp)
+    return m, cp
+
+
+def _signed_root_search(zeta: Callable[[float], float], v0: float, step: float, lo: float,
+                        hi: float, target: float, direction: int) -> float:
+    """Find ``v`` on one side of ``v0`` with ``ζ(v) = direction·target``; returns the bound
+    when ``|ζ|`` stays below the target up to it."""
+    goal = direction * target
+    prev_v, prev_z = v0, 0.0
+    h = step
+    for _ in range(60):
+        v = v0 + direction * h
+        if direction < 0 and v <= lo:
+            v = lo
+        if direction > 0 and v >= hi:
+            v = hi
+        zv = zeta(v)
+        if direction * (zv - goal) >= 0:
+            return optimize.brentq(lambda t: zeta(t) - goal, min(prev_v, v), max(prev_v, v),
+                                   xtol=1e-10, rtol=1e-10)
+        if v == lo or v == hi:
+            return v
+        prev_v, prev_z = v, zv
+        h *= 1.6
+    return np.nan
+
+
+def _confint_profile(m: LmerResult, level: float, want: Sequence[str], progress: bool) -> pd.DataFrame:
+    mml, cp = _ml_fit(m)
+    term_p = _term_p(mml)
+    dev0 = -2 * mml.loglik
+    z = stats.norm.ppf(1 - (1 - level) / 2)
+    psi_hat = theta_to_psi(mml.theta.to_numpy(), mml.sigma, term_p)
+    lo_b, hi_b = _psi_bounds(term_p)
+    names = profile_names(mml) + list(mml.fixef.index)
+    out = pd.DataFrame(np.nan, index=names, columns=["lower", "upper"])
+    npsi = psi_hat.size
+    se = mml.se.to_numpy()
+    todo = [nm for nm in names if nm in want]
+    bar = tqdm(todo, desc="profile", disable=not progress)
+    for nm in bar:
+        j = names.index(nm)
+        if j < npsi:
+            free = np.array([i for i in range(npsi) if i != j])
+            state = {"x": psi_hat[free].copy()}
+
+            def dmin(v, j=j, free=free, state=state):
+                def f(xf):
+                    psi = psi_hat.copy()
+                    psi[free] = xf
+                    psi[j] = v
+                    return _ml_dev_psi(psi, cp, term_p)
+                x, fv = _minimize(f, state["x"], lo_b[free], hi_b[free])
+                state["x"] = x
+                return fv
+
+            vhat = psi_hat[j]
+            scale = max(abs(vhat), 1e-3 * mml.sigma) * 0.25
+            if lo_b[j] == -1.0:
+                scale = 0.1
+            for direction, col in ((-1, "lower"), (1, "upper")):
+                state["x"] = psi_hat[free].copy()
+
+                def zeta(v, direction=direction):
+                    d = dmin(v) - dev0
+                    return np.sign(v - vhat) * np.sqrt(max(d, 0.0))
+
+                out.loc[nm, col] = _signed_root_search(zeta, vhat, scale, lo_b[j], hi_b[j], z, direction)
+        else:
+            jb = j - npsi
+            bhat = mml.fixef.iloc[jb]
+            state = {"theta": mml.theta.to_numpy().copy()}
+
+            def zeta(v, jb=jb, bhat=bhat, state=state):
+                from scoremix.lme.native import optimize_theta, NativeControl
+                cpj = cp.fix_coefficient(jb, v)
+                spec = mml.spec
+                o = optimize_theta(cpj, False, spec.theta_lower(), state["theta"],
+                                   NativeControl(check_conv=False))
+                state["theta"] = o.theta
+                return np.sign(v - bhat) * np.sqrt(max(o.criterion - dev0, 0.0))
+
+            for direction, col in ((-1, "lower"), (1, "upper")):
+                state["theta"] = mml.theta.to_numpy().copy()
+                out.loc[nm, col] = _signed_root_search(zeta, bhat, se[jb], -np.inf, np.inf, z, direction)
+    return out
+
+
+def _simulate(m: LmerResult, rng: np.random.Generator) -> np.ndarray:
+    spec = m.spec
+    eta = spec.X @ m.fixef.to_numpy()
+    for t, S in zip(spec.terms, m.cov_re()):
+        Lc = _psd_chol(S)
+        bk = rng.standard_normal((t.n_levels, t.p)) @ Lc.T
+        eta = eta + np.einsum("ij,ij->i", t.X, bk[t.codes])
+    sd = np.full(spec.n, m.sigma)
+    if m.sigma_by is not None and spec.dispersion_codes is not None:
+        sd = m.sigma_by.to_numpy()[np.asarray(spec.dispersion_codes)]
+    if spec.weights is not None:
+        sd = sd / np.sqrt(np.asarray(spec.weights, float))
+    return eta + sd * rng.standard_normal(spec.n)
+
+
+def _confint_boot(m: LmerResult, level: float, n_boot: int, seed: int | None,
+                  progress: bool) -> pd.DataFrame:
+    from scoremix.lme.native import NativeControl, estimates_at, optimize_theta
+    spec = m._need_spec("bootstrap intervals")
+    cp = getattr(m, "_cp", None) or crossproducts(spec)
+    term_p = _term_p(m)
+    rng = np.random.default_rng(seed)
+    names = profile_names(m) + list(m.fixef.index)
+    n_rho = cp.n_disp - 1
+    rho_hat = None
+    if m.sigma_by is not None:
+        rho_hat = (m.sigma_by.to_numpy() / m.sigma) ** 2
+    draws = np.empty((n_boot, len(names)))
+    ctl = NativeControl(check_conv=False, warn=False)
+    for b in tqdm(range(n_boot), desc="bootstrap", disable=not progress):
+        ystar = _simulate(m, rng)
+        cpb = cp.with_response(ystar)
+        o = optimize_theta(cpb, m.REML, spec.theta_lower(), m.theta.to_numpy(), ctl, n_rho=n_rho,
+                           rho_start=None if rho_hat is None else rho_hat[1:])
+        est = estimates_at(spec, cpb, o.theta, m.REML, o.rho)
+        draws[b] = np.concatenate([theta_to_psi(o.theta, est["sigma"], term_p), est["beta"]])
+    a = (1 - level) / 2
+    q = np.quantile(draws, [a, 1 - a], axis=0).T
+    out = pd.DataFrame(q, index=names, columns=["lower", "upper"])
+    out.attrs["draws"] = pd.DataFrame(draws, columns=names)
+    return out

@@ -1,0 +1,765 @@
+r"""Model frame and design matrices: formula + data → :class:`~scoremix.lme.spec.ModelSpec`.
+
+This is R's ``model.frame`` + ``model.matrix`` + ``lme4::mkReTrms`` for the linear mixed
+model
+
+.. math::
+
+    y = X\beta + \sum_{k=1}^{K} Z_k b_k + \varepsilon,\qquad
+    (Z_k)_{i,\,(j, l)} = 1\{g_k(i) = j\}\, (X_k)_{i l},
+
+where ``X`` is the fixed-effects model matrix (treatment contrasts, R's column names and
+order, rank-deficient columns dropped as lme4 does), and term ``k`` has grouping factor
+``g_k`` and raw model matrix ``X_k`` (``p_k`` columns); ``Z_k`` is the row-wise
+Khatri–Rao product of the indicator matrix of ``g_k`` with ``X_k`` (not formed here:
+the spec stores ``codes`` and ``X_k``).
+
+Encodings follow R:
+
+* numeric columns are numeric; ``bool``/``object``/``str``/``category`` columns are
+  factors.  Levels are the sorted distinct values (code-point order, like R in the C
+  locale; numbers numerically), or the category order of a pandas ``Categorical``;
+  unused levels are dropped; ``bool`` levels are ``FALSE``/``TRUE``.
+* a factor in a term is coded by contrasts (levels 2…K, column ``labelspoof``) when the
+  term without that factor is contained in an earlier term (the intercept counts as the
+  empty term), otherwise by indicators of all K levels; without an intercept the first
+  factor of the first term holding one is coded by all K indicators (R's ``TermCode``).
+* an interaction column is the row-wise product, first variable varying fastest
+  (``a2:b2, a3:b2, a2:b3, a3:b3``).
+* grouping interactions ``g1:g2`` have levels ``"u:v"`` ordered by (level of ``g1``,
+  level of ``g2``), unused combinations dropped (lme4's ``%i%``).
+* random terms are reordered like ``mkReTrms``: if the numbers of levels ever increase
+  along the formula, the order becomes ``rev(order(n_levels))`` (decreasing, ties in
+  reverse formula order); grouping names of repeated factors are made unique
+  (``g``, ``g.1``) in that final order, as ``VarCorr`` prints them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from scoremix.lme.errors import (
+    FormulaError,
+    GroupingError,
+    LmeError,
+    MissingValueError,
+    NewLevelError,
+    RankDeficiencyWarning,
+    ResponseError,
+    UnknownColumnError,
+    rank_deficient_message,
+)
+from scoremix.lme.formula import ParsedFormula, TermSet, Variable, parse_dispersion, parse_formula
+from scoremix.lme.spec import ModelSpec, RandomTerm
+
+__all__ = ["build_model_spec", "design_matrix", "rank_keep_columns", "RANK_TOL"]
+
+#: lme4's tolerance for ``qr(X, tol = 1e-7, LAPACK = FALSE)`` in ``chkRank.drop.cols``.
+RANK_TOL = 1e-7
+
+
+# --------------------------------------------------------------------------- factors
+def _r_format(value: Any) -> str:
+    """R's ``as.character`` of a factor level value."""
+    if isinstance(value, (bool, np.bool_)):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        if f.is_integer() and abs(f) < 1e15:
+            return str(int(f))
+        return format(f, ".15g")
+    return str(value)
+
+
+def _is_factor_dtype(dtype: Any) -> bool:
+    return not (pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype))
+
+
+@dataclass
+class _Factor:
+    """A column coded as an R factor on the rows of the model frame.
+
+    ``codes[i]`` is the 0-based level of row ``i``; ``levels`` are R's labels;
+    ``uniques`` holds the raw values of the levels (same order) to code new data.
+    """
+
+    column: str
+    codes: np.ndarray
+    levels: list[str]
+    uniques: pd.Index
+
+    @property
+    def n_levels(self) -> int:
+        return len(self.levels)
+
+    def map(self, values: pd.Series) -> np.ndarray:
+        """Codes of new values, ``-1`` for missing or unseen ones."""
+        return self.uniques.get_indexer(values).astype(np.int64, copy=False)
+
+
+def _raw_codes(values: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """Codes (``-1`` = missing) and level values of a column, in R's level order."""
+    dtype = values.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        return values.cat.codes.to_numpy().astype(np.int64), pd.Index(values.cat.categories)
+    if pd.api.types.is_bool_dtype(dtype):
+        na = values.isna().to_numpy()
+        b = values.to_numpy(dtype=bool, na_value=False)
+        codes = b.astype(np.int64)
+        codes[na] = -1
+        return codes, pd.Index([False, True], dtype=object)
+    try:
+        codes, uniques = pd.factorize(values, sort=True)
+    except TypeError:  # mixed types that cannot be sorted together
+        na = values.isna().to_numpy()
+        codes, uniques = pd.factorize(values.astype(str), sort=True)
+        codes = np.where(na, -1, codes)
+    return np.asarray(codes, dtype=np.int64), pd.Index(uniques)
+
+
+def _compact(column: str, codes: np.ndarray, uniques: pd.Index) -> _Factor:
+    """Drop unused levels (R's ``drop.unused.levels``); ``codes`` must be NA-free."""
+    present = np.bincount(codes, minlength=len(uniques)) > 0
+    if not present.all():
+        remap = np.cumsum(present) - 1
+        codes = remap[codes]
+        uniques = uniques[present]
+    levels = [_r_format(u) for u in uniques]
+    return _Factor(column, codes, levels, uniques)
+
+
+# --------------------------------------------------------------------------- frame
+class _Frame:
+    """Lazy, cached access to the used columns on the kept rows.
+
+    Factor columns are coded once on all rows (their missing values then come for free
+    from the codes) and subset to the kept rows on demand.
+    """
+
+    def __init__(self, data: pd.DataFrame):
+        self.data = data
+        self.rows: np.ndarray | None = None  # None = all rows
+        self._numeric: dict[str, np.ndarray] = {}
+        self._raw: dict[str, tuple[np.ndarray, pd.Index]] = {}
+        self._factor: dict[str, _Factor] = {}
+
+    def missing(self, column: str) -> np.ndarray:
+        """Boolean mask of missing values of a column on all rows."""
+        if self.is_factor(column):
+            return self.raw(column)[0] < 0
+        return self.data[column].isna().to_numpy()
+
+    def raw(self, column: str) -> tuple[np.ndarray, pd.Index]:
+        if column not in self._raw:
+            self._raw[column] = _raw_codes(self.data[column])
+        return self._raw[column]
+
+    def series(self, column: str) -> pd.Series:
+        s = self.data[column]
+        return s if self.rows is None else s.iloc[self.rows]
+
+    def numeric(self, column: str) -> np.ndarray:
+        if column not in self._numeric:
+            s = self.series(column)
+            if _is_factor_dtype(s.dtype):
+                raise FormulaError(f"column {column!r} is not numeric (dtype {s.dtype})")
+            self._numeric[column] = s.to_numpy(dtype=np.float64)
+        return self._numeric[column]
+
+    def factor(self, column: str) -> _Factor:
+        if column not in self._factor:
+            codes, uniques = self.raw(column)
+            if self.rows is not None:
+                codes = codes[self.rows]
+            self._factor[column] = _compact(column, codes, uniques)
+        return self._factor[column]
+
+    def is_factor(self, column: str) -> bool:
+        return _is_factor_dtype(self.data[column].dtype)
+
+
+# --------------------------------------------------------------------------- terms → X
+@dataclass
+class _VarCode:
+    """How one variable enters the design: numeric, dummy indicator, or factor."""
+
+    var: Variable
+    kind: str  # "numeric" | "dummy" | "factor"
+    factor: _Factor | None = None
+    level_index: int = -1
+
+
+@dataclass
+class _Design:
+    """Everything needed to rebuild a model matrix on new data."""
+
+    termset: TermSet
+    codes: dict[str, _VarCode]
+    # per term: list of (variable label, coding 1 = contrasts / 2 = indicators / 0 numeric)
+    coding: list[list[tuple[str, int]]]
+    names: list[str] = field(default_factory=list)
+
+
+def _var_codes(termset: TermSet, frame: _Frame) -> dict[str, _VarCode]:
+    out: dict[str, _VarCode] = {}
+    for v in termset.variables:
+        if v.level is not None:
+            fac = frame.factor(v.column)
+            if v.level not in fac.levels:
+                raise FormulaError(
+                    f"{v.label}: level {v.level!r} is not a level of column {v.column!r} "
+                    f"(levels: {_short_list(fac.levels)})"
+                )
+            out[v.label] = _VarCode(v, "dummy", fac, fac.levels.index(v.level))
+        elif frame.is_factor(v.column):
+            out[v.label] = _VarCode(v, "factor", frame.factor(v.column))
+        else:
+            frame.numeric(v.column)
+            out[v.label] = _VarCode(v, "numeric")
+    return out
+
+
+def _term_coding(termset: TermSet, codes: dict[str, _VarCode]) -> list[list[tuple[str, int]]]:
+    """R's ``TermCode``: 1 = contrasts, 2 = full indicator coding (0 for numerics)."""
+    terms = [frozenset(t) for t in termset.terms]
+    coding: list[list[tuple[str, int]]] = []
+    for j, t in enumerate(termset.terms):
+        row = []
+        for i in t:
+            label = termset.variables[i].label
+            if codes[label].kind != "factor":
+                row.append((label, 0))
+                continue
+            rest = terms[j] - {i}
+            contrast = (not rest) or any(rest <= prev for prev in terms[:j])
+            row.append((label, 1 if contrast else 2))
+        coding.append(row)
+    if not termset.intercept:
+        for row in coding:
+            hit = next((k for k, (_, c) in enumerate(row) if c > 0), None)
+            if hit is not None:
+                row[hit] = (row[hit][0], 2)
+                break
+    return coding
+
+
+def _variable_block(
+    vc: _VarCode, coding: int, values: np.ndarray
+) -> tuple[np.ndarray, list[str]]:
+    """Columns of one variable: ``values`` is the numeric column or the factor codes
+    (``-1`` = missing → NaN row)."""
+    label = vc.var.label
+    if vc.kind == "numeric":
+        return values.reshape(-1, 1), [label]
+    if vc.kind == "dummy":
+        col = (values == vc.level_index).astype(np.float64)
+        if (values < 0).any():
+            col[values < 0] = np.nan
+        return col.reshape(-1, 1), [label]
+    fac = vc.factor
+    assert fac is not None
+    start = 1 if coding == 1 else 0
+    if coding == 1 and fac.n_levels < 2:
+        raise FormulaError(
+            f"factor {vc.var.column!r} has only one level ({_short_list(fac.levels)}) among "
+            "the used rows: contrasts can be applied only to factors with 2 or more levels"
+        )
+    lev = np.arange(start, fac.n_levels)
+    block = (values[:, None] == lev[None, :]).astype(np.float64)
+    if (values < 0).any():
+        block[values < 0] = np.nan
+    return block, [label + fac.levels[k] for k in lev]
+
+
+def _build(design: _Design, values: dict[str, np.ndarray], n: int) -> tuple[np.ndarray, list[str]]:
+    """Assemble the model matrix (R's column order and names)."""
+    blocks: list[np.ndarray] = []
+    names: list[str] = []
+    if design.termset.intercept:
+        blocks.append(np.ones((n, 1)))
+        names.append("(Intercept)")
+    for row in design.coding:
+        block: np.ndarray | None = None
+        bnames: list[str] = []
+        for label, code in row:
+            b, bn = _variable_block(design.codes[label], code, values[label])
+            if block is None:
+                block, bnames = b, bn
+            else:  # first variable varies fastest
+                m = block.shape[1]
+                block = (b[:, :, None] * block[:, None, :]).reshape(n, b.shape[1] * m)
+                bnames = [f"{p}:{q}" for q in bn for p in bnames]
+        assert block is not None
+        blocks.append(block)
+        names.extend(bnames)
+    if not blocks:
+        return np.zeros((n, 0)), []
+    X = np.concatenate(blocks, axis=1) if len(blocks) > 1 else np.ascontiguousarray(blocks[0])
+    return X, names
+
+
+def _fitted_values(design: _Design, frame: _Frame) -> dict[str, np.ndarray]:
+    out = {}
+    for label, vc in design.codes.items():
+        if vc.kind == "numeric":
+            out[label] = frame.numeric(vc.var.column)
+        else:
+            assert vc.factor is not None
+            out[label] = vc.factor.codes
+    return out
+
+
+def _new_values(design: _Design, newdata: pd.DataFrame, *, strict: bool) -> dict[str, np.ndarray]:
+    out = {}
+    for label, vc in design.codes.items():
+        col = vc.var.column
+        if col not in newdata.columns:
+            raise _unknown_column(col, newdata)
+        s = newdata[col]
+        if vc.kind == "numeric":
+            if _is_factor_dtype(s.dtype):
+                raise FormulaError(f"column {col!r} of new data is not numeric (dtype {s.dtype})")
+            out[label] = s.to_numpy(dtype=np.float64, na_value=np.nan)
+            continue
+        assert vc.factor is not None
+        codes = vc.factor.map(s)
+        if strict and vc.kind == "factor":
+            bad = (codes < 0) & ~s.isna().to_numpy()
+            if bad.any():
+                unseen = pd.unique(s[bad])
+                raise NewLevelError(
+                    f"column {col!r} of new data has level(s) {_short_list([_r_format(u) for u in unseen])} "
+                    f"not seen in fitting (levels: {_short_list(vc.factor.levels)})"
+                )
+        out[label] = codes
+    return out
+
+
+def design_matrix(termset: TermSet, frame: _Frame) -> tuple[np.ndarray, list[str], _Design]:
+    """Model matrix of a term set on the frame (R's ``model.matrix``)."""
+    codes = _var_codes(termset, frame)
+    design = _Design(termset, codes, _term_coding(termset, codes))
+    X, names = _build(design, _fitted_values(design, frame), _frame_n(frame))
+    design.names = names
+    return X, names, design
+
+
+def _frame_n(frame: _Frame) -> int:
+    return len(frame.data) if frame.rows is None else len(frame.rows)
+
+
+# --------------------------------------------------------------------------- rank
+def rank_keep_columns(X: np.ndarray, tol: float = RANK_TOL) -> np.ndarray:
+    """Indices of the columns lme4 keeps for a rank-deficient ``X``.
+
+    R's ``qr(X, tol, LAPACK = FALSE)`` (LINPACK ``dqrdc2``) moves a column to the end
+    when its norm after orthogonalisation against the columns kept before it falls
+    below ``tol`` times its original norm (a zero column always); lme4 keeps the first
+    ``rank`` pivots. This is the greedy rule: keep column ``j`` iff
+
+    .. math:: \\lVert (I - P_{K_j}) x_j \\rVert \\ge \\mathrm{tol}\\,\\lVert x_j \\rVert,
+
+    with :math:`P_{K_j}` the projection on the kept columns before ``j``. A Cholesky
+    factor of the scaled Gram matrix answers quickly when ``X`` is clearly of full rank;
+    otherwise Gram–Schmidt with re-orthogonalisation on ``X`` itself decides.
+    """
+    n, p = X.shape
+    if p == 0:
+        return np.arange(0)
+    G = X.T @ X
+    d = np.diag(G).copy()
+    if np.all(d > 0) and np.all(np.isfinite(G)):
+        s = 1.0 / np.sqrt(d)
+        try:
+            L = np.linalg.cholesky(G * s[:, None] * s[None, :])
+            if np.min(np.diag(L)) ** 2 > 1e-8:
+                return np.arange(p)
+        except np.linalg.LinAlgError:
+            pass
+    keep: list[int] = []
+    Q = np.zeros((n, 0))
+    for j in range(p):
+        x = X[:, j]
+        nx = float(np.linalg.norm(x))
+        if nx == 0.0 or not np.isfinite(nx):
+            continue
+        v = x.copy()
+        for _ in range(2):
+            if Q.shape[1]:
+                v -= Q @ (Q.T @ v)
+        nv = float(np.linalg.norm(v))
+        if nv >= tol * nx:
+            keep.append(j)
+            Q = np.column_stack([Q, v / nv])
+    return np.asarray(keep, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------- groups
+@dataclass
+class _Grouping:
+    """A grouping factor (a column or an interaction of columns, lme4's ``%i%``)."""
+
+    name: str
+    columns: tuple[str, ...]
+    factors: list[_Factor]
+    steps: list[np.ndarray]  # per combining step: sorted present keys
+    codes: np.ndarray
+    levels: list[str]
+
+    def map(self, newdata: pd.DataFrame) -> np.ndarray:
+        """Codes of new rows (``-1`` for an unseen level or combination, or NA)."""
+        for col in self.columns:
+            if col not in newdata.columns:
+                raise _unknown_column(col, newdata)
+        codes = self.factors[0].map(newdata[self.columns[0]])
+        for k in range(1, len(self.columns)):
+            nb = self.factors[k].n_levels
+            c2 = self.factors[k].map(newdata[self.columns[k]])
+            key = codes * nb + c2
+            present = self.steps[k - 1]
+            pos = np.searchsorted(present, key)
+            pos_c = np.minimum(pos, len(present) - 1)
+            ok = (codes >= 0) & (c2 >= 0) & (present[pos_c] == key)
+            codes = np.where(ok, pos_c, -1).astype(np.int64)
+        return codes
+
+
+def _grouping(name: str, columns: tuple[str, ...], frame: _Frame) -> _Grouping:
+    factors = [frame.factor(c) for c in columns]
+    codes = factors[0].codes
+    labels = factors[0].levels
+    steps: list[np.ndarray] = []
+    n = len(codes)
+    for fac in factors[1:]:
+        nb = fac.n_levels
+        key = codes * nb + fac.codes
+        size = len(labels) * nb
+        if size <= max(4 * n, 1 << 20):
+            present = np.flatnonzero(np.bincount(key, minlength=size))
+            remap = np.full(size, -1, dtype=np.int64)
+            remap[present] = np.arange(len(present))
+            codes = remap[key]
+        else:
+            present, codes = np.unique(key, return_inverse=True)
+            codes = codes.astype(np.int64).ravel()
+        steps.append(present)
+        a, b = np.divmod(present, nb)
+        labels = [f"{labels[i]}:{fac.levels[j]}" for i, j in zip(a.tolist(), b.tolist())]
+    return _Grouping(name, columns, factors, steps, np.asarray(codes, dtype=np.int64), list(labels))
+
+
+def _make_unique(names: list[str]) -> list[str]:
+    """R's ``make.unique``: repeated names get ``.1``, ``.2``, …"""
+    used = set(names)
+    count: dict[str, int] = {}
+    seen: set[str] = set()
+    out = []
+    for nm in names:
+        if nm not in seen:
+            seen.add(nm)
+            out.append(nm)
+            continue
+        k = count.get(nm, 0)
+        while True:
+            k += 1
+            cand = f"{nm}.{k}"
+            if cand not in used:
+                break
+        count[nm] = k
+        used.add(cand)
+        out.append(cand)
+    return out
+
+
+# --------------------------------------------------------------------------- helpers
+def _short_list(items: Iterable[Any], k: int = 8) -> str:
+    items = list(items)
+    head = ", ".join(repr(x) if isinstance(x, str) else str(x) for x in items[:k])
+    return head + (f", … ({len(items)} in all)" if len(items) > k else "")
+
+
+def _unknown_column(column: str, data: pd.DataFrame) -> UnknownColumnError:
+    cols = [str(c) for c in data.columns]
+    close = difflib.get_close_matches(column, cols, n=3)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return UnknownColumnError(
+        f"column {column!r} is not in the data{hint} (available: {_short_list(cols, 20)})",
+        column,
+        cols,
+    )
+
+
+def _row_labels(data: pd.DataFrame, mask: np.ndarray, k: int = 5) -> str:
+    idx = np.flatnonzero(mask)
+    labels = [str(x) for x in data.index[idx[:k]]]
+    return ", ".join(labels) + (f", … ({len(idx)} rows)" if len(idx) > k else "")
+
+
+# --------------------------------------------------------------------------- main
+def build_model_spec(
+    formula: str,
+    data: pd.DataFrame,
+    *,
+    weights: str | np.ndarray | pd.Series | None = None,
+    dispersion: str | None = None,
+    na_action: str = "omit",
+) -> ModelSpec:
+    r"""Build the :class:`~scoremix.lme.spec.ModelSpec` of an lme4 formula on a data frame.
+
+    The model is :math:`y = X\beta + \sum_k Z_k b_k + \varepsilon` with
+    :math:`\varepsilon_i \sim N(0, \sigma^2_{c(i)} / w_i)` (``c(i)`` the dispersion level,
+    one level when ``dispersion`` is ``None``; ``w`` the prior weights).
+
+    Parameters
+    ----------
+    formula:
+        lme4 formula, e.g. ``"score ~ label * x + (1 | speaker) + (1 | attack)"``
+        (see :func:`scoremix.lme.formula.parse_formula` for the syntax).
+    data:
+        one row per trial.
+    weights:
+        prior weights :math:`w_i \ge 0`: a column name or an array of ``len(data)``.
+    dispersion:
+        one-sided formula with one factor, ``"~ label"``, for a class-specific residual
+        variance; ``None`` for a common one.
+    na_action:
+        ``"omit"`` drops rows with a missing value in any used column (with a
+        ``UserWarning``), ``"fail"`` raises :class:`MissingValueError`.
+
+    Returns
+    -------
+    ModelSpec
+
+    Raises
+    ------
+    FormulaError, UnknownColumnError, GroupingError, MissingValueError, ResponseError
+        with messages naming the column, level or rows at fault.
+
+    Warns
+    -----
+    RankDeficiencyWarning
+        when fixed-effect columns are dropped (lme4's message).
+    UserWarning
+        when rows with missing values are dropped.
+    """
+    if not isinstance(data, pd.DataFrame):
+        raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}")
+    if na_action not in ("omit", "fail"):
+        raise ValueError(f"na_action must be 'omit' or 'fail', got {na_action!r}")
+    parsed: ParsedFormula = parse_formula(formula)
+    disp_col = parse_dispersion(dispersion) if dispersion is not None else None
+
+    # ---- columns and weights
+    used = parsed.columns
+    if disp_col is not None and disp_col not in used:
+        used = used + [disp_col]
+    weight_col: str | None = None
+    w_all: np.ndarray | None = None
+    if isinstance(weights, str):
+        weight_col = weights
+        if weight_col not in used:
+            used = used + [weight_col]
+    elif weights is not None:
+        w_all = np.asarray(weights, dtype=np.float64).ravel()
+        if w_all.shape[0] != len(data):
+            raise ValueError(f"weights has length {w_all.shape[0]}, data has {len(data)} rows")
+    for col in used:
+        if col not in data.columns:
+            raise _unknown_column(col, data)
+
+    # ---- missing values
+    n_all = len(data)
+    na_cols: list[str] = []
+    na_mask = np.zeros(n_all, dtype=bool)
+    frame = _Frame(data)
+    for col in used:
+        m = frame.missing(col)
+        if m.any():
+            if na_action == "fail":
+                raise MissingValueError(
+                    f"column {col!r} has {int(m.sum())} missing value(s) (rows {_row_labels(data, m)}); "
+                    "use na_action='omit' to drop them"
+                )
+            na_cols.append(col)
+            na_mask |= m
+    if w_all is not None:
+        m = np.isnan(w_all)
+        if m.any():
+            if na_action == "fail":
+                raise MissingValueError(
+                    f"weights have {int(m.sum())} missing value(s) (rows {_row_labels(data, m)})"
+                )
+            na_cols.append("(weights)")
+            na_mask |= m
+    n_dropped = int(na_mask.sum())
+    rows: np.ndarray | None = None
+    if n_dropped:
+        warnings.warn(
+            f"dropped {n_dropped} rows with missing values in columns [{', '.join(na_cols)}]",
+            UserWarning,
+            stacklevel=2,
+        )
+        rows = np.flatnonzero(~na_mask)
+        if rows.size == 0:
+            raise MissingValueError(
+                f"no rows left after dropping missing values in columns [{', '.join(na_cols)}]"
+            )
+    frame.rows = rows
+    n = _frame_n(frame)
+
+    # ---- response
+    resp = frame.series(parsed.response)
+    if _is_factor_dtype(resp.dtype):
+        raise ResponseError(
+            f"response {parsed.response!r} must be numeric, got dtype {resp.dtype}"
+        )
+    y = resp.to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(y)
+    if bad.any():
+        full = np.zeros(n_all, dtype=bool)
+        full[np.flatnonzero(bad) if rows is None else rows[bad]] = True
+        raise ResponseError(
+            f"response {parsed.response!r} has {int(bad.sum())} non-finite value(s) (inf) "
+            f"at rows {_row_labels(data, full)}"
+        )
+
+    # ---- weights
+    w: np.ndarray | None = None
+    if weight_col is not None:
+        w = frame.numeric(weight_col).copy()
+    elif w_all is not None:
+        w = w_all if rows is None else w_all[rows]
+    if w is not None:
+        if not np.all(np.isfinite(w)):
+            raise LmeError("weights must be finite")
+        if np.any(w < 0):
+            raise LmeError("negative weights are not allowed")
+
+    # ---- fixed effects
+    X_full, names_full, fdesign = design_matrix(parsed.fixed, frame)
+    for j, nm in enumerate(names_full):
+        col = X_full[:, j]
+        if not np.all(np.isfinite(col)):
+            raise LmeError(f"fixed-effect column {nm!r} has non-finite values (NaN/inf)")
+    keep = rank_keep_columns(X_full)
+    dropped: list[str] = []
+    if keep.size < X_full.shape[1]:
+        dropped = [names_full[j] for j in range(X_full.shape[1]) if j not in set(keep.tolist())]
+        X = np.ascontiguousarray(X_full[:, keep])
+        warnings.warn(rank_deficient_message(len(dropped), dropped), RankDeficiencyWarning, stacklevel=2)
+    else:
+        X = X_full
+    fixef_names = [names_full[j] for j in keep]
+
+    # ---- random effects
+    groupings: dict[tuple[str, ...], _Grouping] = {}
+    parts = []
+    for rp in parsed.random:
+        key = rp.group_columns
+        if key not in groupings:
+            groupings[key] = _grouping(rp.group, key, frame)
+        g = groupings[key]
+        Xk, knames, kdesign = design_matrix(rp.lhs, frame)
+        if Xk.shape[1] == 0:
+            raise FormulaError(f"random-effects term ({rp.label}) has no columns")
+        if not np.all(np.isfinite(Xk)):
+            raise LmeError(f"random-effects term ({rp.label}) has non-finite values")
+        parts.append((rp, g, Xk, knames, kdesign))
+    nl = np.array([len(p[1].levels) for p in parts], dtype=np.int64)
+    if len(nl) > 1 and np.any(np.diff(nl) > 0):
+        order = np.argsort(nl, kind="stable")[::-1]
+        parts = [parts[i] for i in order]
+    group_names = _make_unique([p[0].group for p in parts])
+
+    # lme4's checkNlevels over the distinct grouping factors, then checkZdims per term
+    flist: dict[str, int] = {}
+    for rp, g, *_ in parts:
+        flist.setdefault(rp.group, len(g.levels))
+    few = [f for f, k in flist.items() if k < 2]
+    if few:
+        raise GroupingError(
+            f"grouping factors must have > 1 sampled level (problems: {', '.join(few)})"
+        )
+    many = [f for f, k in flist.items() if k >= n]
+    if many:
+        raise GroupingError(
+            "number of levels of each grouping factor must be < number of observations "
+            f"(problems: {', '.join(many)})"
+        )
+    for rp, g, Xk, *_ in parts:
+        q = len(g.levels) * Xk.shape[1]
+        if n <= q:
+            raise GroupingError(
+                f"number of observations (={n}) <= number of random effects (={q}) for term "
+                f"({rp.label}); the random-effects parameters and the residual variance "
+                "(or scale parameter) are probably unidentifiable"
+            )
+
+    terms = [
+        RandomTerm(
+            group=gname,
+            group_factor=rp.group,
+            term_names=list(knames),
+            codes=g.codes,
+            levels=list(g.levels),
+            X=Xk,
+        )
+        for gname, (rp, g, Xk, knames, _) in zip(group_names, parts)
+    ]
+
+    # ---- dispersion
+    disp_codes = disp_levels = None
+    if disp_col is not None:
+        if not frame.is_factor(disp_col):
+            raise FormulaError(
+                f"dispersion formula {dispersion!r}: column {disp_col!r} must be a factor "
+                f"(string/category/bool), got dtype {data[disp_col].dtype}"
+            )
+        fac = frame.factor(disp_col)
+        disp_codes, disp_levels = fac.codes, list(fac.levels)
+
+    # ---- prediction closures
+    kept = keep.copy()
+
+    def fixed_design(newdata: pd.DataFrame) -> np.ndarray:
+        """Fixed-effects matrix of new rows (same encoding; NA → NaN row)."""
+        vals = _new_values(fdesign, newdata, strict=True)
+        Xn, _ = _build(fdesign, vals, len(newdata))
+        return np.ascontiguousarray(Xn[:, kept])
+
+    random_parts = [(g, kd) for (_, g, _, _, kd) in parts]
+
+    def random_design(newdata: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per random term: (group codes, ``-1`` = unseen level; raw term matrix)."""
+        out = []
+        for g, kd in random_parts:
+            vals = _new_values(kd, newdata, strict=True)
+            Xn, _ = _build(kd, vals, len(newdata))
+            out.append((g.map(newdata), Xn))
+        return out
+
+    model_cols = list(dict.fromkeys(used))
+    mf = data[model_cols] if rows is None else data.iloc[rows][model_cols]
+    return ModelSpec(
+        formula=formula,
+        response=parsed.response,
+        y=y,
+        X=X,
+        fixef_names=fixef_names,
+        terms=terms,
+        data=mf,
+        weights=w,
+        n_dropped=n_dropped,
+        dropped_fixef=dropped,
+        dispersion_formula=dispersion,
+        dispersion_codes=disp_codes,
+        dispersion_levels=disp_levels,
+        fixed_design=fixed_design,
+        random_design=random_design,
+    )

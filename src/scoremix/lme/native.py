@@ -1,0 +1,358 @@
+"""The native REML/ML engine: optimise the profiled deviance over ``θ`` (and ``log ρ``).
+
+For each candidate ``θ`` the engine evaluates the profiled criterion of
+:mod:`scoremix.lme.crossprod` (a batched ``p_1 × p_1`` Cholesky and one small dense Cholesky;
+nothing that grows with the number of rows) and minimises it with L-BFGS-B under lme4's
+bounds (``θ_ii ≥ 0``) using central finite-difference gradients.  A class-specific residual
+variance ``Var(ε_i) = σ² ρ_{d(i)}`` (``ρ_0 = 1``) adds ``log ρ_d`` (``d ≥ 1``) to the
+parameters.  After the optimisation lme4's checks are applied:
+
+* singular fit (``isSingular``): a ``θ`` element with lower bound 0 below ``1e-4``
+  → :class:`~scoremix.lme.errors.SingularFitWarning`
+  ``"boundary (singular) fit: see help('isSingular')"``;
+* convergence (``checkConv``): with the finite-difference gradient ``g`` and Hessian ``H``
+  over the interior parameters, the scaled gradient ``H^{-1}g``; if
+  ``max(min(|H^{-1}g|, |g|)) > 0.002`` → :class:`~scoremix.lme.errors.ConvergenceWarning`
+  ``"Model failed to converge with max|grad| = …"``, and a Hessian with negative
+  eigenvalues → ``"Model failed to converge: degenerate  Hessian with k negative eigenvalues"``.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field, asdict
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.linalg as sla
+from scipy.optimize import minimize
+
+from scoremix.lme.crossprod import (
+    CrossProducts,
+    conditional_estimates,
+    conditional_variances,
+    crossproducts,
+    profiled_deviance,
+)
+from scoremix.lme.errors import ConvergenceWarning, SingularFitWarning, SINGULAR_FIT_MESSAGE
+from scoremix.lme.spec import ModelSpec
+
+__all__ = ["NativeControl", "fit", "optimize_theta", "OptimResult"]
+
+
+@dataclass
+class NativeControl:
+    """Options of the native optimiser (pass as ``control=dict(...)`` to :func:`scoremix.lmer`).
+
+    Attributes
+    ----------
+    maxiter:
+        maximum L-BFGS-B iterations.
+    ftol, gtol:
+        L-BFGS-B tolerances (relative reduction of the criterion, projected gradient).
+    fd_step:
+        relative step of the central finite-difference gradient.
+    check_conv_tol:
+        lme4's ``check.conv.grad`` tolerance on the scaled gradient.
+    singular_tol:
+        lme4's ``isSingular`` tolerance.
+    check_conv:
+        run the convergence checks (gradient and Hessian).
+    theta_start:
+        starting ``θ`` (default lme4's: 1 on diagonals, 0 off them).
+    warn:
+        issue the singular-fit and convergence warnings.
+    """
+
+    maxiter: int = 5000
+    ftol: float = 1e-15
+    gtol: float = 1e-10
+    fd_step: float = 1e-6
+    check_conv_tol: float = 2e-3
+    singular_tol: float = 1e-4
+    check_conv: bool = True
+    theta_start: np.ndarray | None = None
+    warn: bool = True
+
+    @classmethod
+    def from_any(cls, control: "NativeControl | dict | None") -> "NativeControl":
+        if control is None:
+            return cls()
+        if isinstance(control, NativeControl):
+            return control
+        if isinstance(control, dict):
+            known = set(cls.__dataclass_fields__)
+            bad = sorted(set(control) - known)
+            if bad:
+                raise ValueError(f"unknown control option(s) {bad}; known: {sorted(known)}")
+            return cls(**control)
+        raise TypeError(f"control must be a dict or NativeControl, not {type(control).__name__}")
+
+
+@dataclass
+class OptimResult:
+    """Outcome of :func:`optimize_theta`.
+
+    ``theta`` and ``rho`` are the optimum, ``criterion`` the profiled deviance / REML
+    criterion there, ``n_eval`` the number of criterion evaluations, ``messages`` lme4-style
+    convergence messages (empty when the checks pass).
+    """
+
+    theta: np.ndarray
+    rho: np.ndarray | None
+    criterion: float
+    converged: bool
+    singular: bool
+    n_eval: int
+    messages: list[str] = field(default_factory=list)
+    optimizer_message: str = ""
+
+
+def _fd_grad(f, x: np.ndarray, lb: np.ndarray, h: float, f0: float | None = None) -> np.ndarray:
+    g = np.empty_like(x)
+    for i in range(x.size):
+        hi = h * max(1.0, abs(x[i]))
+        if x[i] - hi < lb[i]:
+            # forward difference at (or next to) a bound
+            xp = x.copy(); xp[i] += hi
+            xpp = x.copy(); xpp[i] += 2 * hi
+            fx = f(x) if f0 is None else f0
+            g[i] = (-3 * fx + 4 * f(xp) - f(xpp)) / (2 * hi)
+        else:
+            xp = x.copy(); xp[i] += hi
+            xm = x.copy(); xm[i] -= hi
+            g[i] = (f(xp) - f(xm)) / (2 * hi)
+    return g
+
+
+def _fd_hess(f, x: np.ndarray, idx: np.ndarray, h: float) -> np.ndarray:
+    k = idx.size
+    H = np.empty((k, k))
+    f0 = f(x)
+    for a in range(k):
+        i = idx[a]
+        hi = h * max(1.0, abs(x[i]))
+        xp = x.copy(); xp[i] += hi
+        xm = x.copy(); xm[i] -= hi
+        H[a, a] = (f(xp) - 2 * f0 + f(xm)) / hi ** 2
+        for b in range(a):
+            j = idx[b]
+            hj = h * max(1.0, abs(x[j]))
+            v = []
+            for si, sj in ((1, 1), (1, -1), (-1, 1), (-1, -1)):
+                xx = x.copy(); xx[i] += si * hi; xx[j] += sj * hj
+                v.append(f(xx))
+            H[a, b] = H[b, a] = (v[0] - v[1] - v[2] + v[3]) / (4 * hi * hj)
+    return H
+
+
+def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.ndarray,
+                   control: NativeControl | None = None, n_rho: int = 0,
+                   rho_start: np.ndarray | None = None, fixed: dict[int, float] | None = None
+                   ) -> OptimResult:
+    """Minimise the profiled criterion over ``θ`` (and ``log ρ_1 … log ρ_{D-1}``).
+
+    Parameters
+    ----------
+    cp:
+        cross-products.
+    reml:
+        REML criterion or ML deviance.
+    lower:
+        lower bounds of ``θ`` (0 on diagonals, ``-inf`` elsewhere).
+    start:
+        starting ``θ``.
+    control:
+        optimiser options.
+    n_rho:
+        number of free relative residual variances (``D - 1``).
+    rho_start:
+        starting ``ρ_1 … ρ_{D-1}`` (default 1).
+    fixed:
+        ``{index: value}`` of parameters (in the ``[θ, log ρ]`` vector) held fixed.
+
+    Returns
+    -------
+    OptimResult
+    """
+    ctl = control or NativeControl()
+    nth = len(start)
+    x0_full = np.concatenate([np.asarray(start, float),
+                              np.log(rho_start) if rho_start is not None else np.zeros(n_rho)])
+    lb_full = np.concatenate([np.asarray(lower, float), np.full(n_rho, -30.0)])
+    ub_full = np.concatenate([np.full(nth, np.inf), np.full(n_rho, 30.0)])
+    fixed = fixed or {}
+    free = np.array([i for i in range(x0_full.size) if i not in fixed], dtype=int)
+    n_eval = [0]
+
+    def full(xf: np.ndarray) -> np.ndarray:
+        x = x0_full.copy()
+        for i, v in fixed.items():
+            x[i] = v
+        x[free] = xf
+        return x
+
+    def crit_full(x: np.ndarray) -> float:
+        n_eval[0] += 1
+        th = x[:nth]
+        rho = np.concatenate([[1.0], np.exp(x[nth:])]) if n_rho else None
+        return profiled_deviance(th, cp, reml, rho)
+
+    def f(xf: np.ndarray) -> float:
+        return crit_full(full(xf))
+
+    lbf = lb_full[free]
+    ubf = ub_full[free]
+    x0 = np.clip(x0_full[free], lbf, ubf)
+    messages: list[str] = []
+    if free.size == 0:
+        xopt = x0
+        fopt = f(x0)
+        opt_msg = "no free parameters"
+        ok = True
+    else:
+        def fg(xf: np.ndarray) -> tuple[float, np.ndarray]:
+            f0 = f(xf)
+            return f0, _fd_grad(f, xf, lbf, ctl.fd_step, f0)
+
+        bounds = list(zip(np.where(np.isfinite(lbf), lbf, None), np.where(np.isfinite(ubf), ubf, None)))
+        res = minimize(fg, x0, jac=True, method="L-BFGS-B", bounds=bounds,
+                       options=dict(maxiter=ctl.maxiter, ftol=ctl.ftol, gtol=ctl.gtol, maxcor=20))
+        xopt, fopt = res.x, float(res.fun)
+        # restart once from the optimum: L-BFGS-B's line search can stop early on a flat ridge
+        res2 = minimize(fg, xopt, jac=True, method="L-BFGS-B", bounds=bounds,
+                        options=dict(maxiter=ctl.maxiter, ftol=ctl.ftol, gtol=ctl.gtol, maxcor=20))
+        if res2.fun <= fopt:
+            xopt, fopt = res2.x, float(res2.fun)
+        opt_msg = str(res2.message)
+        # a diagonal θ on its bound has a zero derivative there (the criterion is even in a
+        # 1×1 θ), so a gradient method can stop at a saddle: probe away from the bound and
+        # restart when that improves the criterion.
+        for _ in range(3):
+            at_bound = [i for i in range(xopt.size) if np.isfinite(lbf[i]) and lbf[i] == 0.0
+                        and xopt[i] < ctl.singular_tol]
+            best = None
+            for i in at_bound:
+                for v in (1e-3, 1e-2, 0.05, 0.2, 0.5, 1.0, 2.0):
+                    xt = xopt.copy()
+                    xt[i] = v
+                    ft = f(xt)
+                    if ft < fopt - 1e-10 and (best is None or ft < best[1]):
+                        best = (xt, ft)
+            if best is None:
+                break
+            r3 = minimize(fg, best[0], jac=True, method="L-BFGS-B", bounds=bounds,
+                          options=dict(maxiter=ctl.maxiter, ftol=ctl.ftol, gtol=ctl.gtol, maxcor=20))
+            if r3.fun < fopt:
+                xopt, fopt = r3.x, float(r3.fun)
+                opt_msg = str(r3.message)
+            else:
+                break
+        ok = bool(np.isfinite(fopt))
+        if not ok:
+            messages.append("optimizer returned a non-finite criterion")
+    x = full(xopt)
+    theta = x[:nth]
+    # lme4's isSingular
+    diag_mask = np.asarray(lower, float) == 0.0
+    singular = bool(np.any(theta[diag_mask] < ctl.singular_tol))
+    if ctl.check_conv and free.size and ok:
+        messages += _check_conv(f, xopt, lbf, ctl)
+    rho = np.concatenate([[1.0], np.exp(x[nth:])]) if n_rho else None
+    return OptimResult(theta=theta, rho=rho, criterion=fopt, converged=ok and not messages,
+                       singular=singular, n_eval=n_eval[0], messages=messages,
+                       optimizer_message=opt_msg)
+
+
+def _check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl) -> list[str]:
+    """lme4's ``checkConv`` (gradient and Hessian) on the parameters off their bounds."""
+    interior = np.flatnonzero(~(np.isfinite(lb) & (x - lb < 1e-4 * np.maximum(1.0, np.abs(lb)))))
+    if interior.size == 0:
+        return []
+    h = 1e-4
+    g_all = _fd_grad(f, x, lb, h)
+    g = g_all[interior]
+    H = _fd_hess(f, x, interior, h)
+    msgs = []
+    try:
+        Lc = np.linalg.cholesky(H)
+        scgrad = sla.cho_solve((Lc, True), g)
+        mingrad = np.minimum(np.abs(scgrad), np.abs(g))
+        mx = float(np.max(mingrad))
+        if mx > ctl.check_conv_tol:
+            comp = int(np.argmax(mingrad)) + 1
+            msgs.append(f"Model failed to converge with max|grad| = {mx:.6g} "
+                        f"(tol = {ctl.check_conv_tol:g}, component {comp})")
+    except np.linalg.LinAlgError:
+        ev = np.linalg.eigvalsh(H)
+        nneg = int(np.sum(ev < -1e-6))
+        if nneg:
+            msgs.append(f"Model failed to converge: degenerate  Hessian with {nneg} negative eigenvalues")
+        else:
+            msgs.append("unable to evaluate scaled gradient")
+    return msgs
+
+
+def fit(spec: ModelSpec, REML: bool = True, control: NativeControl | dict | None = None,
+        cp: CrossProducts | None = None):
+    """Fit a linear mixed model natively.
+
+    Parameters
+    ----------
+    spec:
+        the model (from :func:`scoremix.lme.model_frame.build_model_spec` or built by hand).
+    REML:
+        REML (default) or maximum likelihood.
+    control:
+        :class:`NativeControl` or a dict of its fields.
+    cp:
+        precomputed cross-products (``crossproducts(spec)``), e.g. when refitting.
+
+    Returns
+    -------
+    scoremix.lme.result.LmerResult
+    """
+    from scoremix.lme.result import LmerResult
+
+    ctl = NativeControl.from_any(control)
+    t0 = time.perf_counter()
+    if cp is None:
+        cp = crossproducts(spec)
+    t1 = time.perf_counter()
+    if spec.n - spec.p <= 0 and REML:
+        raise ValueError(f"REML needs more rows ({spec.n}) than fixed effects ({spec.p})")
+    n_rho = (cp.n_disp - 1)
+    start = spec.theta_init() if ctl.theta_start is None else np.asarray(ctl.theta_start, float)
+    opt = optimize_theta(cp, REML, spec.theta_lower(), start, ctl, n_rho=n_rho)
+    t2 = time.perf_counter()
+    res = LmerResult._from_native(spec, cp, opt, REML)
+    t3 = time.perf_counter()
+    res.fit_info.update(dict(time_crossproducts=t1 - t0, time_optimize=t2 - t1,
+                             time_finalize=t3 - t2, n_eval=opt.n_eval,
+                             optimizer_message=opt.optimizer_message, messages=list(opt.messages)))
+    if ctl.warn:
+        for m in opt.messages:
+            warnings.warn(m, ConvergenceWarning, stacklevel=2)
+        if opt.singular:
+            warnings.warn(SINGULAR_FIT_MESSAGE, SingularFitWarning, stacklevel=2)
+    return res
+
+
+def estimates_at(spec: ModelSpec, cp: CrossProducts, theta: np.ndarray, REML: bool,
+                 rho: np.ndarray | None = None) -> dict[str, Any]:
+    """All estimates at a given ``θ`` (and ``ρ``): ``beta``, ``sigma``, ``vcov``, ``b`` (per
+    term), ``condvar`` (per term), ``criterion``."""
+    ce = conditional_estimates(theta, cp, rho)
+    f = ce.factor
+    n, p = cp.n, cp.p
+    sigma2 = ce.pwrss / (n - p if REML else n)
+    sigma = float(np.sqrt(sigma2))
+    qr = f.q_rest
+    RX = f.Lrr[qr: qr + p, qr: qr + p]
+    RXinv = sla.solve_triangular(RX, np.eye(p), lower=True)
+    vcov = sigma2 * RXinv.T @ RXinv
+    condvar = conditional_variances(ce, cp.term_nlev, sigma)
+    return dict(beta=ce.beta, sigma=sigma, vcov=vcov, b=ce.b, condvar=condvar,
+                criterion=f.deviance(REML), T=f.T)

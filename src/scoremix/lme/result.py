@@ -1,0 +1,544 @@
+"""`LmerResult`: the fitted linear mixed model, with R's names everywhere.
+
+Every backend (native, statsmodels, lme4, glmmTMB) produces the same object (the native
+engine directly, the others through :meth:`LmerResult.from_dict` with the JSON schema of
+``docs/lmer-result-schema.md``), so fits can be compared field by field.
+
+Layout of the random effects
+----------------------------
+``ranef`` is a dict ``grouping factor → DataFrame`` (index = the factor's levels, columns =
+term names), exactly like lme4's ``ranef(m)``; ``ranef_condsd`` has the same layout and holds
+the conditional standard deviations (square roots of the diagonals of lme4's
+``attr(ranef(m, condVar = TRUE), "postVar")``).  Terms of one factor split by ``||`` are
+joined into one data frame, as lme4 does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from scoremix.lme.spec import ModelSpec
+
+__all__ = ["LmerResult", "SCHEMA"]
+
+SCHEMA = "scoremix.lmer/1"
+
+
+def _theta_to_T(theta: np.ndarray, term_p: Sequence[int]) -> list[np.ndarray]:
+    from scoremix.lme.crossprod import theta_to_T
+    return theta_to_T(theta, term_p)
+
+
+class LmerResult:
+    """A fitted linear mixed model ``y = Xβ + Zb + ε`` (see :mod:`scoremix.lme.spec`).
+
+    Attributes
+    ----------
+    spec : ModelSpec
+        the model that was fitted.
+    backend : str
+        ``"native"``, ``"statsmodels"``, ``"lme4"``, ``"glmmTMB"``.
+    REML : bool
+        REML (``True``) or ML fit.
+    fixef : pandas.Series
+        ``β̂`` with R's names.
+    vcov : pandas.DataFrame
+        ``Var(β̂) = σ̂² (R_X R_X')^{-1}``.
+    se, tvalues : pandas.Series
+        ``sqrt(diag(vcov))`` and ``β̂ / se``.
+    theta : pandas.Series
+        lme4's relative covariance parameters (``getME(m, "theta")`` names).
+    sigma : float
+        residual SD (of the reference level for a dispersion model).
+    sigma_by : pandas.Series or None
+        residual SD per dispersion level ``σ·sqrt(ρ_d)``.
+    varcorr : pandas.DataFrame
+        ``as.data.frame(VarCorr(m))``: columns ``grp, var1, var2, vcov, sdcor``.
+    loglik : float
+        log-likelihood (REML log-likelihood for REML fits, as R's ``logLik``).
+    converged, singular : bool
+        optimiser convergence (all lme4 checks passed) and ``isSingular(m, tol = 1e-4)``.
+    fit_info : dict
+        backend details (timings, number of evaluations, messages).
+    """
+
+    def __init__(self, spec: ModelSpec | None, *, backend: str, REML: bool, fixef: pd.Series,
+                 vcov: pd.DataFrame, theta: pd.Series, sigma: float, loglik: float,
+                 varcorr: pd.DataFrame, ranef_values: list[np.ndarray],
+                 ranef_condsd: list[np.ndarray], converged: bool = True,
+                 singular: bool = False, sigma_by: pd.Series | None = None,
+                 formula: str | None = None, dispersion: str | None = None,
+                 nobs: int | None = None, ngrps: dict[str, int] | None = None,
+                 term_info: list[dict] | None = None, fit_info: dict | None = None,
+                 aic: float | None = None, bic: float | None = None):
+        self.spec = spec
+        self.backend = backend
+        self.REML = bool(REML)
+        self.fixef = fixef
+        self.vcov = vcov
+        self.theta = theta
+        self.sigma = float(sigma)
+        self.sigma_by = sigma_by
+        self.loglik = float(loglik)
+        self.varcorr = varcorr
+        self._b = ranef_values
+        self._condsd = ranef_condsd
+        self.converged = bool(converged)
+        self.singular = bool(singular)
+        self.formula = formula if formula is not None else (spec.formula if spec else "")
+        self.dispersion = dispersion if dispersion is not None else (
+            spec.dispersion_formula if spec else None)
+        self.nobs = int(nobs if nobs is not None else spec.n)
+        self.ngrps = dict(ngrps if ngrps is not None else spec.ngrps())
+        if term_info is None:
+            term_info = [dict(group=t.group, group_factor=t.group_factor,
+                              term_names=list(t.term_names), levels=list(t.levels))
+                         for t in spec.terms]
+        self._terms = term_info
+        self.fit_info = dict(fit_info or {})
+        self._aic = aic
+        self._bic = bic
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def _from_native(cls, spec: ModelSpec, cp, opt, REML: bool) -> "LmerResult":
+        from scoremix.lme.native import estimates_at
+
+        est = estimates_at(spec, cp, opt.theta, REML, opt.rho)
+        names = list(spec.fixef_names)
+        fixef = pd.Series(est["beta"], index=names, name="Estimate")
+        vcov = pd.DataFrame(est["vcov"], index=names, columns=names)
+        theta_names = [nm for t in spec.terms for nm in t.theta_names()]
+        theta = pd.Series(opt.theta, index=theta_names, name="theta")
+        sigma = est["sigma"]
+        sigma_by = None
+        if opt.rho is not None:
+            levels = list(spec.dispersion_levels or [str(i) for i in range(len(opt.rho))])
+            sigma_by = pd.Series(sigma * np.sqrt(opt.rho), index=levels, name="sigma")
+        varcorr = _varcorr_frame(spec_terms_info(spec), est["T"], sigma)
+        condsd = [np.sqrt(np.einsum("lii->li", V)) for V in est["condvar"]]
+        crit = float(opt.criterion)
+        res = cls(spec, backend="native", REML=REML, fixef=fixef, vcov=vcov, theta=theta,
+                  sigma=sigma, loglik=-crit / 2, varcorr=varcorr, ranef_values=est["b"],
+                  ranef_condsd=condsd, converged=opt.converged, singular=opt.singular,
+                  sigma_by=sigma_by,
+                  fit_info=dict(rho=None if opt.rho is None else opt.rho.tolist()))
+        res._condvar = est["condvar"]
+        res._cp = cp
+        return res
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], spec: ModelSpec | None = None) -> "LmerResult":
+        """Build a result from the JSON schema of ``docs/lmer-result-schema.md``.
+
+        Parameters
+        ----------
+        d:
+            the dictionary (e.g. ``json.load`` of an R script's output).
+        spec:
+            the fitted model's spec; needed for ``fitted``, ``residuals``, ``predict``,
+            ``r2`` and refitting (``anova``, profile/bootstrap intervals).
+        """
+        if d.get("schema", SCHEMA) != SCHEMA:
+            raise ValueError(f"unknown result schema {d.get('schema')!r}, expected {SCHEMA!r}")
+        names = list(d["fixef"].keys())
+        fixef = pd.Series([float(d["fixef"][k]) for k in names], index=names, name="Estimate")
+        vcov = pd.DataFrame(np.asarray(d["vcov"], dtype=float).reshape(len(names), len(names)),
+                            index=names, columns=names)
+        vc = pd.DataFrame(d["varcorr"])
+        for col in ("var1", "var2"):
+            if col not in vc:
+                vc[col] = None
+        vc = vc[["grp", "var1", "var2", "vcov", "sdcor"]]
+        vc = vc.astype({"vcov": float, "sdcor": float})
+        vc["var1"] = vc["var1"].where(vc["var1"].notna(), None)
+        vc["var2"] = vc["var2"].where(vc["var2"].notna(), None)
+        theta_vals = np.atleast_1d(np.asarray(d.get("theta", []), dtype=float))
+        if spec is not None:
+            term_info = spec_terms_info(spec)
+        else:
+            term_info = []
+            for g, r in d.get("ranef", {}).items():
+                term_info.append(dict(group=g, group_factor=g, term_names=_as_list(r["terms"]),
+                                      levels=[str(v) for v in _as_list(r["levels"])]))
+        theta_names = []
+        for t in term_info:
+            p = len(t["term_names"])
+            for j in range(p):
+                for i in range(j, p):
+                    theta_names.append(f"{t['group']}.{t['term_names'][i]}" if i == j else
+                                       f"{t['group']}.{t['term_names'][i]}.{t['term_names'][j]}")
+        if len(theta_names) != len(theta_vals):
+            theta_names = d.get("theta_names") or [f"theta{i + 1}" for i in range(len(theta_vals))]
+        theta = pd.Series(theta_vals, index=theta_names, name="theta")
+        # random effects: split each grouping factor's columns over its terms, in order
+        b, csd = [], []
+        used: dict[str, int] = {}
+        for t in term_info:
+            g = t["group_factor"]
+            r = d.get("ranef", {}).get(g)
+            p = len(t["term_names"])
+            if r is None:
+                b.append(np.zeros((len(t["levels"]), p)))
+                csd.append(np.full((len(t["levels"]), p), np.nan))
+                continue
+            vals = np.asarray(r["values"], dtype=float).reshape(len(_as_list(r["levels"])), -1)
+            cs = np.asarray(r.get("condsd") or np.full_like(vals, np.nan), dtype=float).reshape(vals.shape)
+            lv = [str(v) for v in _as_list(r["levels"])]
+            order = _align_levels(lv, t["levels"])
+            start = used.get(g, 0)
+            b.append(vals[order, start:start + p])
+            csd.append(cs[order, start:start + p])
+            used[g] = start + p
+        sigma_by = d.get("sigma_by")
+        if sigma_by is not None:
+            sigma_by = pd.Series({str(k): float(v) for k, v in sigma_by.items()}, name="sigma")
+        return cls(spec, backend=d.get("backend", "unknown"), REML=bool(d["REML"]), fixef=fixef,
+                   vcov=vcov, theta=theta, sigma=float(d["sigma"]), loglik=float(d["loglik"]),
+                   varcorr=vc, ranef_values=b, ranef_condsd=csd,
+                   converged=bool(d.get("converged", True)), singular=bool(d.get("singular", False)),
+                   sigma_by=sigma_by, formula=d.get("formula"), dispersion=d.get("dispersion"),
+                   nobs=int(d["nobs"]), ngrps={k: int(v) for k, v in d.get("ngrps", {}).items()},
+                   term_info=term_info, aic=d.get("aic"), bic=d.get("bic"))
+
+    # ------------------------------------------------------------------ simple quantities
+    @property
+    def se(self) -> pd.Series:
+        return pd.Series(np.sqrt(np.diag(self.vcov.to_numpy())), index=self.fixef.index,
+                         name="Std. Error")
+
+    @property
+    def tvalues(self) -> pd.Series:
+        return (self.fixef / self.se).rename("t value")
+
+    @property
+    def n_disp_params(self) -> int:
+        return 0 if self.sigma_by is None else len(self.sigma_by) - 1
+
+    @property
+    def npar(self) -> int:
+        """Number of estimated parameters (``β``, ``θ``, ``σ`` and the ``ρ_d``), R's
+        ``attr(logLik(m), "df")``."""
+        return len(self.fixef) + len(self.theta) + 1 + self.n_disp_params
+
+    @property
+    def reml_criterion(self) -> float | None:
+        """``-2·ℓ_REML`` (REML fits), ``None`` for ML fits."""
+        return -2 * self.loglik if self.REML else None
+
+    @property
+    def deviance(self) -> float | None:
+        """``-2·ℓ`` (ML fits, lme4's ``deviance``), ``None`` for REML fits."""
+        return None if self.REML else -2 * self.loglik
+
+    @property
+    def aic(self) -> float:
+        """``-2ℓ + 2·npar``."""
+        return -2 * self.loglik + 2 * self.npar
+
+    @property
+    def bic(self) -> float:
+        """``-2ℓ + log(n)·npar``."""
+        return -2 * self.loglik + math.log(self.nobs) * self.npar
+
+    @property
+    def terms_info(self) -> list[dict]:
+        return [dict(t) for t in self._terms]
+
+    def cov_re(self) -> list[np.ndarray]:
+        """Covariance matrix ``Σ_k = σ² T_k T_k'`` of every random term (lme4 order)."""
+        T = _theta_to_T(self.theta.to_numpy(), [len(t["term_names"]) for t in self._terms])
+        return [self.sigma ** 2 * Tk @ Tk.T for Tk in T]
+
+    # ------------------------------------------------------------------ random effects
+    def _group_frames(self, arrays: list[np.ndarray]) -> dict[str, pd.DataFrame]:
+        out: dict[str, pd.DataFrame] = {}
+        for t, a in zip(self._terms, arrays):
+            df = pd.DataFrame(a, index=pd.Index(t["levels"], name=t["group_factor"]),
+                              columns=t["term_names"])
+            g = t["group_factor"]
+            out[g] = df if g not in out else pd.concat([out[g], df], axis=1)
+        return out
+
+    @property
+    def ranef(self) -> dict[str, pd.DataFrame]:
+        """Conditional modes per grouping factor (lme4's ``ranef(m)``)."""
+        return self._group_frames(self._b)
+
+    @property
+    def ranef_condsd(self) -> dict[str, pd.DataFrame]:
+        """Conditional SDs of the random effects, same layout as :attr:`ranef`."""
+        return self._group_frames(self._condsd)
+
+    # ------------------------------------------------------------------ fitted values
+    def _need_spec(self, what: str) -> ModelSpec:
+        if self.spec is None:
+            raise ValueError(f"{what} needs the model spec; build the result with from_dict(d, spec)")
+        return self.spec
+
+    def _zb(self, design: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        out = None
+        for (codes, Xk), bk in zip(design, self._b):
+            codes = np.asarray(codes, dtype=np.int64)
+            ok = codes >= 0
+            contrib = np.zeros(codes.shape[0])
+            contrib[ok] = np.einsum("ij,ij->i", np.asarray(Xk, float)[ok], bk[codes[ok]])
+            out = contrib if out is None else out + contrib
+        return out if out is not None else 0.0
+
+    @property
+    def fitted(self) -> pd.Series:
+        """``Xβ̂ + Zb̂`` for the rows used in fitting (index of the model frame)."""
+        spec = self._need_spec("fitted")
+        f = spec.X @ self.fixef.to_numpy() + self._zb([(t.codes, t.X) for t in spec.terms])
+        return pd.Series(f, index=spec.data.index, name="fitted")
+
+    @property
+    def residuals(self) -> pd.Series:
+        """Response residuals ``y - fitted`` (lme4's ``residuals(m)``)."""
+        spec = self._need_spec("residuals")
+        return pd.Series(spec.y - self.fitted.to_numpy(), index=spec.data.index, name="residuals")
+
+    def predict(self, newdata: pd.DataFrame | None = None, re_form: str | None = None) -> pd.Series:
+        """Predictions ``Xβ̂ + Zb̂`` (``re_form=None``) or ``Xβ̂`` (``re_form="~0"`` or
+        ``"NA"``) for ``newdata``; levels unseen in fitting get random effect 0 (lme4's
+        ``allow.new.levels = TRUE``).  Without ``newdata``: the fitted values."""
+        spec = self._need_spec("predict")
+        population = re_form is not None and str(re_form).replace(" ", "") in ("~0", "NA", "~1-1")
+        if re_form is not None and not population:
+            raise ValueError(f"re_form must be None (all random effects) or '~0', not {re_form!r}")
+        if newdata is None:
+            X, design, idx = spec.X, [(t.codes, t.X) for t in spec.terms], spec.data.index
+        else:
+            if spec.fixed_design is None or spec.random_design is None:
+                raise ValueError("the spec has no fixed_design/random_design to encode newdata")
+            X = np.asarray(spec.fixed_design(newdata), dtype=float)
+            design = [] if population else spec.random_design(newdata)
+            idx = newdata.index
+        out = X @ self.fixef.to_numpy()
+        if not population:
+            out = out + self._zb(design)
+        return pd.Series(out, index=idx, name="predicted")
+
+    # ------------------------------------------------------------------ goodness of fit
+    def r2(self) -> dict[str, float]:
+        """Nakagawa–Schielzeth marginal and conditional R² (see :func:`scoremix.lme.r2.r2_nakagawa`)."""
+        from scoremix.lme.r2 import r2_nakagawa
+        return r2_nakagawa(self)
+
+    # ------------------------------------------------------------------ inference
+    def confint(self, method: str = "wald", level: float = 0.95, parm: Sequence[str] | None = None,
+                n_boot: int = 500, seed: int | None = None, progress: bool = True) -> pd.DataFrame:
+        """Confidence intervals (see :func:`scoremix.lme.inference.confint`)."""
+        from scoremix.lme.inference import confint
+        return confint(self, method=method, level=level, parm=parm, n_boot=n_boot, seed=seed,
+                       progress=progress)
+
+    def refit(self, REML: bool | None = None, y: np.ndarray | None = None, **control: Any) -> "LmerResult":
+        """Refit the same model natively (optionally with ML/REML switched or a new response)."""
+        from scoremix.lme import native
+        spec = self._need_spec("refit")
+        if y is not None:
+            import dataclasses
+            spec = dataclasses.replace(spec, y=np.asarray(y, float))
+        return native.fit(spec, REML=self.REML if REML is None else REML, control=control or None)
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dictionary of ``docs/lmer-result-schema.md``."""
+        def nn(v):
+            return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+        ranef = {}
+        for g, df in self.ranef.items():
+            cs = self.ranef_condsd[g]
+            ranef[g] = dict(levels=[str(v) for v in df.index], terms=list(df.columns),
+                            values=df.to_numpy().tolist(), condsd=cs.to_numpy().tolist())
+        return {
+            "schema": SCHEMA,
+            "backend": self.backend,
+            "formula": self.formula,
+            "dispersion": self.dispersion,
+            "REML": self.REML,
+            "nobs": self.nobs,
+            "ngrps": {k: int(v) for k, v in self.ngrps.items()},
+            "fixef": {k: float(v) for k, v in self.fixef.items()},
+            "se": {k: float(v) for k, v in self.se.items()},
+            "vcov": self.vcov.to_numpy().tolist(),
+            "theta": [float(v) for v in self.theta],
+            "sigma": self.sigma,
+            "sigma_by": None if self.sigma_by is None else {str(k): float(v) for k, v in self.sigma_by.items()},
+            "varcorr": [dict(grp=r.grp, var1=nn(r.var1), var2=nn(r.var2), vcov=float(r.vcov),
+                             sdcor=float(r.sdcor)) for r in self.varcorr.itertuples()],
+            "loglik": self.loglik,
+            "reml_criterion": self.reml_criterion,
+            "deviance": self.deviance,
+            "aic": self.aic,
+            "bic": self.bic,
+            "converged": self.converged,
+            "singular": self.singular,
+            "ranef": ranef,
+        }
+
+    def to_json(self, path: str | Path | None = None, indent: int | None = None) -> str:
+        """``to_dict()`` as JSON text, also written to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=indent)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    # ------------------------------------------------------------------ printing
+    def __repr__(self) -> str:
+        crit = (f"REML criterion {self.reml_criterion:.4f}" if self.REML
+                else f"deviance {self.deviance:.4f}")
+        fx = ", ".join(f"{k}={v:.4g}" for k, v in self.fixef.items())
+        return (f"<LmerResult {self.formula!r} backend={self.backend} nobs={self.nobs} {crit}; "
+                f"fixef: {fx}; sigma={self.sigma:.4g}"
+                f"{'; singular' if self.singular else ''}{'' if self.converged else '; NOT converged'}>")
+
+    def summary(self) -> str:
+        """lme4-style text summary (``print(summary(m))``)."""
+        return _summary_text(self)
+
+
+def _as_list(v: Any) -> list:
+    """JSON from R (``auto_unbox``) turns length-1 vectors into scalars; undo that."""
+    return list(v) if isinstance(v, (list, tuple, np.ndarray)) else [v]
+
+
+def spec_terms_info(spec: ModelSpec) -> list[dict]:
+    return [dict(group=t.group, group_factor=t.group_factor, term_names=list(t.term_names),
+                 levels=[str(v) for v in t.levels]) for t in spec.terms]
+
+
+def _align_levels(have: list[str], want: list[str]) -> np.ndarray:
+    if have == want:
+        return np.arange(len(want))
+    pos = {v: i for i, v in enumerate(have)}
+    missing = [v for v in want if v not in pos]
+    if missing:
+        raise ValueError(f"random-effect levels {missing[:5]} of the spec are missing from the result")
+    return np.array([pos[v] for v in want])
+
+
+def _varcorr_frame(terms: list[dict], T: list[np.ndarray], sigma: float) -> pd.DataFrame:
+    """``as.data.frame(VarCorr(m))``: per term the variances, then the covariances (lower
+    triangle, column-major: ``var1`` = column name, ``var2`` = row name), then ``Residual``."""
+    rows = []
+    for t, Tk in zip(terms, T):
+        S = sigma ** 2 * Tk @ Tk.T
+        sd = np.sqrt(np.diag(S))
+        names = t["term_names"]
+        p = len(names)
+        for i in range(p):
+            rows.append((t["group"], names[i], None, S[i, i], sd[i]))
+        for j in range(p):
+            for i in range(j + 1, p):
+                cor = S[i, j] / (sd[i] * sd[j]) if sd[i] > 0 and sd[j] > 0 else np.nan
+                rows.append((t["group"], names[j], names[i], S[i, j], cor))
+    rows.append(("Residual", None, None, sigma ** 2, sigma))
+    df = pd.DataFrame(rows, columns=["grp", "var1", "var2", "vcov", "sdcor"])
+    df["var1"] = df["var1"].astype(object).where(df["var1"].notna(), None)
+    df["var2"] = df["var2"].astype(object).where(df["var2"].notna(), None)
+    return df
+
+
+def _fmt_table(rows: list[list[str]], header: list[str], align_left: Sequence[int] = (0,)) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    lines = []
+    for r in [header] + rows:
+        cells = [str(c).ljust(w) if i in align_left else str(c).rjust(w)
+                 for i, (c, w) in enumerate(zip(r, widths))]
+        lines.append(" " + " ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _summary_text(m: LmerResult) -> str:
+    out = []
+    kind = "REML" if m.REML else "maximum likelihood "
+    out.append(f"Linear mixed model fit by {kind} ['lmerMod', backend {m.backend}]")
+    out.append(f"Formula: {m.formula}")
+    if m.dispersion:
+        out.append(f"Dispersion: {m.dispersion}")
+    out.append("")
+    if m.REML:
+        out.append(f"REML criterion at convergence: {m.reml_criterion:.1f}")
+    else:
+        df_resid = m.nobs - m.npar
+        out.append(_fmt_table([[f"{m.aic:.1f}", f"{m.bic:.1f}", f"{m.loglik:.1f}",
+                                 f"{m.deviance:.1f}", str(df_resid)]],
+                                ["AIC", "BIC", "logLik", "deviance", "df.resid"], align_left=()))
+    out.append("")
+    if m.spec is not None:
+        w = np.ones(m.nobs) if m.spec.weights is None else np.asarray(m.spec.weights, float)
+        scale = np.full(m.nobs, m.sigma)
+        if m.sigma_by is not None and m.spec.dispersion_codes is not None:
+            scale = m.sigma_by.to_numpy()[np.asarray(m.spec.dispersion_codes)]
+        sr = m.residuals.to_numpy() * np.sqrt(w) / scale
+        q = np.quantile(sr, [0, 0.25, 0.5, 0.75, 1])
+        out.append("Scaled residuals: ")
+        out.append(_fmt_table([[f"{v:.4f}" for v in q]], ["Min", "1Q", "Median", "3Q", "Max"],
+                              align_left=()))
+        out.append("")
+    out.append("Random effects:")
+    rows = []
+    vc = m.varcorr
+    for t, S in zip(m.terms_info, m.cov_re()):
+        sd = np.sqrt(np.diag(S))
+        p = len(t["term_names"])
+        for i, nm in enumerate(t["term_names"]):
+            cors = []
+            for j in range(i):
+                c = S[i, j] / (sd[i] * sd[j]) if sd[i] > 0 and sd[j] > 0 else float("nan")
+                cors.append(f"{c:.2f}")
+            rows.append([t["group"] if i == 0 else "", nm, f"{S[i, i]:.4g}", f"{sd[i]:.4g}"]
+                        + cors + [""] * (p - 1 - len(cors)))
+    ncor = max((len(r) - 4 for r in rows), default=0)
+    resid_name = "Residual"
+    if m.sigma_by is not None:
+        for lev, s in m.sigma_by.items():
+            rows.append([resid_name, str(lev), f"{s ** 2:.4g}", f"{s:.4g}"] + [""] * ncor)
+            resid_name = ""
+    else:
+        rows.append(["Residual", "", f"{m.sigma ** 2:.4g}", f"{m.sigma:.4g}"] + [""] * ncor)
+    header = ["Groups", "Name", "Variance", "Std.Dev."] + (["Corr"] + [""] * (ncor - 1) if ncor else [])
+    out.append(_fmt_table(rows, header, align_left=(0, 1)))
+    grp = ", ".join(f"{g}, {n}" for g, n in m.ngrps.items())
+    out.append(f"Number of obs: {m.nobs}, groups:  {grp}")
+    out.append("")
+    out.append("Fixed effects:")
+    fe = [[k, f"{b:.4g}", f"{s:.4g}", f"{t:.3f}"]
+          for (k, b), s, t in zip(m.fixef.items(), m.se, m.tvalues)]
+    out.append(_fmt_table(fe, ["", "Estimate", "Std. Error", "t value"]))
+    if len(m.fixef) > 1:
+        out.append("")
+        out.append("Correlation of Fixed Effects:")
+        V = m.vcov.to_numpy()
+        sd = np.sqrt(np.diag(V))
+        C = V / np.outer(sd, sd)
+        short = [_abbrev(k) for k in m.fixef.index]
+        rows = []
+        for i in range(1, len(short)):
+            rows.append([m.fixef.index[i]] + [f"{C[i, j]:.3f}" for j in range(i)] + [""] * (len(short) - 1 - i))
+        out.append(_fmt_table(rows, [""] + short[:-1]))
+    if m.singular:
+        out.append("optimizer: boundary (singular) fit: see help('isSingular')")
+    msgs = m.fit_info.get("messages") or []
+    for msg in msgs:
+        out.append(f"convergence: {msg}")
+    return "\n".join(out)
+
+
+def _abbrev(name: str) -> str:
+    """R's ``abbreviate(name, 6)``-like short label for the correlation table."""
+    if len(name) <= 6:
+        return name
+    core = name.replace("(", "").replace(")", "")
+    keep = core[0] + "".join(c for c in core[1:] if c.lower() not in "aeiou")
+    return ("(" + keep[:4] + ")") if name.startswith("(") else keep[:6]

@@ -1,0 +1,624 @@
+r"""Exact detection metrics: DET curve, EER variants, DCF, minDCF, Cllr.
+
+Conventions (shared by all of scoremix): trial :math:`i` has a score :math:`s_i` (higher
+= more positive) and a class :math:`y_i \in \{0, 1\}` (1 = target / bona fide / genuine /
+real). A trial is *accepted* at threshold :math:`\tau` when :math:`s_i \ge \tau`, so
+
+.. math::
+
+    P_\text{miss}(\tau) = \frac{\#\{i: y_i = 1,\ s_i < \tau\}}{N_1}, \qquad
+    P_\text{fa}(\tau) = \frac{\#\{i: y_i = 0,\ s_i \ge \tau\}}{N_0}.
+
+Every function sorts the scores once (:math:`O(N \log N)`) and evaluates all distinct
+thresholds with cumulative counts; no value is approximated. Error rates are fractions
+in [0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+from scipy.optimize import isotonic_regression
+from scipy.stats import norm
+
+from scoremix.trials import NonFiniteScoreError, SingleClassError, TrialTableError, label_to_binary
+
+__all__ = [
+    "MetricInputError",
+    "DetCurve",
+    "MinDCF",
+    "Rates",
+    "DetTicks",
+    "EER_METHODS",
+    "det_curve",
+    "probit",
+    "det_axis_ticks",
+    "rates_at",
+    "eer",
+    "eer_threshold",
+    "dcf",
+    "min_dcf",
+    "act_dcf",
+    "bayes_threshold",
+    "cllr",
+    "min_cllr",
+]
+
+EerMethod = Literal["rocch", "interp", "asvspoof", "voxceleb"]
+EER_METHODS: tuple[str, ...] = ("rocch", "interp", "asvspoof", "voxceleb")
+
+
+class MetricInputError(TrialTableError):
+    """Scores / labels / cost parameters that a metric cannot use."""
+
+
+# ----------------------------------------------------------------------------- inputs
+def _prepare(scores: Any, labels: Any, allow_posinf: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Validated ``(scores float64, labels int8)``; both classes must be present.
+
+    NaN is always an error; ``+inf`` too unless ``allow_posinf`` (no threshold can
+    reject a score of ``+inf`` under accept ``s >= τ``, so curves would lack their
+    reject-all end).
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 1:
+        s = s.ravel()
+    y = label_to_binary(labels, column="labels")
+    if s.shape[0] != y.shape[0]:
+        raise MetricInputError(f"scores has {s.shape[0]} values but labels has {y.shape[0]}")
+    if s.shape[0] == 0:
+        raise MetricInputError("no trials: scores and labels are empty")
+    bad = np.isnan(s)
+    if bad.any():
+        rows = np.flatnonzero(bad)[:5].tolist()
+        raise NonFiniteScoreError(f"scores has {int(bad.sum())} NaN value(s) at position(s) {rows}")
+    if not allow_posinf:
+        bad = s == np.inf
+        if bad.any():
+            rows = np.flatnonzero(bad)[:5].tolist()
+            raise NonFiniteScoreError(
+                f"scores has {int(bad.sum())} +inf value(s) at position(s) {rows}; no threshold "
+                f"rejects +inf under accept s >= threshold, so this metric needs finite (or "
+                f"-inf) scores; clip them to a large finite value"
+            )
+    n_pos = int(np.count_nonzero(y))
+    if n_pos == 0 or n_pos == y.shape[0]:
+        present = "negative" if n_pos == 0 else "positive"
+        raise SingleClassError(
+            f"only {present} trials ({y.shape[0]}) were given; the metric needs both classes"
+        )
+    return s, y
+
+
+class _Points(NamedTuple):
+    """Collapsed operating points at every distinct score, ascending.
+
+    ``pos_below[k] = #{pos: s < thresholds[k]}``, ``neg_below[k] = #{neg: s < thresholds[k]}``.
+    """
+
+    thresholds: np.ndarray
+    pos_below: np.ndarray
+    neg_below: np.ndarray
+    n_pos: int
+    n_neg: int
+
+
+def _points(s: np.ndarray, y: np.ndarray) -> _Points:
+    """Collapse the trials into operating points with one O(N log N) sort.
+
+    Each class is sorted on its own, then the two sorted runs are merged by a stable
+    argsort (timsort finds the two runs and merges them in linear time); a merged
+    position ``< N_1`` is a positive trial.
+    """
+    pos = np.sort(s[y == 1])
+    neg = np.sort(s[y == 0])
+    merged = np.concatenate((pos, neg))
+    order = np.argsort(merged, kind="stable")
+    ss = merged[order]
+    first = np.flatnonzero(np.concatenate(([True], ss[1:] != ss[:-1])))
+    cum = np.concatenate(([0], np.cumsum(order < pos.shape[0], dtype=np.int64)))
+    pos_below = cum[first]
+    return _Points(ss[first], pos_below, first - pos_below, int(pos.shape[0]), int(neg.shape[0]))
+
+
+def _with_reject_all(p: _Points) -> _Points:
+    """Append the reject-all point at τ = +inf (scores must be below +inf)."""
+    return _Points(
+        np.append(p.thresholds, np.inf),
+        np.append(p.pos_below, p.n_pos),
+        np.append(p.neg_below, p.n_neg),
+        p.n_pos,
+        p.n_neg,
+    )
+
+
+# ----------------------------------------------------------------------------- DET curve
+@dataclass(frozen=True)
+class DetCurve:
+    r"""Every distinct operating point of a detector.
+
+    Attributes
+    ----------
+    thresholds : ndarray
+        Ascending: every distinct score, then ``+inf`` (reject all). The first entry
+        (the smallest score) accepts every trial.
+    p_miss, p_fa : ndarray
+        :math:`P_\text{miss}(\tau)` (non-decreasing, 0 → 1) and
+        :math:`P_\text{fa}(\tau)` (non-increasing, 1 → 0) at each threshold.
+    n_pos, n_neg : int
+        Number of positive / negative trials.
+    """
+
+    thresholds: np.ndarray
+    p_miss: np.ndarray
+    p_fa: np.ndarray
+    n_pos: int
+    n_neg: int
+
+    def __len__(self) -> int:
+        return int(self.thresholds.shape[0])
+
+
+def det_curve(scores: Any, labels: Any) -> DetCurve:
+    r"""All operating points :math:`(P_\text{miss}(\tau), P_\text{fa}(\tau))`, ties collapsed.
+
+    Thresholds are the distinct scores :math:`u_1 < \dots < u_K` and :math:`+\infty`; at
+    :math:`\tau = u_1` every trial is accepted (:math:`P_\text{miss}=0, P_\text{fa}=1`), at
+    :math:`+\infty` none is (:math:`P_\text{miss}=1, P_\text{fa}=0`). Tied scores move
+    together, so the curve has only points some threshold can reach. Scores of
+    :math:`+\infty` are an error (no threshold could reject them); :math:`-\infty` is fine.
+
+    Parameters
+    ----------
+    scores : array-like of float
+    labels : array-like
+        1/0, bool, or anything :func:`scoremix.trials.label_to_binary` accepts.
+
+    Returns
+    -------
+    DetCurve
+    """
+    s, y = _prepare(scores, labels, allow_posinf=False)
+    p = _with_reject_all(_points(s, y))
+    return DetCurve(
+        thresholds=p.thresholds,
+        p_miss=p.pos_below / p.n_pos,
+        p_fa=(p.n_neg - p.neg_below) / p.n_neg,
+        n_pos=p.n_pos,
+        n_neg=p.n_neg,
+    )
+
+
+def probit(p: Any, eps: float | None = None) -> np.ndarray:
+    r"""Probit (normal deviate) :math:`\Phi^{-1}(p)` for DET axes.
+
+    Parameters
+    ----------
+    p : array-like
+        Probabilities in [0, 1]; 0 and 1 map to :math:`\mp\infty` unless ``eps`` is given.
+    eps : float, optional
+        Clip ``p`` to ``[eps, 1 - eps]`` first (e.g. ``1e-4`` for plotting).
+    """
+    p = np.asarray(p, dtype=np.float64)
+    if eps is not None:
+        p = np.clip(p, eps, 1.0 - eps)
+    return norm.ppf(p)
+
+
+class DetTicks(NamedTuple):
+    """Tick probabilities, their probit positions and labels (in percent)."""
+
+    probabilities: np.ndarray
+    positions: np.ndarray
+    labels: list[str]
+
+
+_TICKS = (1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5,
+          0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99)
+
+
+def det_axis_ticks(p_min: float = 1e-3, p_max: float = 0.5) -> DetTicks:
+    r"""Conventional DET-plot ticks between ``p_min`` and ``p_max``.
+
+    Returns the probabilities :math:`p` from the 1-2-5 series (plus 0.3, 0.4, ...)
+    within the range, their positions :math:`\Phi^{-1}(p)` and labels in percent, e.g.
+    ``"0.1"``, ``"5"``, ``"40"``. Use as ``ax.set_xticks(t.positions, t.labels)``.
+    """
+    if not 0.0 < p_min < p_max < 1.0:
+        raise MetricInputError(f"need 0 < p_min < p_max < 1, got p_min={p_min}, p_max={p_max}")
+    probs = np.array([t for t in _TICKS if p_min * (1 - 1e-9) <= t <= p_max * (1 + 1e-9)])
+    labels = [f"{100 * t:g}" for t in probs]
+    return DetTicks(probs, norm.ppf(probs), labels)
+
+
+# ----------------------------------------------------------------------------- rates
+class Rates(NamedTuple):
+    """Miss and false-alarm rates at given thresholds (arrays, or floats for a scalar)."""
+
+    p_miss: Any
+    p_fa: Any
+
+
+def rates_at(scores: Any, labels: Any, thresholds: Any) -> Rates:
+    r"""Exact :math:`P_\text{miss}(\tau)` and :math:`P_\text{fa}(\tau)` at many thresholds.
+
+    Sorts each class once and counts with binary search:
+    :math:`P_\text{miss}(\tau) = \#\{\text{pos}: s < \tau\}/N_1` and
+    :math:`P_\text{fa}(\tau) = \#\{\text{neg}: s \ge \tau\}/N_0`; cost
+    :math:`O((N + T)\log N)` for :math:`T` thresholds.
+
+    Parameters
+    ----------
+    scores, labels : array-like
+    thresholds : float or array-like
+        Any values, including :math:`\pm\infty`; NaN is an error.
+
+    Returns
+    -------
+    Rates
+        ``(p_miss, p_fa)``, arrays of the shape of ``thresholds`` (floats for a scalar).
+    """
+    s, y = _prepare(scores, labels)
+    tau = np.asarray(thresholds, dtype=np.float64)
+    if np.isnan(tau).any():
+        raise MetricInputError("thresholds contain NaN")
+    pos = np.sort(s[y == 1])
+    neg = np.sort(s[y == 0])
+    p_miss = np.searchsorted(pos, tau, side="left") / pos.shape[0]
+    p_fa = (neg.shape[0] - np.searchsorted(neg, tau, side="left")) / neg.shape[0]
+    if tau.ndim == 0:
+        return Rates(float(p_miss), float(p_fa))
+    return Rates(p_miss, p_fa)
+
+
+# ----------------------------------------------------------------------------- EER
+def _lower_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the lower convex hull of points sorted by x (ties: y descending).
+
+    Exact integer arithmetic. Repeatedly removes, all at once, every interior point that
+    is not a strict left turn (cross product <= 0) with its current neighbours; each such
+    point lies on or above a chord between two points of the set, so it is never a hull
+    vertex. Stops when the chain is locally, hence globally, convex.
+    """
+    if x.shape[0] <= 2:
+        return np.arange(x.shape[0])
+    # first pass on views (no gathers): most points of a long curve go here
+    cross = (x[1:-1] - x[:-2]) * (y[2:] - y[:-2]) - (y[1:-1] - y[:-2]) * (x[2:] - x[:-2])
+    idx = np.flatnonzero(np.concatenate(([True], cross > 0, [True])))
+    while idx.shape[0] > 2:
+        xa, ya = x[idx[:-2]], y[idx[:-2]]
+        xb, yb = x[idx[1:-1]], y[idx[1:-1]]
+        xc, yc = x[idx[2:]], y[idx[2:]]
+        cross = (xb - xa) * (yc - ya) - (yb - ya) * (xc - xa)
+        drop = cross <= 0
+        if not drop.any():
+            break
+        idx = idx[np.concatenate(([True], ~drop, [True]))]
+    return idx
+
+
+def _pav(p: _Points) -> Any:
+    """PAV fit of P(y=1 | s) over the distinct scores (weights = trials per score)."""
+    pos_in = np.diff(np.append(p.pos_below, p.n_pos)).astype(np.float64)
+    neg_in = np.diff(np.append(p.neg_below, p.n_neg)).astype(np.float64)
+    w = pos_in + neg_in
+    return isotonic_regression(pos_in / w, weights=w, increasing=True), pos_in, neg_in
+
+
+def _rocch_vertices(p: _Points) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ROCCH vertices as (P_fa, P_miss, threshold), P_fa ascending.
+
+    The ROC convex hull is read off pool-adjacent-violators (as in BOSARIS): the PAV
+    blocks of the labels sorted by score are the hull segments, so the block starts
+    (plus reject-all) are the candidate vertices; an exact integer hull pass on those
+    few points then removes any collinear leftovers.
+    """
+    starts = _pav(p)[0].blocks[:-1]
+    thr = np.append(p.thresholds[starts], np.inf)[::-1]
+    fa = (p.n_neg - np.append(p.neg_below[starts], p.n_neg))[::-1].astype(np.int64)
+    miss = np.append(p.pos_below[starts], p.n_pos)[::-1].astype(np.int64)
+    h = _lower_hull(fa, miss)
+    return fa[h] / p.n_neg, miss[h] / p.n_pos, thr[h]
+
+
+def _crossing(x: np.ndarray, y: np.ndarray) -> tuple[int, float, float]:
+    """Along a path with d = y − x strictly decreasing from > 0 to < 0 (or hitting 0),
+    return (k, t, eer): the EER lies at fraction t of segment k → k+1."""
+    d = y - x
+    k = int(np.flatnonzero(d <= 0)[0])
+    if d[k] == 0:
+        return k, 0.0, float(x[k])
+    k -= 1
+    t = d[k] / (d[k] - d[k + 1])
+    return k, float(t), float(x[k] + t * (x[k + 1] - x[k]))
+
+
+def _nearer(k: int, t: float, thr: np.ndarray) -> float:
+    return float(thr[k] if t <= 0.5 else thr[k + 1])
+
+
+def _eer_rocch(p: _Points) -> tuple[float, float]:
+    pfa, pmiss, thr = _rocch_vertices(p)
+    k, t, e = _crossing(pfa, pmiss)
+    return e, _nearer(k, t, thr)
+
+
+def _eer_interp(p: _Points) -> tuple[float, float]:
+    p = _with_reject_all(p)
+    pmiss = p.pos_below / p.n_pos
+    pfa = (p.n_neg - p.neg_below) / p.n_neg
+    # walk from high to low threshold so that d = pmiss − pfa decreases
+    k, t, e = _crossing(pfa[::-1], pmiss[::-1])
+    return e, _nearer(k, t, p.thresholds[::-1])
+
+
+def _eer_asvspoof(p: _Points) -> tuple[float, float]:
+    # The script sorts all N trials (stable, positives before negatives among ties),
+    # evaluates frr = #pos rejected / N1 and far = #neg accepted / N0 after rejecting
+    # the first j = 0..N trials and takes the first argmin of |frr - far|. frr - far
+    # rises with every rejected trial, so the argmin lies in the tie group where it
+    # changes sign; only that group's per-trial points are built.
+    below = p.pos_below + p.neg_below  # trials rejected at each collapsed point
+    d = p.pos_below / p.n_pos - (p.n_neg - p.neg_below) / p.n_neg
+    b = int(np.flatnonzero(np.append(d, 1.0) >= 0)[0])  # d[0] = -1, so b >= 1
+    g = b - 1  # the crossing is inside group g (between points g and b) or at b
+    n_g = (p.n_pos + p.n_neg if b == d.shape[0] else int(below[b])) - int(below[g])
+    pos_g = (p.n_pos if b == d.shape[0] else int(p.pos_below[b])) - int(p.pos_below[g])
+    j = np.arange(n_g + 1)  # trials of group g rejected, positives first
+    tar = p.pos_below[g] + np.minimum(j, pos_g)
+    non_rej = p.neg_below[g] + np.maximum(j - pos_g, 0)
+    frr = tar / p.n_pos
+    far = (p.n_neg - non_rej) / p.n_neg
+    m = int(np.argmin(np.abs(frr - far)))
+    e = float((frr[m] + far[m]) / 2)
+    trial = int(below[g]) + m  # trials rejected at the script's argmin
+    if trial == 0:
+        return e, float(p.thresholds[0])  # script threshold: min score - 0.001 (accept all)
+    # script threshold = the trial-th smallest score, meaning "reject s <= threshold"
+    thr = p.thresholds[g] if m > 0 else p.thresholds[g - 1]
+    return e, float(np.nextafter(thr, np.inf))
+
+
+def _eer_voxceleb(p: _Points) -> tuple[float, float]:
+    # sklearn.metrics.roc_curve(drop_intermediate=True) points, thresholds descending
+    tps = (p.n_pos - p.pos_below)[::-1].astype(np.float64)
+    fps = (p.n_neg - p.neg_below)[::-1].astype(np.float64)
+    thr = p.thresholds[::-1]
+    if fps.shape[0] > 2:
+        keep = np.concatenate(([True], (np.diff(fps, 2) != 0) | (np.diff(tps, 2) != 0), [True]))
+        tps, fps, thr = tps[keep], fps[keep], thr[keep]
+    tps = np.concatenate(([0.0], tps))
+    fps = np.concatenate(([0.0], fps))
+    thr = np.concatenate(([np.inf], thr))
+    fnr = 1 - tps / tps[-1]
+    fpr = fps / fps[-1]
+    i = int(np.nanargmin(np.abs(fnr - fpr)))
+    return float(fnr[i]), float(thr[i])
+
+
+_EER = {"rocch": _eer_rocch, "interp": _eer_interp, "asvspoof": _eer_asvspoof,
+        "voxceleb": _eer_voxceleb}
+
+
+def _eer_point(scores: Any, labels: Any, method: str) -> tuple[float, float]:
+    if method not in _EER:
+        raise MetricInputError(f"unknown EER method {method!r}; choose one of {EER_METHODS}")
+    s, y = _prepare(scores, labels, allow_posinf=False)
+    return _EER[method](_points(s, y))
+
+
+def eer(scores: Any, labels: Any, method: EerMethod = "rocch") -> float:
+    r"""Equal error rate, the rate where :math:`P_\text{miss} = P_\text{fa}`.
+
+    Empirical curves are step functions, so the crossing must be defined:
+
+    ``"rocch"`` (default)
+        BOSARIS / pyllr definition. Take the lower convex hull of the operating points
+        :math:`(P_\text{fa}, P_\text{miss})` (the ROC convex hull, ROCCH: the points
+        reachable by randomising between two thresholds) and return where it meets the
+        line :math:`P_\text{miss} = P_\text{fa}`. Equivalently
+        :math:`\max_{w\in[0,1]}\min_\tau\,[w P_\text{miss}(\tau) + (1-w) P_\text{fa}(\tau)]`.
+        Invariant to strictly increasing score transforms; never above ``"interp"``.
+    ``"interp"``
+        NIST style: the two consecutive (tie-collapsed) operating points that straddle
+        :math:`P_\text{miss} = P_\text{fa}` are joined by a straight line and the EER is
+        where it crosses the diagonal (exact when a point lies on it).
+    ``"asvspoof"``
+        The ASVspoof ``compute_eer`` script: all trials are sorted (stable, positives
+        before negatives among tied scores), :math:`P_\text{miss}, P_\text{fa}` are
+        evaluated after rejecting the first :math:`j = 0, \dots, N` trials, the point
+        minimising :math:`|P_\text{miss} - P_\text{fa}|` is taken (first on ties) and
+        :math:`\text{EER} = (P_\text{miss} + P_\text{fa})/2` there. With tied scores
+        this includes points no threshold can reach.
+    ``"voxceleb"``
+        The VoxCeleb / ``sklearn.metrics.roc_curve`` recipe: the points of
+        ``roc_curve(labels, scores)`` (default ``drop_intermediate=True``, plus its
+        (0, 0) start), :math:`i = \arg\min |\text{fnr} - \text{fpr}|` (first on ties)
+        and :math:`\text{EER} = \text{fnr}_i`. (clovaai/voxceleb_trainer reports
+        :math:`\max(\text{fnr}_i, \text{fpr}_i)` instead.)
+
+    All four agree when the curve passes through the diagonal at a reachable point;
+    they differ by up to a few :math:`1/N` on small samples and with ties (see
+    ``docs/metrics.md``).
+
+    Parameters
+    ----------
+    scores : array-like of float
+    labels : array-like
+        1/0, bool, or anything :func:`scoremix.trials.label_to_binary` accepts.
+    method : {"rocch", "interp", "asvspoof", "voxceleb"}
+
+    Returns
+    -------
+    float
+        EER as a fraction in [0, 1].
+    """
+    return _eer_point(scores, labels, method)[0]
+
+
+def eer_threshold(scores: Any, labels: Any, method: EerMethod = "rocch") -> float:
+    r"""A decision threshold (accept :math:`s \ge \tau`) at the EER of :func:`eer`.
+
+    ``"rocch"``: the threshold of the nearer of the two hull vertices bracketing the
+    EER (the EER itself is a randomised mix of those two thresholds). ``"interp"``: the
+    threshold of the nearer of the two straddling operating points. ``"asvspoof"``: the
+    script's threshold converted to accept :math:`s \ge \tau` (the next float above it);
+    when the script's point lies inside a group of tied scores no threshold reaches it
+    exactly. ``"voxceleb"``: ``thresholds[i]`` of ``roc_curve`` (:math:`+\infty` for its
+    added start point).
+    """
+    return _eer_point(scores, labels, method)[1]
+
+
+# ----------------------------------------------------------------------------- DCF
+def _check_costs(p_target: float, c_miss: float, c_fa: float) -> None:
+    if not 0.0 < p_target < 1.0:
+        raise MetricInputError(f"p_target must be in (0, 1), got {p_target}")
+    if not (c_miss > 0 and c_fa > 0 and np.isfinite(c_miss) and np.isfinite(c_fa)):
+        raise MetricInputError(f"c_miss and c_fa must be positive and finite, got {c_miss}, {c_fa}")
+
+
+def _cost(p_miss: Any, p_fa: Any, p_target: float, c_miss: float, c_fa: float,
+          normalize: bool) -> Any:
+    c = c_miss * p_target * p_miss + c_fa * (1 - p_target) * p_fa
+    if normalize:
+        c = c / min(c_miss * p_target, c_fa * (1 - p_target))
+    return c
+
+
+def dcf(scores: Any, labels: Any, threshold: float, p_target: float = 0.05, c_miss: float = 1,
+        c_fa: float = 1, normalize: bool = False) -> float:
+    r"""Detection cost at a threshold (accept :math:`s \ge \tau`).
+
+    .. math::
+
+        C(\tau) = C_\text{miss}\,P_\text{tar}\,P_\text{miss}(\tau)
+                + C_\text{fa}\,(1 - P_\text{tar})\,P_\text{fa}(\tau),
+
+    divided by :math:`\min(C_\text{miss} P_\text{tar}, C_\text{fa}(1 - P_\text{tar}))`
+    (the cost of the better trivial system) when ``normalize`` is True.
+    """
+    _check_costs(p_target, c_miss, c_fa)
+    if np.ndim(threshold) != 0:
+        raise MetricInputError("dcf takes one threshold; use rates_at for many")
+    r = rates_at(scores, labels, float(threshold))
+    return float(_cost(np.float64(r.p_miss), np.float64(r.p_fa), p_target, c_miss, c_fa, normalize))
+
+
+@dataclass(frozen=True)
+class MinDCF:
+    r"""Minimum detection cost and where it is attained.
+
+    Attributes
+    ----------
+    value : float
+        :math:`\min_\tau C(\tau)` (normalised if requested).
+    threshold : float
+        A threshold attaining it: counting with accept :math:`s \ge \tau` at this value
+        (:func:`dcf`) reproduces ``value`` exactly. The smallest such score;
+        :math:`+\infty` when rejecting everything is optimal.
+    p_miss, p_fa : float
+        The error rates at ``threshold``.
+    p_target, c_miss, c_fa : float
+    normalize : bool
+    """
+
+    value: float
+    threshold: float
+    p_miss: float
+    p_fa: float
+    p_target: float
+    c_miss: float
+    c_fa: float
+    normalize: bool
+
+    def __float__(self) -> float:
+        return self.value
+
+
+def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1,
+            normalize: bool = False) -> MinDCF:
+    r"""Minimum of :math:`C(\tau)` (see :func:`dcf`) over every distinct threshold.
+
+    The minimum over all real :math:`\tau` is attained at a distinct score or at
+    :math:`+\infty` (reject all), because :math:`C` is constant between consecutive
+    scores; all of them are evaluated at once from cumulative counts.
+    """
+    _check_costs(p_target, c_miss, c_fa)
+    s, y = _prepare(scores, labels, allow_posinf=False)
+    p = _with_reject_all(_points(s, y))
+    pm = p.pos_below / p.n_pos
+    pf = (p.n_neg - p.neg_below) / p.n_neg
+    cost = _cost(pm, pf, p_target, c_miss, c_fa, normalize)
+    k = int(np.argmin(cost))
+    return MinDCF(float(cost[k]), float(p.thresholds[k]), float(pm[k]), float(pf[k]),
+                  float(p_target), float(c_miss), float(c_fa), bool(normalize))
+
+
+def bayes_threshold(p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1) -> float:
+    r"""Bayes decision threshold for LLRs: :math:`\log\frac{C_\text{fa}(1-P_\text{tar})}{C_\text{miss}P_\text{tar}}`."""
+    _check_costs(p_target, c_miss, c_fa)
+    return float(np.log(c_fa * (1 - p_target)) - np.log(c_miss * p_target))
+
+
+def act_dcf(llrs: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1,
+            normalize: bool = False) -> float:
+    r"""Actual detection cost of calibrated log-likelihood ratios.
+
+    :math:`C(\tau^*)` of :func:`dcf` at the Bayes threshold
+    :math:`\tau^* = \log\frac{C_\text{fa}(1-P_\text{tar})}{C_\text{miss}P_\text{tar}}`
+    (accept :math:`\ell \ge \tau^*`). Always :math:`\ge` :func:`min_dcf`.
+    """
+    return dcf(llrs, labels, bayes_threshold(p_target, c_miss, c_fa), p_target, c_miss, c_fa,
+               normalize)
+
+
+# ----------------------------------------------------------------------------- Cllr
+def cllr(llrs: Any, labels: Any) -> float:
+    r"""Log-likelihood-ratio cost in bits.
+
+    .. math::
+
+        C_\text{llr} = \frac{1}{2\ln 2}\Big[\frac{1}{N_1}\sum_{y_i=1}\ln(1+e^{-\ell_i})
+                      + \frac{1}{N_0}\sum_{y_i=0}\ln(1+e^{\ell_i})\Big]
+
+    1 bit for the uninformative :math:`\ell \equiv 0`; 0 for perfect, infinitely
+    confident LLRs. :math:`\pm\infty` LLRs are allowed (a wrong infinite LLR gives
+    :math:`+\infty`).
+    """
+    s, y = _prepare(llrs, labels)
+    pos = y == 1
+    tp = np.logaddexp(0.0, -s[pos]).mean()
+    tn = np.logaddexp(0.0, s[~pos]).mean()
+    return float((tp + tn) / (2 * np.log(2)))
+
+
+def min_cllr(llrs: Any, labels: Any) -> float:
+    r""":math:`C_\text{llr}` after optimal monotone calibration (PAV), in bits.
+
+    Scores are pooled per distinct value; pool-adjacent-violators
+    (``scipy.optimize.isotonic_regression``, weights = trial counts) fits the
+    non-decreasing posterior :math:`\hat p_k = P(y=1 \mid s = u_k)` at the empirical
+    prior, which is removed to get LLRs
+    :math:`\hat\ell_k = \operatorname{logit}\hat p_k - \ln(N_1/N_0)`, and
+    :math:`\min C_\text{llr} = C_\text{llr}(\hat\ell)`. Blocks of only negatives get
+    :math:`\hat\ell = -\infty` and of only positives :math:`+\infty`; they contribute 0
+    (the infinite LLR is only ever applied to trials of the class it favours). Invariant
+    to strictly increasing transforms of the scores; :math:`\le` :func:`cllr`.
+    """
+    s, y = _prepare(llrs, labels)
+    p = _points(s, y)
+    fit, pos_in, neg_in = _pav(p)
+    starts = fit.blocks[:-1]
+    pos_b = np.add.reduceat(pos_in, starts)  # trials per PAV block, by class
+    neg_b = np.add.reduceat(neg_in, starts)
+    with np.errstate(divide="ignore"):
+        # logit of the block posterior pos_b / (pos_b + neg_b), minus the prior log odds
+        llr = (np.log(pos_b) - np.log(neg_b)) - (np.log(p.n_pos) - np.log(p.n_neg))
+    mp = pos_b > 0
+    mn = neg_b > 0
+    tp = np.sum(pos_b[mp] * np.logaddexp(0.0, -llr[mp])) / p.n_pos
+    tn = np.sum(neg_b[mn] * np.logaddexp(0.0, llr[mn])) / p.n_neg
+    return float((tp + tn) / (2 * np.log(2)))

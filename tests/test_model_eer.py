@@ -1,0 +1,279 @@
+"""Tests of scoremix.model_eer: closed-form, mixture and LMM-implied EERs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import norm
+
+from scoremix.lme.spec import ModelSpec, RandomTerm
+from scoremix.model_eer import (
+    ModelEERError,
+    gaussian_eer,
+    mixture_eer,
+    model_eer,
+    model_eer_from_moments,
+    trial_moments,
+)
+
+
+def _eer(scores, y):
+    from scoremix.metrics import eer
+
+    return eer(scores, y)
+
+
+# ---------------------------------------------------------------------------------------
+# closed form
+# ---------------------------------------------------------------------------------------
+def test_gaussian_eer_hand_values():
+    # tied: Φ(-d/(2σ)) with d = 2, σ = 1 → Φ(-1) = 0.158655 (normal table)
+    assert gaussian_eer(0.0, 2.0, 1.0, 1.0) == pytest.approx(0.1586553, abs=1e-7)
+    # unequal: Φ(-(3 - 1)/(0.5 + 1.5)) = Φ(-1)
+    assert gaussian_eer(1.0, 3.0, 1.5, 0.5) == pytest.approx(0.1586553, abs=1e-7)
+    # no separation → 0.5; inverted detector → above 0.5
+    assert gaussian_eer(0.3, 0.3, 2.0, 1.0) == 0.5
+    assert gaussian_eer(1.0, 0.0, 1.0, 1.0) == pytest.approx(1 - 0.3085375, abs=1e-7)
+    # Table IX (SNR): d 1.430, σ² 1.739 → Φ(-1.430 / (2·1.31871)) = Φ(-0.5422) ≈ 0.2938
+    s = np.sqrt(1.739)
+    assert gaussian_eer(-1.094, -1.094 + 1.430, s, s) == pytest.approx(0.2938, abs=2e-4)
+
+
+def test_gaussian_eer_is_vectorised_over_draws():
+    rng = np.random.default_rng(0)
+    mu0 = rng.normal(0, 0.1, (500, 3))
+    mu1 = mu0 + rng.uniform(0.5, 3.0, (500, 3))
+    s0 = rng.uniform(0.5, 1.5, (500, 1))
+    s1 = rng.uniform(0.5, 1.5, (500, 1))
+    out = model_eer_from_moments(mu0, mu1, s0, s1)
+    assert out.shape == (500, 3)
+    i, j = 17, 2
+    assert out[i, j] == pytest.approx(norm.cdf(-(mu1[i, j] - mu0[i, j]) / (s0[i, 0] + s1[i, 0])))
+    assert isinstance(gaussian_eer(0, 1, 1, 1), float)
+
+
+def test_gaussian_eer_rejects_bad_sd():
+    with pytest.raises(ModelEERError, match="sd_neg=0.0"):
+        gaussian_eer(0.0, 1.0, 0.0, 1.0)
+    with pytest.raises(ModelEERError, match="index \\[1\\]"):
+        gaussian_eer([0, 0], [1, 1], [1, -1], 1)
+
+
+@pytest.mark.parametrize(
+    "mu0, mu1, s0, s1",
+    [(0.0, 1.6, 1.0, 1.0), (-1.0, 2.0, 2.0, 0.7)],
+    ids=["tied", "unequal"],
+)
+def test_gaussian_eer_matches_one_million_simulated_trials(mu0, mu1, s0, s1):
+    rng = np.random.default_rng(42)
+    n = 500_000
+    scores = np.r_[rng.normal(mu0, s0, n), rng.normal(mu1, s1, n)]
+    y = np.r_[np.zeros(n, dtype=np.int8), np.ones(n, dtype=np.int8)]
+    assert gaussian_eer(mu0, mu1, s0, s1) == pytest.approx(_eer(scores, y), abs=0.002)
+
+
+# ---------------------------------------------------------------------------------------
+# mixtures
+# ---------------------------------------------------------------------------------------
+def test_mixture_eer_single_component_is_closed_form():
+    e, tau = mixture_eer([1.0], [1.5], [3.0], [0.5], return_threshold=True)
+    assert e == pytest.approx(norm.cdf(-1.0))
+    assert tau == pytest.approx((3.0 * 1.5 + 1.0 * 0.5) / 2.0)
+    # two identical components behave like one (goes through the numerical solver)
+    assert mixture_eer([1.0, 1.0], [1.5, 1.5], [3.0, 3.0], [0.5, 0.5]) == pytest.approx(norm.cdf(-1.0), abs=1e-9)
+
+
+def test_mixture_eer_balances_rates_and_matches_simulation():
+    m0, s0, w0 = np.array([-2.0, 0.5]), np.array([1.0, 0.6]), np.array([0.7, 0.3])
+    m1, s1, w1 = np.array([1.0, 3.0, 0.0]), np.array([0.8, 1.2, 1.0]), np.array([0.5, 0.3, 0.2])
+    e, tau = mixture_eer(m0, s0, m1, s1, w0, w1, return_threshold=True)
+    fnr = np.sum(w1 * norm.cdf((tau - m1) / s1))
+    fpr = np.sum(w0 * norm.sf((tau - m0) / s0))
+    assert fnr == pytest.approx(fpr, abs=1e-10)
+    assert e == pytest.approx(fnr, abs=1e-10)
+    rng = np.random.default_rng(3)
+    n = 500_000
+    k0 = rng.choice(2, n, p=w0)
+    k1 = rng.choice(3, n, p=w1)
+    scores = np.r_[rng.normal(m0[k0], s0[k0]), rng.normal(m1[k1], s1[k1])]
+    y = np.r_[np.zeros(n), np.ones(n)].astype(np.int8)
+    assert e == pytest.approx(_eer(scores, y), abs=0.002)
+
+
+def test_mixture_eer_errors():
+    with pytest.raises(ModelEERError, match="positive class has no"):
+        mixture_eer([0.0], [1.0], [], [])
+    with pytest.raises(ModelEERError, match="component 1"):
+        mixture_eer([0.0, 1.0], [1.0, 0.0], [2.0], [1.0])
+
+
+# ---------------------------------------------------------------------------------------
+# LMM-implied EER with a stand-in fit carrying the TRUE parameters
+# ---------------------------------------------------------------------------------------
+class TrueFit:
+    """Minimal LmerResult stand-in: s = mu + d·y + b_speaker + c_attack·spoof + ε."""
+
+    def __init__(self, data, mu, d, b, c, sigma, sigma_by=None, var_b=0.0, var_c=0.0):
+        self.mu, self.d, self.b, self.c = mu, d, b, c
+        self.sigma = sigma
+        self.sigma_by = sigma_by
+        y = (data["label"] == "bonafide").to_numpy().astype(float)
+        terms = []
+        rows = []
+        if b is not None:
+            lv = sorted(b.index)
+            codes = pd.Categorical(data["speaker"], categories=lv).codes.astype(np.int64)
+            terms.append(RandomTerm("speaker", "speaker", ["(Intercept)"], codes, lv, np.ones((len(data), 1))))
+            rows.append(("speaker", "(Intercept)", None, var_b, np.sqrt(var_b)))
+        if c is not None:
+            lv = sorted(c.index)
+            codes = pd.Categorical(data["attack"].where(data["attack"].isin(lv)),
+                                   categories=lv).codes.astype(np.int64)
+            name = 'dummy(label, "spoof")'
+            terms.append(RandomTerm("attack", "attack", [name], codes, lv, (1 - y)[:, None]))
+            rows.append(("attack", name, None, var_c, np.sqrt(var_c)))
+        rows.append(("Residual", None, None, sigma**2, sigma))
+        self.varcorr = pd.DataFrame(rows, columns=["grp", "var1", "var2", "vcov", "sdcor"])
+        disp_levels = ["bonafide", "spoof"] if sigma_by is not None else None
+        disp_codes = np.where(y == 1, 0, 1) if sigma_by is not None else None
+        self.spec = ModelSpec(
+            formula="score ~ label + ...", response="score", y=data["score"].to_numpy(float),
+            X=np.column_stack([np.ones(len(data)), y]), fixef_names=["(Intercept)", "labelbonafide"],
+            terms=terms, data=data, dispersion_codes=disp_codes, dispersion_levels=disp_levels,
+        )
+
+    def predict(self, newdata=None, re_form=None):
+        newdata = self.spec.data if newdata is None else newdata
+        y = (newdata["label"] == "bonafide").to_numpy().astype(float)
+        out = self.mu + self.d * y
+        if re_form is None:
+            if self.b is not None:
+                out = out + self.b.reindex(newdata["speaker"]).fillna(0).to_numpy()
+            if self.c is not None:
+                out = out + (1 - y) * self.c.reindex(newdata["attack"]).fillna(0).to_numpy()
+        return out
+
+
+def _simulate_truth(n, seed, mu=-1.0, d=2.5, sd_b=0.7, sd_c=1.2, sig_pos=0.8, sig_neg=1.3):
+    """Trials from the truth; returns (data, speaker effects, attack effects)."""
+    rng = np.random.default_rng(seed)
+    b = pd.Series(rng.normal(0, sd_b, 40), index=[f"s{k:02d}" for k in range(40)])
+    c = pd.Series(rng.normal(0, sd_c, 6), index=[f"A{k:02d}" for k in range(6)])
+    y = rng.integers(0, 2, n)
+    spk = rng.choice(b.index.to_numpy(), n)
+    att = np.where(y == 1, "bonafide", rng.choice(c.index.to_numpy(), n))
+    mean = mu + d * y + b[spk].to_numpy() + (1 - y) * c.reindex(att).fillna(0).to_numpy()
+    score = mean + np.where(y == 1, sig_pos, sig_neg) * rng.standard_normal(n)
+    data = pd.DataFrame({"score": score, "label": np.where(y == 1, "bonafide", "spoof"),
+                         "speaker": spk, "attack": att, "y": y})
+    return data, b, c
+
+
+def test_marginal_eer_is_closed_form_with_variance_components():
+    data, b, c = _simulate_truth(3000, seed=1)
+    fit = TrueFit(data, -1.0, 2.5, b, c, sigma=1.3,
+                  sigma_by=pd.Series({"bonafide": 0.8, "spoof": 1.3}), var_b=0.49, var_c=1.44)
+    # negatives: N(-1, 1.3² + 0.49 + 1.44); positives: N(1.5, 0.8² + 0.49)
+    expected = norm.cdf(-2.5 / (np.sqrt(1.69 + 0.49 + 1.44) + np.sqrt(0.64 + 0.49)))
+    assert model_eer(fit, conditional=False) == pytest.approx(expected, abs=1e-9)
+    mom = trial_moments(fit, conditional=False)
+    assert mom.loc[mom["y"] == 1, "sd"].iloc[0] == pytest.approx(np.sqrt(0.64 + 0.49))
+
+
+def test_conditional_eer_matches_huge_simulation_from_same_effects():
+    data, b, c = _simulate_truth(4000, seed=2)
+    fit = TrueFit(data, -1.0, 2.5, b, c, sigma=1.3, sigma_by={"bonafide": 0.8, "spoof": 1.3})
+    model = model_eer(fit, conditional=True)
+    # 1M trials with the same realised effects, speaker/attack frequencies as the fitted rows
+    rng = np.random.default_rng(20)
+    idx = rng.integers(0, len(data), 1_000_000)
+    d = data.iloc[idx]
+    y = d["y"].to_numpy()
+    mean = -1.0 + 2.5 * y + b[d["speaker"]].to_numpy() + (1 - y) * c.reindex(d["attack"]).fillna(0).to_numpy()
+    score = mean + np.where(y == 1, 0.8, 1.3) * rng.standard_normal(y.size)
+    assert model == pytest.approx(_eer(score, y), abs=0.002)
+
+
+def test_model_eer_by_subgroup_and_errors():
+    rng = np.random.default_rng(4)
+    n = 20000
+    y = rng.integers(0, 2, n)
+    g = rng.choice(["A", "B"], n)
+    d = np.where(g == "A", 2.0, 3.0)
+    score = d * y + rng.standard_normal(n)
+    data = pd.DataFrame({"score": score, "label": np.where(y == 1, "bonafide", "spoof"), "g": g})
+    fit = TrueFit(data, 0.0, 0.0, None, None, sigma=1.0)
+    fit.predict = lambda nd=None, re_form=None: np.where(data["label"] == "bonafide",
+                                                         np.where(data["g"] == "A", 2.0, 3.0), 0.0)
+    tab = model_eer(fit, by="g")
+    assert tab.loc["A", "eer_model"] == pytest.approx(norm.cdf(-1.0), abs=1e-9)
+    assert tab.loc["B", "eer_model"] == pytest.approx(norm.cdf(-1.5), abs=1e-9)
+    assert tab.loc["A", "n_pos"] + tab.loc["A", "n_neg"] == int((g == "A").sum())
+    assert tab.loc["A", "eer_empirical"] == pytest.approx(norm.cdf(-1.0), abs=0.015)
+    tab2 = model_eer(fit, by=pd.Series(g, name="grp"))
+    assert tab2.index.name == "grp"
+    np.testing.assert_allclose(tab2["eer_model"].to_numpy(), tab["eer_model"].to_numpy())
+    with pytest.raises(ModelEERError, match="'nope'.*data="):
+        model_eer(fit, by="nope")
+    with pytest.raises(ModelEERError, match="'cls'"):
+        model_eer(fit, label="cls")
+    # columns outside the model frame come from data=, matched by index label
+    fit.spec.data = data.drop(columns="g")
+    extra = data.assign(g2=data["g"]).sample(frac=1.0, random_state=0)
+    tab3 = model_eer(fit, by="g2", data=extra)
+    np.testing.assert_allclose(tab3["eer_model"].to_numpy(), tab["eer_model"].to_numpy())
+    with pytest.raises(ModelEERError, match="neither"):
+        model_eer(fit, by="g3", data=extra)
+
+
+# ---------------------------------------------------------------------------------------
+# a real lmer fit of simulated data vs the simulation's expected-rate EER
+# ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sim_fit():
+    lmer = pytest.importorskip("scoremix.lme.api").lmer
+    from scoremix.simulate import simulate_trials
+
+    sim = simulate_trials(20000, n_speakers=200, n_attacks=40, mu=-1.0, d=2.5, beta_x=0.4,
+                          sd_speaker=0.5, sd_attack=1.0, sigma=1.0, seed=11)
+    fit = lmer('score ~ label + x + (1 | speaker) + (0 + dummy(label, "spoof") | attack)', sim.table)
+    return sim, fit
+
+
+def test_model_eer_of_lmer_fit_matches_simulation_truth(sim_fit):
+    sim, fit = sim_fit
+    # conditional on realised speakers/attacks: the simulation's exact expected-rate EER
+    assert model_eer(fit, conditional=True) == pytest.approx(sim.true_eer(), abs=0.006)
+    # and an empirical EER of the same table is close to both
+    assert model_eer(fit, conditional=True) == pytest.approx(
+        _eer(sim.table["score"].to_numpy(), sim.table["y"].to_numpy()), abs=0.01)
+
+
+def test_marginal_model_eer_of_lmer_fit_matches_population(sim_fit):
+    sim, fit = sim_fit
+    t = sim.truth
+    m0, m1 = t["class_mean_population"]["spoof"], t["class_mean_population"]["bonafide"]
+    s0, s1 = t["class_sd_population"]["spoof"], t["class_sd_population"]["bonafide"]
+    # the fit's marginal mixes over the observed x, the truth integrates x ~ N(0, 1); the
+    # attack variance from 40 attacks has ~23 % relative SE (→ about ±0.01 in the EER)
+    assert model_eer(fit, conditional=False) == pytest.approx(gaussian_eer(m0, m1, s0, s1), abs=0.02)
+
+
+def test_marginal_model_eer_of_lmer_fit_is_closed_form_of_its_estimates():
+    lmer = pytest.importorskip("scoremix.lme.api").lmer
+    from scoremix.simulate import simulate_trials
+
+    sim = simulate_trials(5000, n_speakers=80, n_attacks=10, beta_x=0.0, sigma=1.0,
+                          sigma_pos=0.6, seed=5)
+    fit = lmer('score ~ label + (1 | speaker) + (0 + dummy(label, "spoof") | attack)', sim.table,
+               dispersion="~ label")
+    vc = fit.varcorr.set_index("grp")["vcov"]
+    sd = fit.sigma_by
+    d = fit.fixef["labelbonafide"]
+    # one Gaussian per class: spoof var σ_spoof² + σ_b² + σ_c², bona fide σ_bonafide² + σ_b²
+    hand = norm.cdf(-d / (np.sqrt(sd["spoof"] ** 2 + vc["speaker"] + vc["attack"])
+                          + np.sqrt(sd["bonafide"] ** 2 + vc["speaker"])))
+    assert model_eer(fit, conditional=False) == pytest.approx(hand, abs=1e-9)
