@@ -97,7 +97,8 @@ for (s in 1:100) {
   if (isSingular(ms, tol = 1e-4)) break
 }
 write.csv(g, file.path(out, "singular.csv"), row.names = FALSE)
-save(list(reml = fit_dict(ms)), "singular")
+ci_s <- suppressWarnings(suppressMessages(confint(ms, method = "profile")))
+save(list(reml = fit_dict(ms), confint_profile = cif(ci_s)), "singular")
 
 # 6. class-specific residual variance via weighted lmer, rho optimised over the REML criterion
 set.seed(99)

@@ -235,7 +235,7 @@ def test_rocch_eer_and_min_dcf_on_hull(seed):
     v = _hull_vertices(d)
     # the hull meets the diagonal where the segment between two vertices crosses it
     pf, pm = d.p_fa[v], d.p_miss[v]
-    order = np.argsort(pf, kind="stable")
+    order = np.lexsort((-pm, pf))  # P_fa ascending, then P_miss descending
     pf, pm = pf[order], pm[order]
     k = np.flatnonzero(pm - pf <= 0)[0]
     if pm[k] == pf[k]:
@@ -409,3 +409,35 @@ def test_real_multisystem_eer_matches_check(shared_data):
         assert len(g) == check[system]["n"]
         got = round(100 * eer(sign * g["score"].to_numpy(), yy, "asvspoof"), 3)
         assert got == pytest.approx(check[system]["eer_pct"], abs=1e-9), system
+
+
+def test_rocch_with_low_block_of_positives():
+    # a block of positives scoring below everything (e.g. failed files) makes the hull's
+    # last segment long; compare with the qhull construction
+    rng = np.random.default_rng(11)
+    s, y = _random_table(rng, 3000)
+    s[(y == 1) & (rng.random(s.size) < 0.2)] = -50.0
+    d = det_curve(s, y)
+    v = _hull_vertices(d)
+    pf, pm = d.p_fa[v], d.p_miss[v]
+    order = np.lexsort((-pm, pf))
+    pf, pm = pf[order], pm[order]
+    k = np.flatnonzero(pm - pf <= 0)[0]
+    t = (pm[k - 1] - pf[k - 1]) / ((pm[k - 1] - pf[k - 1]) - (pm[k] - pf[k]))
+    assert eer(s, y, "rocch") == pytest.approx(pf[k - 1] + t * (pf[k] - pf[k - 1]), abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_min_cllr_against_sklearn_isotonic(seed):
+    from sklearn.isotonic import IsotonicRegression
+
+    rng = np.random.default_rng(500 + seed)
+    s, y = _random_table(rng, 400, levels=None if seed % 2 else 9)
+    # PAV posterior by sklearn (ties pooled), clipped away from 0/1 only where the class
+    # cannot occur; LLR = logit(p) - log(N1/N0)
+    p = IsotonicRegression(increasing=True).fit_transform(s, y.astype(float))
+    n1, n0 = y.sum(), (1 - y).sum()
+    pos_terms = [math.log2(1 + (1 - pi) / pi * n1 / n0) for pi in p[y == 1]]
+    neg_terms = [0.0 if pi == 0 else math.log2(1 + pi / (1 - pi) * n0 / n1) for pi in p[y == 0]]
+    ref = (np.mean(pos_terms) + np.mean(neg_terms)) / 2
+    assert min_cllr(s, y) == pytest.approx(ref, rel=1e-10)

@@ -438,3 +438,18 @@ def test_model_frame_keeps_index_and_used_columns() -> None:
         spec = build_model_spec("score ~ z + (1 | speaker)", d, weights="w")
     assert list(spec.data.columns) == ["score", "z", "speaker", "w"]
     assert spec.data.index[0] == 1000 and 1006 not in spec.data.index
+
+
+def test_random_design_dummy_term_on_new_levels() -> None:
+    d = load("detector")
+    spec = build_model_spec('score ~ label + (0 + dummy(label, "spoof") | speaker) + (1 | attack)', d)
+    term_index = [t.group_factor for t in spec.terms].index("speaker")
+    new = pd.DataFrame({"speaker": ["spk02", "spk02", "spk02"], "attack": ["A08"] * 3, "label": ["spoof", "bonafide", None]})
+    new["label"] = new["label"].astype(object)
+    with pytest.raises(NewLevelError):  # the fixed effect 'label' still must know the level
+        spec.fixed_design(new.assign(label=["spoof", "fake", "spoof"]))
+    codes, Xk = spec.random_design(new.assign(label=["spoof", "fake", "bonafide"]))[term_index]
+    np.testing.assert_array_equal(Xk[:, 0], [1.0, 0.0, 0.0])
+    codes, Xk = spec.random_design(new)[term_index]
+    np.testing.assert_array_equal(Xk[:2, 0], [1.0, 0.0])
+    assert np.isnan(Xk[2, 0])

@@ -211,12 +211,10 @@ def conditional_draws(
     prior = _prior_diag(ss, beta_sd)
     const = collapsed_constant(ss, beta_sd)
     beta = np.empty((S, ss.p))
-    bs = [np.empty((S, T.shape[1] if T.ndim == 3 else 1, 0)) for T in Ts]  # placeholders
     b_out = []
     nlev = [ss.n1] + [nl for _, nl, _ in ss.rest_slices]
     for k, T in enumerate(Ts):
         b_out.append(np.empty((S, nlev[k], T.shape[-1])))
-    del bs
     ll = np.empty(S)
     for s0 in range(0, S, chunk):
         sl = slice(s0, min(S, s0 + chunk))

@@ -83,9 +83,9 @@ def diagnose(idata, var_names: list[str], max_treedepth: int = 10) -> Diagnostic
     post = idata.posterior
     rows = []
     for v in var_names:
-        da = post[v]
-        rows.append((v, float(az.rhat(da).values), float(az.ess(da, method="bulk").values),
-                     float(az.ess(da, method="tail").values)))
+        da = np.asarray(post[v].values, dtype=np.float64)
+        rows.append((v, float(az.rhat(da)), float(az.ess(da, method="bulk")),
+                     float(az.ess(da, method="tail"))))
     table = pd.DataFrame(rows, columns=["parameter", "r_hat", "ess_bulk", "ess_tail"]).set_index("parameter")
     ss = getattr(idata, "sample_stats", None)
     div = _stat(ss, "diverging", "divergences")

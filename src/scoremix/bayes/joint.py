@@ -57,6 +57,7 @@ class BuiltModel:
     likelihood: str
     centred: list[bool]
     vp: VarianceParams
+    priors: PriorSet | None = None
 
 
 def beta_prior_arrays(spec, ps: PriorSet) -> tuple[np.ndarray, np.ndarray]:
@@ -102,7 +103,7 @@ def build_collapsed_model(spec, ps: PriorSet, ss: BlockedSuffStats) -> BuiltMode
     with pm.Model() as model:
         vp = add_variance_params(spec, ps)
         pm.Potential("loglik", collapsed_loglik_graph(sss, vp.sigma, vp.T, s0))
-    return BuiltModel(model, "collapsed", "suffstats", [], vp)
+    return BuiltModel(model, "collapsed", "suffstats", [], vp, ps)
 
 
 def _beta_rv(spec, ps: PriorSet):
@@ -168,4 +169,4 @@ def build_joint_model(spec, ps: PriorSet, ss: BlockedSuffStats | None, likelihoo
             w = np.ones(spec.n) if spec.weights is None else np.asarray(spec.weights, dtype=np.float64)
             sd = sigma[pt.constant(dcodes)] / pt.constant(np.sqrt(w))
             pm.Normal("y", mu=mu, sigma=sd, observed=np.asarray(spec.y, dtype=np.float64))
-    return BuiltModel(model, "joint", likelihood, cent, vp)
+    return BuiltModel(model, "joint", likelihood, cent, vp, ps)

@@ -58,7 +58,7 @@ from scoremix.lme.errors import (
 from scoremix.lme.formula import ParsedFormula, TermSet, Variable, parse_dispersion, parse_formula
 from scoremix.lme.spec import ModelSpec, RandomTerm
 
-__all__ = ["build_model_spec", "design_matrix", "rank_keep_columns", "RANK_TOL"]
+__all__ = ["build_model_spec", "rank_keep_columns", "RANK_TOL"]
 
 #: lme4's tolerance for ``qr(X, tol = 1e-7, LAPACK = FALSE)`` in ``chkRank.drop.cols``.
 RANK_TOL = 1e-7
@@ -329,7 +329,9 @@ def _new_values(design: _Design, newdata: pd.DataFrame, *, strict: bool) -> dict
             continue
         assert vc.factor is not None
         codes = vc.factor.map(s)
-        if strict and vc.kind == "factor":
+        if vc.kind == "dummy":  # an unseen level is simply not the dummy's level
+            codes = np.where((codes < 0) & ~s.isna().to_numpy(), vc.factor.n_levels, codes)
+        elif strict:
             bad = (codes < 0) & ~s.isna().to_numpy()
             if bad.any():
                 unseen = pd.unique(s[bad])
@@ -341,7 +343,7 @@ def _new_values(design: _Design, newdata: pd.DataFrame, *, strict: bool) -> dict
     return out
 
 
-def design_matrix(termset: TermSet, frame: _Frame) -> tuple[np.ndarray, list[str], _Design]:
+def _design_matrix(termset: TermSet, frame: _Frame) -> tuple[np.ndarray, list[str], _Design]:
     """Model matrix of a term set on the frame (R's ``model.matrix``)."""
     codes = _var_codes(termset, frame)
     design = _Design(termset, codes, _term_coding(termset, codes))
@@ -572,6 +574,10 @@ def build_model_spec(
     for col in used:
         if col not in data.columns:
             raise _unknown_column(col, data)
+    if _is_factor_dtype(data[parsed.response].dtype):
+        raise ResponseError(
+            f"response {parsed.response!r} must be numeric, got dtype {data[parsed.response].dtype}"
+        )
 
     # ---- missing values
     n_all = len(data)
@@ -614,12 +620,7 @@ def build_model_spec(
     n = _frame_n(frame)
 
     # ---- response
-    resp = frame.series(parsed.response)
-    if _is_factor_dtype(resp.dtype):
-        raise ResponseError(
-            f"response {parsed.response!r} must be numeric, got dtype {resp.dtype}"
-        )
-    y = resp.to_numpy(dtype=np.float64)
+    y = frame.series(parsed.response).to_numpy(dtype=np.float64)
     bad = ~np.isfinite(y)
     if bad.any():
         full = np.zeros(n_all, dtype=bool)
@@ -642,7 +643,7 @@ def build_model_spec(
             raise LmeError("negative weights are not allowed")
 
     # ---- fixed effects
-    X_full, names_full, fdesign = design_matrix(parsed.fixed, frame)
+    X_full, names_full, fdesign = _design_matrix(parsed.fixed, frame)
     for j, nm in enumerate(names_full):
         col = X_full[:, j]
         if not np.all(np.isfinite(col)):
@@ -665,7 +666,7 @@ def build_model_spec(
         if key not in groupings:
             groupings[key] = _grouping(rp.group, key, frame)
         g = groupings[key]
-        Xk, knames, kdesign = design_matrix(rp.lhs, frame)
+        Xk, knames, kdesign = _design_matrix(rp.lhs, frame)
         if Xk.shape[1] == 0:
             raise FormulaError(f"random-effects term ({rp.label}) has no columns")
         if not np.all(np.isfinite(Xk)):

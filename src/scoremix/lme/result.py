@@ -156,10 +156,7 @@ class LmerResult:
         for col in ("var1", "var2"):
             if col not in vc:
                 vc[col] = None
-        vc = vc[["grp", "var1", "var2", "vcov", "sdcor"]]
-        vc = vc.astype({"vcov": float, "sdcor": float})
-        vc["var1"] = vc["var1"].where(vc["var1"].notna(), None)
-        vc["var2"] = vc["var2"].where(vc["var2"].notna(), None)
+        vc = _normalize_varcorr(vc)
         theta_vals = np.atleast_1d(np.asarray(d.get("theta", []), dtype=float))
         if spec is not None:
             term_info = spec_terms_info(spec)
@@ -443,10 +440,22 @@ def _varcorr_frame(terms: list[dict], T: list[np.ndarray], sigma: float) -> pd.D
                 cor = S[i, j] / (sd[i] * sd[j]) if sd[i] > 0 and sd[j] > 0 else np.nan
                 rows.append((t["group"], names[j], names[i], S[i, j], cor))
     rows.append(("Residual", None, None, sigma ** 2, sigma))
-    df = pd.DataFrame(rows, columns=["grp", "var1", "var2", "vcov", "sdcor"])
-    df["var1"] = df["var1"].astype(object).where(df["var1"].notna(), None)
-    df["var2"] = df["var2"].astype(object).where(df["var2"].notna(), None)
-    return df
+    return _normalize_varcorr(pd.DataFrame(rows, columns=["grp", "var1", "var2", "vcov", "sdcor"]))
+
+
+def _normalize_varcorr(vc: pd.DataFrame) -> pd.DataFrame:
+    """Columns ``grp, var1, var2`` as Python objects (``None`` where R has ``NA``), ``vcov``
+    and ``sdcor`` as float."""
+    out = pd.DataFrame({
+        "grp": pd.Series([str(v) for v in vc["grp"]], dtype=object),
+        "var1": pd.Series([None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
+                           for v in vc["var1"]], dtype=object),
+        "var2": pd.Series([None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
+                           for v in vc["var2"]], dtype=object),
+        "vcov": np.asarray(vc["vcov"], dtype=float),
+        "sdcor": np.asarray(vc["sdcor"], dtype=float),
+    })
+    return out
 
 
 def _fmt_table(rows: list[list[str]], header: list[str], align_left: Sequence[int] = (0,)) -> str:

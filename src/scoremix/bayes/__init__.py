@@ -1,0 +1,26 @@
+"""Bayesian linear mixed models of detector scores (PyMC), see :func:`bayes_lmer`.
+
+Importing this package is cheap: PyMC, PyTensor and ArviZ are imported only when a model
+is built or sampled.
+"""
+
+from scoremix.bayes.api import SamplerUnavailableError, bayes_lmer, bayes_lmer_spec
+from scoremix.bayes.checks import NestedFactorWarning
+from scoremix.bayes.diagnostics import BayesConvergenceWarning, Diagnostics
+from scoremix.bayes.priors import Prior, PriorError, default_priors, resolve_priors
+from scoremix.bayes.result import BayesLmerResult, ClassMomentsError
+
+__all__ = [
+    "bayes_lmer",
+    "bayes_lmer_spec",
+    "BayesLmerResult",
+    "Prior",
+    "PriorError",
+    "default_priors",
+    "resolve_priors",
+    "Diagnostics",
+    "BayesConvergenceWarning",
+    "NestedFactorWarning",
+    "SamplerUnavailableError",
+    "ClassMomentsError",
+]

@@ -1,0 +1,287 @@
+r"""``bayes_lmer``: the Bayesian counterpart of ``lmer`` (PyMC, NumPyro or nutpie NUTS).
+
+.. math::
+
+    y = X\beta + Zb + \varepsilon,\quad b_{k,j} \sim N(0,\Sigma_k),\quad
+    \varepsilon_i \sim N(0, \sigma_{\ell(i)}^2/w_i),
+
+with the auto-scaled priors of :mod:`scoremix.bayes.priors`.  ``method="collapsed"``
+(default) samples only the variance parameters from the exact marginal likelihood
+(:mod:`scoremix.bayes.collapsed`) and draws β, b from their Gaussian conditional per draw;
+``method="joint"`` samples everything (:mod:`scoremix.bayes.joint`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+import warnings
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from scoremix.bayes.checks import warn_nested_factors
+from scoremix.bayes.diagnostics import diagnose, gate
+from scoremix.bayes.priors import cor_name, resolve_priors, sd_name, sigma_names
+from scoremix.bayes.result import BayesLmerResult
+
+__all__ = ["bayes_lmer", "bayes_lmer_spec", "SamplerUnavailableError", "SAMPLERS"]
+
+SAMPLERS = ("pymc", "nutpie", "numpyro")
+
+
+class SamplerUnavailableError(ImportError):
+    """The requested NUTS sampler's package is not installed."""
+
+
+def _check_sampler(sampler: str) -> None:
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+    need = {"nutpie": ["nutpie"], "numpyro": ["numpyro", "jax"]}.get(sampler, [])
+    missing = [p for p in need if importlib.util.find_spec(p) is None]
+    if missing:
+        raise SamplerUnavailableError(
+            f"sampler={sampler!r} needs the package(s) {missing}: pip install {' '.join(missing)} "
+            f"(or use sampler='pymc')"
+        )
+
+
+def _reset_xla_flags() -> None:
+    """PyMC's import sets XLA_FLAGS to many host devices; keep JAX to one device per process."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    parts = [f for f in flags.split() if "xla_force_host_platform_device_count" not in f]
+    os.environ["XLA_FLAGS"] = " ".join(parts)
+
+
+def _sample(model, sampler: str, draws: int, tune: int, chains: int, cores: int | None,
+            random_seed: int | None, progressbar: bool, target_accept: float | None):
+    import pymc as pm
+
+    if sampler == "numpyro":
+        _reset_xla_flags()
+    kw: dict[str, Any] = dict(draws=draws, tune=tune, chains=chains, random_seed=random_seed,
+                              progressbar=progressbar, compute_convergence_checks=False,
+                              return_inferencedata=True)
+    if cores is not None:
+        kw["cores"] = cores
+    if target_accept is not None:
+        kw["target_accept"] = target_accept
+    if sampler != "pymc":
+        kw["nuts_sampler"] = sampler
+    with model:
+        return pm.sample(**kw)
+
+
+def _post_to_named(spec, built, raw, ss, rng: np.random.Generator):
+    """Posterior ``xarray.Dataset`` under R names from the sampler's internal names."""
+    import xarray as xr
+
+    from scoremix.bayes.collapsed import conditional_draws
+    from scoremix.bayes.joint import beta_prior_arrays
+    from scoremix.bayes.params import variance_draws
+
+    nc, nd = raw.sizes["chain"], raw.sizes["draw"]
+    coords = {"chain": raw["chain"].values, "draw": raw["draw"].values}
+
+    def shape(a: np.ndarray) -> np.ndarray:
+        return a.reshape((nc, nd) + a.shape[1:])
+
+    sigma, Ts = variance_draws(spec, raw)
+    if built.method == "collapsed":
+        m0, s0 = beta_prior_arrays(spec, built.priors)
+        beta, bs = conditional_draws(ss.shift_response(m0), sigma, Ts, m0, s0, rng)
+    else:
+        beta = np.asarray(raw["beta"].values).reshape(nc * nd, spec.p)
+        bs = []
+        for k, t in enumerate(spec.terms):
+            bs.append(np.asarray(raw[f"b__{k}"].values).reshape(nc * nd, t.n_levels, t.p))
+    data_vars: dict[str, Any] = {}
+    for j, name in enumerate(spec.fixef_names):
+        data_vars[name] = (("chain", "draw"), shape(beta[:, j]))
+    for k, t in enumerate(spec.terms):
+        for a, term in enumerate(t.term_names):
+            data_vars[sd_name(t.group, term)] = (("chain", "draw"), np.asarray(raw[f"sd__{k}__{a}"].values))
+        if t.p > 1:
+            R = np.asarray(raw[f"corrmat__{k}"].values)
+            for b in range(t.p):
+                for a in range(b + 1, t.p):
+                    data_vars[cor_name(t.group, t.term_names[a], t.term_names[b])] = (("chain", "draw"),
+                                                                                       R[..., a, b])
+    snames = sigma_names(spec)
+    for i, nm in enumerate(snames):
+        data_vars[nm] = (("chain", "draw"), shape(sigma[:, i]))
+    if snames != ["sigma"]:
+        data_vars["sigma"] = (("chain", "draw"), shape(sigma[:, 0]))
+    for k, t in enumerate(spec.terms):
+        dims = ("chain", "draw", f"{t.group}__level", f"{t.group}__term")
+        data_vars[f"b_{t.group}"] = (dims, shape(bs[k]))
+        coords[f"{t.group}__level"] = list(t.levels)
+        coords[f"{t.group}__term"] = list(t.term_names)
+    return xr.Dataset(data_vars, coords=coords, attrs=dict(raw.attrs))
+
+
+def _posterior_predictive(spec, post, rng: np.random.Generator, max_values: float = 5e7):
+    """Replicated responses ``y_rep = Xβ + Zb + ε`` (thinned draws if there are too many)."""
+    import xarray as xr
+
+    nc, nd = post.sizes["chain"], post.sizes["draw"]
+    keep = int(min(nd, max(1, max_values // max(spec.n * nc, 1))))
+    if keep < nd:
+        warnings.warn(f"posterior_predictive: {nc}×{nd} draws × {spec.n} rows is too large; "
+                      f"using {keep} evenly spaced draws per chain", UserWarning, stacklevel=3)
+    di = np.linspace(0, nd - 1, keep).round().astype(int)
+    beta = np.stack([post[n].values[:, di] for n in spec.fixef_names], axis=-1)  # (c, d, p)
+    mu = np.einsum("cdp,ip->cdi", beta, spec.X)
+    for t in spec.terms:
+        b = post[f"b_{t.group}"].values[:, di]
+        mu += np.einsum("cdip,ip->cdi", b[:, :, np.asarray(t.codes), :], t.X)
+    sig = np.stack([post[n].values[:, di] for n in sigma_names(spec)], axis=-1)
+    dcodes = np.zeros(spec.n, np.int64) if spec.dispersion_codes is None else np.asarray(spec.dispersion_codes)
+    w = np.ones(spec.n) if spec.weights is None else np.asarray(spec.weights, dtype=np.float64)
+    yrep = mu + sig[:, :, dcodes] / np.sqrt(w) * rng.standard_normal(mu.shape)
+    return xr.Dataset({spec.response: (("chain", "draw", "obs"), yrep)},
+                      coords={"chain": post["chain"].values, "draw": post["draw"].values[di]})
+
+
+def bayes_lmer_spec(
+    spec,
+    priors: Mapping[str, Any] | None = None,
+    draws: int = 1000,
+    tune: int = 1000,
+    chains: int = 4,
+    sampler: str = "pymc",
+    method: str = "collapsed",
+    likelihood: str = "suffstats",
+    random_seed: int | None = None,
+    progressbar: bool = True,
+    posterior_predictive: bool = False,
+    cores: int | None = None,
+    centred: bool | dict | None = None,
+    target_accept: float | None = None,
+    check: bool = True,
+) -> BayesLmerResult:
+    """:func:`bayes_lmer` for a ready :class:`~scoremix.lme.spec.ModelSpec` (see there)."""
+    import arviz as az
+    import xarray as xr
+
+    from scoremix.bayes.joint import build_collapsed_model, build_joint_model
+    from scoremix.bayes.suffstats import blocked_suffstats
+
+    if method not in ("collapsed", "joint"):
+        raise ValueError(f"method must be 'collapsed' or 'joint', got {method!r}")
+    if likelihood not in ("suffstats", "rows"):
+        raise ValueError(f"likelihood must be 'suffstats' or 'rows', got {likelihood!r}")
+    if method == "collapsed" and likelihood == "rows":
+        raise ValueError("method='collapsed' always works on sufficient statistics; "
+                         "likelihood='rows' needs method='joint'")
+    _check_sampler(sampler)
+    if check:
+        warn_nested_factors(spec)
+    ps = resolve_priors(spec, priors)
+    ss = blocked_suffstats(spec) if (method == "collapsed" or likelihood == "suffstats") else None
+    if method == "collapsed":
+        built = build_collapsed_model(spec, ps, ss)
+    else:
+        built = build_joint_model(spec, ps, ss, likelihood=likelihood, centred=centred)
+    seq = np.random.SeedSequence(random_seed)
+    pm_seed = int(seq.generate_state(1)[0] % (2**31 - 1)) if random_seed is not None else None
+    rng = np.random.default_rng(seq.spawn(1)[0])
+    t0 = time.perf_counter()
+    raw = _sample(built.model, sampler, draws, tune, chains, cores, pm_seed, progressbar, target_accept)
+    wall = time.perf_counter() - t0
+    post = _post_to_named(spec, built, raw.posterior, ss, rng)
+    groups: dict[str, Any] = {"posterior": post, "sample_stats": raw.sample_stats,
+                              "observed_data": xr.Dataset({spec.response: (("obs",),
+                                                                          np.asarray(spec.y))})}
+    if posterior_predictive:
+        groups["posterior_predictive"] = _posterior_predictive(spec, post, rng)
+    idata = az.InferenceData(**groups)
+    res = BayesLmerResult(idata=idata, spec=spec, method=method, likelihood=likelihood, sampler=sampler,
+                          priors=ps, diagnostics=None, wall_time=wall,  # type: ignore[arg-type]
+                          centred=list(built.centred))
+    res.diagnostics = diagnose(idata, res.param_names)
+    gate(res.diagnostics)
+    return res
+
+
+def bayes_lmer(
+    formula: Any,
+    data: pd.DataFrame | None = None,
+    priors: Mapping[str, Any] | None = None,
+    draws: int = 1000,
+    tune: int = 1000,
+    chains: int = 4,
+    sampler: str = "pymc",
+    method: str = "collapsed",
+    likelihood: str = "suffstats",
+    random_seed: int | None = None,
+    progressbar: bool = True,
+    dispersion: str | None = None,
+    posterior_predictive: bool = False,
+    cores: int | None = None,
+    weights: Any = None,
+    centred: bool | dict | None = None,
+    target_accept: float | None = None,
+) -> BayesLmerResult:
+    r"""Fit a linear mixed model by NUTS with lme4 formula syntax.
+
+    Parameters
+    ----------
+    formula:
+        lme4 formula (``"score ~ label + (1|speaker) + (0 + dummy(label, 'spoof')|attack)"``),
+        or a ready :class:`~scoremix.lme.spec.ModelSpec` (then ``data`` is ignored).
+    data:
+        the trial table.
+    priors:
+        overrides of the default priors, keyed by parameter name (``"sigma"``,
+        ``"sd_speaker__(Intercept)"``, ``"labelspoof"``, ``"cor_<grp>"``); values are
+        :class:`~scoremix.bayes.priors.Prior` objects (see :mod:`scoremix.bayes.priors`).
+    draws, tune, chains:
+        NUTS draws kept per chain, warm-up iterations, chains.
+    sampler:
+        ``"pymc"`` (default), ``"nutpie"`` or ``"numpyro"`` (the latter two need their
+        packages; a :class:`SamplerUnavailableError` names the missing one).
+    method:
+        ``"collapsed"`` (β, b integrated out; default) or ``"joint"``.
+    likelihood:
+        for ``method="joint"``: ``"suffstats"`` (default) or ``"rows"``.
+    random_seed:
+        makes the sampler and the conditional β/b draws reproducible.
+    dispersion:
+        class-specific residual SD, e.g. ``"~ label"`` (σ per level: ``sigma_<level>``).
+    posterior_predictive:
+        add ``posterior_predictive`` (replicated responses) to ``idata``.
+    cores:
+        parallel chains (PyMC sampler); default PyMC's choice.
+    weights:
+        prior weights (residual variance ``σ²/w_i``), as in ``lmer``.
+    centred:
+        joint model only: force the centred (``True``) / non-centred (``False``)
+        parameterisation, per group with a dict; default rule: ≥ 20 rows per level →
+        centred.
+    target_accept:
+        NUTS target acceptance rate (PyMC default 0.8).
+
+    Returns
+    -------
+    BayesLmerResult
+    """
+    from scoremix.lme.spec import ModelSpec
+
+    if isinstance(formula, ModelSpec):
+        spec = formula
+    else:
+        try:
+            from scoremix.lme.model_frame import build_model_spec
+        except ImportError as exc:  # pragma: no cover - depends on the parser module
+            raise ImportError("scoremix.lme.model_frame.build_model_spec is needed to parse formulas; "
+                              "pass a ModelSpec instead") from exc
+        if data is None:
+            raise ValueError("data is required with a formula")
+        spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion)
+    return bayes_lmer_spec(spec, priors=priors, draws=draws, tune=tune, chains=chains, sampler=sampler,
+                           method=method, likelihood=likelihood, random_seed=random_seed,
+                           progressbar=progressbar, posterior_predictive=posterior_predictive,
+                           cores=cores, centred=centred, target_accept=target_accept)
