@@ -98,7 +98,13 @@ for (s in 1:100) {
 }
 write.csv(g, file.path(out, "singular.csv"), row.names = FALSE)
 ci_s <- suppressWarnings(suppressMessages(confint(ms, method = "profile")))
-save(list(reml = fit_dict(ms), confint_profile = cif(ci_s)), "singular")
+# confint's spline interpolation of the profile is coarse next to the boundary: also the exact
+# root of zeta(sd) = qnorm(0.975) with lme4's own profiled deviance (devfun2, sigma optimised)
+msml <- suppressMessages(lmer(y ~ 1 + (1 | g), g, REML = FALSE, control = ctl))
+dd <- lme4:::devfun2(msml)
+zeta <- function(v) sqrt(optimize(function(s) dd(c(v, s)), c(0.05, 5), tol = 1e-12)$objective - deviance(msml))
+up <- uniroot(function(v) zeta(v) - qnorm(0.975), c(0.2, 1), tol = 1e-12)$root
+save(list(reml = fit_dict(ms), confint_profile = cif(ci_s), sig01_upper_exact = up), "singular")
 
 # 6. class-specific residual variance via weighted lmer, rho optimised over the REML criterion
 set.seed(99)

@@ -84,9 +84,18 @@ def test_profile_intervals_match_lme4(sleep, which):
     assert list(ci.index) == ref["names"]
     lo, hi = np.asarray(ref["lower"], float), np.asarray(ref["upper"], float)
     scale = np.maximum(np.abs(hi - lo), 1e-8)
+    rtol = np.full(len(lo), 1e-3)
+    if which == "singular":
+        # lme4's confint interpolates a spline through a coarse profile; next to the boundary
+        # it is 0.2 % off the exact root of lme4's own profiled deviance, which we match
+        exact = H.load_ref("singular")["sig01_upper_exact"]
+        assert ci.iloc[0, 1] == pytest.approx(exact, rel=1e-6)
+        assert ci.iloc[0, 0] == 0.0
+        rtol[0] = 3e-3
     # within 1e-3 relative to the value (1e-3 of the interval width for values near 0)
-    np.testing.assert_allclose(ci.iloc[:, 0], lo, rtol=1e-3, atol=1e-3 * scale.min())
-    np.testing.assert_allclose(ci.iloc[:, 1], hi, rtol=1e-3, atol=1e-3 * scale.min())
+    for k in range(len(lo)):
+        assert ci.iloc[k, 0] == pytest.approx(lo[k], rel=rtol[k], abs=1e-3 * scale.min())
+        assert ci.iloc[k, 1] == pytest.approx(hi[k], rel=rtol[k], abs=1e-3 * scale.min())
 
 
 def test_profile_parm_subset(sleep):

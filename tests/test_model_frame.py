@@ -95,25 +95,7 @@ def test_matches_lme4_reference(case_id: str) -> None:
     check_against_r(CASES[case_id])
 
 
-_THETA_XFAIL = {k for k, c in CASES.items() if "error" not in c and len(set(c["cnms_names"])) < len(c["cnms_names"])}
-
-
-@pytest.mark.parametrize(
-    "case_id",
-    [
-        pytest.param(
-            k,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="spec.RandomTerm.theta_names() uses the unique group name ('g.1') where "
-                "lme4 uses the grouping factor ('g'): fix spec.py, then drop this mark",
-            ),
-        )
-        if k in _THETA_XFAIL
-        else k
-        for k in OK_CASES
-    ],
-)
+@pytest.mark.parametrize("case_id", OK_CASES)
 def test_theta_names_match_lme4(case_id: str) -> None:
     case = CASES[case_id]
     spec, _ = build_quiet(case["formula"], load(case["data"]))
@@ -453,3 +435,13 @@ def test_random_design_dummy_term_on_new_levels() -> None:
     codes, Xk = spec.random_design(new)[term_index]
     np.testing.assert_array_equal(Xk[:2, 0], [1.0, 0.0])
     assert np.isnan(Xk[2, 0])
+
+
+@pytest.mark.parametrize("case_id", OK_CASES)
+def test_prediction_closures_reproduce_fit(case_id: str) -> None:
+    case = CASES[case_id]
+    spec, _ = build_quiet(case["formula"], load(case["data"]))
+    np.testing.assert_array_equal(spec.fixed_design(spec.data), spec.X)
+    for (codes, Xk), t in zip(spec.random_design(spec.data), spec.terms):
+        np.testing.assert_array_equal(codes, t.codes)
+        np.testing.assert_array_equal(Xk, t.X)

@@ -171,9 +171,16 @@ def test_column_conflicts():
     df = _frame().assign(score=1.0)
     with pytest.raises(ColumnConflictError, match="'score'"):
         load_trials(df, score="cm_score", label="key")
-    df = _frame().assign(y=1)
-    with pytest.raises(ColumnConflictError, match="'y'"):
+    df = _frame().assign(y=1)  # disagrees with the labels (rows 1 and 2 are negative)
+    with pytest.raises(ColumnConflictError, match=r"'y'.*rows \[1, 2\]"):
         load_trials(df, score="cm_score", label="key")
+
+
+def test_existing_y_that_agrees_is_accepted():
+    base = load_trials(_frame(), score="cm_score", label="key")
+    again = load_trials(_frame().assign(y=base["y"].to_numpy()), score="cm_score", label="key")
+    assert again["y"].tolist() == [1, 0, 0, 1]
+    assert again["y"].dtype == np.int8
 
 
 def test_non_numeric_scores():

@@ -437,15 +437,20 @@ def load_trials(
                 f"cannot rename {old!r} to {new!r}: the table already has a column {new!r}; "
                 f"rename or drop it first"
             )
-    if "y" in df.columns and label != "y":
-        raise ColumnConflictError(
-            "the table already has a column 'y' (the output's binary class column); "
-            "rename or drop it first, or pass label='y'"
-        )
-
     scores = _score_to_float(df[score], score)
     y = label_to_binary(df[label], positive=positive, column=label)
     _check_classes(y, df[label], label)
+    if "y" in df.columns and label != "y":
+        # A table written by scoremix (simulate, demo) already carries y: accept it when it
+        # agrees with the labels, refuse it when it does not.
+        existing = pd.to_numeric(df["y"], errors="coerce").to_numpy()
+        if not np.array_equal(existing, y):
+            bad = np.flatnonzero(existing != y)[:_SHOW].tolist()
+            raise ColumnConflictError(
+                "the table already has a column 'y' (the output's binary class column) that "
+                f"disagrees with the labels in {label!r} at rows {bad}; rename or drop it first, "
+                "or pass label='y'"
+            )
     if trial_id is not None:
         _check_duplicates(df, trial_id)
 

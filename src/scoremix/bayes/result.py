@@ -116,7 +116,7 @@ class BayesLmerResult:
         rows = []
         for n in names:
             d = self.draws(n)
-            h = np.asarray(az.hdi(d.reshape(d.shape[0], d.shape[1]), hdi_prob=hdi_prob)).ravel()
+            h = np.asarray(az.hdi(np.ravel(d), hdi_prob=hdi_prob)).ravel()
             rows.append((n, float(d.mean()), float(d.std(ddof=1)), float(h[0]), float(h[1])))
         return pd.DataFrame(rows, columns=["parameter", "mean", "sd", lo, hi]).set_index("parameter")
 
@@ -135,7 +135,7 @@ class BayesLmerResult:
         rows = []
 
         def add(grp, v1, v2, vc, sc):
-            h = np.asarray(az.hdi(sc, hdi_prob=0.94)).ravel()
+            h = np.asarray(az.hdi(np.ravel(sc), hdi_prob=0.94)).ravel()
             rows.append((grp, v1, v2, float(vc.mean()), float(sc.mean()), float(h[0]), float(h[1])))
 
         for t in self.spec.terms:

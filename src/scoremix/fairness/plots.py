@@ -44,7 +44,7 @@ def _probit_axes(ax: Any, p_min: float, p_max: float) -> None:
 
 
 def plot_subgroup_det(result: "SubgroupDCFResult", subgroups: Sequence[str] | None = None, ax: Any = None,
-                      p_min: float = 1e-3, p_max: float = 0.5, legend: bool = True) -> Any:
+                      p_min: float | None = None, p_max: float = 0.5, legend: bool = True) -> Any:
     """DET curves per subgroup with the overall DET baseline (see module docstring).
 
     Parameters
@@ -56,7 +56,7 @@ def plot_subgroup_det(result: "SubgroupDCFResult", subgroups: Sequence[str] | No
     ax:
         axes to draw on (a new figure otherwise).
     p_min, p_max:
-        axis range in probability.
+        axis range in probability (``p_min=None``: 1e-3, or 1e-4 when a marker lies below 1e-3).
     """
     prep = result._prepared
     if prep is None:
@@ -70,7 +70,9 @@ def plot_subgroup_det(result: "SubgroupDCFResult", subgroups: Sequence[str] | No
     ax.plot(probit(r.p_fa, _EPS), probit(r.p_miss, _EPS), "k*", ms=12, label="τ* (overall min DCF)")
     tab = result.table
     names = list(tab["subgroup"]) if subgroups is None else list(subgroups)
-    colors = plt.cm.tab20(np.linspace(0, 1, max(len(names), 2)))
+    cmap = plt.cm.tab10 if len(names) <= 10 else plt.cm.tab20
+    colors = [cmap(k % cmap.N) for k in range(len(names))]
+    marker_rates = list(np.r_[r.p_fa, r.p_miss])
     for k, name in enumerate(names):
         rows = tab.index[tab["subgroup"] == name]
         if len(rows) == 0:
@@ -88,6 +90,10 @@ def plot_subgroup_det(result: "SubgroupDCFResult", subgroups: Sequence[str] | No
         at = rates_at(s[idx], yg, [tstar, tab.loc[g, "threshold_own"]])
         ax.plot(probit(at.p_fa[:1], _EPS), probit(at.p_miss[:1], _EPS), "o", color=colors[k], ms=6)
         ax.plot(probit(at.p_fa[1:], _EPS), probit(at.p_miss[1:], _EPS), "o", mfc="none", color=colors[k], ms=8)
+        marker_rates += list(np.r_[at.p_fa, at.p_miss])
+    if p_min is None:
+        pos = [v for v in marker_rates if v > 0]
+        p_min = 1e-4 if pos and min(pos) < 1e-3 else 1e-3
     _probit_axes(ax, p_min, p_max)
     ax.set_title("DET per subgroup (●: at τ*, ○: own minimiser)")
     if legend:

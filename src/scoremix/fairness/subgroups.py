@@ -251,9 +251,6 @@ def define_subgroups(trials: pd.DataFrame, groups: Sequence[str], *, membership:
         member_rows[mem_trial] = True
         sp = pd.concat([f[member_rows] for f in frames], ignore_index=True)
         sp = sp[sp["g"] >= 0]
-        if membership == "both":
-            # only speakers of trials that belong to g count
-            pass
         counts = sp.groupby("g")["s"].nunique()
         n_spk[counts.index.to_numpy(dtype=np.int64)] = counts.to_numpy()
     return Subgroups(attrs=groups, cells=cells, mem_trial=mem_trial.astype(np.int64),

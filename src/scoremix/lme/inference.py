@@ -322,15 +322,30 @@ def _confint_profile(m: LmerResult, level: float, want: Sequence[str], progress:
         j = names.index(nm)
         if j < npsi:
             free = np.array([i for i in range(npsi) if i != j])
-            state = {"x": psi_hat[free].copy()}
+            # the free parameters: ψ without ψ_j, σ on the log scale (well conditioned)
+            is_sig = free == npsi - 1
+            lo_f = np.where(is_sig, -np.inf, lo_b[free])
+            hi_f = np.where(is_sig, np.inf, hi_b[free])
 
-            def dmin(v, j=j, free=free, state=state):
+            def to_free(psi, free=free, is_sig=is_sig):
+                x = psi[free].copy()
+                x[is_sig] = np.log(x[is_sig])
+                return x
+
+            state = {"x": to_free(psi_hat)}
+
+            def dmin(v, j=j, free=free, is_sig=is_sig, lo_f=lo_f, hi_f=hi_f, state=state):
                 def f(xf):
                     psi = psi_hat.copy()
-                    psi[free] = xf
+                    xx = xf.copy()
+                    xx[is_sig] = np.exp(xx[is_sig])
+                    psi[free] = xx
                     psi[j] = v
                     return _ml_dev_psi(psi, cp, term_p)
-                x, fv = _minimize(f, state["x"], lo_b[free], hi_b[free])
+                x, fv = _minimize(f, state["x"], lo_f, hi_f)
+                x2, fv2 = _minimize(f, x, lo_f, hi_f)
+                if fv2 < fv:
+                    x, fv = x2, fv2
                 state["x"] = x
                 return fv
 
@@ -339,7 +354,7 @@ def _confint_profile(m: LmerResult, level: float, want: Sequence[str], progress:
             if lo_b[j] == -1.0:
                 scale = 0.1
             for direction, col in ((-1, "lower"), (1, "upper")):
-                state["x"] = psi_hat[free].copy()
+                state["x"] = to_free(psi_hat)
 
                 def zeta(v, direction=direction):
                     d = dmin(v) - dev0

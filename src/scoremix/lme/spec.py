@@ -93,14 +93,17 @@ class RandomTerm:
 
     def theta_names(self) -> list[str]:
         """Names like lme4's ``getME(m, 'theta')``: ``g.(Intercept)``,
-        ``g.Days.(Intercept)``, ``g.Days``."""
+        ``g.Days.(Intercept)``, ``g.Days`` (named by the grouping factor, so the parts of a
+        ``(x || g)`` term are all ``g.…``)."""
         names = []
         for j in range(self.p):
             for i in range(j, self.p):
                 if i == j:
-                    names.append(f"{self.group}.{self.term_names[i]}")
+                    names.append(f"{self.group_factor}.{self.term_names[i]}")
                 else:
-                    names.append(f"{self.group}.{self.term_names[i]}.{self.term_names[j]}")
+                    names.append(
+                        f"{self.group_factor}.{self.term_names[i]}.{self.term_names[j]}"
+                    )
         return names
 
 
@@ -122,8 +125,9 @@ class ModelSpec:
     fixef_names:
         R names of the columns of ``X`` (``"(Intercept)"``, ``"labelspoof"``, ``"x1:x2"``).
     terms:
-        random terms in lme4's order (sorted stably by decreasing number of levels, as
-        ``lme4::mkReTrms`` does), which is also the order of ``θ`` and of ``VarCorr``.
+        random terms in lme4's order, which is also the order of ``θ`` and of ``VarCorr``:
+        ``lme4::mkReTrms`` reorders by ``rev(order(nlevels))`` — only when the number of
+        levels increases somewhere along the formula, and then ties come out reversed.
     weights:
         prior weights (``None`` = all ones).
     data:

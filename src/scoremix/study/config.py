@@ -1,0 +1,661 @@
+"""Study files: a TOML description of data, models, analyses and output (see ``docs/study-format.md``).
+
+:func:`load_study` reads a study file (``tomllib``), applies ``--set``-style overrides, expands
+``${VAR}`` / ``${VAR:-default}`` in paths, resolves paths relative to the file and validates
+every key.  Every problem raises :class:`StudyConfigError` naming the offending key, e.g.
+``models[1].backend: unknown backend 'lme5'; choose one of native, statsmodels, lme4, bayes``.
+
+The result is a :class:`StudyConfig` of plain dataclasses; :meth:`StudyConfig.to_dict` gives the
+resolved configuration back (written to ``study.json`` by the runner).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+__all__ = [
+    "StudyConfigError", "StudyConfig", "StudyInfo", "DataConfig", "SimulateConfig", "ModelConfig",
+    "MetricsConfig", "ModelEERConfig", "FairnessConfig", "BreakdownConfig", "CompareConfig",
+    "NuisanceConfig", "AnalysesConfig", "BACKENDS", "ANALYSES",
+    "load_study", "parse_study", "apply_overrides", "expand_vars",
+]
+
+#: Model backends accepted in ``[[models]]``.
+BACKENDS = ("native", "statsmodels", "lme4", "bayes")
+#: Analysis tables accepted under ``[analyses]``.
+ANALYSES = ("metrics", "model_eer", "fairness", "breakdown", "compare", "nuisance")
+EER_METHODS = ("rocch", "interp", "asvspoof", "voxceleb")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class StudyConfigError(ValueError):
+    """A study file is invalid; the message starts with the key (``models[0].formula: …``)."""
+
+    def __init__(self, key: str, message: str, source: str | Path | None = None) -> None:
+        self.key = key
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{key}: {message}")
+
+
+# ---------------------------------------------------------------------------------------
+# dataclasses
+# ---------------------------------------------------------------------------------------
+
+@dataclass
+class StudyInfo:
+    """``[study]``: name (used in file names), title, seed, output folder."""
+
+    name: str
+    title: str
+    seed: int = 0
+    output: Path | None = None
+    description: str = ""
+
+
+@dataclass
+class SimulateConfig:
+    """``[data.simulate]``: simulated trials instead of files (``kind = "cm"`` or ``"sv"``)."""
+
+    kind: str = "cm"
+    n_trials: int = 20000
+    seed: int | None = None
+    subgroup_shift: dict[str, list[float]] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataConfig:
+    """``[data]``: where the trials come from and what their columns mean."""
+
+    files: list[Path] = field(default_factory=list)
+    simulate: SimulateConfig | None = None
+    score: str = "score"
+    label: str = "label"
+    positive: Any = None
+    rename: dict[str, str] = field(default_factory=dict)
+    filters: dict[str, list[Any]] = field(default_factory=dict)
+    negate: dict[str, list[Any]] = field(default_factory=dict)
+    system: str | None = None
+    speaker: str = "speaker"
+    subgroups: list[str] = field(default_factory=list)
+    standardize: bool = False
+    sample_per_system: int = 0
+    min_speakers: int = 5
+    min_class_trials: int = 30
+
+
+@dataclass
+class ModelConfig:
+    """``[[models]]``: one mixed model, fitted once per system (``per_system``)."""
+
+    name: str
+    formula: str
+    backend: str = "native"
+    REML: bool = True
+    dispersion: str | None = None
+    per_system: bool = True
+    filters: dict[str, list[Any]] = field(default_factory=dict)
+    draws: int = 500
+    tune: int = 500
+    chains: int = 2
+    method: str = "collapsed"
+    compare_with: str = "native"
+
+
+@dataclass
+class MetricsConfig:
+    """``[analyses.metrics]``: empirical EER/minDCF/Cllr per system and per ``by`` cell."""
+
+    eer_method: str = "rocch"
+    p_target: float = 0.05
+    c_miss: float = 1.0
+    c_fa: float = 1.0
+    normalize: bool = False
+    by: list[list[str]] = field(default_factory=list)
+
+
+@dataclass
+class ModelEERConfig:
+    """``[analyses.model_eer]``: EER implied by each frequentist model vs the empirical EER."""
+
+    models: list[str] = field(default_factory=list)
+    by: list[str] = field(default_factory=list)
+    conditional: bool = True
+
+
+@dataclass
+class FairnessConfig:
+    """``[analyses.fairness]``: SVEva subgroup DCF table with cluster-bootstrap intervals."""
+
+    groups: list[str] = field(default_factory=list)
+    n_boot: int = 200
+    ci: float = 0.95
+    p_target: float = 0.05
+    c_miss: float = 1.0
+    c_fa: float = 1.0
+    normalize: bool = False
+    membership: str = "enrol"
+    models: list[str] = field(default_factory=list)
+    conditional: bool = True
+
+
+@dataclass
+class BreakdownConfig:
+    """``[analyses.breakdown]``: per-attribute-value breakdowns (single or intersectional)."""
+
+    by: list[list[str]] = field(default_factory=list)
+    n_boot: int = 0
+    ci: float = 0.95
+    threshold: float | None = None
+
+
+@dataclass
+class CompareConfig:
+    """``[analyses.compare]``: paired two-system comparison of subgroup measures."""
+
+    systems: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+    n_boot: int = 200
+    ci: float = 0.95
+    trial_id: str | None = None
+    measures: list[str] = field(default_factory=lambda: ["ratio_overall", "ratio_own"])
+
+
+@dataclass
+class NuisanceConfig:
+    """``[analyses.nuisance]``: nuisance LLR from class-conditional GMMs of a feature."""
+
+    feature: str = ""
+    train: dict[str, list[Any]] = field(default_factory=dict)
+    test: dict[str, list[Any]] = field(default_factory=dict)
+    n_components: int = 2
+
+
+@dataclass
+class AnalysesConfig:
+    """``[analyses]``: an analysis runs when its table is present."""
+
+    metrics: MetricsConfig | None = None
+    model_eer: ModelEERConfig | None = None
+    fairness: FairnessConfig | None = None
+    breakdown: BreakdownConfig | None = None
+    compare: CompareConfig | None = None
+    nuisance: NuisanceConfig | None = None
+
+    def enabled(self) -> list[str]:
+        return [a for a in ANALYSES if getattr(self, a) is not None]
+
+
+@dataclass
+class StudyConfig:
+    """A validated study."""
+
+    study: StudyInfo
+    data: DataConfig
+    models: list[ModelConfig]
+    analyses: AnalysesConfig
+    source: Path | None = None
+
+    def model(self, name: str) -> ModelConfig:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved configuration as JSON-friendly data (paths as strings)."""
+
+        def conv(v: Any) -> Any:
+            if isinstance(v, Path):
+                return str(v)
+            if isinstance(v, dict):
+                return {k: conv(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return [conv(x) for x in v]
+            return v
+
+        return conv(asdict(self))
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------
+
+def expand_vars(text: str, env: Mapping[str, str] | None = None) -> str:
+    """Expand ``${VAR}`` and ``${VAR:-default}`` (an unset ``${VAR}`` without default is an error)."""
+    env = os.environ if env is None else env
+
+    def sub(m: re.Match) -> str:
+        name, default = m.group(1), m.group(2)
+        val = env.get(name)
+        if val:
+            return val
+        if default is not None:
+            return default
+        raise KeyError(name)
+
+    return _VAR_RE.sub(sub, text)
+
+
+def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    parts = re.findall(r"[^.\[\]]+|\[\d+\]", key)
+    if not parts:
+        raise StudyConfigError(key, "empty override key")
+    cur: Any = raw
+    for i, p in enumerate(parts):
+        last = i == len(parts) - 1
+        if p.startswith("["):
+            idx = int(p[1:-1])
+            if not isinstance(cur, list) or idx >= len(cur):
+                raise StudyConfigError(key, f"index {idx} is out of range")
+            if last:
+                cur[idx] = value
+            else:
+                cur = cur[idx]
+        else:
+            if not isinstance(cur, dict):
+                raise StudyConfigError(key, f"{p!r} cannot be set inside a non-table value")
+            if last:
+                cur[p] = value
+            else:
+                cur = cur.setdefault(p, {})
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any] | Sequence[str] | None) -> dict[str, Any]:
+    """Return a copy of ``raw`` with dotted-key overrides applied.
+
+    ``overrides`` is ``{"analyses.fairness.n_boot": 20, "models[0].backend": "native"}`` or a
+    list of ``"key=value"`` strings whose value is parsed as TOML (a bare word is a string).
+    """
+    out = copy.deepcopy(raw)
+    if not overrides:
+        return out
+    items: list[tuple[str, Any]]
+    if isinstance(overrides, Mapping):
+        items = list(overrides.items())
+    else:
+        items = []
+        for s in overrides:
+            if "=" not in s:
+                raise StudyConfigError(str(s), "an override must be KEY=VALUE")
+            k, v = s.split("=", 1)
+            try:
+                val = tomllib.loads(f"v = {v.strip()}")["v"]
+            except tomllib.TOMLDecodeError:
+                val = v.strip()
+            items.append((k.strip(), val))
+    for k, v in items:
+        _set_dotted(out, k, v)
+    return out
+
+
+class _Reader:
+    """Typed access to one TOML table, tracking unknown keys."""
+
+    def __init__(self, table: Any, path: str, source: Path | None) -> None:
+        if not isinstance(table, dict):
+            raise StudyConfigError(path, f"must be a table, got {type(table).__name__}", source)
+        self.t = table
+        self.path = path
+        self.source = source
+        self.used: set[str] = set()
+
+    def key(self, k: str) -> str:
+        return f"{self.path}.{k}" if self.path else k
+
+    def err(self, k: str, msg: str) -> StudyConfigError:
+        return StudyConfigError(self.key(k), msg, self.source)
+
+    def get(self, k: str, default: Any = None) -> Any:
+        self.used.add(k)
+        return self.t.get(k, default)
+
+    def has(self, k: str) -> bool:
+        return k in self.t
+
+    def str(self, k: str, default: str | None = None, required: bool = False,
+            choices: Sequence[str] | None = None) -> str | None:
+        if required and k not in self.t:
+            raise self.err(k, "is required")
+        v = self.get(k, default)
+        if v is None:
+            return None
+        if not isinstance(v, str):
+            raise self.err(k, f"must be a string, got {v!r}")
+        if choices is not None and v not in choices:
+            raise self.err(k, f"unknown value {v!r}; choose one of {', '.join(choices)}")
+        return v
+
+    def bool(self, k: str, default: bool) -> bool:
+        v = self.get(k, default)
+        if not isinstance(v, bool):
+            raise self.err(k, f"must be true or false, got {v!r}")
+        return v
+
+    def int(self, k: str, default: int | None, minimum: int | None = None) -> int | None:
+        v = self.get(k, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.err(k, f"must be an integer, got {v!r}")
+        if minimum is not None and v < minimum:
+            raise self.err(k, f"must be >= {minimum}, got {v}")
+        return v
+
+    def float(self, k: str, default: float | None, lo: float | None = None, hi: float | None = None,
+              open_lo: bool = False, open_hi: bool = False) -> float | None:
+        v = self.get(k, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self.err(k, f"must be a number, got {v!r}")
+        v = float(v)
+        if lo is not None and (v < lo or (open_lo and v == lo)):
+            raise self.err(k, f"must be {'>' if open_lo else '>='} {lo}, got {v}")
+        if hi is not None and (v > hi or (open_hi and v == hi)):
+            raise self.err(k, f"must be {'<' if open_hi else '<='} {hi}, got {v}")
+        return v
+
+    def strlist(self, k: str, default: Sequence[str] = ()) -> list[str]:
+        v = self.get(k, list(default))
+        if isinstance(v, str):
+            v = [v]
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise self.err(k, f"must be a string or a list of strings, got {v!r}")
+        return list(v)
+
+    def groupings(self, k: str) -> list[list[str]]:
+        """A list whose items are a column name or a list of column names (an intersection)."""
+        v = self.get(k, [])
+        if isinstance(v, str):
+            v = [v]
+        if not isinstance(v, list):
+            raise self.err(k, f"must be a list, got {v!r}")
+        out = []
+        for i, item in enumerate(v):
+            if isinstance(item, str):
+                out.append([item])
+            elif isinstance(item, list) and item and all(isinstance(x, str) for x in item):
+                out.append(list(item))
+            else:
+                raise StudyConfigError(f"{self.key(k)}[{i}]", f"must be a column name or a list of names, got {item!r}",
+                                       self.source)
+        return out
+
+    def filters(self, k: str) -> dict[str, list[Any]]:
+        v = self.get(k, {})
+        if not isinstance(v, dict):
+            raise self.err(k, f"must be a table column = value(s), got {v!r}")
+        out = {}
+        for col, val in v.items():
+            vals = val if isinstance(val, list) else [val]
+            if not vals or any(isinstance(x, (dict, list)) for x in vals):
+                raise StudyConfigError(f"{self.key(k)}.{col}", f"must be a value or a non-empty list of values, "
+                                       f"got {val!r}", self.source)
+            out[str(col)] = list(vals)
+        return out
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.t) - self.used)
+        if unknown:
+            raise self.err(unknown[0], f"unknown key (known keys here: {', '.join(sorted(self.used))})")
+
+
+def _path(value: Any, key: str, base: Path, source: Path | None) -> Path:
+    if not isinstance(value, str) or not value:
+        raise StudyConfigError(key, f"must be a non-empty path string, got {value!r}", source)
+    try:
+        text = expand_vars(value)
+    except KeyError as exc:
+        raise StudyConfigError(key, f"environment variable {exc.args[0]} is not set (write "
+                                    f"${{{exc.args[0]}:-default}} to give a default)", source) from None
+    p = Path(os.path.expanduser(text))
+    return p if p.is_absolute() else (base / p).resolve()
+
+
+# ---------------------------------------------------------------------------------------
+# parsing
+# ---------------------------------------------------------------------------------------
+
+def _parse_data(r: _Reader, base: Path, seed: int) -> DataConfig:
+    src = r.source
+    d = DataConfig()
+    has_files = r.has("files") or r.has("file")
+    if has_files and r.has("simulate"):
+        raise r.err("simulate", "give either files or simulate, not both")
+    if not has_files and not r.has("simulate"):
+        raise r.err("files", "is required (or a [data.simulate] table)")
+    if r.has("file"):
+        if r.has("files"):
+            raise r.err("file", "give either file or files, not both")
+        d.files = [_path(r.get("file"), r.key("file"), base, src)]
+    elif r.has("files"):
+        files = r.get("files")
+        if isinstance(files, str):
+            files = [files]
+        if not isinstance(files, list) or not files:
+            raise r.err("files", f"must be a non-empty list of paths, got {files!r}")
+        d.files = [_path(f, f"{r.key('files')}[{i}]", base, src) for i, f in enumerate(files)]
+    else:
+        s = _Reader(r.get("simulate"), r.key("simulate"), src)
+        sim = SimulateConfig()
+        sim.kind = s.str("kind", "cm", choices=("cm", "sv")) or "cm"
+        sim.n_trials = s.int("n_trials", 20000, minimum=10) or 20000
+        sim.seed = s.int("seed", seed)
+        shift = s.get("subgroup_shift", {})
+        if not isinstance(shift, dict):
+            raise s.err("subgroup_shift", "must be a table subgroup = [negative shift, positive shift]")
+        for g, v in shift.items():
+            if (not isinstance(v, list) or len(v) != 2
+                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)):
+                raise StudyConfigError(f"{s.key('subgroup_shift')}.{g}", "must be [negative shift, positive shift]",
+                                       src)
+            sim.subgroup_shift[str(g)] = [float(x) for x in v]
+        params = s.get("params", {})
+        if not isinstance(params, dict):
+            raise s.err("params", "must be a table of simulate_trials / simulate_sv_trials arguments")
+        sim.params = dict(params)
+        s.finish()
+        d.simulate = sim
+    d.score = r.str("score", "score") or "score"
+    d.label = r.str("label", "label") or "label"
+    d.positive = r.get("positive", None)
+    ren = r.get("rename", {})
+    if not isinstance(ren, dict) or not all(isinstance(v, str) for v in ren.values()):
+        raise r.err("rename", f"must be a table old_name = \"new_name\", got {ren!r}")
+    d.rename = {str(k): v for k, v in ren.items()}
+    d.filters = r.filters("filters")
+    d.negate = r.filters("negate")
+    d.system = r.str("system", None)
+    d.speaker = r.str("speaker", "speaker") or "speaker"
+    d.subgroups = r.strlist("subgroups")
+    d.standardize = r.bool("standardize", False)
+    d.sample_per_system = r.int("sample_per_system", 0, minimum=0) or 0
+    d.min_speakers = r.int("min_speakers", 5, minimum=1) or 5
+    d.min_class_trials = r.int("min_class_trials", 30, minimum=1) or 30
+    r.finish()
+    return d
+
+
+def _parse_model(r: _Reader, data: DataConfig) -> ModelConfig:
+    name = r.str("name", required=True) or ""
+    if not _NAME_RE.match(name):
+        raise r.err("name", f"{name!r} may hold only letters, digits, '_', '.', '-' (it names files)")
+    formula = r.str("formula", required=True) or ""
+    if "~" not in formula:
+        raise r.err("formula", f"{formula!r} is not a formula (no '~')")
+    m = ModelConfig(name=name, formula=formula)
+    m.backend = r.str("backend", "native", choices=BACKENDS) or "native"
+    m.REML = r.bool("REML", True)
+    m.dispersion = r.str("dispersion", None)
+    if m.dispersion is not None and not m.dispersion.strip().startswith("~"):
+        raise r.err("dispersion", f"must be a one-sided formula such as '~ label', got {m.dispersion!r}")
+    m.per_system = r.bool("per_system", data.system is not None)
+    if m.per_system and data.system is None:
+        raise r.err("per_system", "is true but [data] names no system column")
+    m.filters = r.filters("filters")
+    m.draws = r.int("draws", 500, minimum=10) or 500
+    m.tune = r.int("tune", 500, minimum=10) or 500
+    m.chains = r.int("chains", 2, minimum=1) or 2
+    m.method = r.str("method", "collapsed", choices=("collapsed", "joint")) or "collapsed"
+    m.compare_with = r.str("compare_with", "native", choices=("native", "statsmodels", "lme4", "none")) or "native"
+    r.finish()
+    return m
+
+
+def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> AnalysesConfig:
+    src = r.source
+    a = AnalysesConfig()
+    names = [m.name for m in models]
+    freq = [m.name for m in models if m.backend != "bayes"]
+
+    def model_list(sub: _Reader, k: str, allowed: list[str], default: list[str]) -> list[str]:
+        got = sub.strlist(k, default)
+        for i, n in enumerate(got):
+            if n not in names:
+                raise StudyConfigError(f"{sub.key(k)}[{i}]", f"no model named {n!r} (models: {names})", src)
+            if n not in allowed:
+                raise StudyConfigError(f"{sub.key(k)}[{i}]", f"model {n!r} is not usable here "
+                                       f"(frequentist models: {freq})", src)
+        return got
+
+    for key in r.t:
+        if key not in ANALYSES:
+            raise r.err(key, f"unknown analysis; choose from {', '.join(ANALYSES)}")
+    if r.has("metrics"):
+        s = _Reader(r.get("metrics"), r.key("metrics"), src)
+        m = MetricsConfig()
+        m.eer_method = s.str("eer_method", "rocch", choices=EER_METHODS) or "rocch"
+        m.p_target = s.float("p_target", 0.05, 0.0, 1.0, open_lo=True, open_hi=True) or 0.05
+        m.c_miss = s.float("c_miss", 1.0, 0.0, open_lo=True) or 1.0
+        m.c_fa = s.float("c_fa", 1.0, 0.0, open_lo=True) or 1.0
+        m.normalize = s.bool("normalize", False)
+        m.by = s.groupings("by")
+        s.finish()
+        a.metrics = m
+    if r.has("model_eer"):
+        s = _Reader(r.get("model_eer"), r.key("model_eer"), src)
+        me = ModelEERConfig()
+        me.models = model_list(s, "models", freq, freq)
+        me.by = s.strlist("by", data.subgroups)
+        me.conditional = s.bool("conditional", True)
+        s.finish()
+        a.model_eer = me
+    if r.has("fairness"):
+        s = _Reader(r.get("fairness"), r.key("fairness"), src)
+        f = FairnessConfig()
+        f.groups = s.strlist("groups", data.subgroups)
+        if not f.groups:
+            raise s.err("groups", "is required (or list [data].subgroups)")
+        f.n_boot = s.int("n_boot", 200, minimum=0) or 0
+        f.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+        f.p_target = s.float("p_target", 0.05, 0.0, 1.0, open_lo=True, open_hi=True) or 0.05
+        f.c_miss = s.float("c_miss", 1.0, 0.0, open_lo=True) or 1.0
+        f.c_fa = s.float("c_fa", 1.0, 0.0, open_lo=True) or 1.0
+        f.normalize = s.bool("normalize", False)
+        f.membership = s.str("membership", "enrol", choices=("enrol", "test", "both", "either")) or "enrol"
+        f.models = model_list(s, "models", names, [])
+        f.conditional = s.bool("conditional", True)
+        s.finish()
+        a.fairness = f
+    if r.has("breakdown"):
+        s = _Reader(r.get("breakdown"), r.key("breakdown"), src)
+        b = BreakdownConfig()
+        b.by = s.groupings("by") or [[g] for g in data.subgroups]
+        if not b.by:
+            raise s.err("by", "is required (or list [data].subgroups)")
+        b.n_boot = s.int("n_boot", 0, minimum=0) or 0
+        b.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+        b.threshold = s.float("threshold", None)
+        s.finish()
+        a.breakdown = b
+    if r.has("compare"):
+        s = _Reader(r.get("compare"), r.key("compare"), src)
+        c = CompareConfig()
+        if data.system is None:
+            raise s.err("systems", "needs a [data].system column")
+        c.systems = s.strlist("systems")
+        if len(c.systems) != 2:
+            raise s.err("systems", f"must name exactly two systems, got {c.systems!r}")
+        c.groups = s.strlist("groups", data.subgroups)
+        if not c.groups:
+            raise s.err("groups", "is required (or list [data].subgroups)")
+        c.n_boot = s.int("n_boot", 200, minimum=0) or 0
+        c.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+        c.trial_id = s.str("trial_id", None)
+        c.measures = s.strlist("measures", ["ratio_overall", "ratio_own"])
+        s.finish()
+        a.compare = c
+    if r.has("nuisance"):
+        s = _Reader(r.get("nuisance"), r.key("nuisance"), src)
+        n = NuisanceConfig()
+        n.feature = s.str("feature", required=True) or ""
+        n.train = s.filters("train")
+        n.test = s.filters("test")
+        n.n_components = s.int("n_components", 2, minimum=1) or 2
+        s.finish()
+        a.nuisance = n
+    return a
+
+
+def parse_study(raw: Mapping[str, Any], base_dir: str | Path = ".", source: str | Path | None = None) -> StudyConfig:
+    """Validate a study given as a dict (the parsed TOML); paths are relative to ``base_dir``."""
+    base = Path(base_dir).resolve()
+    src = Path(source) if source is not None else None
+    top = _Reader(dict(raw), "", src)
+    for k in raw:
+        if k not in ("study", "data", "models", "analyses"):
+            raise top.err(k, "unknown table; a study has [study], [data], [[models]] and [analyses]")
+    st = _Reader(top.get("study", {}), "study", src)
+    name = st.str("name", "study") or "study"
+    if not _NAME_RE.match(name):
+        raise st.err("name", f"{name!r} may hold only letters, digits, '_', '.', '-'")
+    info = StudyInfo(name=name, title=st.str("title", name) or name)
+    info.seed = st.int("seed", 0, minimum=0) or 0
+    info.description = st.str("description", "") or ""
+    out = st.get("output", None)
+    info.output = _path(out, "study.output", base, src) if out is not None else None
+    st.finish()
+    if not top.has("data"):
+        raise StudyConfigError("data", "is required", src)
+    data = _parse_data(_Reader(top.get("data"), "data", src), base, info.seed)
+    raw_models = top.get("models", [])
+    if not isinstance(raw_models, list):
+        raise StudyConfigError("models", "must be an array of tables ([[models]])", src)
+    models = [_parse_model(_Reader(m, f"models[{i}]", src), data) for i, m in enumerate(raw_models)]
+    seen: set[str] = set()
+    for i, m in enumerate(models):
+        if m.name in seen:
+            raise StudyConfigError(f"models[{i}].name", f"duplicate model name {m.name!r}", src)
+        seen.add(m.name)
+    analyses = _parse_analyses(_Reader(top.get("analyses", {}), "analyses", src), data, models)
+    return StudyConfig(study=info, data=data, models=models, analyses=analyses, source=src)
+
+
+def load_study(path: str | Path, overrides: Mapping[str, Any] | Sequence[str] | None = None) -> StudyConfig:
+    """Read and validate a study TOML file.
+
+    Parameters
+    ----------
+    path:
+        the ``.toml`` file; relative paths inside it are relative to its folder.
+    overrides:
+        dotted-key overrides applied before validation (see :func:`apply_overrides`).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise StudyConfigError("file", "no such study file", p)
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise StudyConfigError("toml", f"not valid TOML ({exc})", p) from None
+    return parse_study(apply_overrides(raw, overrides), base_dir=p.parent, source=p)

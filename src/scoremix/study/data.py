@@ -1,0 +1,159 @@
+"""Load the trial table of a study: files (or a simulation), filters, renames, sign flips,
+per-system subsampling and standardisation.
+
+The returned table always has the columns ``score`` (float, higher = more positive),
+``label`` (the original label values) and ``y`` (1 = positive, 0 = negative), plus every
+other input column.  With a ``[data].system`` column the analyses run once per system.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scoremix.study.config import DataConfig
+
+__all__ = ["StudyDataError", "StudyData", "load_study_data", "apply_filters", "ALL_SYSTEMS"]
+
+#: Name used for the single "system" of a study without a system column.
+ALL_SYSTEMS = "all"
+
+
+class StudyDataError(ValueError):
+    """The study's data cannot be loaded as configured (names the file, key, column or row)."""
+
+
+@dataclass
+class StudyData:
+    """The loaded trials, the system names and (for simulated data) the :class:`Simulation`."""
+
+    table: pd.DataFrame
+    systems: list[str]
+    system_column: str | None
+    simulation: Any = None
+
+    def subset(self, system: str) -> pd.DataFrame:
+        """Trials of one system (all trials when the study has no system column)."""
+        if self.system_column is None:
+            return self.table
+        return self.table[self.table[self.system_column].astype(str) == system]
+
+
+def _matches(series: pd.Series, values: list[Any]) -> pd.Series:
+    as_str = series.astype(str)
+    return as_str.isin([str(v) for v in values]) | series.isin(values)
+
+
+def apply_filters(df: pd.DataFrame, filters: dict[str, list[Any]], where: str) -> pd.DataFrame:
+    """Keep the rows whose column value is one of the listed values (all filters must hold)."""
+    mask = pd.Series(True, index=df.index)
+    for col, values in filters.items():
+        if col not in df.columns:
+            raise StudyDataError(f"{where}: filter column {col!r} not in the table "
+                                 f"(columns: {', '.join(map(str, df.columns))})")
+        hit = _matches(df[col], values)
+        if not hit.any():
+            have = sorted(map(str, pd.unique(df[col].astype(str))))[:12]
+            raise StudyDataError(f"{where}: filter {col} in {values!r} matches no row (values include {have})")
+        mask &= hit
+    return df[mask]
+
+
+def _read_file(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise StudyDataError(f"{path}: no such data file")
+    try:
+        if path.suffix in (".parquet", ".pq"):
+            return pd.read_parquet(path)
+        sep = "\t" if any(s in path.name for s in (".tsv", ".tab")) else ","
+        return pd.read_csv(path, sep=sep, low_memory=False)
+    except (OSError, ValueError, ImportError) as exc:
+        raise StudyDataError(f"{path}: cannot read ({exc})") from None
+
+
+def _simulate(cfg: DataConfig) -> tuple[pd.DataFrame, Any]:
+    from scoremix.simulate import simulate_sv_trials, simulate_trials
+
+    sim_cfg = cfg.simulate
+    assert sim_cfg is not None
+    shift = {g: tuple(v) for g, v in sim_cfg.subgroup_shift.items()} or None
+    fn = simulate_trials if sim_cfg.kind == "cm" else simulate_sv_trials
+    try:
+        sim = fn(n_trials=sim_cfg.n_trials, subgroup_shift=shift, seed=sim_cfg.seed, **sim_cfg.params)
+    except TypeError as exc:
+        raise StudyDataError(f"data.simulate.params: {exc}") from None
+    return sim.table.drop(columns=["y"]), sim
+
+
+def load_study_data(cfg: DataConfig, seed: int = 0) -> StudyData:
+    """Load, filter and validate the trials described by ``cfg``.
+
+    Steps, in order: read and concatenate ``files`` (or simulate); ``rename``; ``filters``
+    (``column in values``); check and convert score/label with
+    :func:`scoremix.trials.load_trials` (row numbers in errors are those after filtering);
+    ``negate`` (``score ← −score`` where ``column in values``, for systems whose lower score
+    means positive); ``sample_per_system`` (the same row positions in every system, so that
+    paired comparisons keep aligned trials; seeded by the study seed); ``standardize``
+    (``score ← (score − mean)/sd`` per system).
+    """
+    from scoremix.trials import TrialTableError, load_trials
+
+    simulation = None
+    if cfg.simulate is not None:
+        df, simulation = _simulate(cfg)
+        where = "data.simulate"
+    else:
+        frames = []
+        for p in cfg.files:
+            f = _read_file(p)
+            frames.append(f)
+        df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        where = ", ".join(str(p) for p in cfg.files)
+    if cfg.rename:
+        missing = [c for c in cfg.rename if c not in df.columns]
+        if missing:
+            raise StudyDataError(f"{where}: data.rename names column(s) {missing} that the table lacks")
+        df = df.rename(columns=cfg.rename)
+    if cfg.filters:
+        df = apply_filters(df, cfg.filters, where)
+    df = df.reset_index(drop=True)
+    try:
+        df = load_trials(df, score=cfg.score, label=cfg.label, positive=cfg.positive)
+    except TrialTableError as exc:
+        raise StudyDataError(f"{where}: {exc}") from None
+    for col in [cfg.system, *cfg.subgroups] + ([cfg.speaker] if cfg.speaker else []):
+        if col and col not in df.columns:
+            raise StudyDataError(f"{where}: column {col!r} (named in [data]) not in the table "
+                                 f"(columns: {', '.join(map(str, df.columns))})")
+    if cfg.negate:
+        mask = pd.Series(False, index=df.index)
+        for col, values in cfg.negate.items():
+            if col not in df.columns:
+                raise StudyDataError(f"{where}: data.negate column {col!r} not in the table")
+            mask |= _matches(df[col], values)
+        df.loc[mask, "score"] = -df.loc[mask, "score"]
+    sys_col = cfg.system
+    if sys_col is not None:
+        systems = sorted(map(str, pd.unique(df[sys_col].astype(str))))
+    else:
+        systems = [ALL_SYSTEMS]
+    if cfg.sample_per_system:
+        rng = np.random.default_rng(seed)
+        keys = df[sys_col].astype(str) if sys_col else pd.Series(ALL_SYSTEMS, index=df.index)
+        pos = keys.groupby(keys).cumcount().to_numpy()
+        n_min = int(keys.value_counts().min())
+        if cfg.sample_per_system < n_min:
+            keep_pos = np.sort(rng.choice(n_min, size=cfg.sample_per_system, replace=False))
+            df = df[np.isin(pos, keep_pos)].reset_index(drop=True)
+        y = df["y"].to_numpy()
+        if y.min() == y.max():
+            raise StudyDataError(f"{where}: data.sample_per_system = {cfg.sample_per_system} left one class only")
+    if cfg.standardize:
+        keys = df[sys_col].astype(str) if sys_col else pd.Series(ALL_SYSTEMS, index=df.index)
+        g = df.groupby(keys)["score"]
+        df["score"] = (df["score"] - g.transform("mean")) / g.transform("std")
+    return StudyData(table=df, systems=systems, system_column=sys_col, simulation=simulation)

@@ -1,0 +1,329 @@
+"""The independent units of work of a study (top-level functions, so that joblib and Dask can
+ship them to other processes).  Each returns plain data: DataFrames, dicts, PNG bytes and, for
+Bayesian fits, the ``arviz.InferenceData``; files are written by the runner only."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scoremix.study.config import (BreakdownConfig, CompareConfig, FairnessConfig, MetricsConfig,
+                                   ModelConfig, ModelEERConfig, NuisanceConfig)
+
+__all__ = ["metrics_task", "model_task", "fairness_task", "breakdown_task", "compare_task", "nuisance_task",
+           "png_of"]
+
+
+def png_of(fig: Any) -> bytes:
+    """Render a matplotlib figure to PNG bytes and close it."""
+    import matplotlib.pyplot as plt
+
+    from scoremix.report_html import figure_to_png
+
+    try:
+        return figure_to_png(fig)
+    finally:
+        plt.close(fig)
+
+
+def _fig(obj: Any) -> Any:
+    """The figure of a matplotlib Figure or Axes."""
+    return obj if hasattr(obj, "savefig") else obj.figure
+
+
+def _agg() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+
+# ---------------------------------------------------------------------------------------
+# empirical metrics
+# ---------------------------------------------------------------------------------------
+
+def _metric_row(s: np.ndarray, y: np.ndarray, cfg: MetricsConfig) -> dict[str, Any]:
+    from scoremix import metrics as M
+
+    n_pos = int(y.sum())
+    n_neg = int(y.size - n_pos)
+    row: dict[str, Any] = {"n_trials": int(y.size), "n_pos": n_pos, "n_neg": n_neg}
+    if n_pos == 0 or n_neg == 0:
+        row.update(eer=math.nan, min_dcf=math.nan, min_dcf_threshold=math.nan, p_miss=math.nan, p_fa=math.nan)
+        return row
+    md = M.min_dcf(s, y, p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa, normalize=cfg.normalize)
+    row.update(eer=float(M.eer(s, y, method=cfg.eer_method)), min_dcf=float(md.value),
+               min_dcf_threshold=float(md.threshold), p_miss=float(md.p_miss), p_fa=float(md.p_fa))
+    return row
+
+
+def metrics_task(system: str, df: pd.DataFrame, cfg: MetricsConfig) -> dict[str, Any]:
+    """EER (``cfg.eer_method``) and minDCF of one system, overall and per ``cfg.by`` cell.
+
+    Returns ``{"table": DataFrame, "heatmaps": [PNG bytes]}``; table columns ``system, by,
+    cell, n_trials, n_pos, n_neg, eer, min_dcf, min_dcf_threshold, p_miss, p_fa``.
+    """
+    s = df["score"].to_numpy(float)
+    y = df["y"].to_numpy()
+    rows = [{"system": system, "by": "overall", "cell": "all", **_metric_row(s, y, cfg)}]
+    heatmaps: list[bytes] = []
+    for cols in cfg.by:
+        missing = [c for c in cols if c not in df.columns]
+        if missing:
+            raise KeyError(f"analyses.metrics.by: column(s) {missing} not in the trial table")
+        sub_rows = []
+        for key, g in df.groupby(cols, sort=True, observed=True, dropna=False):
+            key = key if isinstance(key, tuple) else (key,)
+            r = _metric_row(g["score"].to_numpy(float), g["y"].to_numpy(), cfg)
+            sub_rows.append({"system": system, "by": "×".join(cols), "cell": "×".join(map(str, key)),
+                             **{c: str(k) for c, k in zip(cols, key)}, **r})
+        rows.extend(sub_rows)
+        if len(cols) == 2 and sub_rows:
+            heatmaps.append(_heatmap(pd.DataFrame(sub_rows), cols, system))
+    return {"table": pd.DataFrame(rows), "heatmaps": heatmaps}
+
+
+def _heatmap(tab: pd.DataFrame, cols: list[str], system: str) -> bytes:
+    _agg()
+    import matplotlib.pyplot as plt
+
+    def order(v: pd.Series) -> list[str]:
+        u = list(pd.unique(v))
+        num = pd.to_numeric(pd.Series(u), errors="coerce")
+        if num.notna().all():
+            return [u[i] for i in np.argsort(num.to_numpy())]
+        return sorted(u)
+
+    rows_l, cols_l = order(tab[cols[0]]), order(tab[cols[1]])
+    grid = tab.pivot_table(index=cols[0], columns=cols[1], values="eer", aggfunc="first")
+    grid = grid.reindex(index=rows_l, columns=cols_l) * 100
+    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * len(cols_l), 1.0 + 0.32 * len(rows_l)))
+    im = ax.imshow(grid.to_numpy(float), aspect="auto", cmap="viridis")
+    ax.set_xticks(range(len(cols_l)), cols_l, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(rows_l)), rows_l, fontsize=7)
+    ax.set_xlabel(cols[1])
+    ax.set_ylabel(cols[0])
+    fig.colorbar(im, ax=ax, label="EER (%)")
+    ax.set_title(f"EER by {cols[0]} × {cols[1]} — {system}", fontsize=9)
+    return png_of(fig)
+
+
+# ---------------------------------------------------------------------------------------
+# models
+# ---------------------------------------------------------------------------------------
+
+def _freq_tables(fit: Any) -> dict[str, Any]:
+    fe = pd.DataFrame({"term": fit.fixef.index, "estimate": fit.fixef.to_numpy(), "se": fit.se.to_numpy()})
+    z = 1.959963984540054
+    fe["lo95"] = fe["estimate"] - z * fe["se"]
+    fe["hi95"] = fe["estimate"] + z * fe["se"]
+    ranef_rows = []
+    ranef = fit.ranef
+    condsd = fit.ranef_condsd
+    for grp, frame in ranef.items():
+        sd = condsd.get(grp) if condsd is not None else None
+        for term in frame.columns:
+            for level, val in frame[term].items():
+                csd = float(sd.loc[level, term]) if sd is not None else math.nan
+                ranef_rows.append({"group": grp, "term": term, "level": str(level), "estimate": float(val),
+                                   "condsd": csd})
+    try:
+        r2 = {k: float(v) for k, v in fit.r2().items()}
+    except Exception:  # noqa: BLE001 - R² is a nicety; never fail a study on it
+        r2 = {}
+    return {"fixef": fe, "varcorr": fit.varcorr.copy(), "ranef": pd.DataFrame(ranef_rows), "r2": r2,
+            "summary": fit.summary(), "json": fit.to_dict()}
+
+
+def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None) -> pd.DataFrame | None:
+    from scoremix.model_eer import model_eer
+
+    if cfg is None:
+        return None
+    from scoremix.metrics import eer
+
+    rows = []
+    overall = float(model_eer(fit, conditional=cfg.conditional, label="y", data=df))
+    rows.append({"by": "overall", "cell": "all", "n_neg": int((df["y"] == 0).sum()), "n_pos": int(df["y"].sum()),
+                 "eer_model": overall, "eer_empirical": float(eer(df["score"].to_numpy(float), df["y"].to_numpy()))})
+    for col in cfg.by:
+        tab = model_eer(fit, by=col, conditional=cfg.conditional, label="y", data=df)
+        for key, r in tab.iterrows():
+            rows.append({"by": col, "cell": str(key), "n_neg": int(r["n_neg"]), "n_pos": int(r["n_pos"]),
+                         "eer_model": float(r["eer_model"]), "eer_empirical": float(r["eer_empirical"])})
+    return pd.DataFrame(rows)
+
+
+def _model_fairness(fit: Any, df: pd.DataFrame, fcfg: FairnessConfig, speaker: str) -> pd.DataFrame:
+    from scoremix.fairness import model_subgroup_dcf
+
+    res = model_subgroup_dcf(fit, df, fcfg.groups, label="y", speaker=speaker, p_target=fcfg.p_target,
+                             c_miss=fcfg.c_miss, c_fa=fcfg.c_fa, normalize=fcfg.normalize,
+                             conditional=fcfg.conditional, membership=fcfg.membership)
+    tab = res.table.copy()
+    tab.insert(0, "source", "model (" + ("conditional" if fcfg.conditional else "marginal") + ")")
+    tab.attrs["fairness_index"] = res.fairness_index
+    return tab
+
+
+def model_task(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
+               model_eer_cfg: ModelEERConfig | None = None, fairness_cfg: FairnessConfig | None = None,
+               speaker: str = "speaker") -> dict[str, Any]:
+    """Fit one model to one system's trials and derive everything the study reports from it.
+
+    Frequentist backends: :func:`scoremix.lme.api.lmer`; ``"bayes"``:
+    :func:`scoremix.bayes.bayes_lmer` (seeded) plus a frequentist fit (``compare_with``) for the
+    side-by-side table.  Returns a dict with ``fixef``, ``varcorr``, ``ranef`` (long: group, term,
+    level, estimate, condsd), ``r2``, ``summary``, ``json`` (``LmerResult.to_dict()``),
+    ``model_eer`` and ``fairness`` tables when configured, and for Bayesian fits ``idata``
+    and ``compare``.
+    """
+    from scoremix.lme.api import lmer
+
+    out: dict[str, Any] = {"model": model.name, "system": system, "backend": model.backend, "nobs": int(len(df))}
+    if model.backend != "bayes":
+        fit = lmer(model.formula, df, REML=model.REML, backend=model.backend, dispersion=model.dispersion)
+        out.update(_freq_tables(fit))
+        out["model_eer"] = _model_eer_table(fit, df, model_eer_cfg)
+        if fairness_cfg is not None and model.name in fairness_cfg.models:
+            out["fairness"] = _model_fairness(fit, df, fairness_cfg, speaker)
+        return out
+
+    from scoremix.bayes import bayes_lmer
+
+    bres = bayes_lmer(model.formula, df, draws=model.draws, tune=model.tune, chains=model.chains,
+                      method=model.method, random_seed=seed, progressbar=False, dispersion=model.dispersion,
+                      cores=1)
+    fe = bres.fixef.reset_index().rename(columns={"parameter": "term"})
+    out.update({"idata": bres.idata, "fixef": fe, "varcorr": bres.varcorr,
+                "summary": bres.summary().to_string(), "ranef": _bayes_ranef(bres)})
+    if model.compare_with != "none":
+        fit = lmer(model.formula, df, REML=model.REML, backend=model.compare_with, dispersion=model.dispersion)
+        out["compare"] = bres.compare(fit).reset_index()
+        out["json"] = fit.to_dict()
+    if model_eer_cfg is not None:
+        rows = []
+        for col in [None, *model_eer_cfg.by]:
+            tab = bres.model_eer(groups=col, data=df, label="y", summary=True,
+                                 random="conditional" if model_eer_cfg.conditional else "marginal", max_draws=400)
+            tab = tab.reset_index()
+            for _, r in tab.iterrows():
+                rows.append({"by": col or "overall", "cell": str(r[col]) if col else "all",
+                             "eer_model": float(r["mean"]), "eer_model_sd": float(r["sd"])})
+        out["model_eer"] = pd.DataFrame(rows)
+    if fairness_cfg is not None and model.name in fairness_cfg.models:
+        out["fairness"] = _posterior_fairness(bres, df, fairness_cfg)
+    return out
+
+
+def _bayes_ranef(bres: Any) -> pd.DataFrame:
+    rows = []
+    for t in bres.spec.terms:
+        d = bres.draws(f"b_{t.group}")  # (chain, draw, level, term)
+        flat = d.reshape(-1, *d.shape[2:])
+        mean, sd = flat.mean(axis=0), flat.std(axis=0, ddof=1)
+        for j, term in enumerate(t.term_names):
+            for i, level in enumerate(t.levels):
+                rows.append({"group": t.group, "term": term, "level": str(level), "estimate": float(mean[i, j]),
+                             "condsd": float(sd[i, j])})
+    return pd.DataFrame(rows)
+
+
+def _posterior_fairness(bres: Any, df: pd.DataFrame, fcfg: FairnessConfig) -> pd.DataFrame:
+    from scoremix.fairness import posterior_subgroup_measures
+
+    key = df[fcfg.groups].astype(str).agg("_".join, axis=1).rename("subgroup")
+    data = df.assign(subgroup=key)
+    mom = bres.class_moments(groups="subgroup", data=data, label="y",
+                             random="conditional" if fcfg.conditional else "marginal", max_draws=400)
+    names = sorted(pd.unique(mom["subgroup"]))
+    piv = {c: mom[mom["class"] == c].pivot_table(index="draw", columns="subgroup", values=["mean", "sd", "n"])
+           for c in (0, 1)}
+    ok = [g for g in names if g in piv[0]["mean"].columns and g in piv[1]["mean"].columns]
+    res = posterior_subgroup_measures(
+        piv[0]["mean"][ok].to_numpy(), piv[0]["sd"][ok].to_numpy(), piv[1]["mean"][ok].to_numpy(),
+        piv[1]["sd"][ok].to_numpy(), n_neg=piv[0]["n"][ok].iloc[0].to_numpy(), n_pos=piv[1]["n"][ok].iloc[0].to_numpy(),
+        names=ok, p_target=fcfg.p_target, c_miss=fcfg.c_miss, c_fa=fcfg.c_fa, normalize=fcfg.normalize, ci=fcfg.ci)
+    tab = res.table.copy()
+    tab.insert(0, "source", "posterior")
+    tab.attrs["fairness_index"] = res.fairness_index
+    return tab
+
+
+# ---------------------------------------------------------------------------------------
+# fairness, breakdown, compare, nuisance
+# ---------------------------------------------------------------------------------------
+
+def fairness_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, speaker: str, seed: int,
+                  min_speakers: int = 5) -> dict[str, Any]:
+    """SVEva subgroup table with cluster-bootstrap intervals, DET per subgroup and score
+    distributions of one system (:func:`scoremix.fairness.subgroup_dcf`)."""
+    _agg()
+    from scoremix.fairness import subgroup_dcf
+
+    res = subgroup_dcf(df, cfg.groups, score="score", label="y", speaker=speaker, p_target=cfg.p_target,
+                       c_miss=cfg.c_miss, c_fa=cfg.c_fa, normalize=cfg.normalize, n_boot=cfg.n_boot, ci=cfg.ci,
+                       random_state=seed, min_speakers=min_speakers, membership=cfg.membership, progress=False)
+    tab = res.table.copy()
+    tab.insert(0, "system", system)
+    summary = {"system": system, "min_dcf": res.min_dcf, "threshold": res.threshold,
+               "fairness_index": res.fairness_index, "fairness_index_lo": res.fairness_index_ci[0],
+               "fairness_index_hi": res.fairness_index_ci[1], **{f"overall_{k}": v for k, v in res.overall.items()}}
+    return {"table": tab, "summary": summary, "det_png": png_of(res.plot_det()),
+            "scores_png": png_of(res.plot_scores()),
+            "forest_png": png_of(_fig(res.plot_forest()))}
+
+
+def breakdown_task(system: str, df: pd.DataFrame, cfg: BreakdownConfig, speaker: str | None,
+                   seed: int) -> pd.DataFrame:
+    """Casual-Conversations style breakdown (:func:`scoremix.fairness.breakdown`) of one system."""
+    from scoremix.fairness import breakdown
+
+    by = [c[0] if len(c) == 1 else tuple(c) for c in cfg.by]
+    tab = breakdown(df, by, score="score", label="y", threshold=cfg.threshold, speaker=speaker,
+                    n_boot=cfg.n_boot, ci=cfg.ci, random_state=seed, progress=False)
+    tab.insert(0, "system", system)
+    return tab
+
+
+def compare_task(df: pd.DataFrame, system_col: str, cfg: CompareConfig, speaker: str, fcfg: FairnessConfig | None,
+                 seed: int) -> dict[str, Any]:
+    """Paired-bootstrap comparison of two systems (:func:`scoremix.fairness.compare_subgroup_dcf`)
+    with the ratio scatter plot."""
+    _agg()
+    from scoremix.fairness import compare_subgroup_dcf
+    from scoremix.fairness.plots import plot_ratio_scatter
+
+    cost = {} if fcfg is None else dict(p_target=fcfg.p_target, c_miss=fcfg.c_miss, c_fa=fcfg.c_fa,
+                                        normalize=fcfg.normalize)
+    sub = df[df[system_col].astype(str).isin(cfg.systems)].copy()
+    sub[system_col] = sub[system_col].astype(str)
+    res = compare_subgroup_dcf(sub, cfg.groups, system=system_col, systems=cfg.systems, trial_id=cfg.trial_id,
+                               score="score", label="y", speaker=speaker, measures=cfg.measures,
+                               n_boot=cfg.n_boot, ci=cfg.ci, random_state=seed, progress=False, **cost)
+    fi = {k: {"value": v[0], "lo": v[1], "hi": v[2]} for k, v in res.fairness_index.items()}
+    png = None
+    if "ratio_overall" in cfg.measures:
+        png = png_of(_fig(plot_ratio_scatter(res)))
+    return {"table": res.table, "fairness_index": fi, "systems": list(res.systems), "scatter_png": png}
+
+
+def nuisance_task(system: str, df: pd.DataFrame, cfg: NuisanceConfig, seed: int) -> dict[str, Any]:
+    """Nuisance LLR (class-conditional GMMs fitted on the ``train`` rows) on the ``test`` rows
+    and its two-Gaussian model :math:`\\ell = \\mu + d y + \\varepsilon`."""
+    from scoremix.nuisance import NuisanceLLR, nuisance_model
+    from scoremix.study.data import apply_filters
+
+    if cfg.feature not in df.columns:
+        raise KeyError(f"analyses.nuisance.feature: column {cfg.feature!r} not in the trial table")
+    train = apply_filters(df, cfg.train, "analyses.nuisance.train") if cfg.train else df
+    test = apply_filters(df, cfg.test, "analyses.nuisance.test") if cfg.test else df
+    est = NuisanceLLR(n_components=cfg.n_components, random_state=seed)
+    est.fit(train[cfg.feature].to_numpy(float), train["y"].to_numpy())
+    llr = est.llr(test[cfg.feature].to_numpy(float))
+    nm = nuisance_model(llr, test["y"].to_numpy())
+    tab = nm.to_frame(cfg.feature).reset_index()
+    tab.insert(0, "system", system)
+    return {"table": tab}
