@@ -102,20 +102,6 @@ def test_theta_names_match_lme4(case_id: str) -> None:
     assert [nm for t in spec.terms for nm in t.theta_names()] == case["theta_names"]
 
 
-def test_theta_order_matches_lme4_for_repeated_groups() -> None:
-    """lme4's theta names rebuilt from group_factor + term_names (what the spec should do)."""
-    for k in _THETA_XFAIL:
-        case = CASES[k]
-        spec, _ = build_quiet(case["formula"], load(case["data"]))
-        names = []
-        for t in spec.terms:
-            for j in range(t.p):
-                for i in range(j, t.p):
-                    tail = t.term_names[i] if i == j else f"{t.term_names[i]}.{t.term_names[j]}"
-                    names.append(f"{t.group_factor}.{tail}")
-        assert names == case["theta_names"]
-
-
 @pytest.mark.parametrize("case_id", ERR_CASES)
 def test_grouping_errors_match_lme4(case_id: str) -> None:
     case = CASES[case_id]

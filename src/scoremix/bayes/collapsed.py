@@ -89,7 +89,7 @@ def collapsed_constant(ss: BlockedSuffStats, beta_sd: np.ndarray) -> float:
     s0 = np.asarray(beta_sd, dtype=np.float64)
     gauss = np.isfinite(s0)
     n_flat = int((~gauss).sum())
-    return float(-0.5 * (ss.n - n_flat) * LOG2PI + 0.5 * ss.logw_by.sum()
+    return float(-0.5 * (ss.n - n_flat) * LOG2PI + 0.5 * ss.sum_log_w
                  - np.sum(np.log(s0[gauss])))
 
 

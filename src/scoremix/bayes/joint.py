@@ -16,8 +16,8 @@ Two equivalent likelihoods:
 
   .. math::
 
-      \log p(y\mid\cdot) = \sum_\ell \Big[-\tfrac{n_\ell}{2}\log 2\pi - n_\ell\log\sigma_\ell
-        + \tfrac12\textstyle\sum_{i\in\ell}\log w_i
+      \log p(y\mid\cdot) = \tfrac12\textstyle\sum_i \log w_i
+        + \sum_\ell \Big[-\tfrac{n_\ell}{2}\log 2\pi - n_\ell\log\sigma_\ell
         - \frac{1}{2\sigma_\ell^2}\big(\sum_j b_{1j}^\top D_{\ell j} b_{1j}
         + 2\sum_j b_{1j}^\top B_{\ell j} a + a^\top A_\ell a\big)\Big];
 
@@ -155,8 +155,7 @@ def build_joint_model(spec, ps: PriorSet, ss: BlockedSuffStats | None, likelihoo
                 Bq = (pt.dot(pt.constant(ss.B), a) * b1[None]).sum(axis=(1, 2))
                 Q = Q + Dq + 2.0 * Bq
             n_by = pt.constant(ss.n_by)
-            ll = (-0.5 * LOG2PI * n_by - n_by * pt.log(sigma) + 0.5 * pt.constant(ss.logw_by)
-                  - 0.5 * Q / sigma**2).sum()
+            ll = (-0.5 * LOG2PI * n_by - n_by * pt.log(sigma) - 0.5 * Q / sigma**2).sum() + 0.5 * ss.sum_log_w
             pm.Potential("loglik", ll)
         else:
             mu = pt.dot(pt.constant(np.asarray(spec.X, dtype=np.float64)), beta)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["BlockedSuffStats", "blocked_suffstats", "term_design"]
+__all__ = ["BlockedSuffStats", "blocked_suffstats", "blocked_suffstats_sparse", "term_design"]
 
 
 @dataclass
@@ -45,8 +45,8 @@ class BlockedSuffStats:
         random term.
     n_by:
         ``(L,)`` number of rows per dispersion level.
-    logw_by:
-        ``(L,)`` ``Σ log w_i`` per dispersion level.
+    sum_log_w:
+        ``Σ_i log w_i`` over all rows (0 without weights).
     n1, p1:
         levels and columns of the first random term (0, 0 without random terms).
     rest_slices:
@@ -62,7 +62,7 @@ class BlockedSuffStats:
     B: np.ndarray
     A: np.ndarray
     n_by: np.ndarray
-    logw_by: np.ndarray
+    sum_log_w: float
     n1: int
     p1: int
     rest_slices: list[tuple[int, int, int]]
@@ -91,7 +91,7 @@ class BlockedSuffStats:
         M[self.m - 1, self.x_start:self.x_start + self.p] = -m0
         A = np.einsum("ab,lbc,dc->lad", M, self.A, M)
         B = np.einsum("ljkb,cb->ljkc", self.B, M)
-        return BlockedSuffStats(self.D, B, A, self.n_by, self.logw_by, self.n1, self.p1,
+        return BlockedSuffStats(self.D, B, A, self.n_by, self.sum_log_w, self.n1, self.p1,
                                 self.rest_slices, self.x_start, self.p, self.m)
 
 
@@ -110,8 +110,35 @@ def blocked_suffstats(spec) -> BlockedSuffStats:
     """Compute :class:`BlockedSuffStats` of a :class:`~scoremix.lme.spec.ModelSpec`.
 
     Uses the spec's prior ``weights`` (all ones when ``None``) and its
-    ``dispersion_codes`` (one dispersion level when ``None``).
+    ``dispersion_codes`` (one dispersion level when ``None``).  The cross-products come
+    from the native engine's :func:`scoremix.lme.crossprod.crossproducts` (same blocked
+    layout, bincount-based); a model without random terms, or an installation without
+    that module, uses :func:`blocked_suffstats_sparse`.
     """
+    if spec.terms:
+        try:
+            from scoremix.lme.crossprod import crossproducts
+        except ImportError:  # pragma: no cover - crossprod ships with scoremix
+            crossproducts = None
+        if crossproducts is not None:
+            cp = crossproducts(spec)
+            L, m, q1 = cp.Ar1.shape
+            n1, p1 = cp.term_nlev[0], cp.term_p[0]
+            B = np.ascontiguousarray(cp.Ar1.transpose(0, 2, 1)).reshape(L, n1, p1, m)
+            rest_slices = []
+            start = 0
+            for nl, p in zip(cp.term_nlev[1:], cp.term_p[1:]):
+                rest_slices.append((start, nl, p))
+                start += nl * p
+            return BlockedSuffStats(np.asarray(cp.A11), B, np.asarray(cp.Arr),
+                                    np.asarray(cp.n_by, dtype=np.float64), float(cp.sum_log_w),
+                                    n1, p1, rest_slices, start, spec.p, m)
+    return blocked_suffstats_sparse(spec)
+
+
+def blocked_suffstats_sparse(spec) -> BlockedSuffStats:
+    """:class:`BlockedSuffStats` computed here with ``scipy.sparse`` products (also the
+    independent cross-check of the engine's cross-products in the tests)."""
     n = spec.n
     y = np.asarray(spec.y, dtype=np.float64)
     X = np.asarray(spec.X, dtype=np.float64)
@@ -152,11 +179,9 @@ def blocked_suffstats(spec) -> BlockedSuffStats:
     B = np.zeros((n_disp, n1, p1, m))
     A = np.zeros((n_disp, m, m))
     n_by = np.zeros(n_disp)
-    logw_by = np.zeros(n_disp)
     for lvl in range(n_disp):
         rows = np.flatnonzero(dcodes == lvl)
         n_by[lvl] = rows.size
-        logw_by[lvl] = float(np.log(w[rows]).sum())
         wl = w[rows]
         Rl = R[rows]
         A[lvl] = (Rl.T @ Rl.multiply(wl[:, None])).toarray()
@@ -169,4 +194,4 @@ def blocked_suffstats(spec) -> BlockedSuffStats:
                 for b in range(p1):
                     D[lvl, :, a, b] = np.bincount(c1r, weights=X1r[:, a] * xw[:, b], minlength=n1)
             B[lvl] = np.asarray((Z1w.T @ Rl).todense()).reshape(n1, p1, m)
-    return BlockedSuffStats(D, B, A, n_by, logw_by, n1, p1, rest_slices, x_start, p, m)
+    return BlockedSuffStats(D, B, A, n_by, float(np.log(w).sum()), n1, p1, rest_slices, x_start, p, m)

@@ -177,6 +177,9 @@ def _weights_by_level(spec: ModelSpec, weights: np.ndarray | None) -> tuple[list
 
 
 def _term_columns(codes: np.ndarray, Xk: np.ndarray, n_levels: int) -> list[tuple]:
+    """Column descriptions ``("z", codes, x_a, n_levels, a, p)`` of one random term: column
+    ``a`` of ``Z_k`` is the indicator of the row's level times ``x_a``.  Dense columns of
+    ``X`` and ``y`` are ``("d", vector)``."""
     return [("z", codes, Xk[:, a], n_levels, a, Xk.shape[1]) for a in range(Xk.shape[1])]
 
 
@@ -188,10 +191,6 @@ def _all_rest(spec_codes, spec_tX, spec_nlev, X, y) -> list[tuple]:
         cols.append(("d", X[:, j]))
     cols.append(("d", y))
     return cols
-
-
-def _col_size(c: tuple) -> int:
-    return c[3] if c[0] == "z" else 1
 
 
 def _bincount2(idx: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
@@ -236,25 +235,13 @@ def _place(cols: list[tuple]) -> list[np.ndarray]:
     return out
 
 
-def _rest_cross(cols: list[tuple], other: list[tuple], w: np.ndarray,
-                other_full: list[tuple] | None = None) -> np.ndarray:
-    """``[cols]' W [other]`` assembled densely (``other`` must be dense ("d") columns or the
-    full column list)."""
+def _rest_cross(cols: list[tuple], other: list[tuple], w: np.ndarray) -> np.ndarray:
+    """``[cols]' W [other]`` for dense ("d") columns ``other``: shape ``(m, len(other))``."""
     rows = _place(cols)
     m = sum(len(r) for r in rows)
-    if other is cols:
-        out = np.zeros((m, m))
-        for ia, ca in enumerate(cols):
-            for ib in range(ia, len(cols)):
-                blk = _cross_block(ca, cols[ib], w)
-                out[np.ix_(rows[ia], rows[ib])] = blk
-                if ib != ia:
-                    out[np.ix_(rows[ib], rows[ia])] = blk.T
-        return out
-    ocols = other
-    out = np.zeros((m, len(ocols)))
+    out = np.zeros((m, len(other)))
     for ia, ca in enumerate(cols):
-        for ib, cb in enumerate(ocols):
+        for ib, cb in enumerate(other):
             out[rows[ia], ib] = _cross_block(ca, cb, w)[:, 0]
     return out
 
