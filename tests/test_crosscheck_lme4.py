@@ -16,9 +16,9 @@ Tolerances (relative unless stated):
 * sleepstudy's correlated model: the REML surface is flat along the correlation, and
   lme4 (tight) and the native engine stop 1e-5 apart in θ with criteria equal to 1e-12 —
   covered by the 1e-4 tolerance.
-* live lme4 at default settings: 1e-3 on variance components (lme4's defaults are loose,
-  ``../shared/docs/install-notes.md``), 1e-6 on fixed effects, criterion never better
-  than native by more than 1e-8 relative.
+* live lme4 at default settings: 1e-3 on variance components, θ and SEs (lme4's defaults
+  are loose, ``../shared/docs/install-notes.md``), 1e-4 on fixed effects, criterion never
+  better than native by more than 1e-8 relative.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _rel(a: float, b: float) -> float:
 
 
 def _assert_agree(nat: dict, ref: dict, *, theta_tol: float = 1e-4, sd_tol: float = 1e-4,
-                  fe_tol: float = 1e-4, crit_tol: float = 1e-6) -> None:
+                  fe_tol: float = 1e-4, crit_tol: float = 1e-6, se_tol: float = 1e-4) -> None:
     c_nat, c_ref = _criterion(nat), _criterion(ref)
     assert _rel(c_nat, c_ref) < crit_tol, (c_nat, c_ref)
     assert c_nat <= c_ref + 1e-8 * abs(c_ref), f"native criterion {c_nat} worse than reference {c_ref}"
@@ -87,7 +87,7 @@ def _assert_agree(nat: dict, ref: dict, *, theta_tol: float = 1e-4, sd_tol: floa
     assert list(nat["fixef"]) == list(ref["fixef"])
     for k, v in ref["fixef"].items():
         assert abs(nat["fixef"][k] - v) <= fe_tol * max(abs(v), ref["se"][k]), (k, nat["fixef"][k], v)
-        assert nat["se"][k] == pytest.approx(ref["se"][k], rel=fe_tol), k
+        assert nat["se"][k] == pytest.approx(ref["se"][k], rel=se_tol), k
     th_n, th_r = np.asarray(nat["theta"]), np.asarray(ref["theta"])
     assert th_n.shape == th_r.shape
     bound = theta_tol * np.abs(th_r) + np.where(th_r < 1e-2, 1e-4, 0.0)
@@ -202,7 +202,8 @@ def test_native_vs_live_lme4_default(name: str, rscript: str, tmp_path: Path,
     subprocess.run(args, check=True, capture_output=True, timeout=300)
     live = json.loads(out.read_text())
     nat = _fit_native(name, data)
-    _assert_agree(nat, live, theta_tol=1e-3, sd_tol=1e-3, fe_tol=1e-4, crit_tol=1e-6)
+    # SEs of fixed effects follow the variance components (e.g. labelspoof's SE ~ σ_attack/√6)
+    _assert_agree(nat, live, theta_tol=1e-3, sd_tol=1e-3, fe_tol=1e-4, crit_tol=1e-6, se_tol=1e-3)
 
 
 def test_reference_files_complete() -> None:

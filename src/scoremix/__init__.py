@@ -3,8 +3,79 @@
 Linear mixed-effects models of detector scores (lme4 formulas, native REML/ML engine,
 statsmodels and lme4 backends, a PyMC counterpart), model-based error rates, nuisance
 analysis and subgroup fairness with honest uncertainty.
+
+Conventions used everywhere: positive class = target / bona fide / genuine / real
+(``y = 1``); accept = ``score >= threshold``; error rates are fractions in [0, 1].
 """
 
 from scoremix._version import __version__
+from scoremix.trials import (
+    LabelError,
+    TrialTableError,
+    label_to_binary,
+    load_trials,
+    read_asvspoof_cm,
+    read_kaldi_trials,
+)
+from scoremix.metrics import (
+    DetCurve,
+    MinDCF,
+    act_dcf,
+    cllr,
+    dcf,
+    det_axis_ticks,
+    det_curve,
+    eer,
+    eer_threshold,
+    min_cllr,
+    min_dcf,
+    probit,
+    rates_at,
+)
+from scoremix.simulate import Simulation, SimulationError, simulate_sv_trials, simulate_trials
+from scoremix.lme.model_frame import build_model_spec
+from scoremix.lme.formula import parse_formula
+from scoremix.lme.errors import (
+    ConvergenceWarning,
+    FormulaError,
+    GroupingError,
+    MissingValueError,
+    NewLevelError,
+    RankDeficiencyWarning,
+    ResponseError,
+    SingularFitWarning,
+    UnknownColumnError,
+)
+from scoremix.nuisance import NuisanceLLR, NuisanceModel, nuisance_model
+from scoremix.design import (
+    CONFIGURATIONS,
+    Configuration,
+    class_mean_difference,
+    class_means,
+    delta_covariates,
+    delta_covariates_for,
+    partial_bias_grid,
+    zscore_by,
+)
+from scoremix.model_eer import gaussian_eer, mixture_eer, model_eer, model_eer_from_moments
 
-__all__ = ["__version__"]
+__all__ = [
+    "__version__",
+    # trials
+    "LabelError", "TrialTableError", "label_to_binary", "load_trials", "read_asvspoof_cm",
+    "read_kaldi_trials",
+    # metrics
+    "DetCurve", "MinDCF", "act_dcf", "cllr", "dcf", "det_axis_ticks", "det_curve", "eer",
+    "eer_threshold", "min_cllr", "min_dcf", "probit", "rates_at",
+    # simulation
+    "Simulation", "SimulationError", "simulate_sv_trials", "simulate_trials",
+    # mixed models: formula and model frame
+    "build_model_spec", "parse_formula", "ConvergenceWarning", "FormulaError", "GroupingError",
+    "MissingValueError", "NewLevelError", "RankDeficiencyWarning", "ResponseError",
+    "SingularFitWarning", "UnknownColumnError",
+    # nuisance, designs, model-based EER
+    "NuisanceLLR", "NuisanceModel", "nuisance_model", "CONFIGURATIONS", "Configuration",
+    "class_mean_difference", "class_means", "delta_covariates", "delta_covariates_for",
+    "partial_bias_grid", "zscore_by", "gaussian_eer", "mixture_eer", "model_eer",
+    "model_eer_from_moments",
+]
