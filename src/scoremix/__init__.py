@@ -58,6 +58,15 @@ from scoremix.design import (
     zscore_by,
 )
 from scoremix.model_eer import gaussian_eer, mixture_eer, model_eer, model_eer_from_moments
+from scoremix.fairness import (
+    SubgroupError,
+    breakdown,
+    compare_subgroup_dcf,
+    fairness_index,
+    model_subgroup_dcf,
+    posterior_subgroup_measures,
+    subgroup_dcf,
+)
 
 __all__ = [
     "__version__",
@@ -78,4 +87,7 @@ __all__ = [
     "class_mean_difference", "class_means", "delta_covariates", "delta_covariates_for",
     "partial_bias_grid", "zscore_by", "gaussian_eer", "mixture_eer", "model_eer",
     "model_eer_from_moments",
+    # subgroup fairness
+    "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
+    "posterior_subgroup_measures", "subgroup_dcf",
 ]

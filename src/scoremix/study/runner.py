@@ -1,0 +1,340 @@
+"""Run a study: load the data, fit the models and run the analyses (joblib or Dask), write
+one file per analysis, the lme4 re-fit script and the HTML report.
+
+Output folder layout (every table is also described in ``manifest.json``):
+
+===========================  =============================================================
+``study.json``               the resolved configuration, scoremix version, systems
+``data_summary.csv``         per system × subgroup: trials, classes, speakers, reliability flag
+``metrics.csv``              empirical EER/minDCF per system (and per ``by`` cell)
+``fixed_effects.csv``        model, system, backend, term, estimate, se, lo95, hi95
+                             (Bayesian: mean, sd, HDI)
+``variance_components.csv``  model, system, grp, var1, var2, vcov, sdcor
+``random_effects.csv``       model, system, group, term, level, estimate, condsd
+``model_eer.csv``            model, system, by, cell, n_neg, n_pos, eer_model, eer_empirical
+``models/<m>__<sys>.json``   ``LmerResult.to_dict()`` (schema ``scoremix.lmer/1``)
+``models/<m>__<sys>.nc``     posterior draws of a Bayesian model (netCDF, ArviZ)
+``bayes_vs_freq.csv``        side-by-side estimates of Bayesian and frequentist fits
+``fairness.csv``             SVEva table per system with bootstrap intervals
+``fairness_summary.json``    overall minDCF, τ*, Fairness Index (+ interval) per system
+``fairness_model.csv``       model-based / posterior subgroup measures
+``breakdown.csv``            per attribute value breakdown
+``compare.csv``              paired two-system comparison; ``compare_summary.json``
+``nuisance.csv``             nuisance LLR model per system
+``recovered_vs_true.csv``    simulated data only: estimates next to the truth
+``trials.csv, truth.json``   simulated data only: the table and the true parameters
+``data_for_r.csv.gz``        the columns the R script needs; ``refit_lme4.R``
+``report.html``              self-contained report (images embedded)
+===========================  =============================================================
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from scoremix.study.config import StudyConfig, load_study
+from scoremix.study.data import ALL_SYSTEMS, StudyData, apply_filters, load_study_data
+from scoremix.study.parallel import Task, run_tasks, task_seed
+
+__all__ = ["StudyResult", "run_study", "FILE_DESCRIPTIONS"]
+
+FILE_DESCRIPTIONS: dict[str, str] = {
+    "study.json": "resolved study configuration",
+    "data_summary.csv": "trials, classes and speakers per system and subgroup, with reliability flags",
+    "metrics.csv": "empirical EER and minDCF per system and cell",
+    "fixed_effects.csv": "fixed effects of every model fit",
+    "variance_components.csv": "variance components of every model fit",
+    "random_effects.csv": "conditional modes (posterior means) of the random effects",
+    "model_eer.csv": "model-based vs empirical EER",
+    "bayes_vs_freq.csv": "Bayesian vs frequentist estimates side by side",
+    "fairness.csv": "SVEva subgroup measures with bootstrap intervals",
+    "fairness_summary.json": "overall minDCF, threshold and Fairness Index per system",
+    "fairness_model.csv": "model-based and posterior subgroup measures",
+    "breakdown.csv": "breakdown per attribute value",
+    "compare.csv": "paired two-system comparison per subgroup",
+    "compare_summary.json": "Fairness Index of both systems and their difference",
+    "nuisance.csv": "nuisance LLR two-Gaussian model",
+    "recovered_vs_true.csv": "estimated vs true parameters of the simulation",
+    "trials.csv": "the simulated trial table",
+    "truth.json": "true parameters and realised effects of the simulation",
+    "data_for_r.csv.gz": "data for the lme4 re-fit script",
+    "refit_lme4.R": "R script re-fitting the frequentist models with lme4",
+    "report.html": "self-contained HTML report",
+}
+
+
+@dataclass
+class StudyResult:
+    """Everything a study computed, plus the files it wrote."""
+
+    config: StudyConfig
+    data: StudyData
+    out_dir: Path
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    models: list[dict[str, Any]] = field(default_factory=list)
+    fairness: dict[str, dict[str, Any]] = field(default_factory=dict)
+    breakdown: pd.DataFrame | None = None
+    compare: dict[str, Any] | None = None
+    nuisance: pd.DataFrame | None = None
+    data_summary: pd.DataFrame | None = None
+    recovered: pd.DataFrame | None = None
+    files: dict[str, Path] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    messages: list[str] = field(default_factory=list)
+
+
+def _data_summary(cfg: StudyConfig, data: StudyData) -> pd.DataFrame:
+    d = cfg.data
+    rows = []
+    groupings: list[list[str]] = [[]] + [[g] for g in d.subgroups]
+    if len(d.subgroups) > 1:
+        groupings.append(list(d.subgroups))
+    for system in data.systems:
+        df = data.subset(system)
+        for cols in groupings:
+            parts = [((), df)] if not cols else df.groupby(cols, observed=True, sort=True)
+            for key, g in parts:
+                key = key if isinstance(key, tuple) else (key,)
+                n_pos = int(g["y"].sum())
+                n_neg = int(len(g) - n_pos)
+                n_spk = int(g[d.speaker].nunique()) if d.speaker in g.columns else np.nan
+                flags = []
+                if d.speaker in g.columns and n_spk < d.min_speakers:
+                    flags.append(f"fewer than {d.min_speakers} speakers")
+                if min(n_pos, n_neg) < d.min_class_trials:
+                    flags.append(f"fewer than {d.min_class_trials} trials of a class")
+                rows.append({"system": system, "attribute": "×".join(cols) or "all",
+                             "value": "×".join(map(str, key)) or "all", "n_trials": int(len(g)), "n_pos": n_pos,
+                             "n_neg": n_neg, "n_speakers": n_spk, "reliable": not flags, "flags": "; ".join(flags)})
+    return pd.DataFrame(rows)
+
+
+def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
+    from scoremix.study import tasks as T
+
+    seed = cfg.study.seed
+    an = cfg.analyses
+    speaker = cfg.data.speaker
+    out: list[Task] = []
+    for system in data.systems:
+        df = data.subset(system)
+        if an.metrics is not None:
+            out.append(Task(f"metrics/{system}", T.metrics_task, (system, df, an.metrics)))
+        if an.fairness is not None:
+            k = f"fairness/{system}"
+            out.append(Task(k, T.fairness_task, (system, df, an.fairness, speaker, task_seed(seed, k),
+                                                 cfg.data.min_speakers)))
+        if an.breakdown is not None:
+            k = f"breakdown/{system}"
+            sp = speaker if speaker in df.columns else None
+            out.append(Task(k, T.breakdown_task, (system, df, an.breakdown, sp, task_seed(seed, k))))
+        if an.nuisance is not None:
+            k = f"nuisance/{system}"
+            out.append(Task(k, T.nuisance_task, (system, df, an.nuisance, task_seed(seed, k))))
+    for m in cfg.models:
+        for system in (data.systems if m.per_system else [ALL_SYSTEMS]):
+            df = data.subset(system) if m.per_system else data.table
+            if m.filters:
+                df = apply_filters(df, m.filters, f"models[{m.name}].filters").reset_index(drop=True)
+            k = f"model/{m.name}/{system}"
+            meer = an.model_eer if (an.model_eer is not None and (m.name in an.model_eer.models
+                                                                  or m.backend == "bayes")) else None
+            out.append(Task(k, T.model_task, (m, system, df, task_seed(seed, k), meer, an.fairness, speaker)))
+    if an.compare is not None:
+        k = "compare"
+        out.append(Task(k, T.compare_task, (data.table, cfg.data.system, an.compare, speaker, an.fairness,
+                                             task_seed(seed, k))))
+    return out
+
+
+def _write_csv(res: StudyResult, name: str, df: pd.DataFrame | None) -> None:
+    if df is None or len(df) == 0:
+        return
+    path = res.out_dir / name
+    df.to_csv(path, index=False)
+    res.files[name] = path
+
+
+def _write_json(res: StudyResult, name: str, obj: Any) -> None:
+    from scoremix.demo import to_jsonable
+
+    path = res.out_dir / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(to_jsonable(obj), indent=2), encoding="utf-8")
+    res.files[name] = path
+
+
+def _concat(frames: Sequence[pd.DataFrame | None]) -> pd.DataFrame | None:
+    frames = [f for f in frames if f is not None and len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def _with(df: pd.DataFrame | None, **cols: Any) -> pd.DataFrame | None:
+    if df is None:
+        return None
+    df = df.copy()
+    for i, (k, v) in enumerate(cols.items()):
+        df.insert(i, k, v)
+    return df
+
+
+def _collect(res: StudyResult, tasks: list[Task], results: list[Any]) -> None:
+    for t, r in zip(tasks, results):
+        kind = t.key.split("/")[0]
+        if kind == "metrics":
+            res.metrics[t.args[0]] = r
+        elif kind == "fairness":
+            res.fairness[t.args[0]] = r
+        elif kind == "breakdown":
+            res.breakdown = _concat([res.breakdown, r])
+        elif kind == "nuisance":
+            res.nuisance = _concat([res.nuisance, r["table"]])
+        elif kind == "model":
+            res.models.append(r)
+        elif kind == "compare":
+            res.compare = r
+
+
+def _write_outputs(res: StudyResult) -> None:
+    out = res.out_dir
+    _write_csv(res, "data_summary.csv", res.data_summary)
+    _write_csv(res, "metrics.csv", _concat([m["table"] for m in res.metrics.values()]))
+    fe, vc, re_, me, bf, fm = [], [], [], [], [], []
+    (out / "models").mkdir(exist_ok=True)
+    for m in res.models:
+        key = f"{m['model']}__{m['system']}"
+        ids = dict(model=m["model"], system=m["system"], backend=m["backend"])
+        fe.append(_with(m.get("fixef"), **ids))
+        vc.append(_with(m.get("varcorr"), **ids))
+        re_.append(_with(m.get("ranef"), **ids))
+        me.append(_with(m.get("model_eer"), **ids))
+        bf.append(_with(m.get("compare"), **ids))
+        fm.append(_with(m.get("fairness"), model=m["model"], system=m["system"]))
+        if "json" in m:
+            _write_json(res, f"models/{key}.json", m["json"])
+        if "idata" in m:
+            path = out / "models" / f"{key}.nc"
+            m["idata"].to_netcdf(str(path))
+            res.files[f"models/{key}.nc"] = path
+    _write_csv(res, "fixed_effects.csv", _concat(fe))
+    vcc = _concat(vc)
+    _write_csv(res, "variance_components.csv", vcc)
+    _write_csv(res, "random_effects.csv", _concat(re_))
+    _write_csv(res, "model_eer.csv", _concat(me))
+    _write_csv(res, "bayes_vs_freq.csv", _concat(bf))
+    _write_csv(res, "fairness_model.csv", _concat(fm))
+    if res.fairness:
+        _write_csv(res, "fairness.csv", _concat([f["table"] for f in res.fairness.values()]))
+        _write_json(res, "fairness_summary.json", {s: f["summary"] for s, f in res.fairness.items()})
+    _write_csv(res, "breakdown.csv", res.breakdown)
+    if res.compare is not None:
+        _write_csv(res, "compare.csv", res.compare["table"])
+        _write_json(res, "compare_summary.json", {"systems": res.compare["systems"],
+                                                  "fairness_index": res.compare["fairness_index"]})
+    _write_csv(res, "nuisance.csv", res.nuisance)
+
+
+def _write_r(res: StudyResult) -> None:
+    from scoremix.study.rscript import R_DATA_FILE, r_data_columns, render_refit_script, write_r_data
+
+    freq = [m for m in res.config.models if m.backend != "bayes"]
+    if not freq:
+        return
+    table = res.data.table
+    cols = r_data_columns(freq, list(table.columns), res.data.system_column)
+    levels = write_r_data(table, cols, res.out_dir / R_DATA_FILE)
+    res.files[R_DATA_FILE] = res.out_dir / R_DATA_FILE
+    text = render_refit_script(res.config.study.name, freq, res.data.systems, res.data.system_column, levels)
+    path = res.out_dir / "refit_lme4.R"
+    path.write_text(text, encoding="utf-8")
+    res.files["refit_lme4.R"] = path
+
+
+def run_study(study: StudyConfig | str | Path, out_dir: str | Path | None = None, jobs: int = 1,
+              dask: str | None = None, progress: bool = True,
+              overrides: Mapping[str, Any] | Sequence[str] | None = None, report: bool = True,
+              log: Any = None) -> StudyResult:
+    """Run a study end to end and write its outputs.
+
+    Parameters
+    ----------
+    study:
+        a :class:`~scoremix.study.config.StudyConfig` or the path of a study TOML file.
+    out_dir:
+        output folder (default: ``[study].output``, else ``<name>-results`` in the current folder).
+    jobs:
+        worker processes for the independent tasks (systems × models × analyses); results do not
+        depend on it (every task is seeded from the study seed and its own key).
+    dask:
+        ``"local"`` or a scheduler address to run the tasks on Dask instead of joblib.
+    progress:
+        progress bars and stage messages (on stderr).
+    overrides:
+        dotted-key overrides when ``study`` is a path (see :func:`~scoremix.study.config.apply_overrides`).
+    report:
+        write ``report.html``.
+    log:
+        callable receiving progress messages (default: print to stderr when ``progress``).
+
+    Returns
+    -------
+    StudyResult
+    """
+    import sys
+
+    cfg = load_study(study, overrides) if isinstance(study, (str, Path)) else study
+    if log is None:
+        def log(msg: str) -> None:
+            if progress:
+                print(msg, file=sys.stderr)
+    out = Path(out_dir) if out_dir is not None else (cfg.study.output or Path(f"{cfg.study.name}-results"))
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    log(f"[scoremix study] {cfg.study.name}: loading data")
+    data = load_study_data(cfg.data, seed=cfg.study.seed)
+    res = StudyResult(config=cfg, data=data, out_dir=out)
+    res.timings["load"] = time.perf_counter() - t0
+    log(f"[scoremix study] {len(data.table)} trials, systems: {', '.join(data.systems)}")
+    from scoremix._version import __version__
+
+    _write_json(res, "study.json", {"scoremix_version": __version__, "systems": data.systems,
+                                    "n_trials": int(len(data.table)), "config": cfg.to_dict()})
+    if data.simulation is not None:
+        data.simulation.table.to_csv(out / "trials.csv", index=False)
+        res.files["trials.csv"] = out / "trials.csv"
+        _write_json(res, "truth.json", data.simulation.truth)
+    res.data_summary = _data_summary(cfg, data)
+    tasks = _build_tasks(cfg, data)
+    log(f"[scoremix study] running {len(tasks)} tasks "
+        f"({'dask ' + dask if dask else f'{jobs} job(s)'})")
+    t1 = time.perf_counter()
+    results = run_tasks(tasks, jobs=jobs, dask=dask, progress=progress)
+    res.timings["tasks"] = time.perf_counter() - t1
+    _collect(res, tasks, results)
+    if data.simulation is not None:
+        from scoremix.study.report import recovered_vs_true
+
+        res.recovered = recovered_vs_true(res)
+        _write_csv(res, "recovered_vs_true.csv", res.recovered)
+    _write_outputs(res)
+    _write_r(res)
+    if report:
+        from scoremix.study.report import write_report
+
+        t2 = time.perf_counter()
+        res.files["report.html"] = write_report(res, out / "report.html")
+        res.timings["report"] = time.perf_counter() - t2
+    res.timings["total"] = time.perf_counter() - t0
+    _write_json(res, "manifest.json", {name: {"path": str(p.relative_to(out)) if p.is_relative_to(out) else str(p),
+                                              "description": FILE_DESCRIPTIONS.get(
+                                                  name, "model fit" if name.startswith("models/") else "")}
+                                       for name, p in res.files.items()})
+    log(f"[scoremix study] done in {res.timings['total']:.1f} s; outputs in {out}")
+    return res
