@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 
 from scoremix.lme import native
-from scoremix.lme.crossprod import crossproducts
 from scoremix.lme.spec import ModelSpec, RandomTerm
 
 

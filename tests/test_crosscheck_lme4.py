@@ -171,7 +171,7 @@ def test_glmmtmb_reference_equals_weighted_lme4(rscript: str, tmp_path: Path) ->
     ratio = (ref["sigma_by"]["bonafide"] / ref["sigma_by"]["spoof"]) ** 2
     d["w"] = np.where(d["label"] == "spoof", ratio, 1.0)
     csv = tmp_path / "d.csv"
-    d.to_csv(csv, index=False, float_format="%.17g")
+    d.to_csv(csv, index=False)
     out = tmp_path / "o.json"
     subprocess.run([rscript, str(R_DIR / "fit_lme4.R"), str(csv), ref["formula"], str(out),
                     "--tight", "--weights=w"], check=True, capture_output=True, timeout=300)
@@ -194,7 +194,7 @@ def test_native_vs_live_lme4_default(name: str, rscript: str, tmp_path: Path,
     m = MANIFEST[name]
     data = _dataset(name, request)
     csv = tmp_path / "d.csv"
-    data.to_csv(csv, index=False, float_format="%.17g")
+    data.to_csv(csv, index=False)
     out = tmp_path / "o.json"
     args = [rscript, str(R_DIR / "fit_lme4.R"), str(csv), m["formula"], str(out)]
     if not m["REML"]:

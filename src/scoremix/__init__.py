@@ -33,6 +33,7 @@ from scoremix.metrics import (
     rates_at,
 )
 from scoremix.simulate import Simulation, SimulationError, simulate_sv_trials, simulate_trials
+from scoremix.lme import LmerResult, NativeControl, anova, confint, lmer
 from scoremix.lme.model_frame import build_model_spec
 from scoremix.lme.formula import parse_formula
 from scoremix.lme.errors import (
@@ -78,7 +79,8 @@ __all__ = [
     "eer_threshold", "min_cllr", "min_dcf", "probit", "rates_at",
     # simulation
     "Simulation", "SimulationError", "simulate_sv_trials", "simulate_trials",
-    # mixed models: formula and model frame
+    # mixed models
+    "LmerResult", "NativeControl", "anova", "confint", "lmer",
     "build_model_spec", "parse_formula", "ConvergenceWarning", "FormulaError", "GroupingError",
     "MissingValueError", "NewLevelError", "RankDeficiencyWarning", "ResponseError",
     "SingularFitWarning", "UnknownColumnError",

@@ -4,9 +4,15 @@ Subcommands:
 
 ``scoremix eer FILE --score COL --label COL [--positive V] [--method rocch]``
     EER (%), minDCF and its threshold of a trial table (CSV/TSV/.gz/parquet).
-``scoremix demo [--out DIR] [--seed S] [--n-trials N]``
-    Simulated detector with known truth → ``trials.csv``, ``truth.json``, ``metrics.json``,
-    ``report.html`` in ``DIR``.
+``scoremix study STUDY.toml [--out DIR] [--jobs N] [--dask ADDRESS|local] [--set KEY=VALUE]``
+    Run a study file (data, models, analyses) → one CSV/JSON per analysis, model JSON,
+    posterior netCDF, ``refit_lme4.R`` and ``report.html`` in ``DIR``.
+``scoremix demo [--out DIR] [--seed S] [--n-trials N] [--bayes]``
+    The embedded study on simulated data with known truth (no R, no shared data).
+``scoremix fit FILE --formula F [--backend B] [--ml] [--dispersion ~label] [--json OUT]``
+    Fit one linear mixed model; print lme4's summary, optionally write the result JSON.
+``scoremix fairness FILE --groups COL [COL …] [--speaker COL] [--n-boot B] [--csv OUT]``
+    SVEva subgroup DCF table with speaker-bootstrap intervals.
 ``scoremix simulate --out FILE [--kind cm|sv] [--n-trials N] [--seed S] [--truth JSON]``
     Write a simulated trial table (and optionally its truth).
 
@@ -94,27 +100,142 @@ def _cmd_eer(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from scoremix.demo import run_demo
+    from scoremix.study import DaskUnavailableError, StudyDataError
     from scoremix.simulate import SimulationError
 
     try:
-        res = run_demo(args.out, seed=args.seed, n_trials=args.n_trials, progress=not args.no_progress)
-    except SimulationError as exc:
+        res = run_demo(args.out, seed=args.seed, n_trials=args.n_trials, progress=not args.no_progress,
+                       n_boot=args.n_boot, bayes=args.bayes, bayes_draws=args.bayes_draws, jobs=args.jobs,
+                       dask=args.dask)
+    except (SimulationError, StudyDataError, DaskUnavailableError) as exc:
         return _fail("demo", None, exc)
     except OSError as exc:
         return _fail("demo", str(args.out), exc)
     ov = res["metrics"].get("overall", {})
-    print(f"Simulated {args.n_trials} countermeasure trials (seed {args.seed}) with known truth and "
-          f"evaluated them ({len(res['sections'])} report sections).")
+    print(f"scoremix demo: simulated {args.n_trials} countermeasure trials (seed {args.seed}) from a crossed "
+          f"mixed model with known parameters, fitted the models, compared model-based and empirical EER and "
+          f"measured subgroup fairness with {args.n_boot} speaker-bootstrap replicates "
+          f"({len(res['sections'])} report sections).")
     if ov:
-        print(f"  overall EER   {100 * ov['eer']:.3f} % (true {100 * ov['true_eer']:.3f} %)")
-        print(f"  overall minDCF {ov['min_dcf']:.5f} (true {ov['true_min_dcf']:.5f}, "
-              f"p_target={ov['p_target']:g})")
-    descriptions = {"trials": "simulated trial table", "truth": "true parameters and realised effects",
-                    "metrics": "computed measures", "report": "HTML report (self-contained)"}
-    for name, path in res["files"].items():
-        print(f"  {descriptions.get(name, name):<40} {path}")
-    for line in res["messages"]:
-        print(f"  {line}")
+        print(f"  overall EER    {100 * ov['eer']:.3f} % (true {100 * ov['true_eer']:.3f} %)")
+        print(f"  overall minDCF {ov['min_dcf']:.5f} (true {ov['true_min_dcf']:.5f}, p_target={ov['p_target']:g})")
+    if res["messages"]:
+        print("  recovered vs true (model 'crossed'):")
+        for line in res["messages"]:
+            print(f"    {line}")
+    print(f"Outputs in {res['out_dir']}:")
+    _print_files(res["files"])
+    print(f"Open {res['files'].get('report.html')} in a browser.")
+    return 0
+
+
+def _print_files(files: dict) -> None:
+    from scoremix.study.runner import FILE_DESCRIPTIONS
+
+    for name, path in files.items():
+        desc = FILE_DESCRIPTIONS.get(name, "model fit" if name.startswith("models/") else
+                                     "demo measures vs truth" if name == "metrics.json" else "")
+        print(f"  {desc:<55} {path}")
+
+
+# ---------------------------------------------------------------------------------------
+# study
+# ---------------------------------------------------------------------------------------
+
+def _cmd_study(args: argparse.Namespace) -> int:
+    from scoremix.lme.errors import LmeError
+    from scoremix.study import DaskUnavailableError, StudyConfigError, StudyDataError, load_study, run_study
+    from scoremix.fairness import SubgroupError
+
+    path = Path(args.study)
+    if not path.exists():
+        return _fail("study", str(path), FileNotFoundError("no such study file"))
+    try:
+        cfg = load_study(path, overrides=args.set)
+    except StudyConfigError as exc:
+        print(f"scoremix study: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    try:
+        res = run_study(cfg, out_dir=args.out, jobs=args.jobs, dask=args.dask, progress=not args.no_progress,
+                        report=not args.no_report)
+    except (StudyDataError, DaskUnavailableError) as exc:
+        return _fail("study", None, exc)
+    except (LmeError, SubgroupError, KeyError, ValueError) as exc:
+        return _fail("study", str(path), exc)
+    except OSError as exc:
+        return _fail("study", str(args.out or ""), exc)
+    print(f"scoremix study {cfg.study.name}: {len(res.data.table)} trials, systems {', '.join(res.data.systems)}, "
+          f"{len(res.models)} model fit(s), analyses: {', '.join(cfg.analyses.enabled()) or 'none'} "
+          f"({res.timings.get('total', 0):.1f} s).")
+    print(f"Outputs in {res.out_dir}:")
+    _print_files(res.files)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# fit
+# ---------------------------------------------------------------------------------------
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    from scoremix.lme.api import lmer
+    from scoremix.lme.errors import LmeError
+    from scoremix.trials import load_trials
+
+    path = Path(args.file)
+    if not path.exists():
+        return _fail("fit", str(path), FileNotFoundError("no such file"))
+    try:
+        if args.score is not None or args.label is not None:
+            df = load_trials(path, score=args.score or "score", label=args.label or "label", positive=args.positive)
+        else:
+            from scoremix.study.data import _read_file
+
+            df = _read_file(path)
+        fit = lmer(args.formula, df, REML=not args.ml, backend=args.backend, dispersion=args.dispersion)
+    except (LmeError, ValueError, KeyError, OSError, ImportError) as exc:
+        return _fail("fit", str(path), exc)
+    print(fit.summary())
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(fit.to_json(indent=2), encoding="utf-8")
+        print(f"wrote {out}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# fairness
+# ---------------------------------------------------------------------------------------
+
+def _cmd_fairness(args: argparse.Namespace) -> int:
+    from scoremix.fairness import SubgroupError, subgroup_dcf
+    from scoremix.trials import load_trials
+
+    path = Path(args.file)
+    if not path.exists():
+        return _fail("fairness", str(path), FileNotFoundError("no such file"))
+    try:
+        df = load_trials(path, score=args.score, label=args.label, positive=args.positive)
+        res = subgroup_dcf(df, args.groups, score="score", label="y", speaker=args.speaker,
+                           p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa, normalize=args.normalize,
+                           n_boot=args.n_boot, ci=args.ci, random_state=args.seed, progress=not args.no_progress)
+    except (SubgroupError, ValueError, KeyError, OSError) as exc:
+        return _fail("fairness", str(path), exc)
+    import pandas as pd
+
+    cols = [c for c in ["subgroup", "n_speakers", "n_pos", "n_neg", "dcf_at_overall", "min_dcf", "ratio_overall",
+                        "ratio_overall_lo", "ratio_overall_hi", "ratio_own", "fpr_ratio", "fnr_ratio", "reliable"]
+            if c in res.table.columns]
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
+        print(res.table[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    fi_ci = "" if args.n_boot == 0 else f" [{res.fairness_index_ci[0]:.4g}, {res.fairness_index_ci[1]:.4g}]"
+    print(f"overall minDCF {res.min_dcf:.6g} at threshold {res.threshold:.6g}; Fairness Index "
+          f"{res.fairness_index:.4g}{fi_ci}")
+    if args.csv:
+        out = Path(args.csv)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        res.table.to_csv(out, index=False)
+        print(f"wrote {out}")
     return 0
 
 
@@ -178,15 +299,73 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=_cmd_eer)
 
-    p = sub.add_parser("demo", help="simulate a detector with known truth and write a report",
-                       description="Simulate countermeasure trials with known truth, compute EER/minDCF "
-                                   "overall and per subgroup, and write trials.csv, truth.json, "
-                                   "metrics.json and report.html into DIR.")
+    p = sub.add_parser("study", help="run a study file (data, models, analyses → results and report)",
+                       description="Run a TOML study file: fit its models, run its analyses and write one "
+                                   "CSV/JSON per analysis, model JSON, netCDF posteriors, refit_lme4.R and "
+                                   "report.html into DIR. See docs/study-format.md.")
+    p.add_argument("study", metavar="STUDY.toml", help="study file")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output folder (default: [study].output, else <name>-results)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel worker processes (default 1)")
+    p.add_argument("--dask", default=None, metavar="ADDRESS",
+                   help="run the tasks on a Dask cluster: a scheduler address or 'local' (LocalCluster)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a study key, e.g. --set analyses.fairness.n_boot=50 (repeatable)")
+    p.add_argument("--no-report", action="store_true", help="skip report.html")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=_cmd_study)
+
+    p = sub.add_parser("demo", help="a complete study on simulated data with known truth",
+                       description="Run the embedded demo study: simulated countermeasure trials with known "
+                                   "parameters and subgroup disadvantages; mixed models, model-based EER, "
+                                   "fairness with bootstrap intervals, recovered vs true parameters; all "
+                                   "outputs of 'scoremix study' in DIR. Needs no R and no shared data.")
     p.add_argument("--out", default="demo-report", metavar="DIR", help="output folder (default: demo-report)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--n-trials", type=int, default=20000, help="number of trials (default 20000)")
+    p.add_argument("--n-boot", type=int, default=200, help="bootstrap replicates of the fairness table (default 200)")
+    p.add_argument("--bayes", action="store_true", help="also fit the model with PyMC (slower)")
+    p.add_argument("--bayes-draws", type=int, default=200, help="posterior draws per chain with --bayes (default 200)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel worker processes (default 1)")
+    p.add_argument("--dask", default=None, metavar="ADDRESS", help="Dask scheduler address or 'local'")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("fit", help="fit one linear mixed model to a table",
+                       description="Fit a linear mixed model given by an lme4 formula; print lme4's summary. "
+                                   "With --score/--label the table is validated as a trial table first "
+                                   "(columns renamed to score/label, plus y = 1 for the positive class).")
+    p.add_argument("file", metavar="FILE", help="table (CSV, TSV, .gz or parquet)")
+    p.add_argument("--formula", required=True, help="lme4 formula, e.g. 'score ~ label + (1|speaker)'")
+    p.add_argument("--backend", default="native", choices=("native", "statsmodels", "lme4"),
+                   help="fitting backend (default native)")
+    p.add_argument("--ml", action="store_true", help="maximum likelihood instead of REML")
+    p.add_argument("--dispersion", default=None, metavar="FORMULA", help="class-specific residual variance, '~ label'")
+    p.add_argument("--score", default=None, metavar="COL", help="score column (validated, renamed to score)")
+    p.add_argument("--label", default=None, metavar="COL", help="label column (validated, renamed to label)")
+    p.add_argument("--positive", default=None, metavar="V", help="label value of the positive class")
+    p.add_argument("--json", default=None, metavar="OUT", help="write the result as JSON (scoremix.lmer/1)")
+    p.set_defaults(func=_cmd_fit)
+
+    p = sub.add_parser("fairness", help="SVEva subgroup fairness table of a score table",
+                       description="SVEva Fair subgroup measures (DCF at the overall threshold, ratios, "
+                                   "Fairness Index) with speaker-cluster bootstrap intervals.")
+    p.add_argument("file", metavar="FILE", help="trial table")
+    p.add_argument("--groups", nargs="+", required=True, metavar="COL", help="subgroup attribute column(s)")
+    p.add_argument("--score", default="score", metavar="COL", help="score column (default: score)")
+    p.add_argument("--label", default="label", metavar="COL", help="label column (default: label)")
+    p.add_argument("--positive", default=None, metavar="V", help="label value of the positive class")
+    p.add_argument("--speaker", default="speaker", metavar="COL", help="speaker (cluster) column (default: speaker)")
+    p.add_argument("--n-boot", type=int, default=0, help="bootstrap replicates (default 0: no intervals)")
+    p.add_argument("--ci", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--p-target", type=float, default=0.05, help="prior of the positive class (default 0.05)")
+    p.add_argument("--c-miss", type=float, default=1.0, help="cost of a miss (default 1)")
+    p.add_argument("--c-fa", type=float, default=1.0, help="cost of a false acceptance (default 1)")
+    p.add_argument("--normalize", action="store_true", help="normalised detection cost")
+    p.add_argument("--csv", default=None, metavar="OUT", help="write the full table as CSV")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=_cmd_fairness)
 
     p = sub.add_parser("simulate", help="write a simulated trial table",
                        description="Write a simulated trial table (CSV, .csv.gz or .parquet by extension).")

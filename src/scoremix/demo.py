@@ -1,18 +1,23 @@
-"""``scoremix demo``: simulate a detector with known truth, evaluate it, write a report.
+"""``scoremix demo``: a complete study on simulated data with known truth.
 
-:func:`run_demo` simulates countermeasure-style trials (:func:`scoremix.simulate.simulate_trials`,
-with two subgroups given a known disadvantage), writes ``trials.csv`` and ``truth.json``, then
-runs the report *sections* in :data:`SECTIONS` in order.  Each section is a callable
-``section(ctx: DemoContext) -> report_html.Section | None``: it reads the simulation from
-``ctx``, may add JSON-serialisable results to ``ctx.metrics`` (written to
-``metrics.json``) and returns the part of ``report.html`` it wants shown.  New sections
-(e.g. a mixed-model fit with recovered vs true parameters) are added by appending a
-callable to :data:`SECTIONS` or passing ``sections=`` to :func:`run_demo`.
+:func:`run_demo` runs the embedded study :data:`DEMO_STUDY_TOML` through the same runner as
+``scoremix study`` (:func:`scoremix.study.run_study`): countermeasure-style trials are simulated
+from the crossed model
+
+.. math::
+
+    s_i = \mu + d\,y_i + \beta_x x_i + b_{speaker(i)} + c_{attack(i)}(1 - y_i)
+          + \delta_{g(i), y_i} + \varepsilon_i
+
+(:func:`scoremix.simulate.simulate_trials`, with two subgroups given a known disadvantage
+:data:`DEMO_SUBGROUP_SHIFT`), the mixed models are fitted, model-based and empirical EERs
+compared, subgroup fairness measured with speaker-bootstrap intervals, and the report shows the
+recovered parameters next to the true ones.  No R and no shared data are needed.
 
 Empirical measures (accept = score >= threshold):
-:math:`P_{miss}(\\tau) = \\#\\{pos: s < \\tau\\}/N_{pos}`,
-:math:`P_{fa}(\\tau) = \\#\\{neg: s \\ge \\tau\\}/N_{neg}`, EER where they cross (ROC convex
-hull), :math:`\\mathrm{minDCF} = \\min_\\tau c_{miss} p_t P_{miss}(\\tau) + c_{fa}(1-p_t)P_{fa}(\\tau)`.
+:math:`P_{miss}(\tau) = \#\{pos: s < \tau\}/N_{pos}`,
+:math:`P_{fa}(\tau) = \#\{neg: s \ge \tau\}/N_{neg}`, EER where they cross (ROC convex
+hull), :math:`\mathrm{minDCF} = \min_\tau c_{miss} p_t P_{miss}(\tau) + c_{fa}(1-p_t)P_{fa}(\tau)`.
 The "true" values are the same measures of the expected rates of the data-generating process
 given the realised random effects (:meth:`scoremix.simulate.Simulation.true_rates`).
 """
@@ -21,22 +26,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from scoremix import report_html as rh
-from scoremix.simulate import Simulation, simulate_trials
 
-__all__ = [
-    "DemoContext", "SectionFn", "SECTIONS", "DEMO_SUBGROUP_SHIFT", "DEMO_P_TARGET",
-    "run_demo", "to_jsonable",
-    "section_data", "section_overall", "section_det", "section_histogram", "section_subgroups",
-]
+__all__ = ["DEMO_STUDY_TOML", "DEMO_SUBGROUP_SHIFT", "DEMO_P_TARGET", "demo_study", "run_demo", "to_jsonable"]
 
 #: Known subgroup effects built into the demo data: ``(spoof shift, bona fide shift)``.
 #: ``india_f`` bona fide scores are lowered (more misses), ``uk_f`` spoof scores raised
@@ -50,42 +47,6 @@ DEMO_C_FA: float = 1.0
 
 #: Subgroups with fewer trials of either class than this get NaN measures in the table.
 MIN_CLASS_TRIALS: int = 20
-
-
-@dataclass
-class DemoContext:
-    """State shared by the demo sections.
-
-    Attributes
-    ----------
-    out_dir: folder receiving every output.
-    seed, n_trials: the demo's arguments.
-    sim: the :class:`~scoremix.simulate.Simulation` (``sim.table``, ``sim.truth``).
-    metrics: JSON-serialisable results; sections add keys; written to ``metrics.json``.
-    files: name → path of every file written (sections may add their own).
-    progress: whether long steps may show progress bars.
-    messages: lines printed by the CLI after the run (sections may append).
-    """
-
-    out_dir: Path
-    seed: int
-    n_trials: int
-    sim: Simulation
-    metrics: dict[str, Any] = field(default_factory=dict)
-    files: dict[str, Path] = field(default_factory=dict)
-    progress: bool = True
-    messages: list[str] = field(default_factory=list)
-
-    @property
-    def table(self) -> pd.DataFrame:
-        return self.sim.table
-
-    @property
-    def truth(self) -> dict[str, Any]:
-        return self.sim.truth
-
-
-SectionFn = Callable[[DemoContext], "rh.Section | None"]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -132,265 +93,145 @@ def _empirical(scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
     }
 
 
-# ---------------------------------------------------------------------------------------
-# Sections
-# ---------------------------------------------------------------------------------------
+#: The embedded study of ``scoremix demo`` (a study TOML; ``{seed}``, ``{n_trials}``, ``{n_boot}`` filled in).
+DEMO_STUDY_TOML = """
+[study]
+name = "scoremix-demo"
+title = "scoremix demo: simulated countermeasure with known truth"
+description = "Simulated countermeasure trials from a crossed mixed model with known parameters; india_f bona fide scores are lowered by 1 (more misses) and uk_f spoof scores raised by 0.75 (more false acceptances). The study fits the mixed models, compares model-based and empirical EERs, measures subgroup fairness with speaker-bootstrap intervals and sets the recovered parameters next to the truth."
+seed = {seed}
 
-def section_data(ctx: DemoContext) -> rh.Section:
-    """The simulated design and the true parameters vs the empirical class summaries."""
-    t = ctx.truth
-    table = ctx.table
-    params = pd.DataFrame({
-        "parameter": ["mu", "d", "beta_x", "sd_speaker", "sd_attack", "sigma"],
-        "meaning": ["mean spoof score", "bona fide − spoof", "slope of nuisance x",
-                    "SD of speaker intercepts", "SD of attack intercepts (spoof only)",
-                    "residual SD"],
-        "true value": [t["mu"], t["d"], t["beta_x"], t["sd_speaker"], t["sd_attack"], t["sigma"]],
-    })
-    emp = table.groupby("label", observed=True)["score"].agg(["size", "mean", "std"])
-    classes = pd.DataFrame({
-        "class": ["spoof", "bonafide"],
-        "trials": [int(emp.loc[c, "size"]) for c in ("spoof", "bonafide")],
-        "true mean": [t["class_mean"][c] for c in ("spoof", "bonafide")],
-        "empirical mean": [float(emp.loc[c, "mean"]) for c in ("spoof", "bonafide")],
-        "true SD": [t["class_sd"][c] for c in ("spoof", "bonafide")],
-        "empirical SD": [float(emp.loc[c, "std"]) for c in ("spoof", "bonafide")],
-    })
-    shifts = t["subgroup_shift"].reset_index()
-    shifts = shifts[(shifts["spoof"] != 0) | (shifts["bonafide"] != 0)]
-    ctx.metrics["class_summary"] = classes.set_index("class").to_dict(orient="index")
-    return rh.Section("Simulated trials", [
-        rh.Paragraph(
-            f"{len(table)} countermeasure trials (seed {ctx.seed}) from "
-            f"score = mu + d·y + beta_x·x + b_speaker + c_attack·(1−y) + shift_subgroup,class + ε "
-            f"({t['n_speakers']} speakers, {t['n_attacks']} attacks). True class means/SDs are "
-            "conditional on the realised speaker and attack effects."),
-        rh.Table(params, caption="True model parameters"),
-        rh.Table(classes, caption="Class score summaries: truth vs data"),
-        rh.Table(shifts, caption="Known subgroup shifts built into the data"),
-    ])
+[data]
+speaker = "speaker"
+subgroups = ["subgroup"]
 
+[data.simulate]
+kind = "cm"
+n_trials = {n_trials}
+subgroup_shift = {{ india_f = [0.0, -1.0], uk_f = [0.75, 0.0] }}
 
-def section_overall(ctx: DemoContext) -> rh.Section:
-    """Overall empirical EER and minDCF next to their true (expected-rate) values."""
-    scores = ctx.table["score"].to_numpy()
-    y = ctx.table["y"].to_numpy()
-    emp = _empirical(scores, y)
-    true_eer = ctx.sim.true_eer()
-    true_md = ctx.sim.true_min_dcf(p_target=DEMO_P_TARGET, c_miss=DEMO_C_MISS, c_fa=DEMO_C_FA)
-    overall = {**emp, "true_eer": true_eer, "true_min_dcf": true_md.value,
-               "true_min_dcf_threshold": true_md.threshold,
-               "p_target": DEMO_P_TARGET, "c_miss": DEMO_C_MISS, "c_fa": DEMO_C_FA,
-               "n_trials": int(len(y)), "n_positive": int(y.sum()), "n_negative": int((y == 0).sum())}
-    ctx.metrics["overall"] = overall
-    tab = pd.DataFrame({
-        "measure": ["EER (%)", f"minDCF (p_target={DEMO_P_TARGET}, unnormalised)", "minDCF threshold"],
-        "empirical": [100 * emp["eer"], emp["min_dcf"], emp["min_dcf_threshold"]],
-        "true": [100 * true_eer, true_md.value, true_md.threshold],
-    })
-    return rh.Section("Overall error rates", [
-        rh.Table(tab, caption="Empirical measures (ROC-convex-hull EER; accept = score >= threshold) "
-                              "vs the truth of the simulation"),
-    ])
+[[models]]
+name = "crossed"
+formula = 'score ~ y + x + (1 | speaker) + (0 + dummy(label, "spoof") | attack)'
+
+[[models]]
+name = "crossed_disp"
+formula = 'score ~ y + x + (1 | speaker) + (0 + dummy(label, "spoof") | attack)'
+dispersion = "~ label"
+
+[analyses.metrics]
+by = ["sex", ["sex", "nationality"]]
+
+[analyses.model_eer]
+models = ["crossed", "crossed_disp"]
+by = ["subgroup"]
+
+[analyses.fairness]
+groups = ["subgroup"]
+n_boot = {n_boot}
+models = ["crossed"]
+
+[analyses.breakdown]
+by = ["sex", "nationality", ["sex", "nationality"]]
+
+[analyses.nuisance]
+feature = "x"
+"""
+
+#: Extra ``[[models]]`` entry added by ``scoremix demo --bayes`` (few draws: a quick look).
+DEMO_BAYES_TOML = """
+[[models]]
+name = "crossed_bayes"
+formula = 'score ~ y + x + (1 | speaker) + (0 + dummy(label, "spoof") | attack)'
+backend = "bayes"
+draws = {draws}
+tune = {draws}
+chains = 2
+"""
 
 
-def _det_axes(ax: Any, m: Any, p_min: float = 5e-4, p_max: float = 0.7) -> None:
-    ticks = m.det_axis_ticks(1e-3, 0.5)
-    ax.set_xticks(ticks.positions, ticks.labels)
-    ax.set_yticks(ticks.positions, ticks.labels)
-    lim = (float(m.probit(p_min)), float(m.probit(p_max)))
-    ax.set_xlim(*lim)
-    ax.set_ylim(*lim)
-    ax.set_xlabel("false acceptance rate P_fa (%)")
-    ax.set_ylabel("miss rate P_miss (%)")
-    ax.grid(True, alpha=0.3)
+def demo_study(seed: int = 0, n_trials: int = 20000, n_boot: int = 200, bayes: bool = False,
+               bayes_draws: int = 200) -> Any:
+    """The demo's :class:`~scoremix.study.config.StudyConfig` (see :data:`DEMO_STUDY_TOML`)."""
+    import tomllib
 
+    from scoremix.study.config import parse_study
 
-def _pp(m: Any, p: Any) -> np.ndarray:
-    """Probit for plotting (0 and 1 clipped so that the end points stay drawable)."""
-    return m.probit(p, eps=1e-6)
-
-
-def section_det(ctx: DemoContext) -> rh.Section:
-    """DET curves (probit axes): overall empirical and true, and the shifted subgroups."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    m = _metrics_module()
-    table = ctx.table
-    fig, ax = plt.subplots(figsize=(6, 6))
-    det = m.det_curve(table["score"].to_numpy(), table["y"].to_numpy())
-    ax.plot(_pp(m, det.p_fa), _pp(m, det.p_miss), color="k", lw=2, label="overall (empirical)")
-    grid = np.linspace(float(table["score"].min()) - 1, float(table["score"].max()) + 1, 400)
-    pm, pf = ctx.sim.true_rates(grid)
-    ax.plot(_pp(m, pf), _pp(m, pm), color="k", ls="--", lw=1, label="overall (true)")
-    overall = ctx.metrics.get("overall")
-    scores, y = table["score"].to_numpy(), table["y"].to_numpy()
-    groups = table["subgroup"].astype(str).to_numpy()
-    if overall is not None:
-        r = m.rates_at(scores, y, overall["min_dcf_threshold"])
-        ax.plot(_pp(m, r.p_fa), _pp(m, r.p_miss), "ko", label="overall minDCF threshold τ*")
-    for g in DEMO_SUBGROUP_SHIFT:
-        sel = groups == g
-        ys = y[sel]
-        if ys.size == 0 or ys.min() == ys.max():
-            continue
-        dg = m.det_curve(scores[sel], ys)
-        line, = ax.plot(_pp(m, dg.p_fa), _pp(m, dg.p_miss), lw=1.5, label=f"{g} (empirical)")
-        if overall is not None:
-            r = m.rates_at(scores[sel], ys, overall["min_dcf_threshold"])
-            ax.plot(_pp(m, r.p_fa), _pp(m, r.p_miss), "o", color=line.get_color())
-    _det_axes(ax, m)
-    ax.plot(ax.get_xlim(), ax.get_ylim(), color="grey", lw=0.5)
-    ax.legend(loc="upper right", fontsize=8)
-    ax.set_title("DET curves")
-    png = rh.figure_to_png(fig)
-    plt.close(fig)
-    return rh.Section("DET curve", [rh.Figure(
-        png, caption="DET curves on probit axes; dashed: expected rates of the data-generating process; "
-                     "diagonal: P_miss = P_fa.", alt="DET curve")])
-
-
-def section_histogram(ctx: DemoContext) -> rh.Section:
-    """Score histograms per class with the overall minDCF threshold."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    table = ctx.table
-    fig, ax = plt.subplots(figsize=(7, 4))
-    bins = np.histogram_bin_edges(table["score"].to_numpy(), bins=80)
-    for label, color in (("spoof", "tab:red"), ("bonafide", "tab:blue")):
-        s = table.loc[table["label"] == label, "score"].to_numpy()
-        ax.hist(s, bins=bins, density=True, alpha=0.5, color=color, label=f"{label} (n={s.size})")
-    overall = ctx.metrics.get("overall")
-    if overall is not None:
-        ax.axvline(overall["min_dcf_threshold"], color="k", ls="--", lw=1, label="minDCF threshold τ*")
-    ax.set_xlabel("score")
-    ax.set_ylabel("density")
-    ax.legend(fontsize=8)
-    ax.set_title("Score distributions by class")
-    png = rh.figure_to_png(fig)
-    plt.close(fig)
-    return rh.Section("Score distributions", [rh.Figure(png, caption="Normalised histograms per class.",
-                                                        alt="score histogram")])
-
-
-def section_subgroups(ctx: DemoContext) -> rh.Section:
-    """Per-subgroup EER/minDCF (empirical and true) and the cost at the overall threshold."""
-    m = _metrics_module()
-    table = ctx.table
-    scores = table["score"].to_numpy()
-    y = table["y"].to_numpy()
-    groups = table["subgroup"].astype(str).to_numpy()
-    spk_per_group = ctx.sim.speakers.groupby("subgroup")["speaker"].size()
-    overall = ctx.metrics.get("overall") or _empirical(scores, y)
-    tau = overall["min_dcf_threshold"]
-    rows = []
-    names = sorted(set(groups))
-    iterator: Sequence[str] = names
-    if ctx.progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(names, desc="subgroups", leave=False)
-    for g in iterator:
-        sel = groups == g
-        s, yy = scores[sel], y[sel]
-        n_pos, n_neg = int(yy.sum()), int((yy == 0).sum())
-        row: dict[str, Any] = {"subgroup": g, "speakers": int(spk_per_group.get(g, 0)),
-                               "trials": int(sel.sum()), "bonafide": n_pos, "spoof": n_neg}
-        if min(n_pos, n_neg) >= MIN_CLASS_TRIALS:
-            emp = _empirical(s, yy)
-            row.update({
-                "EER %": 100 * emp["eer"],
-                "true EER %": 100 * ctx.sim.true_eer(subgroup=g),
-                "minDCF": emp["min_dcf"],
-                "true minDCF": ctx.sim.true_min_dcf(p_target=DEMO_P_TARGET, c_miss=DEMO_C_MISS,
-                                                    c_fa=DEMO_C_FA, subgroup=g).value,
-                "DCF at τ*": float(m.dcf(s, yy, tau, p_target=DEMO_P_TARGET, c_miss=DEMO_C_MISS,
-                                         c_fa=DEMO_C_FA)),
-            })
-        else:
-            row.update({"EER %": np.nan, "true EER %": np.nan, "minDCF": np.nan, "true minDCF": np.nan,
-                        "DCF at τ*": np.nan})
-        rows.append(row)
-    df = pd.DataFrame(rows)
-    ctx.metrics["subgroups"] = to_jsonable(df.set_index("subgroup"))
-    return rh.Section("Subgroups (nationality × sex)", [
-        rh.Paragraph(f"Measures are NaN where a subgroup has fewer than {MIN_CLASS_TRIALS} trials of a "
-                     "class. 'DCF at τ*' uses the overall minDCF threshold. Subgroups with known shifts: "
-                     + ", ".join(f"{g} (spoof {a:+g}, bona fide {b:+g})"
-                                 for g, (a, b) in DEMO_SUBGROUP_SHIFT.items()) + "."),
-        rh.Table(df, caption="Per-subgroup error rates, empirical vs true"),
-    ])
-
-
-#: The demo's sections, run in order. Append a callable ``(ctx) -> Section | None`` to extend.
-SECTIONS: list[SectionFn] = [section_data, section_overall, section_det, section_histogram, section_subgroups]
+    text = DEMO_STUDY_TOML.format(seed=seed, n_trials=n_trials, n_boot=n_boot)
+    raw = tomllib.loads(text)
+    if bayes:
+        extra = tomllib.loads(DEMO_BAYES_TOML.format(draws=bayes_draws))["models"]
+        raw["models"].extend(extra)
+    return parse_study(raw, base_dir=".", source="<scoremix demo>")
 
 
 def run_demo(out_dir: str | Path, seed: int = 0, n_trials: int = 20000, progress: bool = True,
-             sections: Sequence[SectionFn] | None = None) -> dict[str, Any]:
-    """Simulate, evaluate and report.
+             n_boot: int = 200, bayes: bool = False, bayes_draws: int = 200, jobs: int = 1,
+             dask: str | None = None) -> dict[str, Any]:
+    """Run the demo study (:func:`demo_study`) through the study runner.
 
-    Writes ``out_dir/trials.csv`` (the simulated table), ``truth.json`` (true parameters and
-    realised effects), ``metrics.json`` (what the sections computed) and ``report.html``
-    (self-contained: tables and base64-embedded PNG figures).
+    Writes everything :func:`scoremix.study.run_study` writes (``trials.csv``, ``truth.json``,
+    ``fixed_effects.csv``, ``fairness.csv``, ``recovered_vs_true.csv``, ``report.html``, …) plus
+    ``metrics.json``: the overall empirical EER/minDCF next to their true values (expected rates
+    of the data-generating process), and per subgroup.
 
     Parameters
     ----------
     out_dir:
-        Output folder (created if needed; existing files of the same names are replaced).
-    seed:
-        Seed of the simulation.
-    n_trials:
-        Number of simulated trials (1000 speakers, 13 attacks).
+        output folder (created if needed).
+    seed, n_trials:
+        simulation seed and size (1000 speakers, 13 attacks).
     progress:
-        Show tqdm progress bars.
-    sections:
-        Sections to run instead of :data:`SECTIONS`.
+        progress bars and stage messages.
+    n_boot:
+        speaker-bootstrap replicates of the fairness table.
+    bayes, bayes_draws:
+        also fit the crossed model with PyMC (``bayes_draws`` draws and tuning steps, 2 chains).
+    jobs, dask:
+        parallel execution of the study tasks (see :func:`scoremix.study.run_study`).
 
     Returns
     -------
     dict
         ``{"out_dir": Path, "files": {name: Path}, "metrics": dict, "sections": [titles],
-        "messages": [str]}``.
+        "messages": [str], "study": StudyResult}``.
     """
+    from scoremix.study import run_study
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    sim = simulate_trials(n_trials=n_trials, subgroup_shift=DEMO_SUBGROUP_SHIFT, seed=seed)
-    ctx = DemoContext(out_dir=out, seed=seed, n_trials=n_trials, sim=sim, progress=progress)
-
-    trials_path = out / "trials.csv"
-    sim.table.to_csv(trials_path, index=False)
-    ctx.files["trials"] = trials_path
-    truth_path = out / "truth.json"
-    truth_path.write_text(json.dumps(to_jsonable(sim.truth), indent=2), encoding="utf-8")
-    ctx.files["truth"] = truth_path
-
-    todo = list(SECTIONS if sections is None else sections)
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(todo, desc="demo sections")
-    else:
-        bar = todo
-    report_sections: list[rh.Section] = []
-    for fn in bar:
-        sec = fn(ctx)
-        if sec is not None:
-            report_sections.append(sec)
-
+    cfg = demo_study(seed=seed, n_trials=n_trials, n_boot=n_boot, bayes=bayes, bayes_draws=bayes_draws)
+    res = run_study(cfg, out_dir=out, jobs=jobs, dask=dask, progress=progress)
+    sim = res.data.simulation
+    table = res.data.table
+    scores, y = table["score"].to_numpy(float), table["y"].to_numpy()
+    emp = _empirical(scores, y)
+    true_md = sim.true_min_dcf(p_target=DEMO_P_TARGET, c_miss=DEMO_C_MISS, c_fa=DEMO_C_FA)
+    metrics: dict[str, Any] = {"overall": {
+        **emp, "true_eer": sim.true_eer(), "true_min_dcf": true_md.value, "true_min_dcf_threshold": true_md.threshold,
+        "p_target": DEMO_P_TARGET, "c_miss": DEMO_C_MISS, "c_fa": DEMO_C_FA, "n_trials": int(len(y)),
+        "n_positive": int(y.sum()), "n_negative": int((y == 0).sum())}}
+    subgroups: dict[str, Any] = {}
+    groups = table["subgroup"].astype(str).to_numpy()
+    for g in sorted(set(groups)):
+        sel = groups == g
+        yy = y[sel]
+        row: dict[str, Any] = {"trials": int(sel.sum()), "bonafide": int(yy.sum()), "spoof": int((yy == 0).sum())}
+        if min(row["bonafide"], row["spoof"]) >= MIN_CLASS_TRIALS:
+            e = _empirical(scores[sel], yy)
+            row.update(eer=e["eer"], true_eer=sim.true_eer(subgroup=g), min_dcf=e["min_dcf"])
+        subgroups[g] = row
+    metrics["subgroups"] = subgroups
+    if res.recovered is not None:
+        metrics["recovered_vs_true"] = res.recovered.to_dict(orient="records")
     metrics_path = out / "metrics.json"
-    metrics_path.write_text(json.dumps(to_jsonable(ctx.metrics), indent=2), encoding="utf-8")
-    ctx.files["metrics"] = metrics_path
-    report_path = rh.write_html(
-        out / "report.html", "scoremix demo: simulated detector with known truth", report_sections,
-        subtitle=f"seed {seed}, {n_trials} trials; files: trials.csv, truth.json, metrics.json",
-    )
-    ctx.files["report"] = report_path
-    return {"out_dir": out, "files": dict(ctx.files), "metrics": ctx.metrics,
-            "sections": [s.title for s in report_sections], "messages": list(ctx.messages)}
+    metrics_path.write_text(json.dumps(to_jsonable(metrics), indent=2), encoding="utf-8")
+    files = dict(res.files)
+    files["metrics.json"] = metrics_path
+    messages = []
+    rec = res.recovered
+    if rec is not None:
+        crossed = rec[rec["model"] == "crossed"]
+        for r in crossed.itertuples():
+            messages.append(f"{r.parameter:<32} true {r.true:8.4f}   estimated {r.estimate:8.4f}")
+    return {"out_dir": out, "files": files, "metrics": metrics,
+            "sections": list(res.section_titles), "messages": messages, "study": res}

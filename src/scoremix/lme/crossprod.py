@@ -178,9 +178,17 @@ def _weights_by_level(spec: ModelSpec, weights: np.ndarray | None) -> tuple[list
 
 def _term_columns(codes: np.ndarray, Xk: np.ndarray, n_levels: int) -> list[tuple]:
     """Column descriptions ``("z", codes, x_a, n_levels, a, p)`` of one random term: column
-    ``a`` of ``Z_k`` is the indicator of the row's level times ``x_a``.  Dense columns of
-    ``X`` and ``y`` are ``("d", vector)``."""
-    return [("z", codes, Xk[:, a], n_levels, a, Xk.shape[1]) for a in range(Xk.shape[1])]
+    ``a`` of ``Z_k`` is the indicator of the row's level times ``x_a`` (``None`` for an
+    intercept column of ones).  Dense columns of ``X`` and ``y`` are ``("d", vector)``."""
+    out = []
+    for a in range(Xk.shape[1]):
+        x = Xk[:, a]
+        out.append(("z", codes, None if _is_ones(x) else x, n_levels, a, Xk.shape[1]))
+    return out
+
+
+def _is_ones(x: np.ndarray) -> bool:
+    return bool(x.size and x[0] == 1.0 and np.all(x == 1.0))
 
 
 def _all_rest(spec_codes, spec_tX, spec_nlev, X, y) -> list[tuple]:
@@ -193,25 +201,37 @@ def _all_rest(spec_codes, spec_tX, spec_nlev, X, y) -> list[tuple]:
     return cols
 
 
-def _bincount2(idx: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
-    return np.bincount(idx, weights=weights, minlength=size)
+def _mul(*arrays: np.ndarray | None) -> np.ndarray | None:
+    """Elementwise product of the arrays that are not ``None`` (``None`` = all ones)."""
+    out = None
+    for a in arrays:
+        if a is not None:
+            out = a if out is None else out * a
+    return out
 
 
-def _cross_block(ca: tuple, cb: tuple, w: np.ndarray) -> np.ndarray:
-    """``colᵃ' W colᵇ`` for two (possibly indicator-expanded) columns."""
+def _bincount(idx: np.ndarray, weights: np.ndarray | None, size: int) -> np.ndarray:
+    return np.bincount(idx, weights=weights, minlength=size).astype(float, copy=False)
+
+
+def _cross_block(ca: tuple, cb: tuple, w: np.ndarray | None) -> np.ndarray:
+    """``colᵃ' W colᵇ`` for two (possibly indicator-expanded) columns (``w=None``: unit
+    weights)."""
     if ca[0] == "d" and cb[0] == "d":
-        return np.array([[np.dot(ca[1] * w, cb[1])]])
+        return np.array([[np.dot(ca[1] if w is None else ca[1] * w, cb[1])]])
     if ca[0] == "z" and cb[0] == "d":
-        return _bincount2(ca[1], w * ca[2] * cb[1], ca[3])[:, None]
+        return _bincount(ca[1], _mul(w, ca[2], cb[1]), ca[3])[:, None]
     if ca[0] == "d" and cb[0] == "z":
-        return _bincount2(cb[1], w * cb[2] * ca[1], cb[3])[None, :]
+        return _bincount(cb[1], _mul(w, cb[2], ca[1]), cb[3])[None, :]
     na, nb = ca[3], cb[3]
+    prod = _mul(w, ca[2], cb[2])
     if ca[1] is cb[1]:
-        return np.diag(_bincount2(ca[1], w * ca[2] * cb[2], na))
+        return np.diag(_bincount(ca[1], prod, na))
     if na * nb <= _DENSE_BINCOUNT_LIMIT:
-        return _bincount2(ca[1] * nb + cb[1], w * ca[2] * cb[2], na * nb).reshape(na, nb)
+        return _bincount(ca[1] * nb + cb[1], prod, na * nb).reshape(na, nb)
     import scipy.sparse as sp  # very large crossed factors: sum duplicates sparsely
-    return sp.coo_matrix((w * ca[2] * cb[2], (ca[1], cb[1])), shape=(na, nb)).toarray()
+    vals = np.ones(ca[1].shape[0]) if prod is None else prod
+    return sp.coo_matrix((vals, (ca[1], cb[1])), shape=(na, nb)).toarray()
 
 
 def _place(cols: list[tuple]) -> list[np.ndarray]:
@@ -253,7 +273,7 @@ def _cross_term1(codes1: np.ndarray, X1: np.ndarray, n1: int, cols: list[tuple],
     m = sum(len(r) for r in rows)
     p1 = X1.shape[1]
     out = np.zeros((m, n1 * p1))
-    t1 = [("z", codes1, X1[:, a], n1, a, p1) for a in range(p1)]
+    t1 = _term_columns(codes1, X1, n1)
     for ia, ca in enumerate(cols):
         for a, cb in enumerate(t1):
             blk = _cross_block(ca, cb, w)  # (len(rows[ia]), n1)
@@ -300,17 +320,19 @@ def crossproducts(spec: ModelSpec, weights: np.ndarray | None = None) -> CrossPr
     p1, n1 = tX[0].shape[1], nlev[0]
     cols = _all_rest(codes, tX, nlev, X, y)
     A11, Ar1, Arr = [], [], []
+    unit = weights is None and len(wd) == 1
+    t1cols = _term_columns(codes[0], tX[0], n1)
     for w in wd:
+        wu = None if unit else w
         blk = np.empty((n1, p1, p1))
         for a in range(p1):
             for b in range(a, p1):
-                v = np.bincount(codes[0], weights=w * tX[0][:, a] * tX[0][:, b], minlength=n1)
+                v = _bincount(codes[0], _mul(wu, t1cols[a][2], t1cols[b][2]), n1)
                 blk[:, a, b] = v
                 blk[:, b, a] = v
         A11.append(blk)
-        Ar1.append(_cross_term1(codes[0], tX[0], n1, cols, w))
-        # dense part of Arr: [X y]'W[X y] in one product, the rest from bincounts
-        Arr.append(_rest_cross_fast(cols, X, y, w))
+        Ar1.append(_cross_term1(codes[0], tX[0], n1, cols, wu))
+        Arr.append(_rest_cross_fast(cols, X, y, wu))
     return CrossProducts(
         n=spec.n, p=spec.p, term_p=[t.p for t in spec.terms], term_nlev=nlev,
         A11=np.stack(A11), Ar1=np.stack(Ar1), Arr=np.stack(Arr), n_by=np.asarray(n_by),
@@ -318,20 +340,26 @@ def crossproducts(spec: ModelSpec, weights: np.ndarray | None = None) -> CrossPr
     )
 
 
-def _rest_cross_fast(cols: list[tuple], X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    zcols = [c for c in cols if c[0] == "z"]
+def _rest_cross_fast(cols: list[tuple], X: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+    """``[Z_2 … Z_K X y]' W [Z_2 … Z_K X y]``: bincounts for the Z parts, BLAS for ``X, y``."""
     rows = _place(cols)
     m = sum(len(r) for r in rows)
     out = np.zeros((m, m))
-    nz = len(zcols)
+    nz = sum(1 for c in cols if c[0] == "z")
     qz = sum(len(r) for r in rows[:nz])
     for ia in range(nz):
         for ib in range(ia, len(cols)):
             blk = _cross_block(cols[ia], cols[ib], w)
             out[np.ix_(rows[ia], rows[ib])] = blk
             out[np.ix_(rows[ib], rows[ia])] = blk.T
-    D = np.column_stack([X, y])
-    out[qz:, qz:] = (D * w[:, None]).T @ D
+    Xw = X if w is None else X * w[:, None]
+    wy = y if w is None else y * w
+    p = X.shape[1]
+    out[qz:qz + p, qz:qz + p] = Xw.T @ X
+    xy = X.T @ wy
+    out[qz:qz + p, -1] = xy
+    out[-1, qz:qz + p] = xy
+    out[-1, -1] = np.dot(wy, y)
     return out
 
 

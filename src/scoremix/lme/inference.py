@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from typing import Callable, Sequence
 
@@ -286,7 +285,7 @@ def _signed_root_search(zeta: Callable[[float], float], v0: float, step: float, 
     """Find ``v`` on one side of ``v0`` with ``ζ(v) = direction·target``; returns the bound
     when ``|ζ|`` stays below the target up to it."""
     goal = direction * target
-    prev_v, prev_z = v0, 0.0
+    prev_v = v0
     h = step
     for _ in range(60):
         v = v0 + direction * h
@@ -300,7 +299,7 @@ def _signed_root_search(zeta: Callable[[float], float], v0: float, step: float, 
                                    xtol=1e-10, rtol=1e-10)
         if v == lo or v == hi:
             return v
-        prev_v, prev_z = v, zv
+        prev_v = v
         h *= 1.6
     return np.nan
 

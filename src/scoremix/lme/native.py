@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import scipy.linalg as sla
 from scipy.optimize import minimize
 

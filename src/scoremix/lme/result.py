@@ -22,7 +22,6 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from scoremix.lme.spec import ModelSpec
 
@@ -170,8 +169,9 @@ class LmerResult:
             p = len(t["term_names"])
             for j in range(p):
                 for i in range(j, p):
-                    theta_names.append(f"{t['group']}.{t['term_names'][i]}" if i == j else
-                                       f"{t['group']}.{t['term_names'][i]}.{t['term_names'][j]}")
+                    g = t["group_factor"]  # lme4 names θ by the grouping factor
+                    theta_names.append(f"{g}.{t['term_names'][i]}" if i == j else
+                                       f"{g}.{t['term_names'][i]}.{t['term_names'][j]}")
         if len(theta_names) != len(theta_vals):
             theta_names = d.get("theta_names") or [f"theta{i + 1}" for i in range(len(theta_vals))]
         theta = pd.Series(theta_vals, index=theta_names, name="theta")
@@ -497,7 +497,6 @@ def _summary_text(m: LmerResult) -> str:
         out.append("")
     out.append("Random effects:")
     rows = []
-    vc = m.varcorr
     for t, S in zip(m.terms_info, m.cov_re()):
         sd = np.sqrt(np.diag(S))
         p = len(t["term_names"])

@@ -87,7 +87,10 @@ class DataConfig:
     system: str | None = None
     speaker: str = "speaker"
     subgroups: list[str] = field(default_factory=list)
+    transform: str = "none"
     standardize: bool = False
+    standardize_by: list[str] = field(default_factory=list)
+    indicators: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     sample_per_system: int = 0
     min_speakers: int = 5
     min_class_trials: int = 30
@@ -478,7 +481,23 @@ def _parse_data(r: _Reader, base: Path, seed: int) -> DataConfig:
     d.system = r.str("system", None)
     d.speaker = r.str("speaker", "speaker") or "speaker"
     d.subgroups = r.strlist("subgroups")
+    d.transform = r.str("transform", "none", choices=("none", "logit")) or "none"
     d.standardize = r.bool("standardize", False)
+    d.standardize_by = r.strlist("standardize_by")
+    if d.standardize_by:
+        d.standardize = True
+    ind = r.get("indicators", {})
+    if not isinstance(ind, dict):
+        raise r.err("indicators", "must be a table name = { column = value(s) }")
+    for name, spec in ind.items():
+        if not _NAME_RE.match(str(name)):
+            raise StudyConfigError(f"{r.key('indicators')}.{name}", "is not a valid column name", src)
+        sub = _Reader({"when": spec}, r.key("indicators"), src)
+        try:
+            d.indicators[str(name)] = sub.filters("when")
+        except StudyConfigError:
+            raise StudyConfigError(f"{r.key('indicators')}.{name}", f"must be a table column = value(s), "
+                                   f"got {spec!r}", src) from None
     d.sample_per_system = r.int("sample_per_system", 0, minimum=0) or 0
     d.min_speakers = r.int("min_speakers", 5, minimum=1) or 5
     d.min_class_trials = r.int("min_class_trials", 30, minimum=1) or 30

@@ -19,6 +19,9 @@ from scoremix.study.config import DataConfig
 
 __all__ = ["StudyDataError", "StudyData", "load_study_data", "apply_filters", "ALL_SYSTEMS"]
 
+#: Probabilities are clipped to ``[LOGIT_EPS, 1 - LOGIT_EPS]`` before ``transform = "logit"``.
+LOGIT_EPS = 1e-7
+
 #: Name used for the single "system" of a study without a system column.
 ALL_SYSTEMS = "all"
 
@@ -95,10 +98,12 @@ def load_study_data(cfg: DataConfig, seed: int = 0) -> StudyData:
     Steps, in order: read and concatenate ``files`` (or simulate); ``rename``; ``filters``
     (``column in values``); check and convert score/label with
     :func:`scoremix.trials.load_trials` (row numbers in errors are those after filtering);
+    ``transform`` (``"logit"``: :math:`\log(p/(1-p))` after clipping ``p`` to
+    ``[1e-7, 1 - 1e-7]``); ``indicators`` (0/1 columns, 1 where every listed condition holds);
     ``negate`` (``score ← −score`` where ``column in values``, for systems whose lower score
     means positive); ``sample_per_system`` (the same row positions in every system, so that
     paired comparisons keep aligned trials; seeded by the study seed); ``standardize``
-    (``score ← (score − mean)/sd`` per system).
+    (``score ← (score − mean)/sd`` per system, and per ``standardize_by`` cell).
     """
     from scoremix.trials import TrialTableError, load_trials
 
@@ -129,6 +134,23 @@ def load_study_data(cfg: DataConfig, seed: int = 0) -> StudyData:
         if col and col not in df.columns:
             raise StudyDataError(f"{where}: column {col!r} (named in [data]) not in the table "
                                  f"(columns: {', '.join(map(str, df.columns))})")
+    if cfg.transform == "logit":
+        p = df["score"].to_numpy(float)
+        bad = (p < 0) | (p > 1)
+        if bad.any():
+            raise StudyDataError(f"{where}: data.transform = 'logit' needs probabilities in [0, 1]; row "
+                                 f"{int(np.flatnonzero(bad)[0])} has score {p[bad][0]!r}")
+        p = np.clip(p, LOGIT_EPS, 1 - LOGIT_EPS)
+        df["score"] = np.log(p) - np.log1p(-p)
+    for name, conds in cfg.indicators.items():
+        if name in df.columns:
+            raise StudyDataError(f"{where}: data.indicators.{name}: the table already has a column {name!r}")
+        hit = pd.Series(True, index=df.index)
+        for col, values in conds.items():
+            if col not in df.columns:
+                raise StudyDataError(f"{where}: data.indicators.{name}: column {col!r} not in the table")
+            hit &= _matches(df[col], values)
+        df[name] = hit.astype(float)
     if cfg.negate:
         mask = pd.Series(False, index=df.index)
         for col, values in cfg.negate.items():
@@ -153,7 +175,11 @@ def load_study_data(cfg: DataConfig, seed: int = 0) -> StudyData:
         if y.min() == y.max():
             raise StudyDataError(f"{where}: data.sample_per_system = {cfg.sample_per_system} left one class only")
     if cfg.standardize:
-        keys = df[sys_col].astype(str) if sys_col else pd.Series(ALL_SYSTEMS, index=df.index)
-        g = df.groupby(keys)["score"]
+        keys = [df[sys_col].astype(str)] if sys_col else [pd.Series(ALL_SYSTEMS, index=df.index)]
+        for col in cfg.standardize_by:
+            if col not in df.columns:
+                raise StudyDataError(f"{where}: data.standardize_by column {col!r} not in the table")
+            keys.append(df[col].astype(str))
+        g = df.groupby(keys, dropna=False)["score"]
         df["score"] = (df["score"] - g.transform("mean")) / g.transform("std")
     return StudyData(table=df, systems=systems, system_column=sys_col, simulation=simulation)

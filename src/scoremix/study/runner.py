@@ -67,6 +67,7 @@ FILE_DESCRIPTIONS: dict[str, str] = {
     "data_for_r.csv.gz": "data for the lme4 re-fit script",
     "refit_lme4.R": "R script re-fitting the frequentist models with lme4",
     "report.html": "self-contained HTML report",
+    "manifest.json": "every output file with its description",
 }
 
 
@@ -88,6 +89,7 @@ class StudyResult:
     files: dict[str, Path] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
+    section_titles: list[str] = field(default_factory=list)
 
 
 def _data_summary(cfg: StudyConfig, data: StudyData) -> pd.DataFrame:
@@ -332,6 +334,7 @@ def run_study(study: StudyConfig | str | Path, out_dir: str | Path | None = None
         res.files["report.html"] = write_report(res, out / "report.html")
         res.timings["report"] = time.perf_counter() - t2
     res.timings["total"] = time.perf_counter() - t0
+    res.files["manifest.json"] = out / "manifest.json"
     _write_json(res, "manifest.json", {name: {"path": str(p.relative_to(out)) if p.is_relative_to(out) else str(p),
                                               "description": FILE_DESCRIPTIONS.get(
                                                   name, "model fit" if name.startswith("models/") else "")}

@@ -154,7 +154,7 @@ def write_model_frame(spec: ModelSpec, folder: Path, weights_name: str = ".smx_w
     """Write the model frame for the Rscript path.
 
     Returns ``(csv_path, levels_json_path, weights_column_or_None)``.  Floats are written
-    with 17 significant digits (exact round trip); categorical columns get their level
+    as Python's shortest round-trip text (repr); categorical columns get their level
     order in the JSON.
     """
     cols = model_frame_columns(spec)
@@ -171,7 +171,7 @@ def write_model_frame(spec: ModelSpec, folder: Path, weights_name: str = ".smx_w
         wname = weights_name
         df[wname] = np.asarray(spec.weights, dtype=float)
     csv = folder / "model_frame.csv"
-    df.to_csv(csv, index=False, float_format="%.17g")
+    df.to_csv(csv, index=False)  # repr: shortest round-trip text
     lev = folder / "levels.json"
     lev.write_text(json.dumps(levels))
     return csv, lev, wname

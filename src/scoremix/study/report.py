@@ -1,0 +1,470 @@
+"""The study report (``report.html``), built with :mod:`scoremix.report_html`.
+
+Sections, each present when its analysis ran: overview; data summary with reliability flags;
+empirical error rates (with EER heat maps for two-way grids); one section per model (fixed
+effects table and forest plot — frequentist and Bayesian side by side when both exist —,
+variance components, caterpillar plots of the random effects); model vs empirical EER;
+fairness (table with intervals, Fairness Index, forest plot, DET per subgroup, score
+distributions, model-based measures); two-system comparison (ratio scatter); breakdowns;
+nuisance LLR model; recovered vs true parameters for simulated data; how to re-fit in lme4.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from scoremix import report_html as rh
+from scoremix.study.tasks import png_of
+
+if TYPE_CHECKING:
+    from scoremix.study.runner import StudyResult
+
+__all__ = ["build_sections", "write_report", "recovered_vs_true", "forest_figure", "caterpillar_figure"]
+
+#: Caterpillar plots show at most this many systems per model (the CSV holds all).
+MAX_CATERPILLAR_SYSTEMS = 3
+#: Levels drawn per caterpillar plot (the most extreme ones when there are more).
+MAX_CATERPILLAR_LEVELS = 80
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# ---------------------------------------------------------------------------------------
+# figures
+# ---------------------------------------------------------------------------------------
+
+def forest_figure(fe: pd.DataFrame, title: str) -> Any:
+    """Forest plot: one row per term, one marker (± 95 % interval) per system/backend series.
+
+    ``fe`` has columns ``series``, ``term``, ``estimate``, ``lo``, ``hi``.
+    """
+    plt = _plt()
+    terms = list(dict.fromkeys(fe["term"]))
+    series = list(dict.fromkeys(fe["series"]))
+    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.38 * len(terms) * max(1, min(len(series), 4))))
+    step = 0.8 / max(len(series), 1)
+    colors = plt.cm.tab10(np.arange(len(series)) % 10)
+    for k, s in enumerate(series):
+        d = fe[fe["series"] == s].set_index("term").reindex(terms)
+        ypos = np.arange(len(terms)) - 0.4 + step * (k + 0.5)
+        est = d["estimate"].to_numpy(float)
+        lo, hi = d["lo"].to_numpy(float), d["hi"].to_numpy(float)
+        ax.errorbar(est, ypos, xerr=np.vstack([est - lo, hi - est]), fmt="o", ms=4, color=colors[k], label=s,
+                    capsize=2)
+    ax.set_yticks(np.arange(len(terms)), terms, fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(0, color="grey", lw=0.7)
+    ax.set_xlabel("estimate (95 % interval)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def caterpillar_figure(re_: pd.DataFrame, title: str) -> Any:
+    """Caterpillar plot: sorted random effects with ± 1.96 conditional SD (posterior SD)."""
+    plt = _plt()
+    d = re_.sort_values("estimate").reset_index(drop=True)
+    if len(d) > MAX_CATERPILLAR_LEVELS:
+        k = MAX_CATERPILLAR_LEVELS // 2
+        d = pd.concat([d.iloc[:k], d.iloc[-k:]]).reset_index(drop=True)
+        title += f" (the {2 * k} most extreme of {len(re_)} levels)"
+    fig, ax = plt.subplots(figsize=(7, 1.0 + 0.16 * len(d)))
+    y = np.arange(len(d))
+    err = 1.96 * d["condsd"].fillna(0).to_numpy(float)
+    ax.errorbar(d["estimate"], y, xerr=err, fmt="o", ms=3, color="tab:blue", ecolor="tab:gray", capsize=0)
+    ax.set_yticks(y, d["level"], fontsize=6 if len(d) > 30 else 8)
+    ax.axvline(0, color="k", lw=0.7)
+    ax.set_xlabel("random effect (± 1.96 conditional SD)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def _eer_scatter(me: pd.DataFrame) -> Any:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 5))
+    for (model, by), g in me.groupby(["model", "by"], sort=False):
+        ax.plot(100 * g["eer_empirical"], 100 * g["eer_model"], "o", ms=4, label=f"{model} / {by}")
+    lim = [0, max(1.0, 100 * float(np.nanmax(me[["eer_model", "eer_empirical"]].to_numpy(float))) * 1.05)]
+    ax.plot(lim, lim, color="grey", lw=0.7)
+    ax.set_xlim(lim)
+    ax.set_ylim(lim)
+    ax.set_xlabel("empirical EER (%)")
+    ax.set_ylabel("model EER (%)")
+    ax.set_title("Model-based vs empirical EER")
+    ax.legend(fontsize=6)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# recovered vs true
+# ---------------------------------------------------------------------------------------
+
+_FIXEF_TRUTH = {"(Intercept)": "mu", "y": "d", "x": "beta_x", "same_sex": "beta_same_sex",
+                "same_nationality": "beta_same_nationality"}
+_GROUP_TRUTH = {"speaker": "sd_speaker", "enrol_speaker": "sd_speaker", "attack": "sd_attack"}
+
+
+def recovered_vs_true(res: "StudyResult") -> pd.DataFrame | None:
+    """Estimates of every model next to the simulation's true parameters.
+
+    Fixed effects are matched by name (``(Intercept)`` ↔ ``mu``, ``y`` ↔ ``d``, ``x`` ↔
+    ``beta_x``, ``same_sex``, ``same_nationality``), SDs of the random intercepts by grouping
+    factor (``speaker``/``enrol_speaker`` ↔ ``sd_speaker``, ``attack`` ↔ ``sd_attack``) and the
+    residual SD to ``sigma``.  Columns: ``model, backend, parameter, true, estimate, se``
+    (``se`` = standard error, or posterior SD for Bayesian fits), ``realised`` (for random-effect
+    SDs: the SD of the effects the simulation actually drew — what a fit can recover with few
+    levels) and ``z = (estimate − true)/se``.
+    """
+    sim = res.data.simulation
+    if sim is None:
+        return None
+    truth = sim.truth
+    rows = []
+    for m in res.models:
+        fe = m.get("fixef")
+        if fe is not None:
+            est_col = "estimate" if "estimate" in fe.columns else "mean"
+            se_col = "se" if "se" in fe.columns else "sd"
+            for _, r in fe.iterrows():
+                key = _FIXEF_TRUTH.get(str(r["term"]))
+                if key is not None and truth.get(key) is not None:
+                    rows.append({"model": m["model"], "backend": m["backend"], "parameter": f"{key} ({r['term']})",
+                                 "true": float(truth[key]), "estimate": float(r[est_col]), "se": float(r[se_col])})
+        vc = m.get("varcorr")
+        if vc is not None:
+            for _, r in vc.iterrows():
+                if r["grp"] == "Residual":
+                    key = "sigma"
+                elif (r["var2"] is None or (isinstance(r["var2"], float) and math.isnan(r["var2"]))):
+                    key = _GROUP_TRUTH.get(str(r["grp"]))
+                else:
+                    key = None
+                if key is not None and truth.get(key) is not None:
+                    eff = truth.get({"sd_speaker": "speaker_effects", "sd_attack": "attack_effects"}.get(key, ""))
+                    realised = float(np.std(np.asarray(eff, float), ddof=1)) if eff is not None else math.nan
+                    rows.append({"model": m["model"], "backend": m["backend"],
+                                 "parameter": f"{key} (SD of {r['grp']})" if key != "sigma" else "sigma (residual SD)",
+                                 "true": float(truth[key]), "estimate": float(r["sdcor"]), "se": math.nan,
+                                 "realised": realised})
+    if not rows:
+        return None
+    df = pd.DataFrame(rows)
+    if "realised" not in df.columns:
+        df["realised"] = math.nan
+    df["z"] = (df["estimate"] - df["true"]) / df["se"]
+    return df
+
+
+def _true_eer_table(res: "StudyResult") -> pd.DataFrame | None:
+    sim = res.data.simulation
+    if sim is None or "subgroup" not in sim.table.columns:
+        return None
+    from scoremix.metrics import eer
+
+    t = res.data.table
+    rows = [{"subgroup": "all", "n_trials": len(t), "true EER %": 100 * sim.true_eer(),
+             "empirical EER %": 100 * float(eer(t["score"].to_numpy(float), t["y"].to_numpy()))}]
+    for g in sorted(map(str, pd.unique(t["subgroup"].astype(str)))):
+        sel = (t["subgroup"].astype(str) == g).to_numpy()
+        yy = t["y"].to_numpy()[sel]
+        if yy.min() == yy.max() or min(yy.sum(), (1 - yy).sum()) < 20:
+            continue
+        rows.append({"subgroup": g, "n_trials": int(sel.sum()), "true EER %": 100 * sim.true_eer(subgroup=g),
+                     "empirical EER %": 100 * float(eer(t["score"].to_numpy(float)[sel], yy))})
+    tab = pd.DataFrame(rows)
+    me = _concat_model_eer(res)
+    if me is not None:
+        for model, g in me.groupby("model", sort=False):
+            look = {("all" if r["by"] == "overall" else str(r["cell"])): r["eer_model"] for _, r in g.iterrows()
+                    if r["by"] in ("overall", "subgroup")}
+            tab[f"model EER % ({model})"] = [100 * look.get(s, math.nan) for s in tab["subgroup"]]
+    return tab
+
+
+def _concat_model_eer(res: "StudyResult") -> pd.DataFrame | None:
+    frames = []
+    for m in res.models:
+        if m.get("model_eer") is not None:
+            f = m["model_eer"].copy()
+            f.insert(0, "system", m["system"])
+            f.insert(0, "model", m["model"])
+            frames.append(f)
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+# ---------------------------------------------------------------------------------------
+# sections
+# ---------------------------------------------------------------------------------------
+
+def _overview(res: "StudyResult") -> rh.Section:
+    cfg = res.config
+    blocks: list[rh.Block] = []
+    if cfg.study.description:
+        blocks.append(rh.Paragraph(cfg.study.description))
+    src = "simulated (" + cfg.data.simulate.kind + ")" if cfg.data.simulate else ", ".join(map(str, cfg.data.files))
+    blocks.append(rh.Paragraph(
+        f"Data: {src}; {len(res.data.table)} trials after filters; systems: {', '.join(res.data.systems)}. "
+        f"Score column '{cfg.data.score}' (higher = more positive; accept = score >= threshold), label "
+        f"'{cfg.data.label}'. Seed {cfg.study.seed}. Analyses: {', '.join(cfg.analyses.enabled()) or 'none'}; "
+        f"models: {', '.join(m.name + ' [' + m.backend + ']' for m in cfg.models) or 'none'}."))
+    files = pd.DataFrame({"file": list(res.files), "path": [str(p) for p in res.files.values()]})
+    blocks.append(rh.Table(files, caption="Files written by this study (see manifest.json)"))
+    return rh.Section("Overview", blocks)
+
+
+def _data_section(res: "StudyResult") -> rh.Section:
+    ds = res.data_summary
+    blocks: list[rh.Block] = [rh.Paragraph(
+        f"Trial counts per system and subgroup. A row is flagged unreliable when it has fewer than "
+        f"{res.config.data.min_speakers} speakers or fewer than {res.config.data.min_class_trials} trials of a "
+        "class: measures of such cells have wide intervals and should not be ranked.")]
+    if ds is not None:
+        blocks.append(rh.Table(ds, caption="Data summary"))
+        bad = ds[~ds["reliable"]]
+        if len(bad):
+            blocks.append(rh.Paragraph(f"{len(bad)} cell(s) flagged: " + "; ".join(
+                f"{r.system}/{r.value} ({r.flags})" for r in bad.head(20).itertuples())))
+    return rh.Section("Data summary", blocks)
+
+
+def _metrics_section(res: "StudyResult") -> rh.Section | None:
+    if not res.metrics:
+        return None
+    tab = pd.concat([m["table"] for m in res.metrics.values()], ignore_index=True)
+    cfg = res.config.analyses.metrics
+    show = tab.copy()
+    show["EER %"] = 100 * show["eer"]
+    cols = [c for c in ["system", "by", "cell", "n_trials", "n_pos", "n_neg", "EER %", "min_dcf", "min_dcf_threshold"]
+            if c in show.columns]
+    blocks: list[rh.Block] = [
+        rh.Paragraph(f"EER ({cfg.eer_method}) and minDCF (p_target={cfg.p_target}, c_miss={cfg.c_miss}, "
+                     f"c_fa={cfg.c_fa}, {'normalised' if cfg.normalize else 'unnormalised'})."),
+        rh.Table(show[show["by"] == "overall"][cols], caption="Overall, per system"),
+    ]
+    by_rows = show[show["by"] != "overall"]
+    if len(by_rows):
+        if len(by_rows) <= 400:
+            blocks.append(rh.Table(by_rows[cols], caption="Per cell"))
+        else:
+            blocks.append(rh.Paragraph(f"{len(by_rows)} per-cell rows: see metrics.csv."))
+    for m in res.metrics.values():
+        for png in m.get("heatmaps", []):
+            blocks.append(rh.Figure(png, caption="EER heat map over a two-way grid (blank: cell lacks a class)",
+                                    alt="EER heat map"))
+    return rh.Section("Empirical error rates", blocks)
+
+
+def _model_sections(res: "StudyResult") -> list[rh.Section]:
+    out = []
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for m in res.models:
+        by_model.setdefault(m["model"], []).append(m)
+    for cfg in res.config.models:
+        fits = by_model.get(cfg.name, [])
+        if not fits:
+            continue
+        blocks: list[rh.Block] = [rh.Paragraph(
+            f"Formula: {cfg.formula}; backend {cfg.backend}; {'REML' if cfg.REML else 'ML'}"
+            + (f"; residual variance by {cfg.dispersion}" if cfg.dispersion else "")
+            + (f"; subset {cfg.filters}" if cfg.filters else "") + f"; {len(fits)} fit(s).")]
+        fe_rows, series_rows, vc_rows = [], [], []
+        for f in fits:
+            fe = f["fixef"].copy()
+            fe.insert(0, "system", f["system"])
+            fe_rows.append(fe)
+            if cfg.backend != "bayes":
+                series_rows.append(pd.DataFrame({"series": f"{f['system']} ({cfg.backend})", "term": fe["term"],
+                                                 "estimate": fe["estimate"], "lo": fe["lo95"], "hi": fe["hi95"]}))
+            else:
+                comp = f.get("compare")
+                hdi = [c for c in fe.columns if c.startswith("hdi")]
+                series_rows.append(pd.DataFrame({"series": f"{f['system']} (Bayes)", "term": fe["term"],
+                                                 "estimate": fe["mean"], "lo": fe[hdi[0]], "hi": fe[hdi[1]]}))
+                if comp is not None:
+                    c = comp[comp["parameter"].isin(fe["term"])]
+                    series_rows.append(pd.DataFrame({
+                        "series": f"{f['system']} ({cfg.compare_with})", "term": c["parameter"],
+                        "estimate": c["estimate"], "lo": c["estimate"] - 1.96 * c["se"],
+                        "hi": c["estimate"] + 1.96 * c["se"]}))
+            vc = f["varcorr"].copy()
+            vc.insert(0, "system", f["system"])
+            vc_rows.append(vc)
+        fe_all = pd.concat(fe_rows, ignore_index=True)
+        blocks.append(rh.Table(fe_all, caption="Fixed effects" + (" (posterior mean, SD, 94 % HDI)"
+                                                                   if cfg.backend == "bayes" else
+                                                                   " (estimate, SE, Wald 95 % interval)")))
+        series = pd.concat(series_rows, ignore_index=True)
+        if len(series["series"].unique()) <= 12:
+            blocks.append(rh.Figure(png_of(forest_figure(series, f"Fixed effects of {cfg.name}")),
+                                    caption="Forest plot of the fixed effects"
+                                    + (" — Bayesian (posterior mean, 94 % HDI) and frequentist (estimate ± 1.96 SE) "
+                                       "side by side" if cfg.backend == "bayes" else ""), alt="forest plot"))
+        for f in fits:
+            if f.get("compare") is not None:
+                blocks.append(rh.Table(f["compare"], caption=f"{f['system']}: Bayesian vs {cfg.compare_with} "
+                                                             "(z = (posterior mean − estimate)/posterior SD)"))
+        blocks.append(rh.Table(pd.concat(vc_rows, ignore_index=True), caption="Variance components"))
+        r2 = [{"system": f["system"], **f["r2"]} for f in fits if f.get("r2")]
+        if r2:
+            blocks.append(rh.Table(pd.DataFrame(r2), caption="R² (Nakagawa–Schielzeth: marginal, conditional)"))
+        for f in fits[:MAX_CATERPILLAR_SYSTEMS]:
+            re_ = f.get("ranef")
+            if re_ is None or not len(re_):
+                continue
+            for (grp, term), g in re_.groupby(["group", "term"], sort=False):
+                if len(g) < 2:
+                    continue
+                blocks.append(rh.Figure(png_of(caterpillar_figure(g, f"{f['system']}: {grp} — {term}")),
+                                        caption=f"Caterpillar plot of the {grp} effects ({term})",
+                                        alt="caterpillar plot"))
+        if len(fits) > MAX_CATERPILLAR_SYSTEMS:
+            blocks.append(rh.Paragraph(f"Caterpillar plots shown for the first {MAX_CATERPILLAR_SYSTEMS} systems; "
+                                       "random_effects.csv holds all."))
+        out.append(rh.Section(f"Model {cfg.name}", blocks))
+    return out
+
+
+def _model_eer_section(res: "StudyResult") -> rh.Section | None:
+    me = _concat_model_eer(res)
+    if me is None:
+        return None
+    show = me.copy()
+    for c in ("eer_model", "eer_empirical", "eer_model_sd"):
+        if c in show.columns:
+            show[c.replace("eer", "EER") + " %"] = 100 * show.pop(c)
+    blocks: list[rh.Block] = [rh.Paragraph(
+        "Model-based EER: each class's score distribution is the mixture of the fitted per-trial Gaussians "
+        "N(x_iβ + z_ib, σ²); for a single Gaussian per class EER = Φ(−(μ₁ − μ₀)/(σ₀ + σ₁)). Bayesian rows give "
+        "the posterior mean and SD."), rh.Table(show, caption="Model vs empirical EER")]
+    if "eer_empirical" in me.columns and me["eer_empirical"].notna().any():
+        blocks.append(rh.Figure(png_of(_eer_scatter(me.dropna(subset=["eer_empirical"]))),
+                                caption="Model vs empirical EER (diagonal: equal)", alt="EER scatter"))
+    return rh.Section("Model-based vs empirical EER", blocks)
+
+
+_FAIR_COLS = ["system", "subgroup", "n_speakers", "n_pos", "n_neg", "dcf_at_overall", "min_dcf", "ratio_overall",
+              "ratio_overall_lo", "ratio_overall_hi", "ratio_own", "ratio_own_lo", "ratio_own_hi", "fpr_ratio",
+              "fnr_ratio", "eer", "eer_lo", "eer_hi", "reliable", "note"]
+
+
+def _fairness_section(res: "StudyResult") -> rh.Section | None:
+    if not res.fairness:
+        return None
+    cfg = res.config.analyses.fairness
+    summ = pd.DataFrame([f["summary"] for f in res.fairness.values()])
+    blocks: list[rh.Block] = [
+        rh.Paragraph(
+            f"SVEva Fair measures by {' × '.join(cfg.groups)}: C_det(τ) = c_miss·p·P_miss(τ) + c_fa·(1−p)·P_fa(τ) "
+            f"with p = {cfg.p_target}; τ* = the overall minimiser; ratio_overall = C_det^g(τ*)/C_det(τ*) (> 1: "
+            f"worse off); ratio_own = minDCF^g / C_det^g(τ*) (< 1: an own threshold helps); Fairness Index = sum "
+            f"of ratio_overall over subgroups above 1. Intervals: {cfg.n_boot} speaker-cluster bootstrap "
+            f"replicates, {100 * cfg.ci:g} % percentile intervals (none when n_boot = 0)."),
+        rh.Table(summ, caption="Overall minDCF, τ* and Fairness Index (with interval) per system"),
+    ]
+    for system, f in res.fairness.items():
+        tab = f["table"]
+        blocks.append(rh.Table(tab[[c for c in _FAIR_COLS if c in tab.columns]],
+                               caption=f"{system}: subgroup measures"))
+        for key, cap in (("forest_png", "ratio_overall with intervals"), ("det_png", "DET per subgroup"),
+                         ("scores_png", "score distributions per subgroup and class")):
+            if f.get(key):
+                blocks.append(rh.Figure(f[key], caption=f"{system}: {cap}", alt=f"{system} {key[:-4]}"))
+    fm = [m for m in res.models if m.get("fairness") is not None]
+    for m in fm:
+        t = m["fairness"]
+        cols = [c for c in ["source", "subgroup", "n_pos", "n_neg", "dcf_at_overall", "min_dcf", "ratio_overall",
+                            "ratio_overall_lo", "ratio_overall_hi", "ratio_own", "eer", "eer_lo", "eer_hi",
+                            "p_ratio_overall_gt_1"] if c in t.columns]
+        blocks.append(rh.Table(t[cols], caption=f"Model-based measures from {m['model']} ({m['system']}); "
+                                                f"Fairness Index {t.attrs.get('fairness_index', float('nan')):.4g}"))
+    return rh.Section("Subgroup fairness", blocks)
+
+
+def _compare_section(res: "StudyResult") -> rh.Section | None:
+    c = res.compare
+    if c is None:
+        return None
+    fi = pd.DataFrame([{"system": k, **v} for k, v in c["fairness_index"].items()])
+    blocks: list[rh.Block] = [
+        rh.Paragraph(f"Paired comparison of {c['systems'][0]} and {c['systems'][1]} on the same trials: the "
+                     "bootstrap draws the same speakers for both systems, so the interval of a difference "
+                     "accounts for their correlation."),
+        rh.Table(fi, caption="Fairness Index per system and the difference (second − first)"),
+        rh.Table(c["table"], caption="Per-subgroup measures and differences"),
+    ]
+    if c.get("scatter_png"):
+        blocks.append(rh.Figure(c["scatter_png"], caption="ratio_overall of the two systems (diagonal: equal)",
+                                alt="ratio scatter"))
+    return rh.Section("Two-system comparison", blocks)
+
+
+def _simple_section(title: str, df: pd.DataFrame | None, text: str) -> rh.Section | None:
+    if df is None or not len(df):
+        return None
+    return rh.Section(title, [rh.Paragraph(text), rh.Table(df)])
+
+
+def _truth_section(res: "StudyResult") -> rh.Section | None:
+    if res.recovered is None and res.data.simulation is None:
+        return None
+    blocks: list[rh.Block] = [rh.Paragraph(
+        "The data are simulated, so the truth is known: the tables set the fitted parameters next to the values "
+        f"that generated the data (model: {res.data.simulation.truth.get('formula', '')}). z = (estimate − "
+        "true)/SE; |z| > 3 would point at a problem. Note that subgroup shifts built into the data move the "
+        "intercept and class effect of a model that does not include them.")]
+    if res.recovered is not None:
+        blocks.append(rh.Table(res.recovered, caption="Recovered vs true parameters"))
+    te = _true_eer_table(res)
+    if te is not None:
+        blocks.append(rh.Table(te, caption="True EER (expected rates of the data-generating process), empirical "
+                                           "EER and model EER per subgroup"))
+    return rh.Section("Recovered vs true (simulation)", blocks)
+
+
+def _reproduce_section(res: "StudyResult") -> rh.Section:
+    text = ("Every frequentist model can be re-fitted in R with lme4 (glmmTMB for dispersion models): "
+            "Rscript refit_lme4.R <this folder>  → lme4_refit.json, to compare with fixed_effects.csv. "
+            if "refit_lme4.R" in res.files else "")
+    timing = ", ".join(f"{k} {v:.1f} s" for k, v in res.timings.items())
+    return rh.Section("Reproduce", [rh.Paragraph(text + f"Timings: {timing}.")])
+
+
+def build_sections(res: "StudyResult") -> list[rh.Section]:
+    """All report sections of a study, in order (missing analyses are skipped)."""
+    secs: list[rh.Section | None] = [_overview(res), _data_section(res), _metrics_section(res)]
+    secs += _model_sections(res)
+    secs += [_model_eer_section(res), _fairness_section(res), _compare_section(res),
+             _simple_section("Breakdowns", res.breakdown,
+                             "Per attribute value: shares of data and of errors (fn_share/fp_share vs the "
+                             "value's class shares), precision, log-loss, EER and minDCF."),
+             _simple_section("Nuisance LLR", res.nuisance,
+                             "ℓ = log p(w | positive GMM) − log p(w | negative GMM); model ℓ = μ + d·y + ε with "
+                             "EER_N = Φ(−d/(2σ)); 50 % means the feature carries no class information."),
+             _truth_section(res), _reproduce_section(res)]
+    return [s for s in secs if s is not None]
+
+
+def write_report(res: "StudyResult", path: str | Path) -> Path:
+    """Write the self-contained ``report.html`` of a study."""
+    cfg = res.config
+    sections = build_sections(res)
+    res.section_titles = [s.title for s in sections]
+    return rh.write_html(path, cfg.study.title, sections,
+                         subtitle=f"scoremix study '{cfg.study.name}' — {len(res.data.table)} trials, "
+                                  f"systems: {', '.join(res.data.systems)}")
