@@ -217,6 +217,10 @@ class BayesLmerResult:
 
     def _design(self, data: pd.DataFrame | None):
         spec = self.spec
+        if data is not None and self._is_fitting_data(data):
+            frame = data.loc[spec.data.index]
+            _, X, rnd, dcodes, w = self._design(None)
+            return frame, X, rnd, dcodes, w
         if data is None:
             X = np.asarray(spec.X, dtype=np.float64)
             rnd = [(np.asarray(t.codes), np.asarray(t.X, dtype=np.float64)) for t in spec.terms]
@@ -242,6 +246,18 @@ class BayesLmerResult:
                 raise ClassMomentsError(f"dispersion column {col!r} has levels {unknown} unseen in fitting")
             dcodes = vals.map(lut).to_numpy(np.int64)
         return data, X, rnd, dcodes, np.ones(len(data))
+
+    def _is_fitting_data(self, data: pd.DataFrame) -> bool:
+        """``data`` holds the fitted rows (same index labels, same response values): its extra
+        columns (e.g. a subgroup not in the formula) are then used with the fitted design."""
+        spec = self.spec
+        idx = getattr(spec.data, "index", None)
+        if idx is None or spec.response not in data.columns or not idx.isin(data.index).all():
+            return False
+        if data.index.has_duplicates:
+            return False
+        yv = pd.to_numeric(data.loc[idx, spec.response], errors="coerce").to_numpy(np.float64)
+        return bool(np.allclose(yv, np.asarray(spec.y, dtype=np.float64), rtol=0, atol=1e-12))
 
     @staticmethod
     def _class_vector(data: pd.DataFrame, label: str | None, positive: Any) -> tuple[np.ndarray, str]:
@@ -275,6 +291,11 @@ class BayesLmerResult:
         max_draws: int | None = None,
     ) -> pd.DataFrame:
         r"""Posterior draws of the score mean and SD of each class in each subgroup.
+
+        ``data=None`` uses the fitted rows (model frame); ``data`` that contains the fitted
+        rows (same index and response) adds its other columns as possible ``groups``; any
+        other ``data`` is treated as new trials (its design is built with the spec's
+        encoders; unseen levels get a zero random effect).
 
         For draw ``d`` and the rows ``i`` of cell (subgroup ``g``, class ``c``) the model's
         score distribution is the mixture of the rows' Gaussians, with moments

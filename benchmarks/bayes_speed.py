@@ -1,0 +1,124 @@
+"""Speed of Bayesian crossed-LMM fits: min bulk-ESS per second and wall time.
+
+Simulated ASVspoof-like data (67 speakers × 13 attacks + bona fide, label effect, class
+dispersion off) fitted with ``score ~ label + (1|speaker) + (0 + dummy(label, "spoof")|attack)``.
+
+Contenders:
+  rows      naive per-row PyMC model (bayes_lmer method="joint", likelihood="rows", PyMC NUTS)
+  joint     joint model on sufficient statistics (PyMC NUTS)
+  collapsed scoremix default (β, b integrated out, PyMC NUTS)
+  nutpie    collapsed model with nutpie (if installed)
+  bambi     bambi's default model (if installed)
+
+Usage::
+
+    python benchmarks/bayes_speed.py                       # everything at 20k, 100k, 1M
+    python benchmarks/bayes_speed.py --n 20000 --only rows collapsed --draws 500 --chains 2
+
+Reported per run: wall seconds (data preparation + compilation + sampling), min bulk ESS
+over the scalar parameters, and min bulk ESS / wall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import time
+import warnings
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+FORMULA = 'score ~ label + (1|speaker) + (0 + dummy(label, "spoof")|attack)'
+ALL = ["rows", "joint", "collapsed", "nutpie", "bambi"]
+
+
+def simulate(n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    spk = rng.integers(0, 67, n)
+    spoof = rng.random(n) < 0.9
+    att = np.where(spoof, rng.integers(0, 13, n), -1)
+    y = (2.0 - 4.0 * spoof + rng.normal(0, 0.5, 67)[spk]
+         + np.where(spoof, rng.normal(0, 1.5, 13)[np.maximum(att, 0)], 0.0) + rng.normal(0, 1.0, n))
+    return pd.DataFrame({
+        "score": y,
+        "label": np.where(spoof, "spoof", "bonafide"),
+        "speaker": [f"S{i:03d}" for i in spk],
+        "attack": np.where(spoof, [f"A{i:02d}" for i in np.maximum(att, 0)], "bonafide"),
+    })
+
+
+def run_scoremix(df, kind, draws, tune, chains, seed):
+    from scoremix.bayes import BayesConvergenceWarning, bayes_lmer
+
+    kw = dict(draws=draws, tune=tune, chains=chains, random_seed=seed, progressbar=False)
+    if kind == "rows":
+        kw.update(method="joint", likelihood="rows")
+    elif kind == "joint":
+        kw.update(method="joint", likelihood="suffstats")
+    elif kind == "nutpie":
+        kw.update(sampler="nutpie")
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BayesConvergenceWarning)
+        res = bayes_lmer(FORMULA, df, **kw)
+    wall = time.perf_counter() - t0
+    return wall, res.diagnostics.min_ess_bulk, res.diagnostics.max_rhat
+
+
+def run_bambi(df, draws, tune, chains, seed):
+    import arviz as az
+    import bambi as bmb
+
+    d = df.assign(spoof=(df["label"] == "spoof").astype(float))
+    t0 = time.perf_counter()
+    m = bmb.Model("score ~ label + (1|speaker) + (0 + spoof|attack)", d)
+    idata = m.fit(draws=draws, tune=tune, chains=chains, random_seed=seed, progressbar=False)
+    wall = time.perf_counter() - t0
+    s = az.summary(idata, kind="diagnostics")
+    return wall, float(s["ess_bulk"].min()), float(s["r_hat"].max())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="bulk-ESS/s of Bayesian crossed LMM fits")
+    ap.add_argument("--n", type=int, nargs="+", default=[20_000, 100_000, 1_000_000])
+    ap.add_argument("--only", nargs="+", choices=ALL, default=ALL)
+    ap.add_argument("--draws", type=int, default=1000)
+    ap.add_argument("--tune", type=int, default=1000)
+    ap.add_argument("--chains", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--max-rows-naive", type=int, default=100_000,
+                    help="skip the per-row contenders (rows, bambi) above this N")
+    args = ap.parse_args()
+    out = []
+    for n in args.n:
+        df = simulate(n, args.seed)
+        for kind in args.only:
+            if kind in ("rows", "bambi") and n > args.max_rows_naive:
+                print(f"N={n:>9,} {kind:<9} skipped (--max-rows-naive)")
+                continue
+            if kind == "nutpie" and importlib.util.find_spec("nutpie") is None:
+                print(f"N={n:>9,} {kind:<9} not installed")
+                continue
+            if kind == "bambi" and importlib.util.find_spec("bambi") is None:
+                print(f"N={n:>9,} {kind:<9} not installed")
+                continue
+            if kind == "bambi":
+                wall, ess, rhat = run_bambi(df, args.draws, args.tune, args.chains, args.seed)
+            else:
+                wall, ess, rhat = run_scoremix(df, kind, args.draws, args.tune, args.chains, args.seed)
+            out.append((n, kind, wall, ess, ess / wall, rhat))
+            print(f"N={n:>9,} {kind:<9} wall {wall:8.1f} s  min bulk ESS {ess:7.0f}  "
+                  f"ESS/s {ess / wall:8.2f}  max R-hat {rhat:.3f}", flush=True)
+    if out:
+        tab = pd.DataFrame(out, columns=["n", "method", "wall_s", "min_ess_bulk", "ess_per_s", "max_rhat"])
+        print()
+        print(tab.to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
