@@ -60,7 +60,7 @@ def test_version_and_help(capsys):
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for cmd in ("eer", "demo", "simulate"):
+    for cmd in ("eer", "demo", "simulate", "study", "fit", "fairness"):
         assert cmd in out
     assert main([]) == 2  # no subcommand: help and usage status
 
@@ -155,17 +155,20 @@ def test_simulate_subcommand(tmp_path: Path, capsys):
     assert "n_trials" in capsys.readouterr().err
 
 
-def test_demo_writes_files_and_embedded_images(tmp_path: Path, capsys):
+def test_demo_runs_the_study_and_prints_outputs(tmp_path: Path, capsys):
     out_dir = tmp_path / "demo"
-    rc = main(["demo", "--out", str(out_dir), "--seed", "2", "--n-trials", "4000", "--no-progress"])
+    rc = main(["demo", "--out", str(out_dir), "--seed", "2", "--n-trials", "4000", "--n-boot", "10",
+               "--no-progress"])
     assert rc == 0
     printed = capsys.readouterr().out
-    for name in ("trials.csv", "truth.json", "metrics.json", "report.html"):
-        assert (out_dir / name).is_file()
+    for name in ("trials.csv", "truth.json", "metrics.json", "report.html", "fixed_effects.csv", "fairness.csv",
+                 "recovered_vs_true.csv", "refit_lme4.R", "models/crossed__all.json"):
+        assert (out_dir / name).is_file(), name
         assert str(out_dir / name) in printed
+    assert "recovered vs true" in printed and "beta_x" in printed
     html = (out_dir / "report.html").read_text(encoding="utf-8")
-    assert html.count("data:image/png;base64,") >= 2
-    assert "<table" in html and "india_f" in html
+    assert html.count("data:image/png;base64,") >= 8
+    assert "<table" in html and "india_f" in html and "Recovered vs true" in html
     truth = json.loads((out_dir / "truth.json").read_text())
     assert truth["mu"] == -2.0 and truth["d"] == 4.0 and len(truth["speaker_effects"]) == 1000
     metrics = json.loads((out_dir / "metrics.json").read_text())
@@ -183,30 +186,107 @@ def test_demo_writes_files_and_embedded_images(tmp_path: Path, capsys):
     # empirical EER near the truth: binomial SE at n = 2000 per class
     true_eer = metrics["overall"]["true_eer"]
     assert abs(metrics["overall"]["eer"] - true_eer) < 5 * np.sqrt(true_eer * (1 - true_eer) / 2000)
-    # subgroup table: trial counts add up to the table, per subgroup
     sub = metrics["subgroups"]
     assert sum(v["trials"] for v in sub.values()) == 4000
     assert sub["india_f"]["trials"] == int((trials["subgroup"] == "india_f").sum())
 
 
-def test_run_demo_extensible_sections(tmp_path: Path):
-    from scoremix import report_html as rh
-    from scoremix.demo import SECTIONS, run_demo
+def _study_file(tmp_path: Path) -> Path:
+    toml = tmp_path / "s.toml"
+    toml.write_text("""
+[study]
+name = "cli"
+seed = 1
+[data]
+subgroups = ["sex"]
+[data.simulate]
+n_trials = 1200
+params = { n_speakers = 80 }
+[[models]]
+name = "m"
+formula = "score ~ y + x + (1 | speaker)"
+[analyses.metrics]
+[analyses.fairness]
+n_boot = 0
+""", encoding="utf-8")
+    return toml
 
-    seen = {}
 
-    def extra(ctx):
-        seen["n"] = len(ctx.table)
-        ctx.metrics["extra"] = {"mean_score": float(ctx.table["score"].mean())}
-        return rh.Section("Extra section", [rh.Paragraph("added <by> a test")])
+def test_study_subcommand(tmp_path: Path, capsys):
+    toml = _study_file(tmp_path)
+    out = tmp_path / "o"
+    rc = main(["study", str(toml), "--out", str(out), "--no-progress", "--set", "analyses.fairness.n_boot=5"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "1200 trials" in printed and str(out / "report.html") in printed
+    cfg = json.loads((out / "study.json").read_text())["config"]
+    assert cfg["analyses"]["fairness"]["n_boot"] == 5
+    assert "ratio_overall_lo" in pd.read_csv(out / "fairness.csv").columns
+    # a bad key: one line naming it, status 2
+    rc = main(["study", str(toml), "--out", str(out), "--set", "models[0].backend=lme5"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "models[0].backend" in err and "lme5" in err
+    assert main(["study", str(tmp_path / "absent.toml")]) == 2
+    assert "absent.toml" in capsys.readouterr().err
 
-    res = run_demo(tmp_path, seed=0, n_trials=1000, progress=False, sections=[*SECTIONS[:2], extra])
-    assert seen["n"] == 1000
-    assert res["sections"] == ["Simulated trials", "Overall error rates", "Extra section"]
-    html = res["files"]["report"].read_text(encoding="utf-8")
-    assert "Extra section" in html and "added &lt;by&gt; a test" in html
-    assert json.loads(res["files"]["metrics"].read_text())["extra"]["mean_score"] == pytest.approx(
-        pd.read_csv(res["files"]["trials"])["score"].mean(), rel=1e-9)
+
+def test_study_data_error_names_file_and_column(tmp_path: Path, small_csv: Path, capsys):
+    toml = tmp_path / "s.toml"
+    toml.write_text(f'[study]\nname = "x"\n[data]\nfile = "{small_csv}"\nscore = "cm_score"\nlabel = "key"\n'
+                    'subgroups = ["gender"]\n[analyses.metrics]\n', encoding="utf-8")
+    rc = main(["study", str(toml), "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and str(small_csv) in err and "'gender'" in err
+
+
+def test_fit_subcommand(tmp_path: Path, capsys):
+    from scoremix.simulate import simulate_trials
+
+    sim = simulate_trials(n_trials=1500, n_speakers=60, seed=4)
+    path = tmp_path / "t.csv"
+    sim.table.to_csv(path, index=False)
+    js = tmp_path / "fit.json"
+    rc = main(["fit", str(path), "--formula", "score ~ y + x + (1 | speaker)", "--json", str(js)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "Linear mixed model fit by REML" in out and "Fixed effects" in out
+    res = json.loads(js.read_text())
+    # the slope of x: true 0.5, its SE is about 1.5/sqrt(1500) ≈ 0.04 → within 0.2
+    assert abs(res["fixef"]["x"] - 0.5) < 0.2 and res["nobs"] == 1500
+    rc = main(["fit", str(path), "--formula", "score ~ y + nope + (1 | speaker)"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "nope" in err and str(path) in err and len(err.splitlines()) == 1
+
+
+def test_fairness_subcommand(tmp_path: Path, capsys):
+    # two speakers per sex; hand-made scores: women's bona fide scores overlap the spoofs
+    df = pd.DataFrame({
+        "speaker": ["f1"] * 4 + ["f2"] * 4 + ["m1"] * 4 + ["m2"] * 4,
+        "sex": ["f"] * 8 + ["m"] * 8,
+        "label": ["bonafide", "bonafide", "spoof", "spoof"] * 4,
+        "score": [1.0, 0.2, 0.5, -1.0, 1.2, 0.9, -0.5, -2.0, 3.0, 2.0, -1.0, -2.0, 2.5, 2.2, -1.5, -3.0],
+    })
+    path = tmp_path / "f.csv"
+    df.to_csv(path, index=False)
+    csv = tmp_path / "table.csv"
+    rc = main(["fairness", str(path), "--groups", "sex", "--csv", str(csv), "--no-progress"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "Fairness Index" in out
+    tab = pd.read_csv(csv).set_index("subgroup")
+    # overall minDCF (p=.05, unit costs): brute force over thresholds, then the cost per sex at τ*
+    s, y = df["score"].to_numpy(), (df["label"] == "bonafide").to_numpy()
+    ts = np.r_[np.unique(s), np.inf]
+    costs = [0.05 * np.mean(s[y] < t) + 0.95 * np.mean(s[~y] >= t) for t in ts]
+    tau = ts[int(np.argmin(costs))]
+    for sex in ("f", "m"):
+        g = (df["sex"] == sex).to_numpy()
+        want = 0.05 * np.mean(s[g & y] < tau) + 0.95 * np.mean(s[g & ~y] >= tau)
+        assert tab.loc[sex, "dcf_at_overall"] == pytest.approx(want, abs=1e-12)
+        assert tab.loc[sex, "n_speakers"] == 2
+    rc = main(["fairness", str(path), "--groups", "nationality"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "nationality" in err and str(path) in err
 
 
 @pytest.mark.shared_data

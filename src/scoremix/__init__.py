@@ -35,6 +35,7 @@ from scoremix.metrics import (
 from scoremix.simulate import Simulation, SimulationError, simulate_sv_trials, simulate_trials
 from scoremix.lme import LmerResult, NativeControl, anova, confint, lmer
 from scoremix.lme.model_frame import build_model_spec
+from scoremix.bayes import BayesLmerResult, Prior, bayes_lmer
 from scoremix.lme.formula import parse_formula
 from scoremix.lme.errors import (
     ConvergenceWarning,
@@ -81,6 +82,7 @@ __all__ = [
     "Simulation", "SimulationError", "simulate_sv_trials", "simulate_trials",
     # mixed models
     "LmerResult", "NativeControl", "anova", "confint", "lmer",
+    "BayesLmerResult", "Prior", "bayes_lmer",
     "build_model_spec", "parse_formula", "ConvergenceWarning", "FormulaError", "GroupingError",
     "MissingValueError", "NewLevelError", "RankDeficiencyWarning", "ResponseError",
     "SingularFitWarning", "UnknownColumnError",

@@ -1,4 +1,4 @@
-"""``scoremix demo``: a complete study on simulated data with known truth.
+r"""``scoremix demo``: a complete study on simulated data with known truth.
 
 :func:`run_demo` runs the embedded study :data:`DEMO_STUDY_TOML` through the same runner as
 ``scoremix study`` (:func:`scoremix.study.run_study`): countermeasure-style trials are simulated

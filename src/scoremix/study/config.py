@@ -92,6 +92,7 @@ class DataConfig:
     standardize_by: list[str] = field(default_factory=list)
     indicators: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     sample_per_system: int = 0
+    sample_by: str | None = None
     min_speakers: int = 5
     min_class_trials: int = 30
 
@@ -499,6 +500,7 @@ def _parse_data(r: _Reader, base: Path, seed: int) -> DataConfig:
             raise StudyConfigError(f"{r.key('indicators')}.{name}", f"must be a table column = value(s), "
                                    f"got {spec!r}", src) from None
     d.sample_per_system = r.int("sample_per_system", 0, minimum=0) or 0
+    d.sample_by = r.str("sample_by", None)
     d.min_speakers = r.int("min_speakers", 5, minimum=1) or 5
     d.min_class_trials = r.int("min_class_trials", 30, minimum=1) or 30
     r.finish()

@@ -46,9 +46,19 @@ class StudyData:
         return self.table[self.table[self.system_column].astype(str) == system]
 
 
+#: Filter values that also match missing cells (NaN / None / NA).
+MISSING_TOKENS = ("nan", "NaN", "NA", "")
+
+
 def _matches(series: pd.Series, values: list[Any]) -> pd.Series:
-    as_str = series.astype(str)
-    return as_str.isin([str(v) for v in values]) | series.isin(values)
+    """``series`` equals one of ``values`` (compared as strings too; ``"nan"``/``"NA"``/``""``
+    match missing cells)."""
+    missing = series.isna()
+    as_str = series.astype(object).where(~missing, "nan").astype(str)
+    hit = as_str.isin([str(v) for v in values]) | series.isin(values)
+    if any(str(v) in MISSING_TOKENS for v in values):
+        hit |= missing
+    return hit
 
 
 def apply_filters(df: pd.DataFrame, filters: dict[str, list[Any]], where: str) -> pd.DataFrame:
@@ -93,7 +103,7 @@ def _simulate(cfg: DataConfig) -> tuple[pd.DataFrame, Any]:
 
 
 def load_study_data(cfg: DataConfig, seed: int = 0) -> StudyData:
-    """Load, filter and validate the trials described by ``cfg``.
+    r"""Load, filter and validate the trials described by ``cfg``.
 
     Steps, in order: read and concatenate ``files`` (or simulate); ``rename``; ``filters``
     (``column in values``); check and convert score/label with
@@ -102,7 +112,8 @@ def load_study_data(cfg: DataConfig, seed: int = 0) -> StudyData:
     ``[1e-7, 1 - 1e-7]``); ``indicators`` (0/1 columns, 1 where every listed condition holds);
     ``negate`` (``score ← −score`` where ``column in values``, for systems whose lower score
     means positive); ``sample_per_system`` (the same row positions in every system, so that
-    paired comparisons keep aligned trials; seeded by the study seed); ``standardize``
+    paired comparisons keep aligned trials; or, with ``sample_by``, that many units — e.g.
+    utterances — with all their rows; seeded by the study seed); ``standardize``
     (``score ← (score − mean)/sd`` per system, and per ``standardize_by`` cell).
     """
     from scoremix.trials import TrialTableError, load_trials
@@ -165,14 +176,22 @@ def load_study_data(cfg: DataConfig, seed: int = 0) -> StudyData:
         systems = [ALL_SYSTEMS]
     if cfg.sample_per_system:
         rng = np.random.default_rng(seed)
-        keys = df[sys_col].astype(str) if sys_col else pd.Series(ALL_SYSTEMS, index=df.index)
-        pos = keys.groupby(keys).cumcount().to_numpy()
-        n_min = int(keys.value_counts().min())
-        if cfg.sample_per_system < n_min:
-            keep_pos = np.sort(rng.choice(n_min, size=cfg.sample_per_system, replace=False))
-            df = df[np.isin(pos, keep_pos)].reset_index(drop=True)
+        if cfg.sample_by is not None:
+            if cfg.sample_by not in df.columns:
+                raise StudyDataError(f"{where}: data.sample_by column {cfg.sample_by!r} not in the table")
+            units = np.sort(pd.unique(df[cfg.sample_by].dropna().astype(str)))
+            if cfg.sample_per_system < units.size:
+                keep = rng.choice(units, size=cfg.sample_per_system, replace=False)
+                df = df[df[cfg.sample_by].astype(str).isin(keep)].reset_index(drop=True)
+        else:
+            keys = df[sys_col].astype(str) if sys_col else pd.Series(ALL_SYSTEMS, index=df.index)
+            pos = keys.groupby(keys).cumcount().to_numpy()
+            n_min = int(keys.value_counts().min())
+            if cfg.sample_per_system < n_min:
+                keep_pos = np.sort(rng.choice(n_min, size=cfg.sample_per_system, replace=False))
+                df = df[np.isin(pos, keep_pos)].reset_index(drop=True)
         y = df["y"].to_numpy()
-        if y.min() == y.max():
+        if y.size == 0 or y.min() == y.max():
             raise StudyDataError(f"{where}: data.sample_per_system = {cfg.sample_per_system} left one class only")
     if cfg.standardize:
         keys = [df[sys_col].astype(str)] if sys_col else [pd.Series(ALL_SYSTEMS, index=df.index)]

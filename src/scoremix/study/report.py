@@ -45,7 +45,7 @@ def _plt() -> Any:
 # figures
 # ---------------------------------------------------------------------------------------
 
-def forest_figure(fe: pd.DataFrame, title: str) -> Any:
+def forest_figure(fe: pd.DataFrame, title: str, ref: float = 0.0, xlabel: str = "estimate (95 % interval)") -> Any:
     """Forest plot: one row per term, one marker (± 95 % interval) per system/backend series.
 
     ``fe`` has columns ``series``, ``term``, ``estimate``, ``lo``, ``hi``.
@@ -61,12 +61,14 @@ def forest_figure(fe: pd.DataFrame, title: str) -> Any:
         ypos = np.arange(len(terms)) - 0.4 + step * (k + 0.5)
         est = d["estimate"].to_numpy(float)
         lo, hi = d["lo"].to_numpy(float), d["hi"].to_numpy(float)
-        ax.errorbar(est, ypos, xerr=np.vstack([est - lo, hi - est]), fmt="o", ms=4, color=colors[k], label=s,
+        # percentile intervals need not contain the point estimate: clip the bar lengths at 0
+        xerr = np.clip(np.nan_to_num(np.vstack([est - lo, hi - est])), 0.0, None)
+        ax.errorbar(est, ypos, xerr=xerr, fmt="o", ms=4, color=colors[k], label=s,
                     capsize=2)
     ax.set_yticks(np.arange(len(terms)), terms, fontsize=8)
     ax.invert_yaxis()
-    ax.axvline(0, color="grey", lw=0.7)
-    ax.set_xlabel("estimate (95 % interval)")
+    ax.axvline(ref, color="grey", lw=0.7)
+    ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, loc="best")
     ax.grid(True, axis="x", alpha=0.3)
@@ -223,6 +225,9 @@ def _overview(res: "StudyResult") -> rh.Section:
         f"Score column '{cfg.data.score}' (higher = more positive; accept = score >= threshold), label "
         f"'{cfg.data.label}'. Seed {cfg.study.seed}. Analyses: {', '.join(cfg.analyses.enabled()) or 'none'}; "
         f"models: {', '.join(m.name + ' [' + m.backend + ']' for m in cfg.models) or 'none'}."))
+    if res.failed:
+        blocks.append(rh.Table(pd.DataFrame(res.failed)[["model", "system", "nobs", "error"]],
+                               caption="Model fits that failed (the rest of the study ran)"))
     files = pd.DataFrame({"file": list(res.files), "path": [str(p) for p in res.files.values()]})
     blocks.append(rh.Table(files, caption="Files written by this study (see manifest.json)"))
     return rh.Section("Overview", blocks)

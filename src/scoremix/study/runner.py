@@ -80,6 +80,7 @@ class StudyResult:
     out_dir: Path
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     models: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
     fairness: dict[str, dict[str, Any]] = field(default_factory=dict)
     breakdown: pd.DataFrame | None = None
     compare: dict[str, Any] | None = None
@@ -199,7 +200,11 @@ def _collect(res: StudyResult, tasks: list[Task], results: list[Any]) -> None:
         elif kind == "nuisance":
             res.nuisance = _concat([res.nuisance, r["table"]])
         elif kind == "model":
-            res.models.append(r)
+            if "error" in r:
+                res.failed.append(r)
+                res.messages.append(f"model {r['model']} on {r['system']} failed: {r['error']}")
+            else:
+                res.models.append(r)
         elif kind == "compare":
             res.compare = r
 
@@ -339,5 +344,7 @@ def run_study(study: StudyConfig | str | Path, out_dir: str | Path | None = None
                                               "description": FILE_DESCRIPTIONS.get(
                                                   name, "model fit" if name.startswith("models/") else "")}
                                        for name, p in res.files.items()})
+    for msg in res.messages:
+        log(f"[scoremix study] warning: {msg}")
     log(f"[scoremix study] done in {res.timings['total']:.1f} s; outputs in {out}")
     return res

@@ -13,7 +13,7 @@ import pandas as pd
 from scoremix.study.config import (BreakdownConfig, CompareConfig, FairnessConfig, MetricsConfig,
                                    ModelConfig, ModelEERConfig, NuisanceConfig)
 
-__all__ = ["metrics_task", "model_task", "fairness_task", "breakdown_task", "compare_task", "nuisance_task",
+__all__ = ["metrics_task", "model_task", "fit_model", "fairness_task", "breakdown_task", "compare_task", "nuisance_task",
            "png_of"]
 
 
@@ -27,11 +27,6 @@ def png_of(fig: Any) -> bytes:
         return figure_to_png(fig)
     finally:
         plt.close(fig)
-
-
-def _fig(obj: Any) -> Any:
-    """The figure of a matplotlib Figure or Axes."""
-    return obj if hasattr(obj, "savefig") else obj.figure
 
 
 def _agg() -> None:
@@ -171,6 +166,21 @@ def _model_fairness(fit: Any, df: pd.DataFrame, fcfg: FairnessConfig, speaker: s
 def model_task(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
                model_eer_cfg: ModelEERConfig | None = None, fairness_cfg: FairnessConfig | None = None,
                speaker: str = "speaker") -> dict[str, Any]:
+    """:func:`fit_model` that turns a model error (bad formula for this subset, a grouping
+    factor with too few levels, …) into ``{"model", "system", "backend", "error"}`` so that the
+    other fits and analyses of the study still finish; the runner reports the error."""
+    from scoremix.lme.errors import LmeError
+
+    try:
+        return fit_model(model, system, df, seed, model_eer_cfg, fairness_cfg, speaker)
+    except (LmeError, ValueError, np.linalg.LinAlgError) as exc:
+        return {"model": model.name, "system": system, "backend": model.backend, "nobs": int(len(df)),
+                "error": f"{type(exc).__name__}: {exc}"}
+
+
+def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
+              model_eer_cfg: ModelEERConfig | None = None, fairness_cfg: FairnessConfig | None = None,
+              speaker: str = "speaker") -> dict[str, Any]:
     """Fit one model to one system's trials and derive everything the study reports from it.
 
     Frequentist backends: :func:`scoremix.lme.api.lmer`; ``"bayes"``:
@@ -271,9 +281,17 @@ def fairness_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, speaker: s
     summary = {"system": system, "min_dcf": res.min_dcf, "threshold": res.threshold,
                "fairness_index": res.fairness_index, "fairness_index_lo": res.fairness_index_ci[0],
                "fairness_index_hi": res.fairness_index_ci[1], **{f"overall_{k}": v for k, v in res.overall.items()}}
+    from scoremix.study.report import forest_figure
+
+    forest = None
+    if "ratio_overall_lo" in tab.columns:
+        ok = tab[tab["ratio_overall"].notna()]
+        series = pd.DataFrame({"series": system, "term": ok["subgroup"].astype(str), "estimate": ok["ratio_overall"],
+                               "lo": ok["ratio_overall_lo"], "hi": ok["ratio_overall_hi"]})
+        forest = png_of(forest_figure(series, f"ratio_overall per subgroup — {system}", ref=1.0,
+                                      xlabel=f"C_det^g(τ*) / C_det(τ*) ({100 * cfg.ci:g} % bootstrap interval)"))
     return {"table": tab, "summary": summary, "det_png": png_of(res.plot_det()),
-            "scores_png": png_of(res.plot_scores()),
-            "forest_png": png_of(_fig(res.plot_forest()))}
+            "scores_png": png_of(res.plot_scores()), "forest_png": forest}
 
 
 def breakdown_task(system: str, df: pd.DataFrame, cfg: BreakdownConfig, speaker: str | None,
@@ -294,7 +312,6 @@ def compare_task(df: pd.DataFrame, system_col: str, cfg: CompareConfig, speaker:
     with the ratio scatter plot."""
     _agg()
     from scoremix.fairness import compare_subgroup_dcf
-    from scoremix.fairness.plots import plot_ratio_scatter
 
     cost = {} if fcfg is None else dict(p_target=fcfg.p_target, c_miss=fcfg.c_miss, c_fa=fcfg.c_fa,
                                         normalize=fcfg.normalize)
@@ -306,8 +323,41 @@ def compare_task(df: pd.DataFrame, system_col: str, cfg: CompareConfig, speaker:
     fi = {k: {"value": v[0], "lo": v[1], "hi": v[2]} for k, v in res.fairness_index.items()}
     png = None
     if "ratio_overall" in cfg.measures:
-        png = png_of(_fig(plot_ratio_scatter(res)))
+        png = png_of(_ratio_scatter(res.table, list(res.systems)))
     return {"table": res.table, "fairness_index": fi, "systems": list(res.systems), "scatter_png": png}
+
+
+def _ratio_scatter(tab: pd.DataFrame, systems: list[str]) -> Any:
+    """ratio_overall of system B against system A per subgroup (diagonal = equal), with the
+    bootstrap intervals as error bars (clipped at 0 length where a percentile interval misses
+    the point estimate)."""
+    _agg()
+    import matplotlib.pyplot as plt
+
+    a, b = systems
+    x, y = tab[f"ratio_overall_{a}"].to_numpy(float), tab[f"ratio_overall_{b}"].to_numpy(float)
+
+    def err(col: str, v: np.ndarray) -> np.ndarray | None:
+        if f"{col}_lo" not in tab.columns:
+            return None
+        e = np.vstack([v - tab[f"{col}_lo"].to_numpy(float), tab[f"{col}_hi"].to_numpy(float) - v])
+        return np.clip(np.nan_to_num(e), 0.0, None)
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.errorbar(x, y, xerr=err(f"ratio_overall_{a}", x), yerr=err(f"ratio_overall_{b}", y), fmt="o",
+                ecolor="grey", capsize=2)
+    for name, xi, yi in zip(tab["subgroup"].astype(str), x, y):
+        if np.isfinite(xi) and np.isfinite(yi):
+            ax.annotate(name, (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    finite = np.r_[x, y][np.isfinite(np.r_[x, y])]
+    hi = float(finite.max()) * 1.1 if finite.size else 2.0
+    ax.plot([0, hi], [0, hi], color="grey", lw=0.7)
+    ax.axhline(1, color="k", lw=0.5, ls=":")
+    ax.axvline(1, color="k", lw=0.5, ls=":")
+    ax.set_xlabel(f"ratio_overall, {a}")
+    ax.set_ylabel(f"ratio_overall, {b}")
+    ax.set_title("Subgroup DCF ratios of two systems")
+    return fig
 
 
 def nuisance_task(system: str, df: pd.DataFrame, cfg: NuisanceConfig, seed: int) -> dict[str, Any]:

@@ -1,0 +1,319 @@
+"""Tests of the study runner: config validation, data loading, outputs, parallel/Dask
+determinism, the lme4 re-fit script and recovery of known simulation parameters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from scoremix.study import StudyConfigError, load_study, parse_study, run_study
+from scoremix.study.config import apply_overrides, expand_vars
+from scoremix.study.data import StudyDataError, load_study_data
+from scoremix.study.parallel import Task, dask_available, run_tasks, task_seed
+
+SIM_TOML = """
+[study]
+name = "simtest"
+seed = 3
+
+[data]
+speaker = "speaker"
+subgroups = ["subgroup"]
+
+[data.simulate]
+kind = "cm"
+n_trials = 3000
+params = { n_speakers = 150, sd_attack = 1.0 }
+subgroup_shift = { india_f = [0.0, -1.0] }
+
+[[models]]
+name = "crossed"
+formula = 'score ~ y + x + (1 | speaker) + (0 + dummy(label, "spoof") | attack)'
+
+[analyses.metrics]
+by = ["sex", ["sex", "nationality"]]
+
+[analyses.model_eer]
+by = ["sex"]
+
+[analyses.fairness]
+groups = ["sex"]
+n_boot = 30
+models = ["crossed"]
+
+[analyses.breakdown]
+by = ["sex"]
+"""
+
+
+def _raw(text: str = SIM_TOML) -> dict:
+    return tomllib.loads(text)
+
+
+@pytest.fixture(scope="module")
+def sim_study(tmp_path_factory) -> tuple[Path, object]:
+    out = tmp_path_factory.mktemp("study") / "out"
+    cfg = parse_study(_raw())
+    res = run_study(cfg, out_dir=out, progress=False)
+    return out, res
+
+
+# ------------------------------------------------------------------------------- config
+@pytest.mark.parametrize("patch, key", [
+    ({"models[0].backend": "lme5"}, "models[0].backend"),
+    ({"models[0].formula": "score + y"}, "models[0].formula"),
+    ({"models[0].REML": "yes"}, "models[0].REML"),
+    ({"models[0].colour": 1}, "models[0].colour"),
+    ({"analyses.fairness.n_boot": -1}, "analyses.fairness.n_boot"),
+    ({"analyses.fairness.ci": 1.5}, "analyses.fairness.ci"),
+    ({"analyses.fairness.models": ["nope"]}, "analyses.fairness.models[0]"),
+    ({"analyses.magic": {}}, "analyses.magic"),
+    ({"analyses.metrics.eer_method": "best"}, "analyses.metrics.eer_method"),
+    ({"analyses.compare.systems": ["a", "b"]}, "analyses.compare.systems"),  # no system column
+    ({"data.simulate.kind": "asv"}, "data.simulate.kind"),
+    ({"data.files": ["x.csv"]}, "data.simulate"),  # files and simulate together
+    ({"study.name": "has space"}, "study.name"),
+    ({"models[0].dispersion": "label"}, "models[0].dispersion"),
+    ({"data.filters": {"system": []}}, "data.filters.system"),
+])
+def test_config_errors_name_the_key(patch, key):
+    raw = apply_overrides(_raw(), patch)
+    with pytest.raises(StudyConfigError) as exc:
+        parse_study(raw)
+    assert exc.value.key == key
+    assert str(exc.value).startswith(key + ":")
+
+
+def test_duplicate_model_and_missing_data():
+    raw = _raw()
+    raw["models"].append(dict(raw["models"][0]))
+    with pytest.raises(StudyConfigError, match=r"models\[1\]\.name: duplicate"):
+        parse_study(raw)
+    raw = _raw()
+    del raw["data"]
+    with pytest.raises(StudyConfigError, match="^data: is required"):
+        parse_study(raw)
+
+
+def test_overrides_env_vars_and_paths(tmp_path, monkeypatch):
+    assert expand_vars("${A}/x", {"A": "/root"}) == "/root/x"
+    assert expand_vars("${A:-../d}/x", {}) == "../d/x"
+    with pytest.raises(KeyError):
+        expand_vars("${A}/x", {})
+    study = tmp_path / "sub" / "s.toml"
+    study.parent.mkdir()
+    study.write_text('[study]\nname = "p"\n[data]\nfile = "${SCOREMIX_TEST_DIR:-data}/t.csv"\n', encoding="utf-8")
+    monkeypatch.delenv("SCOREMIX_TEST_DIR", raising=False)
+    assert load_study(study).data.files == [(study.parent / "data" / "t.csv").resolve()]
+    monkeypatch.setenv("SCOREMIX_TEST_DIR", str(tmp_path / "elsewhere"))
+    assert load_study(study).data.files == [tmp_path / "elsewhere" / "t.csv"]
+    cfg = load_study(study, ["study.seed=11", "data.subgroups=['g']", "data.score=s2"])
+    assert (cfg.study.seed, cfg.data.subgroups, cfg.data.score) == (11, ["g"], "s2")
+    study.write_text('[study]\nname = "p"\n[data]\nfile = "${SCOREMIX_UNSET_VAR}/t.csv"\n', encoding="utf-8")
+    with pytest.raises(StudyConfigError, match="data.file: environment variable SCOREMIX_UNSET_VAR"):
+        load_study(study)
+    with pytest.raises(StudyConfigError, match="no such study file"):
+        load_study(tmp_path / "absent.toml")
+
+
+# ------------------------------------------------------------------------------- data
+def _file_study(tmp_path: Path, extra: str = "") -> Path:
+    rng = np.random.default_rng(0)
+    n = 400
+    df = pd.DataFrame({
+        "utt": [f"u{i % 200}" for i in range(n)],
+        "spk": [f"s{i % 20}" for i in range(n)],
+        "sys": np.repeat(["A", "B"], n // 2),
+        "key": np.tile(np.repeat(["bonafide", "spoof"], 100), 2),
+        "prob": rng.uniform(0.01, 0.99, n),
+    })
+    df.to_csv(tmp_path / "t.csv", index=False)
+    toml = tmp_path / "s.toml"
+    toml.write_text('[study]\nname = "f"\n[data]\nfile = "t.csv"\nscore = "prob"\nlabel = "key"\nsystem = "sys"\n'
+                    'speaker = "spk"\n' + extra, encoding="utf-8")
+    return toml
+
+
+def test_data_transforms_by_hand(tmp_path):
+    toml = _file_study(tmp_path, 'transform = "logit"\nnegate = { sys = ["B"] }\n'
+                                 'indicators = { first = { utt = ["u0", "u1"] } }\n')
+    raw = pd.read_csv(tmp_path / "t.csv")
+    data = load_study_data(load_study(toml).data)
+    p = raw["prob"].to_numpy()
+    want = np.log(p / (1 - p)) * np.where(raw["sys"] == "B", -1, 1)
+    np.testing.assert_allclose(data.table["score"], want, rtol=1e-12)
+    assert data.systems == ["A", "B"]
+    assert (data.table["y"] == (raw["key"] == "bonafide")).all()
+    assert data.table["first"].sum() == raw["utt"].isin(["u0", "u1"]).sum()
+    # standardisation per system: mean 0, SD 1 in each
+    data = load_study_data(load_study(_file_study(tmp_path, "standardize = true\n")).data)
+    g = data.table.groupby("sys")["score"]
+    np.testing.assert_allclose(g.mean(), 0, atol=1e-12)
+    np.testing.assert_allclose(g.std(), 1, atol=1e-12)
+    # the same rows in both systems after sampling (paired analyses stay aligned)
+    data = load_study_data(load_study(_file_study(tmp_path, "sample_per_system = 50\n")).data, seed=1)
+    a, b = (data.table[data.table["sys"] == s]["utt"].to_numpy() for s in "AB")
+    assert len(a) == 50 and (a == b).all()
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ('filters = { sys = ["C"] }\n', "matches no row"),
+    ('filters = { nope = ["C"] }\n', "'nope'"),
+    ('subgroups = ["gender"]\n', "'gender'"),
+    ('rename = { missing = "x" }\n', "missing"),
+])
+def test_data_errors_name_file_and_column(tmp_path, extra, needle):
+    with pytest.raises(StudyDataError) as exc:
+        load_study_data(load_study(_file_study(tmp_path, extra)).data)
+    assert "t.csv" in str(exc.value) and needle in str(exc.value)
+
+
+def test_bad_score_row_named(tmp_path):
+    toml = _file_study(tmp_path)
+    df = pd.read_csv(tmp_path / "t.csv")
+    df.loc[7, "prob"] = np.nan
+    df.to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(StudyDataError, match=r"t\.csv.*7"):
+        load_study_data(load_study(toml).data)
+
+
+# ------------------------------------------------------------------------------- runner
+def test_outputs_and_manifest(sim_study):
+    out, res = sim_study
+    manifest = json.loads((out / "manifest.json").read_text())
+    for name in ("study.json", "data_summary.csv", "metrics.csv", "fixed_effects.csv", "variance_components.csv",
+                 "random_effects.csv", "model_eer.csv", "fairness.csv", "fairness_summary.json",
+                 "fairness_model.csv", "breakdown.csv", "recovered_vs_true.csv", "trials.csv", "truth.json",
+                 "models/crossed__all.json", "refit_lme4.R", "data_for_r.csv.gz", "report.html"):
+        assert name in manifest, name
+        assert (out / manifest[name]["path"]).is_file()
+    model = json.loads((out / "models" / "crossed__all.json").read_text())
+    assert model["schema"] == "scoremix.lmer/1" and model["nobs"] == 3000
+
+
+def test_counts_and_min_dcf_recomputed(sim_study):
+    out, _ = sim_study
+    trials = pd.read_csv(out / "trials.csv")
+    s, y = trials["score"].to_numpy(), (trials["label"] == "bonafide").to_numpy().astype(int)
+    metrics = pd.read_csv(out / "metrics.csv")
+    overall = metrics[metrics["by"] == "overall"].iloc[0]
+    assert (overall["n_pos"], overall["n_neg"]) == (y.sum(), (1 - y).sum())
+    # minDCF by brute force over every threshold (accept = score >= t), plus reject-all
+    cost = [0.05 * np.mean(s[y == 1] < t) + 0.95 * np.mean(s[y == 0] >= t) for t in np.unique(s)]
+    assert overall["min_dcf"] == pytest.approx(min(min(cost), 0.05), abs=1e-12)
+    # per-cell counts equal a pandas cross-tabulation
+    cells = metrics[metrics["by"] == "sex×nationality"]
+    want = trials.groupby(["sex", "nationality"]).size()
+    got = cells.set_index(["sex", "nationality"])["n_trials"]
+    assert sorted(got.to_dict().items()) == sorted(want[want > 0].to_dict().items())
+    summary = pd.read_csv(out / "data_summary.csv")
+    spk = summary[summary["attribute"] == "subgroup"].set_index("value")["n_speakers"]
+    assert spk.to_dict() == trials.groupby("subgroup")["speaker"].nunique().to_dict()
+    fair = pd.read_csv(out / "fairness.csv").set_index("sex")
+    for sex, g in trials.groupby("sex"):
+        assert fair.loc[sex, "n_pos"] == (g["label"] == "bonafide").sum()
+        assert fair.loc[sex, "n_speakers"] == g["speaker"].nunique()
+        assert fair.loc[sex, "ratio_overall_lo"] <= fair.loc[sex, "ratio_overall"] <= fair.loc[sex, "ratio_overall_hi"]
+
+
+def test_recovered_parameters_near_truth(sim_study):
+    out, _ = sim_study
+    rec = pd.read_csv(out / "recovered_vs_true.csv")
+    truth = json.loads((out / "truth.json").read_text())
+    row = rec[rec["parameter"].str.startswith("beta_x")].iloc[0]
+    # the slope of x is untouched by the subgroup shift: |estimate - truth| < 4 SE
+    assert row["true"] == truth["beta_x"] == 0.5
+    assert abs(row["estimate"] - 0.5) < 4 * row["se"]
+    sig = rec[rec["parameter"].str.startswith("sigma")].iloc[0]
+    # residual SD: its sampling SD is about sigma / sqrt(2 n) = 0.013 at n = 3000
+    assert abs(sig["estimate"] - 1.0) < 0.08
+
+
+def test_refit_script_reproduced_by_lme4(sim_study, rscript, tmp_path):
+    out, _ = sim_study
+    work = tmp_path / "r"
+    work.mkdir()
+    for name in ("refit_lme4.R", "data_for_r.csv.gz"):
+        (work / name).write_bytes((out / name).read_bytes())
+    proc = subprocess.run([str(rscript), str(work / "refit_lme4.R"), str(work)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads((work / "lme4_refit.json").read_text())["crossed__all"]
+    fe = pd.read_csv(out / "fixed_effects.csv").set_index("term")
+    for term, val in r["fixef"].items():
+        assert fe.loc[term, "estimate"] == pytest.approx(val, rel=1e-4, abs=1e-6)
+    vc = pd.read_csv(out / "variance_components.csv")
+    for row in r["varcorr"]:
+        mine = vc[(vc["grp"] == row["grp"])]["sdcor"].iloc[0]
+        assert mine == pytest.approx(row["sdcor"], rel=2e-3)
+
+
+def test_task_seed_and_run_tasks_order():
+    assert task_seed(1, "a") == task_seed(1, "a") != task_seed(1, "b")
+    assert task_seed(1, "a") != task_seed(2, "a")
+    tasks = [Task(str(i), pow, (i, 2)) for i in range(6)]
+    assert run_tasks(tasks, jobs=1, progress=False) == [i * i for i in range(6)]
+    assert run_tasks(tasks, jobs=2, progress=False) == [i * i for i in range(6)]
+
+
+def _csvs(out: Path) -> dict[str, pd.DataFrame]:
+    return {p.name: pd.read_csv(p) for p in sorted(out.glob("*.csv"))}
+
+
+def _small_cfg():
+    return parse_study(apply_overrides(_raw(), {"data.simulate.n_trials": 1500, "analyses.fairness.n_boot": 15}))
+
+
+def test_jobs_give_identical_results(tmp_path):
+    a = run_study(_small_cfg(), out_dir=tmp_path / "serial", progress=False, report=False)
+    b = run_study(_small_cfg(), out_dir=tmp_path / "jobs2", jobs=2, progress=False, report=False)
+    ca, cb = _csvs(a.out_dir), _csvs(b.out_dir)
+    assert ca.keys() == cb.keys() and "fairness.csv" in ca
+    for name in ca:
+        pd.testing.assert_frame_equal(ca[name], cb[name], check_exact=True, obj=name)
+
+
+@pytest.mark.slow
+def test_dask_local_cluster_identical(tmp_path):
+    if not dask_available():
+        pytest.skip('dask.distributed is not installed (pip install "dask[distributed]")')
+    a = run_study(_small_cfg(), out_dir=tmp_path / "serial", progress=False, report=False)
+    b = run_study(_small_cfg(), out_dir=tmp_path / "dask", jobs=2, dask="local", progress=False, report=False)
+    ca, cb = _csvs(a.out_dir), _csvs(b.out_dir)
+    assert ca.keys() == cb.keys()
+    for name in ca:
+        pd.testing.assert_frame_equal(ca[name], cb[name], check_exact=True, obj=name)
+
+
+def test_failed_fit_does_not_stop_the_study(tmp_path):
+    raw = apply_overrides(_raw(), {"data.simulate.n_trials": 800, "analyses.fairness.n_boot": 0})
+    raw["models"].append({"name": "broken", "formula": "score ~ y + (1 | trial_id)"})  # one level per row
+    res = run_study(parse_study(raw), out_dir=tmp_path / "o", progress=False, report=True)
+    assert [f["model"] for f in res.failed] == ["broken"] and "trial_id" in res.failed[0]["error"]
+    assert [m["model"] for m in res.models] == ["crossed"]
+    assert "Model fits that failed" in (tmp_path / "o" / "report.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_bayes_model_netcdf_and_side_by_side(tmp_path):
+    raw = apply_overrides(_raw(), {"data.simulate.n_trials": 1000, "data.simulate.params.n_speakers": 60})
+    raw["analyses"] = {"model_eer": {"by": ["sex"]}}
+    raw["models"] = [{"name": "b", "formula": "score ~ y + x + (1 | speaker)", "backend": "bayes", "draws": 100,
+                      "tune": 100, "chains": 2}]
+    res = run_study(parse_study(raw), out_dir=tmp_path / "o", progress=False)
+    import arviz as az
+
+    idata = az.from_netcdf(tmp_path / "o" / "models" / "b__all.nc")
+    assert idata.posterior.sizes["draw"] == 100 and idata.posterior.sizes["chain"] == 2
+    side = pd.read_csv(tmp_path / "o" / "bayes_vs_freq.csv").set_index("parameter")
+    # posterior mean of the slope of x agrees with the REML estimate within 3 posterior SDs
+    assert abs(side.loc["x", "mean"] - side.loc["x", "estimate"]) < 3 * side.loc["x", "sd"]
+    html = (tmp_path / "o" / "report.html").read_text(encoding="utf-8")
+    assert "Bayesian vs native" in html
+    assert res.models[0]["backend"] == "bayes"
