@@ -21,8 +21,10 @@ Engines (REML, default settings of each)
 * native: ``build_model_spec`` + ``fit_spec`` ("build+fit") and the fit alone;
 * lme4: ``r_scripts/fit_lme4.R`` at lme4's defaults, timed inside R (``timing_s``: the
   ``lmer()`` call only, no R start-up or CSV reading);
-* statsmodels: only at the smallest N, in a child process with a time limit;
-* ``mixedlm`` and ``lme_python`` (PyPI) when importable: their whole ``lmer`` call.
+* statsmodels: only at the smallest N, in a child process with a time limit
+  (``--sm-timeout``);
+* ``mixedlm`` and ``lme_python`` (PyPI) when importable: their whole ``lmer`` call, in a
+  child process with a time limit (``--peer-timeout``).
 
 Columns: fit seconds, ratio = engine seconds / native build+fit seconds, and the largest
 relative deviation from lme4 of the REML criterion and of the fixed effects.
@@ -31,6 +33,7 @@ relative deviation from lme4 of the REML criterion and of the fixed effects.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -110,51 +113,49 @@ def run_lme4(formula: str, csv: Path, tmp: Path) -> dict[str, Any] | str:
     return {"seconds": r["timing_s"], "crit": r["reml_criterion"], "fixef": r["fixef"]}
 
 
-def run_statsmodels(csv: Path, formula: str, timeout: float) -> dict[str, Any] | str:
-    code = f"""
-import json, time, pandas as pd
-from scoremix.lme.model_frame import build_model_spec
-from scoremix.lme.backends import statsmodels_backend
-d = pd.read_csv({str(csv)!r})
-for c in ("speaker", "attack", "label"):
-    if c in d: d[c] = d[c].astype(str)
-spec = build_model_spec({formula!r}, d)
-t = time.perf_counter(); r = statsmodels_backend.fit_dict(spec, REML=True); t = time.perf_counter() - t
-print(json.dumps({{"seconds": t, "crit": r["reml_criterion"], "fixef": r["fixef"]}}))
+_CHILD = """
+import json, sys, time, pandas as pd
+engine, csv, formula, strcols = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+d = pd.read_csv(csv)
+for c in strcols:
+    if c in d:
+        d[c] = d[c].astype(str)
+if engine == "statsmodels":
+    from scoremix.lme.model_frame import build_model_spec
+    from scoremix.lme.backends import statsmodels_backend
+    spec = build_model_spec(formula, d)
+    t = time.perf_counter(); r = statsmodels_backend.fit_dict(spec, REML=True); t = time.perf_counter() - t
+    out = {"seconds": t, "crit": r["reml_criterion"], "fixef": r["fixef"]}
+elif engine == "mixedlm":
+    import mixedlm
+    t = time.perf_counter(); r = mixedlm.lmer(formula, d, REML=True); t = time.perf_counter() - t
+    fe = r.fixef()
+    out = {"seconds": t, "crit": float(r.REMLcrit()), "fixef": {k: float(v) for k, v in dict(fe).items()}}
+elif engine == "lme_python":
+    import lme_python
+    t = time.perf_counter(); r = lme_python.lmer(formula, d, True); t = time.perf_counter() - t
+    out = {"seconds": t, "crit": float(r.reml_criterion),
+           "fixef": dict(zip(r.fixed_names, map(float, r.coefficients)))}
+print(json.dumps(out))
 """
+
+STR_COLS = "speaker,attack,label,s,d,dept"
+
+
+def run_child(engine: str, csv: Path, formula: str, timeout: float) -> dict[str, Any] | str:
+    """Run one engine in a child process (time limit; only the fit call is timed)."""
+    module = {"mixedlm": "mixedlm", "lme_python": "lme_python"}.get(engine)
+    if module is not None and importlib.util.find_spec(module) is None:
+        return f"not installed (pip install {module.replace('_', '-')})"
     try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=timeout)
+        out = subprocess.run([sys.executable, "-c", _CHILD, engine, str(csv), formula, STR_COLS],
+                             capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"did not finish in {timeout:.0f} s"
     if out.returncode != 0:
-        return "failed: " + out.stderr.strip().splitlines()[-1]
+        lines = out.stderr.strip().splitlines()
+        return "failed: " + (lines[-1] if lines else f"exit {out.returncode}")
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def run_mixedlm(formula: str, d: pd.DataFrame) -> dict[str, Any] | str:
-    try:
-        import mixedlm
-    except ImportError:
-        return "not installed (pip install mixedlm)"
-    t = time.perf_counter()
-    r = mixedlm.lmer(formula, d, REML=True)
-    t = time.perf_counter() - t
-    fe = r.fixef()
-    fe = dict(fe) if not isinstance(fe, dict) else fe
-    return {"seconds": t, "crit": float(r.REMLcrit()), "fixef": {k: float(v) for k, v in fe.items()}}
-
-
-def run_lme_python(formula: str, d: pd.DataFrame) -> dict[str, Any] | str:
-    try:
-        import lme_python
-    except ImportError:
-        return "not installed (pip install lme-python)"
-    t = time.perf_counter()
-    r = lme_python.lmer(formula, d, True)
-    t = time.perf_counter() - t
-    return {"seconds": t, "crit": float(r.reml_criterion),
-            "fixef": dict(zip(r.fixed_names, map(float, r.coefficients)))}
 
 
 def deviations(res: dict[str, Any], ref: dict[str, Any] | str) -> tuple[float, float]:
@@ -167,7 +168,7 @@ def deviations(res: dict[str, Any], ref: dict[str, Any] | str) -> tuple[float, f
 
 
 def bench_one(name: str, formula: str, d: pd.DataFrame, tmp: Path, with_sm: bool,
-              sm_timeout: float) -> list[dict[str, Any]]:
+              sm_timeout: float, peer_timeout: float) -> list[dict[str, Any]]:
     csv = tmp / f"{name}.csv"
     d.to_csv(csv, index=False)
     rows: list[dict[str, Any]] = []
@@ -177,9 +178,9 @@ def bench_one(name: str, formula: str, d: pd.DataFrame, tmp: Path, with_sm: bool
                                                        ("native (fit only)", {**nat, "seconds": nat["fit_only"]}),
                                                        ("lme4 (in R)", ref)]
     if with_sm:
-        engines.append(("statsmodels", run_statsmodels(csv, formula, sm_timeout)))
-    engines.append(("mixedlm", run_mixedlm(formula, d)))
-    engines.append(("lme_python", run_lme_python(formula, d)))
+        engines.append(("statsmodels", run_child("statsmodels", csv, formula, sm_timeout)))
+    engines.append(("mixedlm", run_child("mixedlm", csv, formula, peer_timeout)))
+    engines.append(("lme_python", run_child("lme_python", csv, formula, peer_timeout)))
     for eng, r in engines:
         if isinstance(r, dict):
             dc, dfe = deviations(r, ref)
@@ -211,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[20_000, 200_000, 1_000_000])
     ap.add_argument("--no-insteval", action="store_true")
     ap.add_argument("--sm-timeout", type=float, default=120.0)
+    ap.add_argument("--peer-timeout", type=float, default=300.0)
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     a = ap.parse_args(argv)
     print("R BLAS:", r_blas().replace("\n", " | "))
@@ -221,13 +223,15 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         for k, n in enumerate(a.sizes):
-            rows += bench_one(f"sim{n // 1000}k", SIM_FORMULA, sim_data(n), tmp, k == 0, a.sm_timeout)
+            rows += bench_one(f"sim{n // 1000}k", SIM_FORMULA, sim_data(n), tmp, k == 0,
+                              a.sm_timeout, a.peer_timeout)
         if not a.no_insteval:
             d = insteval_data(tmp)
             if d is None:
                 print("| InstEval | – | – | – | – | – | – | skipped: R/lme4 not available |")
             else:
-                rows += bench_one("InstEval", INSTEVAL_FORMULA, d, tmp, False, a.sm_timeout)
+                rows += bench_one("InstEval", INSTEVAL_FORMULA, d, tmp, False, a.sm_timeout,
+                                  a.peer_timeout)
     if a.json is not None:
         a.json.write_text(json.dumps(rows, indent=1))
 

@@ -160,12 +160,14 @@ def test_lme4_backend_same_json_as_script(name: str, rpy2_lme4: None, rscript: s
     subprocess.run(args, check=True, capture_output=True, timeout=300)
     c = json.loads(out.read_text())
     assert _without_timing(a) == _without_timing(b)
-    # the hand-run script read the CSV itself (R's own factor coding): same fit
+    # the hand-run script read the whole CSV itself (R's own factor coding): same fit.  Not
+    # bit-identical: on the flat sim_detector optimum a different column set moves nloptwrap's
+    # stopping point by 6e-9 relative in the fixed effects (criterion equal to 1e-14).
     ref = _ref(name)
     for d in (a, c):
         assert d["loglik"] == pytest.approx(ref["loglik"], rel=1e-12)
         for k, v in ref["fixef"].items():
-            assert d["fixef"][k] == pytest.approx(v, rel=1e-9, abs=1e-12)
+            assert d["fixef"][k] == pytest.approx(v, rel=1e-7, abs=1e-12)
     assert a["timing_s"] >= 0.0
 
 

@@ -76,7 +76,8 @@ def _model_values(model, point):
     import xarray as xr
 
     outs = model.free_RVs + model.deterministics
-    fn = model.compile_fn(model.replace_rvs_by_values(outs), inputs=model.value_vars, on_unused_input="ignore")
+    fn = model.compile_fn(model.replace_rvs_by_values(outs), inputs=model.value_vars, on_unused_input="ignore",
+                          mode="FAST_COMPILE")
     vals = fn(point)
     return xr.Dataset({rv.name: (("chain", "draw") + tuple(f"{rv.name}_{i}" for i in range(np.ndim(v))),
                                  np.asarray(v)[None, None]) for rv, v in zip(outs, vals)})
@@ -102,9 +103,11 @@ def test_suffstats_logp_equals_rows_logp(case):
 
     spec = make_spec(**case)
     ps = resolve_priors(spec, None)
-    fa = build_joint_model(spec, ps, blocked_suffstats(spec), "suffstats", centred=True).model.compile_logp()
+    # FAST_COMPILE: pure-Python ops, no C compilation (exactness, not speed, is tested here)
+    fa = build_joint_model(spec, ps, blocked_suffstats(spec), "suffstats",
+                           centred=True).model.compile_logp(mode="FAST_COMPILE")
     jb = build_joint_model(spec, ps, None, "rows", centred=True).model
-    fb = jb.compile_logp()
+    fb = jb.compile_logp(mode="FAST_COMPILE")
     rng = np.random.default_rng(5)
     p0 = jb.initial_point()
     for _ in range(4):
@@ -125,7 +128,7 @@ def test_collapsed_loglik_equals_dense_mvn(case):
     ps = resolve_priors(spec, None)
     model = build_collapsed_model(spec, ps, blocked_suffstats(spec)).model
     pot = model.compile_fn(model.replace_rvs_by_values([model.potentials[0]])[0], inputs=model.value_vars,
-                           on_unused_input="ignore")
+                           on_unused_input="ignore", mode="FAST_COMPILE")
     m0, s0 = beta_prior_arrays(spec, ps)
     rng = np.random.default_rng(11)
     p0 = model.initial_point()

@@ -46,3 +46,38 @@ def test_other_plots(result):
     assert len(fig.axes[0].get_yticklabels()) == len(res.table)
     assert isinstance(plot_ratio_scatter(cmp), Figure)
     assert isinstance(plot_ratio_scatter((res.table, res.table), names=("x", "y")), Figure)
+
+
+def test_det_bootstrap_band_one_replicate_matches_brute_force():
+    from scipy.stats import norm
+
+    from scoremix.fairness.bootstrap import draw_cluster_weights
+    from scoremix.fairness.plots import det_bootstrap_band
+
+    rng = np.random.default_rng(3)
+    n = 400
+    spk = rng.integers(0, 12, n)
+    y = rng.random(n) < 0.4
+    s = np.round(rng.normal(0, 1, n) + 2 * y + 0.3 * (spk % 3), 1)  # ties
+    xs = np.linspace(-2.5, 1.5, 41)
+    lo, hi = det_bootstrap_band(s, y, spk, xs, n_boot=1, random_state=7, n_thresholds=10_000)
+    np.testing.assert_array_equal(lo, hi)
+    # the same replicate by brute force: repeat every trial by its speaker's multiplicity
+    m = draw_cluster_weights(np.zeros(12, dtype=np.int64), 1, np.random.default_rng(7))[:, 0]
+    w = m[np.unique(spk, return_inverse=True)[1]].astype(int)
+    sr, yr = np.repeat(s, w), np.repeat(y, w)
+    thr = np.r_[np.unique(s), np.inf]
+    pm = np.array([(sr[yr] < t).mean() for t in thr])
+    pf = np.array([(sr[~yr] >= t).mean() for t in thr])
+    clip = lambda p: norm.ppf(np.clip(p, 1e-5, 1 - 1e-5))  # noqa: E731
+    expect = np.interp(xs, clip(pf)[::-1], clip(pm)[::-1])
+    np.testing.assert_allclose(lo, expect, atol=1e-9)
+
+
+def test_det_plot_with_bands(result):
+    from matplotlib.collections import PolyCollection
+
+    res, _ = result
+    fig = res.plot_det(bands=True, n_boot=50, random_state=1)
+    n_bands = sum(isinstance(c, PolyCollection) for c in fig.axes[0].collections)
+    assert n_bands == int(((res.table["n_pos"] > 0) & (res.table["n_neg"] > 0)).sum())

@@ -276,3 +276,165 @@ def test_marginal_model_eer_of_lmer_fit_is_closed_form_of_its_estimates():
     hand = norm.cdf(-d / (np.sqrt(sd["spoof"] ** 2 + vc["speaker"] + vc["attack"])
                           + np.sqrt(sd["bonafide"] ** 2 + vc["speaker"])))
     assert model_eer(fit, conditional=False) == pytest.approx(hand, abs=1e-9)
+
+
+# ---------------------------------------------------------------------------------------
+# BayesLmerResult → posterior distribution of the model-based EER
+# ---------------------------------------------------------------------------------------
+def _posterior_fixture(n_chain=2, n_draw=4, seed=7):
+    """A BayesLmerResult holding KNOWN draws (no sampling): s = β0 + β1·y + β2·x + b_spk +
+    c_att·spoof + ε, ε ~ N(0, σ_label²)."""
+    import xarray as xr
+
+    from scoremix.bayes.result import BayesLmerResult
+
+    rng = np.random.default_rng(seed)
+    n = 400
+    y = rng.integers(0, 2, n)
+    x = rng.normal(0, 1, n)
+    spk_lv = [f"s{k}" for k in range(6)]
+    att_lv = ["A1", "A2", "A3"]
+    spk = rng.integers(0, 6, n)
+    att = np.where(y == 1, -1, rng.integers(0, 3, n))
+    g = rng.choice(["m", "f"], n)
+    score = -1 + 2 * y + 0.5 * x + rng.normal(0, 1, n)
+    data = pd.DataFrame({"score": score, "label": np.where(y == 1, "bonafide", "spoof"), "x": x,
+                         "speaker": np.array(spk_lv)[spk],
+                         "attack": np.where(y == 1, "bonafide", np.array(att_lv)[np.maximum(att, 0)])})
+    dummy = 'dummy(label, "spoof")'
+    terms = [RandomTerm("speaker", "speaker", ["(Intercept)"], spk.astype(np.int64), spk_lv, np.ones((n, 1))),
+             RandomTerm("attack", "attack", [dummy], np.maximum(att, 0).astype(np.int64), att_lv,
+                        (1.0 - y)[:, None])]
+    spec = ModelSpec("score ~ label + x + ...", "score", score, np.column_stack([np.ones(n), y, x]),
+                     ["(Intercept)", "labelbonafide", "x"], terms, data,
+                     dispersion_formula="~ label", dispersion_codes=np.where(y == 1, 0, 1).astype(np.int64),
+                     dispersion_levels=["bonafide", "spoof"])
+    S = (n_chain, n_draw)
+    post = {
+        "(Intercept)": rng.normal(-1, 0.1, S), "labelbonafide": rng.normal(2, 0.2, S), "x": rng.normal(0.5, 0.1, S),
+        "sd_speaker__(Intercept)": rng.uniform(0.3, 0.6, S), f"sd_attack__{dummy}": rng.uniform(0.8, 1.2, S),
+        "sigma_bonafide": rng.uniform(0.7, 0.9, S), "sigma_spoof": rng.uniform(1.1, 1.4, S),
+    }
+    post["sigma"] = post["sigma_bonafide"]
+    b_spk = rng.normal(0, 0.5, S + (6, 1))
+    b_att = rng.normal(0, 1.0, S + (3, 1))
+    ds = xr.Dataset(
+        {**{k: (("chain", "draw"), v) for k, v in post.items()},
+         "b_speaker": (("chain", "draw", "speaker__level", "speaker__term"), b_spk),
+         "b_attack": (("chain", "draw", "attack__level", "attack__term"), b_att)},
+        coords={"chain": np.arange(n_chain), "draw": np.arange(n_draw), "speaker__level": spk_lv,
+                "speaker__term": ["(Intercept)"], "attack__level": att_lv, "attack__term": [dummy]},
+    )
+
+    class _IData:  # only .posterior is read by the result's accessors
+        posterior = ds
+
+    res = BayesLmerResult(idata=_IData(), spec=spec, method="collapsed", likelihood="suffstats",
+                          sampler="pymc", priors=None, diagnostics=None)
+    flat = {k: v.reshape(-1) for k, v in post.items()}
+    flat["b_speaker"] = b_spk.reshape(-1, 6)
+    flat["b_attack"] = b_att.reshape(-1, 3)
+    return res, data.assign(g=g), y, x, spk, att, flat
+
+
+def _hand_mixture_eer(m0, s0, m1, s1):
+    """EER of two equal-weight Gaussian mixtures by root-finding FNR(τ) = FPR(τ) (scipy)."""
+    from scipy.optimize import brentq as _brentq
+
+    f = lambda t: norm.cdf((t - m1) / s1).mean() - norm.sf((t - m0) / s0).mean()  # noqa: E731
+    tau = _brentq(f, -60, 60, xtol=1e-13)
+    return norm.cdf((tau - m1) / s1).mean()
+
+
+def test_bayes_model_eer_is_per_draw_mixture_eer_of_known_draws():
+    pytest.importorskip("arviz")
+    pytest.importorskip("xarray")
+    res, data, y, x, spk, att, p = _posterior_fixture()
+    pe = model_eer(res, progress=False)
+    marg = model_eer(res, conditional=False, progress=False)
+    grp = model_eer(res, by="g", data=data, progress=False)
+    assert list(pe.draws["draw"]) == list(range(8))
+    for d in range(8):
+        fixed = p["(Intercept)"][d] + p["labelbonafide"][d] * y + p["x"][d] * x
+        sd = np.where(y == 1, p["sigma_bonafide"][d], p["sigma_spoof"][d])
+        # conditional: add the draw's speaker effect and (spoof rows) attack effect
+        mean = fixed + p["b_speaker"][d][spk] + np.where(y == 0, p["b_attack"][d][np.maximum(att, 0)], 0.0)
+        hand = _hand_mixture_eer(mean[y == 0], sd[y == 0], mean[y == 1], sd[y == 1])
+        assert pe.draws["eer"].iloc[d] == pytest.approx(hand, abs=1e-9)
+        # marginal: one Gaussian per class (x varies, so still a mixture over trials)
+        sdm = np.sqrt(sd**2 + p["sd_speaker__(Intercept)"][d] ** 2
+                      + (1 - y) * p['sd_attack__dummy(label, "spoof")'][d] ** 2)
+        hand_m = _hand_mixture_eer(fixed[y == 0], sdm[y == 0], fixed[y == 1], sdm[y == 1])
+        assert marg.draws["eer"].iloc[d] == pytest.approx(hand_m, abs=1e-9)
+        # per subgroup (a column outside the model frame, from data=)
+        for lv in ("f", "m"):
+            r = (data["g"] == lv).to_numpy()
+            h = _hand_mixture_eer(mean[r & (y == 0)], sd[r & (y == 0)], mean[r & (y == 1)], sd[r & (y == 1)])
+            got = grp.draws[(grp.draws["g"] == lv) & (grp.draws["draw"] == d)]["eer"].iloc[0]
+            assert got == pytest.approx(h, abs=1e-9)
+    # summary: posterior mean, SD, median, an HDI around them, counts and empirical EER
+    s = pe.summary.loc["all"]
+    e = pe.draws["eer"].to_numpy()
+    assert s["eer_model"] == pytest.approx(e.mean())
+    assert s["eer_sd"] == pytest.approx(e.std(ddof=1))
+    assert s["eer_median"] == pytest.approx(np.median(e))
+    lo, hi = pe.interval_columns
+    assert (lo, hi) == ("hdi_3%", "hdi_97%")
+    assert e.min() <= s[lo] <= s["eer_median"] <= s[hi] <= e.max()
+    assert (s["n_neg"], s["n_pos"]) == (int((y == 0).sum()), int((y == 1).sum()))
+    assert s["eer_empirical"] == pytest.approx(_eer(data["score"].to_numpy(), y))
+    assert list(grp.summary.index) == ["f", "m"]
+    assert grp.summary["n_neg"].sum() + grp.summary["n_pos"].sum() == len(data)
+
+
+def test_bayes_model_eer_moments_method_and_errors():
+    pytest.importorskip("arviz")
+    pytest.importorskip("xarray")
+    res, data, y, x, spk, att, p = _posterior_fixture(n_chain=1, n_draw=3, seed=8)
+    pe = model_eer(res, method="moments", hdi_prob=0.9)
+    assert pe.interval_columns == ("hdi_5%", "hdi_95%")
+    for d in range(3):
+        mean = (p["(Intercept)"][d] + p["labelbonafide"][d] * y + p["x"][d] * x + p["b_speaker"][d][spk]
+                + np.where(y == 0, p["b_attack"][d][np.maximum(att, 0)], 0.0))
+        var = np.where(y == 1, p["sigma_bonafide"][d], p["sigma_spoof"][d]) ** 2
+        # one Gaussian per class with the mixture's mean and variance
+        m0, m1 = mean[y == 0].mean(), mean[y == 1].mean()
+        s0 = np.sqrt(var[y == 0].mean() + mean[y == 0].var())
+        s1 = np.sqrt(var[y == 1].mean() + mean[y == 1].var())
+        assert pe.draws["eer"].iloc[d] == pytest.approx(norm.cdf(-(m1 - m0) / (s0 + s1)), abs=1e-10)
+    with pytest.raises(ModelEERError, match="method"):
+        model_eer(res, method="exact")
+    with pytest.raises(ModelEERError, match="hdi_prob"):
+        model_eer(res, hdi_prob=1.5)
+    with pytest.raises(ModelEERError, match="'nope'"):
+        model_eer(res, by="nope")
+
+
+def test_bayes_model_eer_of_sampled_fit_matches_truth_and_lmer():
+    """A real (tiny) bayes_lmer fit: the posterior EER is centred on the REML fit's model EER
+    and within 3 posterior SDs of the simulation's true EER."""
+    pytest.importorskip("pymc")
+    import warnings
+
+    from scoremix.bayes import bayes_lmer
+    from scoremix.lme.api import lmer
+    from scoremix.simulate import simulate_trials
+
+    sim = simulate_trials(1000, n_speakers=20, n_attacks=5, mu=-1.0, d=2.5, beta_x=0.0,
+                          sd_speaker=0.5, sd_attack=1.0, sigma=1.0, seed=3)
+    f = 'score ~ label + (1 | speaker) + (0 + dummy(label, "spoof") | attack)'
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = bayes_lmer(f, sim.table, draws=100, tune=200, chains=1, cores=1, random_seed=1,
+                         progressbar=False)
+        pe = model_eer(res, progress=False)
+    s = pe.summary.loc["all"]
+    lo, hi = pe.interval_columns
+    assert len(pe.draws) == 100
+    reml = model_eer(lmer(f, sim.table))
+    # the REML plug-in EER lies inside the credible interval and near the posterior mean
+    assert s[lo] < reml < s[hi]
+    assert s["eer_model"] == pytest.approx(reml, abs=0.01)
+    # the simulation's true (conditional) EER is within 3 posterior SDs
+    assert abs(s["eer_model"] - sim.true_eer()) < 3 * s["eer_sd"]
+    assert 0 < s[hi] - s[lo] < 0.1

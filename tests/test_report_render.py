@@ -83,7 +83,7 @@ def test_minimal_page_renders_in_chromium(tmp_path):
 def test_study_report_renders_with_all_images(tmp_path):
     from scoremix.demo import run_demo
 
-    res = run_demo(tmp_path / "demo", seed=1, n_trials=2500, progress=False, n_boot=10)
+    res = run_demo(tmp_path / "demo", seed=1, n_trials=1500, progress=False, n_boot=10)
     path = res["files"]["report.html"]
     html = path.read_text(encoding="utf-8")
     n_img = html.count("<img ")

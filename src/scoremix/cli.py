@@ -188,9 +188,9 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         if args.score is not None or args.label is not None:
             df = load_trials(path, score=args.score or "score", label=args.label or "label", positive=args.positive)
         else:
-            from scoremix.study.data import _read_file
+            from scoremix.study.data import read_data_file
 
-            df = _read_file(path)
+            df = read_data_file(Path(path))
         fit = lmer(args.formula, df, REML=not args.ml, backend=args.backend, dispersion=args.dispersion)
     except (LmeError, ValueError, KeyError, OSError, ImportError) as exc:
         return _fail("fit", str(path), exc)

@@ -16,14 +16,21 @@ each class's score distribution is then the equal-weight *mixture* of its trials
 Gaussians, and :func:`model_eer` finds the EER of the two mixtures numerically
 (:func:`mixture_eer`, Brent's method on :math:`\\mathrm{FNR}(\\tau)=\\mathrm{FPR}(\\tau)`).
 
-Bayesian fits: :func:`model_eer_from_moments` is :func:`gaussian_eer` vectorised over any
-broadcastable arrays, e.g. posterior draws of class means and SDs of shape
-``(n_draws,)`` or ``(n_draws, n_groups)``; it returns one EER per draw, whose quantiles
-are a credible interval of the model-based EER.
+Bayesian fits: :func:`model_eer` also accepts a
+:class:`~scoremix.bayes.result.BayesLmerResult` and returns a :class:`PosteriorEER` (one
+EER per posterior draw and subgroup, plus a summary with a credible interval).  Per draw the
+class distributions are built exactly as for an ``LmerResult`` (mixtures of the per-trial
+Gaussians, from the draw's β, random effects and residual SDs, obtained through the result's
+public :meth:`~scoremix.bayes.result.BayesLmerResult.class_moments`); ``method="moments"``
+instead uses one moment-matched Gaussian per class and draw (the result's own
+:meth:`~scoremix.bayes.result.BayesLmerResult.model_eer`), which is faster on huge tables.
+:func:`model_eer_from_moments` is :func:`gaussian_eer` vectorised over any broadcastable
+arrays of draws.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -38,6 +45,7 @@ __all__ = [
     "mixture_eer",
     "trial_moments",
     "model_eer",
+    "PosteriorEER",
 ]
 
 
@@ -295,6 +303,189 @@ def _eer_of_rows(mom: pd.DataFrame) -> float:
                              pos["mean"].to_numpy(), pos["sd"].to_numpy()))
 
 
+# ---------------------------------------------------------------------------------------
+# BayesLmerResult → posterior distribution of the model-based EER
+# ---------------------------------------------------------------------------------------
+def _is_bayes_fit(fit: Any) -> bool:
+    """Duck-typed check for a :class:`~scoremix.bayes.result.BayesLmerResult`."""
+    return callable(getattr(fit, "class_moments", None)) and callable(getattr(fit, "draws", None))
+
+
+@dataclass
+class PosteriorEER:
+    """Posterior distribution of the model-based EER of a Bayesian fit.
+
+    Attributes
+    ----------
+    draws:
+        long table: the ``by`` columns (if any), ``draw`` (chain-major flat index of the
+        posterior draw) and ``eer`` (the model-based EER of that draw).
+    summary:
+        one row per subgroup (index = the ``by`` columns; a single row labelled ``"all"``
+        when ``by`` is None): ``n_neg``, ``n_pos``, ``eer_model`` (posterior mean),
+        ``eer_sd``, ``eer_median``, the HDI bounds ``hdi_<lo>%`` / ``hdi_<hi>%`` (highest
+        density interval of probability ``hdi_prob``) and ``eer_empirical``
+        (:func:`scoremix.metrics.eer` of the observed scores).
+    hdi_prob:
+        probability of the credible interval.
+    method:
+        ``"mixture"`` or ``"moments"`` (see :func:`model_eer`).
+    conditional:
+        whether the random effects were conditioned on.
+    """
+
+    draws: pd.DataFrame
+    summary: pd.DataFrame
+    hdi_prob: float
+    method: str
+    conditional: bool
+
+    @property
+    def interval_columns(self) -> tuple[str, str]:
+        """Names of the lower and upper HDI columns of :attr:`summary`."""
+        return _hdi_names(self.hdi_prob)
+
+    def __repr__(self) -> str:
+        n = self.draws["draw"].nunique()
+        return (f"PosteriorEER(method={self.method!r}, conditional={self.conditional}, draws={n}, "
+                f"hdi_prob={self.hdi_prob})\n{self.summary!r}")
+
+
+def _hdi_names(hdi_prob: float) -> tuple[str, str]:
+    lo = (1 - hdi_prob) / 2 * 100
+    return f"hdi_{lo:g}%", f"hdi_{100 - lo:g}%"
+
+
+def _design_cells(spec: Any, conditional: bool) -> np.ndarray:
+    """Cell id of every fitted row: rows with the same fixed-effects row, random-term design
+    (and levels, when conditional), dispersion level and weight share one Gaussian."""
+    cols = [np.asarray(spec.X, dtype=np.float64)]
+    for term in spec.terms:
+        cols.append(np.asarray(term.X, dtype=np.float64))
+        if conditional:
+            cols.append(np.asarray(term.codes, dtype=np.float64)[:, None])
+    if getattr(spec, "dispersion_codes", None) is not None:
+        cols.append(np.asarray(spec.dispersion_codes, dtype=np.float64)[:, None])
+    if getattr(spec, "weights", None) is not None:
+        cols.append(np.asarray(spec.weights, dtype=np.float64)[:, None])
+    _, inv = np.unique(np.column_stack(cols), axis=0, return_inverse=True)
+    return np.asarray(inv).ravel()
+
+
+def _bayes_model_eer(
+    fit: Any,
+    by: Any,
+    conditional: bool,
+    label: str,
+    positive: Any,
+    data: pd.DataFrame | None,
+    method: str,
+    hdi_prob: float,
+    max_draws: int | None,
+    progress: bool,
+) -> PosteriorEER:
+    from scoremix.metrics import eer
+    from scoremix.trials import label_to_binary
+
+    if method not in ("mixture", "moments"):
+        raise ModelEERError(f"method must be 'mixture' or 'moments', got {method!r}")
+    if not 0 < hdi_prob < 1:
+        raise ModelEERError(f"hdi_prob must lie in (0, 1), got {hdi_prob!r}")
+    spec = fit.spec
+    if getattr(spec.data, "index", None) is not None and spec.data.index.has_duplicates:
+        raise ModelEERError("the fitted model frame has duplicate index labels; refit on a frame "
+                            "with a unique index (e.g. df.reset_index(drop=True))")
+    # the fitted rows with the class, by columns and the observed response
+    if by is None:
+        names: list[str] = []
+        frame = _frame(fit, data, [label])
+    elif isinstance(by, str) or (isinstance(by, (list, tuple)) and all(isinstance(b, str) for b in by)):
+        names = [by] if isinstance(by, str) else list(by)
+        frame = _frame(fit, data, [label, *names])
+    else:
+        arr = np.asarray(by)
+        frame = _frame(fit, data, [label])
+        if arr.shape[0] != len(frame):
+            raise ModelEERError(f"by has {arr.shape[0]} values but the model frame has {len(frame)} rows")
+        names = [getattr(by, "name", None) or "group"]
+        frame = frame.assign(**{names[0]: arr})
+    y = np.asarray(label_to_binary(frame[label], positive=positive), dtype=np.int8)
+    frame = frame.assign(**{spec.response: np.asarray(spec.y, dtype=np.float64), "_y01": y})
+    random = "conditional" if conditional else "marginal"
+
+    if method == "moments":
+        long = fit.model_eer(groups=names or None, data=frame, label="_y01", positive=1,
+                             random=random, max_draws=max_draws)
+        long = long[[*names, "draw", "eer"]].reset_index(drop=True)
+    else:
+        frame = frame.assign(_cell=_design_cells(spec, conditional))
+        mom = fit.class_moments(groups=[*names, "_cell"], data=frame, label="_y01", positive=1,
+                                random=random, max_draws=max_draws)
+        parts = []
+        by_groups = mom.groupby(names, sort=True) if names else [((), mom)]
+        n_groups = mom.groupby(names).ngroups if names else 1
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:  # pragma: no cover
+            progress = False
+        bar = tqdm(total=n_groups * int(mom["draw"].nunique()), desc="posterior mixture EER",
+                   disable=not progress, leave=False) if progress else None
+        for key, g in by_groups:
+            g = g.sort_values(["draw", "class", "_cell"])
+            draws = np.unique(g["draw"].to_numpy())
+            if g["class"].nunique() < 2:
+                e = np.full(draws.size, np.nan)
+            else:
+                neg = g[g["class"] == 0]
+                pos = g[g["class"] == 1]
+                k0, k1 = len(neg) // draws.size, len(pos) // draws.size
+                m0 = neg["mean"].to_numpy().reshape(draws.size, k0)
+                s0 = neg["sd"].to_numpy().reshape(draws.size, k0)
+                w0 = neg["n"].to_numpy().reshape(draws.size, k0)[0]
+                m1 = pos["mean"].to_numpy().reshape(draws.size, k1)
+                s1 = pos["sd"].to_numpy().reshape(draws.size, k1)
+                w1 = pos["n"].to_numpy().reshape(draws.size, k1)[0]
+                e = np.empty(draws.size)
+                for j in range(draws.size):
+                    e[j] = mixture_eer(m0[j], s0[j], m1[j], s1[j], w0, w1)
+                    if bar is not None:
+                        bar.update(1)
+            key = key if isinstance(key, tuple) else (key,)
+            part = pd.DataFrame({**{n: [k] * draws.size for n, k in zip(names, key)},
+                                 "draw": draws, "eer": e})
+            parts.append(part)
+        if bar is not None:
+            bar.close()
+        long = pd.concat(parts, ignore_index=True)
+
+    # summary per subgroup
+    import arviz as az
+
+    lo, hi = _hdi_names(hdi_prob)
+    rows = []
+    groups = frame.groupby(names, sort=True) if names else [((), frame)]
+    draws_by = dict(iter(long.groupby(names, sort=True))) if names else {(): long}
+    for key, g in groups:
+        e = draws_by.get(key)
+        ev = np.asarray(e["eer"], dtype=np.float64) if e is not None else np.array([np.nan])
+        yy = g["_y01"].to_numpy()
+        n_pos = int(yy.sum())
+        n_neg = int(yy.size - n_pos)
+        emp = (float(eer(g[spec.response].to_numpy(), yy)) if n_pos and n_neg else float("nan"))
+        if np.isfinite(ev).all() and ev.size > 1:
+            h = np.asarray(az.hdi(ev, hdi_prob=hdi_prob)).ravel()
+            stats = (float(ev.mean()), float(ev.std(ddof=1)), float(np.median(ev)), float(h[0]), float(h[1]))
+        else:
+            stats = (float(np.mean(ev)),) + (float("nan"),) * 4
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append((*key, n_neg, n_pos, *stats, emp))
+    summary = pd.DataFrame(rows, columns=[*names, "n_neg", "n_pos", "eer_model", "eer_sd", "eer_median",
+                                          lo, hi, "eer_empirical"])
+    summary = summary.set_index(names) if names else summary.set_axis(["all"])
+    return PosteriorEER(draws=long, summary=summary, hdi_prob=hdi_prob, method=method,
+                        conditional=conditional)
+
+
 def model_eer(
     fit: Any,
     by: str | Sequence[str] | Any | None = None,
@@ -302,7 +493,12 @@ def model_eer(
     label: str = "label",
     positive: Any = None,
     data: pd.DataFrame | None = None,
-) -> float | pd.DataFrame:
+    *,
+    method: str = "mixture",
+    hdi_prob: float = 0.94,
+    max_draws: int | None = None,
+    progress: bool = True,
+) -> float | pd.DataFrame | PosteriorEER:
     """EER implied by a fitted linear mixed model, overall or per subgroup.
 
     Each class's score distribution is the equal-weight mixture over that class's trials
@@ -310,10 +506,14 @@ def model_eer(
     found by :func:`mixture_eer`.  For a single Gaussian per class this is the closed form
     :math:`\\Phi(-(\\mu_1-\\mu_0)/(\\sigma_0+\\sigma_1))`.
 
+    For a :class:`~scoremix.bayes.result.BayesLmerResult` the same is done for every
+    posterior draw ``d`` (β, random effects and residual SDs of that draw) and the result is
+    the posterior distribution of the EER, a :class:`PosteriorEER`.
+
     Parameters
     ----------
     fit:
-        an ``LmerResult``.
+        an ``LmerResult`` or a ``BayesLmerResult``.
     by:
         ``None`` (one EER), a column name or list of names of ``fit.spec.data``, or an
         array/Series aligned with the model frame's rows: one EER per subgroup.
@@ -325,16 +525,35 @@ def model_eer(
     data:
         the fitted data frame, for ``label``/``by`` columns that are not in the model
         frame (matched by index label).
+    method:
+        Bayesian fits only. ``"mixture"`` (default): per draw, the exact EER of the two
+        class mixtures of per-trial Gaussians (trials with identical design rows are
+        merged into one weighted component), as for an ``LmerResult``; ``"moments"``: per
+        draw one Gaussian per class with the mixture's mean and variance (the result's own
+        ``model_eer``; faster, approximate when the trials' means differ a lot).
+    hdi_prob:
+        Bayesian fits only: probability of the highest-density credible interval.
+    max_draws:
+        Bayesian fits only: use at most this many posterior draws (evenly spaced); None
+        uses all of them.
+    progress:
+        Bayesian fits only: show a progress bar over draws (``method="mixture"``).
 
     Returns
     -------
-    float or pandas.DataFrame
-        With ``by``: index = subgroup, columns ``n_neg``, ``n_pos``, ``eer_model``,
-        ``eer_empirical`` (:func:`scoremix.metrics.eer` of the observed scores); NaN
-        where a subgroup lacks a class.
+    float, pandas.DataFrame or PosteriorEER
+        ``LmerResult`` without ``by``: the EER.  With ``by``: index = subgroup, columns
+        ``n_neg``, ``n_pos``, ``eer_model``, ``eer_empirical``
+        (:func:`scoremix.metrics.eer` of the observed scores); NaN where a subgroup lacks
+        a class.  ``BayesLmerResult``: a :class:`PosteriorEER` (``.draws`` and
+        ``.summary``, the latter with the same columns plus ``eer_sd``, ``eer_median`` and
+        the HDI bounds; ``eer_model`` is the posterior mean).
     """
     from scoremix.metrics import eer
 
+    if _is_bayes_fit(fit):
+        return _bayes_model_eer(fit, by, conditional, label, positive, data, method, hdi_prob,
+                                max_draws, progress)
     mom = trial_moments(fit, conditional=conditional, label=label, positive=positive, data=data)
     if by is None:
         return _eer_of_rows(mom)

@@ -117,6 +117,8 @@ def _norm_label(value: Any) -> str | None:
             return "1"
         if value == 0:
             return "0"
+        if isinstance(value, numbers.Real) and float(value).is_integer():
+            return str(int(value))  # 2, 2.0 and np.int64(2) all read "2"
         return repr(value)
     text = str(value).strip().casefold()
     for ch in (" ", "-", "_"):
@@ -131,6 +133,15 @@ def _vocabulary_of(norm: str) -> tuple[str, int] | None:
         if norm in neg:
             return name, 0
     return None
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """``a == b`` as a plain bool (False where the comparison is not a bool)."""
+    try:
+        eq = a == b
+    except (TypeError, ValueError):
+        return False
+    return isinstance(eq, (bool, np.bool_)) and bool(eq)
 
 
 def _list(values: Sequence[Any], limit: int = _SHOW) -> str:
@@ -154,9 +165,12 @@ def label_to_binary(values: Any, positive: Any = None, column: str = "label") ->
     1/0                     1, 1.0, True, "true"         0, 0.0, False, "false"
     ======================  ===========================  ==========================
 
-    With ``positive`` given, :math:`y_i = 1` where the value equals ``positive`` (strings
-    compared case-insensitively after stripping) and :math:`y_i = 0` for every other value;
-    use this for tables with three or more label values (e.g. target / nontarget / spoof).
+    With ``positive`` given, :math:`y_i = 1` where the value equals ``positive`` and
+    :math:`y_i = 0` for every other value; use this for tables with three or more label
+    values (e.g. target / nontarget / spoof). Values are compared by their normalised
+    spelling as above (so ``"Bona Fide"`` matches ``"bonafide"``), numbers by value and
+    across types (``positive="1"``, as typed on a command line, matches an integer 1 /
+    float 1.0 column; ``positive=True`` matches ``"true"``).
 
     Parameters
     ----------
@@ -216,12 +230,12 @@ def label_to_binary(values: Any, positive: Any = None, column: str = "label") ->
         )
 
     if positive is not None:
-        pnorm = _norm_label(positive) if isinstance(positive, str) else None
+        # Compare normalised spellings, so that positive="1" (e.g. from a command line)
+        # matches an integer 0/1 column, positive=1 matches "1", and "Bona Fide" matches
+        # "bonafide"; True/False normalise to "true"/"false".
+        pnorm = _norm_label(positive)
         mapped = np.array(
-            [
-                1 if (u == positive or (pnorm is not None and isinstance(u, str) and n == pnorm)) else 0
-                for u, n in zip(uniques, norms)
-            ],
+            [1 if (n == pnorm or _same_value(u, positive)) else 0 for u, n in zip(uniques, norms)],
             dtype=np.int8,
         )
         if mapped.size and not mapped.any():
@@ -472,7 +486,8 @@ def _read_ws(path: str | Path, what: str) -> pd.DataFrame:
 
 
 def _unmatched(key: pd.Series, other: pd.Series, what: str, key_name: str, other_name: str) -> None:
-    miss = ~key.isin(other)
+    # object dtype: pandas' isin on Arrow-backed strings loops in Python (10x slower)
+    miss = ~key.astype(object).isin(other.astype(object))
     if miss.any():
         ids = key[miss].iloc[:_SHOW].tolist()
         raise UnmatchedTrialError(
@@ -520,7 +535,7 @@ def read_asvspoof_cm(
         )
     label_col = None
     for j in range(2, proto.shape[1]):  # the last field holding only bonafide/spoof
-        col = proto[j].str.strip().str.casefold()
+        col = proto[j].str.strip().str.casefold().astype(object)
         if col.isin(["bonafide", "spoof"]).all():
             label_col = j
     if label_col is None or label_col < 3:

@@ -74,7 +74,59 @@ def _sample(model, sampler: str, draws: int, tune: int, chains: int, cores: int 
         return pm.sample(**kw)
 
 
-def _post_to_named(spec, built, raw, ss, rng: np.random.Generator):
+def _sample_nutpie(built, key, values: dict | None, draws: int, tune: int, chains: int, cores: int | None,
+                   random_seed: int | None, progressbar: bool, target_accept: float | None, use_cache: bool):
+    """nutpie NUTS on a compiled model, reused from :data:`MODEL_CACHE` when the signature matches."""
+    import nutpie
+
+    from scoremix.bayes.cache import MODEL_CACHE
+
+    ckey = ("nutpie", key) if (use_cache and key is not None) else None
+    compiled = MODEL_CACHE.get(ckey) if ckey is not None else None
+    if compiled is None:
+        compiled = nutpie.compile_pymc_model(built.model)
+        MODEL_CACHE.put(ckey, compiled)
+    elif values:
+        compiled = compiled.with_data(**values)
+    kw: dict[str, Any] = dict(draws=draws, tune=tune, chains=chains, progress_bar=progressbar,
+                              save_warmup=False)
+    if cores is not None:
+        kw["cores"] = cores
+    if random_seed is not None:
+        kw["seed"] = int(random_seed)
+    if target_accept is not None:
+        kw["target_accept"] = target_accept
+    return nutpie.sample(compiled, **kw)
+
+
+def _get_model(spec, ps, ss, method: str, likelihood: str, centred, use_cache: bool):
+    """The PyMC model: from the cache (``pm.set_data`` to this data) or freshly built.
+
+    Returns ``(built, signature, data values)``.
+    """
+    from scoremix.bayes.cache import MODEL_CACHE
+    from scoremix.bayes.joint import (build_collapsed_model, build_joint_model, centred_terms, model_data,
+                                      model_signature)
+
+    cent = centred_terms(spec, centred) if method == "joint" else []
+    key = model_signature(spec, ps, ss, method, likelihood, cent)
+    values = model_data(spec, ps, ss, method) if key is not None else None
+    mkey = ("pymc", key) if (use_cache and key is not None) else None
+    built = MODEL_CACHE.get(mkey) if mkey is not None else None
+    if built is not None:
+        import pymc as pm
+
+        pm.set_data(values, model=built.model)
+        return built, key, values
+    if method == "collapsed":
+        built = build_collapsed_model(spec, ps, ss)
+    else:
+        built = build_joint_model(spec, ps, ss, likelihood=likelihood, centred=centred)
+    MODEL_CACHE.put(mkey, built)
+    return built, key, values
+
+
+def _post_to_named(spec, method: str, ps, raw, ss, rng: np.random.Generator):
     """Posterior ``xarray.Dataset`` under R names from the sampler's internal names."""
     import xarray as xr
 
@@ -89,8 +141,8 @@ def _post_to_named(spec, built, raw, ss, rng: np.random.Generator):
         return a.reshape((nc, nd) + a.shape[1:])
 
     sigma, Ts = variance_draws(spec, raw)
-    if built.method == "collapsed":
-        m0, s0 = beta_prior_arrays(spec, built.priors)
+    if method == "collapsed":
+        m0, s0 = beta_prior_arrays(spec, ps)
         beta, bs = conditional_draws(ss.shift_response(m0), sigma, Ts, m0, s0, rng)
     else:
         beta = np.asarray(raw["beta"].values).reshape(nc * nd, spec.p)
@@ -107,7 +159,7 @@ def _post_to_named(spec, built, raw, ss, rng: np.random.Generator):
             R = np.asarray(raw[f"corrmat__{k}"].values)
             for b in range(t.p):
                 for a in range(b + 1, t.p):
-                    data_vars[cor_name(t.group, t.term_names[a], t.term_names[b])] = (("chain", "draw"),
+                    data_vars[cor_name(t.group, t.term_names[b], t.term_names[a])] = (("chain", "draw"),
                                                                                        R[..., a, b])
     snames = sigma_names(spec)
     for i, nm in enumerate(snames):
@@ -161,12 +213,12 @@ def bayes_lmer_spec(
     centred: bool | dict | None = None,
     target_accept: float | None = None,
     check: bool = True,
+    cache: bool = True,
 ) -> BayesLmerResult:
     """:func:`bayes_lmer` for a ready :class:`~scoremix.lme.spec.ModelSpec` (see there)."""
     import arviz as az
     import xarray as xr
 
-    from scoremix.bayes.joint import build_collapsed_model, build_joint_model
     from scoremix.bayes.suffstats import blocked_suffstats
 
     if method not in ("collapsed", "joint"):
@@ -181,17 +233,18 @@ def bayes_lmer_spec(
         warn_nested_factors(spec)
     ps = resolve_priors(spec, priors)
     ss = blocked_suffstats(spec) if (method == "collapsed" or likelihood == "suffstats") else None
-    if method == "collapsed":
-        built = build_collapsed_model(spec, ps, ss)
-    else:
-        built = build_joint_model(spec, ps, ss, likelihood=likelihood, centred=centred)
+    t0 = time.perf_counter()
+    built, key, values = _get_model(spec, ps, ss, method, likelihood, centred, cache)
     seq = np.random.SeedSequence(random_seed)
     pm_seed = int(seq.generate_state(1)[0] % (2**31 - 1)) if random_seed is not None else None
     rng = np.random.default_rng(seq.spawn(1)[0])
-    t0 = time.perf_counter()
-    raw = _sample(built.model, sampler, draws, tune, chains, cores, pm_seed, progressbar, target_accept)
+    if sampler == "nutpie":
+        raw = _sample_nutpie(built, key, values, draws, tune, chains, cores, pm_seed, progressbar,
+                             target_accept, cache)
+    else:
+        raw = _sample(built.model, sampler, draws, tune, chains, cores, pm_seed, progressbar, target_accept)
     wall = time.perf_counter() - t0
-    post = _post_to_named(spec, built, raw.posterior, ss, rng)
+    post = _post_to_named(spec, built.method, ps, raw.posterior, ss, rng)
     groups: dict[str, Any] = {"posterior": post, "sample_stats": raw.sample_stats,
                               "observed_data": xr.Dataset({spec.response: (("obs",),
                                                                           np.asarray(spec.y))})}
@@ -224,6 +277,7 @@ def bayes_lmer(
     weights: Any = None,
     centred: bool | dict | None = None,
     target_accept: float | None = None,
+    cache: bool = True,
 ) -> BayesLmerResult:
     r"""Fit a linear mixed model by NUTS with lme4 formula syntax.
 
@@ -263,6 +317,10 @@ def bayes_lmer(
         centred.
     target_accept:
         NUTS target acceptance rate (PyMC default 0.8).
+    cache:
+        reuse a built model (and nutpie's compiled model) from an earlier fit with the
+        same level counts, term sizes and prior families; its ``pm.Data`` (cross-products,
+        prior scales) is set to this data (see :mod:`scoremix.bayes.cache`).
 
     Returns
     -------
@@ -284,4 +342,4 @@ def bayes_lmer(
     return bayes_lmer_spec(spec, priors=priors, draws=draws, tune=tune, chains=chains, sampler=sampler,
                            method=method, likelihood=likelihood, random_seed=random_seed,
                            progressbar=progressbar, posterior_predictive=posterior_predictive,
-                           cores=cores, centred=centred, target_accept=target_accept)
+                           cores=cores, centred=centred, target_accept=target_accept, cache=cache)

@@ -47,6 +47,7 @@ from scoremix.bayes.suffstats import BlockedSuffStats
 
 __all__ = [
     "rest_lambda_index",
+    "collapsed_data",
     "collapsed_loglik_graph",
     "collapsed_constant",
     "conditional_draws",
@@ -99,7 +100,22 @@ def _prior_diag(ss: BlockedSuffStats, beta_sd: np.ndarray) -> np.ndarray:
     return np.concatenate([np.ones(ss.x_start), prec, [0.0]])
 
 
-def collapsed_loglik_graph(ss: BlockedSuffStats, sigma, Ts, beta_sd: np.ndarray):
+def collapsed_data(ss: BlockedSuffStats, beta_sd: np.ndarray) -> dict[str, np.ndarray]:
+    """The numbers the collapsed likelihood reads, keyed by their ``pm.Data`` names.
+
+    ``ss_A``, ``ss_B``, ``ss_D`` (cross-products of the shifted response), ``ss_n_by``
+    (rows per dispersion level), ``beta_prec`` (the diagonal ``P`` padded to ``m``:
+    ones for ``u``, ``s_0^{-2}`` for β, 0 for y) and ``loglik_const``.  Their shapes
+    depend only on the level counts, so one compiled model serves every refit with the
+    same structure.
+    """
+    return {"ss_A": np.asarray(ss.A, dtype=np.float64), "ss_B": np.asarray(ss.B, dtype=np.float64),
+            "ss_D": np.asarray(ss.D, dtype=np.float64), "ss_n_by": np.asarray(ss.n_by, dtype=np.float64),
+            "beta_prec": _prior_diag(ss, beta_sd),
+            "loglik_const": np.asarray(collapsed_constant(ss, beta_sd), dtype=np.float64)}
+
+
+def collapsed_loglik_graph(ss: BlockedSuffStats, sigma, Ts, beta_sd: np.ndarray, data=None):
     """PyTensor expression of ``log p(y | σ, Σ)`` (see the module docstring).
 
     Parameters
@@ -113,12 +129,18 @@ def collapsed_loglik_graph(ss: BlockedSuffStats, sigma, Ts, beta_sd: np.ndarray)
         list of ``(p_k, p_k)`` tensors, ``Σ_k = T_k T_k^⊤``.
     beta_sd:
         prior SDs of β (``inf`` = flat prior).
+    data:
+        optional mapping of the names of :func:`collapsed_data` to tensors (``pm.Data``)
+        holding those numbers; default: the numbers of ``ss`` as constants.  Only the
+        structure of ``ss`` (level counts, term sizes) is then baked into the graph.
     """
     import pytensor.tensor as pt
     from pytensor.tensor.slinalg import solve_triangular
 
+    if data is None:
+        data = {k: pt.constant(v) for k, v in collapsed_data(ss, beta_sd).items()}
     wl = 1.0 / sigma**2
-    A = pt.tensordot(wl, pt.constant(ss.A), axes=1)
+    A = pt.tensordot(wl, data["ss_A"], axes=1)
     rows, cols, src, diagonal = rest_lambda_index(ss)
     vals = pt.concatenate([T.ravel() for T in Ts[1:]] + [pt.ones((1,), dtype="float64")])
     if diagonal:
@@ -129,11 +151,11 @@ def collapsed_loglik_graph(ss: BlockedSuffStats, sigma, Ts, beta_sd: np.ndarray)
         Lam = pt.zeros((ss.m, ss.m), dtype="float64")
         Lam = pt.set_subtensor(Lam[rows, cols], vals[src])
         Ar = Lam.T @ A @ Lam
-    S = Ar + pt.diag(pt.constant(_prior_diag(ss, beta_sd)))
+    S = Ar + pt.diag(data["beta_prec"])
     logdet1 = pt.constant(0.0)
     if ss.n1:
-        D = pt.tensordot(wl, pt.constant(ss.D), axes=1)  # (n1, p1, p1)
-        B = pt.tensordot(wl, pt.constant(ss.B), axes=1)  # (n1, p1, m)
+        D = pt.tensordot(wl, data["ss_D"], axes=1)  # (n1, p1, p1)
+        B = pt.tensordot(wl, data["ss_B"], axes=1)  # (n1, p1, m)
         T1 = Ts[0]
         if ss.p1 == 1:
             t = T1[0, 0]
@@ -154,8 +176,7 @@ def collapsed_loglik_graph(ss: BlockedSuffStats, sigma, Ts, beta_sd: np.ndarray)
     d = pt.diag(Lc)
     logdet = logdet1 + 2.0 * pt.sum(pt.log(d[:-1]))
     r2 = d[-1] ** 2
-    const = collapsed_constant(ss, beta_sd)
-    return const - pt.sum(pt.constant(ss.n_by) * pt.log(sigma)) - 0.5 * logdet - 0.5 * r2
+    return data["loglik_const"] - pt.sum(data["ss_n_by"] * pt.log(sigma)) - 0.5 * logdet - 0.5 * r2
 
 
 def _lambda_rest_np(ss: BlockedSuffStats, Ts: list[np.ndarray]) -> np.ndarray:

@@ -42,7 +42,7 @@ from scoremix.bayes.priors import PriorError, PriorSet
 from scoremix.bayes.suffstats import BlockedSuffStats
 
 __all__ = ["CENTRED_MIN_ROWS_PER_LEVEL", "BuiltModel", "beta_prior_arrays", "build_collapsed_model",
-           "build_joint_model", "centred_terms"]
+           "build_joint_model", "centred_terms", "model_data", "model_signature", "suffstats_data"]
 
 CENTRED_MIN_ROWS_PER_LEVEL = 20.0
 LOG2PI = float(np.log(2.0 * np.pi))
@@ -94,30 +94,98 @@ def centred_terms(spec, centred: bool | dict | None = None) -> list[bool]:
     return out
 
 
+def suffstats_data(ss: BlockedSuffStats) -> dict[str, np.ndarray]:
+    """The ``pm.Data`` of the joint sufficient-statistic likelihood (shapes: level counts only)."""
+    return {"ss_A": np.asarray(ss.A, dtype=np.float64), "ss_B": np.asarray(ss.B, dtype=np.float64),
+            "ss_D": np.asarray(ss.D, dtype=np.float64), "ss_n_by": np.asarray(ss.n_by, dtype=np.float64),
+            "ss_sum_log_w": np.asarray(ss.sum_log_w, dtype=np.float64)}
+
+
+def _beta_prior_signature(spec, ps: PriorSet) -> tuple:
+    return tuple(ps.fixef[n].family for n in spec.fixef_names)
+
+
+def _beta_prior_data(spec, ps: PriorSet) -> dict[str, np.ndarray]:
+    fams = set(_beta_prior_signature(spec, ps))
+    if fams == {"normal"}:
+        return {"beta__mu": np.array([ps.fixef[n].params["mu"] for n in spec.fixef_names], dtype=np.float64),
+                "beta__sigma": np.array([ps.fixef[n].params["sigma"] for n in spec.fixef_names],
+                                        dtype=np.float64)}
+    if fams == {"flat"}:
+        return {}
+    out: dict[str, np.ndarray] = {}
+    for j, n in enumerate(spec.fixef_names):
+        out.update({k: np.asarray(v) for k, v in ps.fixef[n].data_items(f"beta__{j}").items()})
+    return out
+
+
+def model_signature(spec, ps: PriorSet, ss: BlockedSuffStats | None, method: str, likelihood: str,
+                    cent: list[bool]) -> tuple | None:
+    """Hashable key of everything a compiled model bakes in (``None``: not cacheable).
+
+    Two fits with equal signatures differ only in ``pm.Data`` values (cross-products, prior
+    scales), so the second can reuse the first one's model (:func:`model_data` gives the
+    values to set).  The per-row model holds ``N`` rows and is not cached.
+    """
+    from scoremix.bayes.params import variance_prior_signature
+
+    if likelihood == "rows" or ss is None:
+        return None
+    struct = (ss.n_disp, ss.n1, ss.p1, tuple(ss.rest_slices), ss.x_start, ss.p, ss.m)
+    beta = () if method == "collapsed" else _beta_prior_signature(spec, ps)
+    return (method, likelihood, struct, variance_prior_signature(spec, ps), beta, tuple(cent))
+
+
+def model_data(spec, ps: PriorSet, ss: BlockedSuffStats, method: str) -> dict[str, np.ndarray]:
+    """All ``pm.Data`` values of a suffstats model (collapsed or joint) for ``spec``/``ps``."""
+    from scoremix.bayes.collapsed import collapsed_data
+    from scoremix.bayes.params import variance_prior_data
+
+    out = {k: np.asarray(v, dtype=np.float64) for k, v in variance_prior_data(spec, ps).items()}
+    if method == "collapsed":
+        m0, s0 = beta_prior_arrays(spec, ps)
+        out.update(collapsed_data(ss.shift_response(m0), s0))
+    else:
+        out.update(suffstats_data(ss))
+        out.update(_beta_prior_data(spec, ps))
+    return out
+
+
 def build_collapsed_model(spec, ps: PriorSet, ss: BlockedSuffStats) -> BuiltModel:
-    """PyMC model sampling only (σ, SDs, correlations) with the collapsed likelihood."""
+    """PyMC model sampling only (σ, SDs, correlations) with the collapsed likelihood.
+
+    The cross-products and prior parameters are ``pm.Data`` (names of
+    :func:`model_data`): ``pm.set_data(model_data(...))`` turns the model into that of
+    another data set with the same :func:`model_signature`.
+    """
     import pymc as pm
+
+    from scoremix.bayes.collapsed import collapsed_data
 
     m0, s0 = beta_prior_arrays(spec, ps)
     sss = ss.shift_response(m0)
     with pm.Model() as model:
-        vp = add_variance_params(spec, ps)
-        pm.Potential("loglik", collapsed_loglik_graph(sss, vp.sigma, vp.T, s0))
+        vp = add_variance_params(spec, ps, as_data=True)
+        data = {k: pm.Data(k, v) for k, v in collapsed_data(sss, s0).items()}
+        pm.Potential("loglik", collapsed_loglik_graph(sss, vp.sigma, vp.T, s0, data=data))
     return BuiltModel(model, "collapsed", "suffstats", [], vp, ps)
 
 
-def _beta_rv(spec, ps: PriorSet):
+def _beta_rv(spec, ps: PriorSet, as_data: bool = False):
     import pytensor.tensor as pt
     import pymc as pm
 
     fams = {ps.fixef[n].family for n in spec.fixef_names}
     if fams == {"normal"}:
-        mu = np.array([ps.fixef[n].params["mu"] for n in spec.fixef_names], dtype=np.float64)
-        sd = np.array([ps.fixef[n].params["sigma"] for n in spec.fixef_names], dtype=np.float64)
+        vals = _beta_prior_data(spec, ps)
+        if as_data:
+            mu, sd = pm.Data("beta__mu", vals["beta__mu"]), pm.Data("beta__sigma", vals["beta__sigma"])
+        else:
+            mu, sd = vals["beta__mu"], vals["beta__sigma"]
         return pm.Normal("beta", mu=mu, sigma=sd, shape=spec.p)
     if fams == {"flat"}:
         return pm.Flat("beta", shape=spec.p)
-    parts = [ps.fixef[n].pymc(f"beta__{j}") for j, n in enumerate(spec.fixef_names)]
+    parts = [ps.fixef[n].pymc(f"beta__{j}", as_data=as_data) for j, n in enumerate(spec.fixef_names)]
     return pm.Deterministic("beta", pt.stack(parts))
 
 
@@ -130,9 +198,10 @@ def build_joint_model(spec, ps: PriorSet, ss: BlockedSuffStats | None, likelihoo
     if likelihood not in ("suffstats", "rows"):
         raise ValueError(f"likelihood must be 'suffstats' or 'rows', got {likelihood!r}")
     cent = centred_terms(spec, centred)
+    as_data = likelihood == "suffstats"
     with pm.Model() as model:
-        vp = add_variance_params(spec, ps)
-        beta = _beta_rv(spec, ps)
+        vp = add_variance_params(spec, ps, as_data=as_data)
+        beta = _beta_rv(spec, ps, as_data=as_data)
         bs = []
         for k, t in enumerate(spec.terms):
             if cent[k]:
@@ -147,15 +216,17 @@ def build_joint_model(spec, ps: PriorSet, ss: BlockedSuffStats | None, likelihoo
         sigma = vp.sigma
         if likelihood == "suffstats":
             assert ss is not None
+            dd = {k: pm.Data(k, v) for k, v in suffstats_data(ss).items()}
             a = pt.concatenate([bk.ravel() for bk in bs[1:]] + [beta, pt.constant(np.array([-1.0]))])
-            Q = pt.dot(pt.dot(pt.constant(ss.A), a), a)  # (L,)
+            Q = pt.dot(pt.dot(dd["ss_A"], a), a)  # (L,)
             if ss.n1:
                 b1 = bs[0]
-                Dq = (pt.constant(ss.D) * b1[None, :, :, None] * b1[None, :, None, :]).sum(axis=(1, 2, 3))
-                Bq = (pt.dot(pt.constant(ss.B), a) * b1[None]).sum(axis=(1, 2))
+                Dq = (dd["ss_D"] * b1[None, :, :, None] * b1[None, :, None, :]).sum(axis=(1, 2, 3))
+                Bq = (pt.dot(dd["ss_B"], a) * b1[None]).sum(axis=(1, 2))
                 Q = Q + Dq + 2.0 * Bq
-            n_by = pt.constant(ss.n_by)
-            ll = (-0.5 * LOG2PI * n_by - n_by * pt.log(sigma) - 0.5 * Q / sigma**2).sum() + 0.5 * ss.sum_log_w
+            n_by = dd["ss_n_by"]
+            ll = ((-0.5 * LOG2PI * n_by - n_by * pt.log(sigma) - 0.5 * Q / sigma**2).sum()
+                  + 0.5 * dd["ss_sum_log_w"])
             pm.Potential("loglik", ll)
         else:
             mu = pt.dot(pt.constant(np.asarray(spec.X, dtype=np.float64)), beta)

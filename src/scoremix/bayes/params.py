@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scoremix.bayes.priors import PriorSet, sd_name, sigma_names
+from scoremix.bayes.priors import Prior, PriorSet, sd_name, sigma_names
 
-__all__ = ["VarianceParams", "add_variance_params", "variance_draws"]
+__all__ = ["VarianceParams", "add_variance_params", "variance_draws", "variance_prior_data",
+           "variance_prior_signature"]
 
 
 @dataclass
@@ -37,16 +38,44 @@ class VarianceParams:
     T: list  # per term: (p_k, p_k) lower-triangular tensor, Σ_k = T_k T_k'
 
 
-def add_variance_params(spec, ps: PriorSet) -> VarianceParams:
-    """Create σ, the per-term SDs and LKJ correlations in the current PyMC model."""
+def _variance_priors(spec, ps: PriorSet) -> list[tuple[str, Prior]]:
+    """``(internal name, prior)`` of every scalar variance parameter, in model order."""
+    out = [(f"sigma__{i}", ps.sigma[name]) for i, name in enumerate(sigma_names(spec))]
+    for k, t in enumerate(spec.terms):
+        out += [(f"sd__{k}__{a}", ps.sd[sd_name(t.group, term)]) for a, term in enumerate(t.term_names)]
+    return out
+
+
+def variance_prior_data(spec, ps: PriorSet) -> dict[str, float]:
+    """Values of the ``pm.Data`` prior parameters created by ``add_variance_params(as_data=True)``."""
+    out: dict[str, float] = {}
+    for name, pr in _variance_priors(spec, ps):
+        out.update(pr.data_items(name))
+    return out
+
+
+def variance_prior_signature(spec, ps: PriorSet) -> tuple:
+    """What a compiled model fixes about the variance priors: families and LKJ ``eta``."""
+    fams = tuple((name, pr.family) for name, pr in _variance_priors(spec, ps))
+    etas = tuple(float(ps.cor[f"cor_{t.group}"].params["eta"]) for t in spec.terms if t.p > 1)
+    return fams, etas
+
+
+def add_variance_params(spec, ps: PriorSet, as_data: bool = False) -> VarianceParams:
+    """Create σ, the per-term SDs and LKJ correlations in the current PyMC model.
+
+    With ``as_data=True`` the prior parameters are ``pm.Data`` (see
+    :func:`variance_prior_data`); the LKJ ``eta`` stays a constant.
+    """
     import pymc as pm
     import pytensor.tensor as pt
 
-    sig = [ps.sigma[name].pymc(f"sigma__{i}") for i, name in enumerate(sigma_names(spec))]
+    pri = dict(_variance_priors(spec, ps))
+    sig = [pri[f"sigma__{i}"].pymc(f"sigma__{i}", as_data=as_data) for i in range(len(sigma_names(spec)))]
     sigma = pt.stack(sig)
     Ts = []
     for k, t in enumerate(spec.terms):
-        sds = [ps.sd[sd_name(t.group, term)].pymc(f"sd__{k}__{a}") for a, term in enumerate(t.term_names)]
+        sds = [pri[f"sd__{k}__{a}"].pymc(f"sd__{k}__{a}", as_data=as_data) for a in range(t.p)]
         if t.p == 1:
             Ts.append(pt.reshape(sds[0], (1, 1)))
         else:

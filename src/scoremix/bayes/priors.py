@@ -111,11 +111,24 @@ class Prior:
     def is_gaussian_or_flat(self) -> bool:
         return self.family in ("normal", "flat")
 
-    def pymc(self, name: str, **kwargs: Any):
-        """Create the PyMC random variable (inside a model context)."""
+    def data_items(self, name: str) -> dict[str, float]:
+        """``{"<name>__<param>": value}``: the names under which :meth:`pymc` with
+        ``as_data=True`` holds this prior's parameters in ``pm.Data``."""
+        return {f"{name}__{k}": float(v) for k, v in self.params.items()}
+
+    def pymc(self, name: str, as_data: bool = False, **kwargs: Any):
+        """Create the PyMC random variable (inside a model context).
+
+        With ``as_data=True`` the parameters are ``pm.Data`` containers named as in
+        :meth:`data_items`, so a compiled model can be refitted with other prior scales
+        (``pm.set_data``) without recompiling.
+        """
         import pymc as pm
 
-        p = {k: float(v) for k, v in self.params.items()}
+        if as_data:
+            p = {k: pm.Data(dn, v) for k, (dn, v) in zip(self.params, self.data_items(name).items())}
+        else:
+            p = {k: float(v) for k, v in self.params.items()}
         fam = self.family
         if fam == "normal":
             return pm.Normal(name, **p, **kwargs)

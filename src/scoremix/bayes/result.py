@@ -81,7 +81,7 @@ class BayesLmerResult:
         for t in self.spec.terms:
             for b in range(t.p):
                 for a in range(b + 1, t.p):
-                    out.append(cor_name(t.group, t.term_names[a], t.term_names[b]))
+                    out.append(cor_name(t.group, t.term_names[b], t.term_names[a]))
         return out
 
     @property
@@ -144,8 +144,8 @@ class BayesLmerResult:
                 add(t.group, n, None, sds[a] ** 2, sds[a])
             for b in range(t.p):
                 for a in range(b + 1, t.p):
-                    r = self.draws(cor_name(t.group, t.term_names[a], t.term_names[b]))
-                    add(t.group, t.term_names[a], t.term_names[b], r * sds[a] * sds[b], r)
+                    r = self.draws(cor_name(t.group, t.term_names[b], t.term_names[a]))
+                    add(t.group, t.term_names[b], t.term_names[a], r * sds[a] * sds[b], r)
         s = self.draws("sigma")
         add("Residual", None, None, s**2, s)
         return pd.DataFrame(rows, columns=["grp", "var1", "var2", "vcov", "sdcor", "sdcor_hdi_3%",
@@ -190,7 +190,7 @@ class BayesLmerResult:
         if sig is not None:
             out["sigma"] = (float(sig), np.nan)
         sb = get("sigma_by")
-        if sb:
+        if sb is not None and len(sb):
             for lvl, v in dict(sb).items():
                 out[f"sigma_{lvl}"] = (float(v), np.nan)
         return out
@@ -345,7 +345,7 @@ class BayesLmerResult:
             R = np.broadcast_to(np.eye(t.p), (S, t.p, t.p)).copy()
             for b in range(t.p):
                 for a in range(b + 1, t.p):
-                    R[:, a, b] = R[:, b, a] = self._flat(cor_name(t.group, t.term_names[a], t.term_names[b]))
+                    R[:, a, b] = R[:, b, a] = self._flat(cor_name(t.group, t.term_names[b], t.term_names[a]))
             cors.append(R)
         means = np.empty((len(cells), idx.size))
         sdsout = np.empty((len(cells), idx.size))

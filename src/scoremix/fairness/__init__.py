@@ -6,6 +6,7 @@ from scoremix.fairness.breakdown import breakdown
 from scoremix.fairness.compare import CompareResult, compare_subgroup_dcf
 from scoremix.fairness.model_based import (ModelSubgroupDCFResult, PosteriorFairness, gaussian_mixture_measures,
                                            model_subgroup_dcf, posterior_subgroup_measures)
+from scoremix.fairness.posterior import posterior_subgroup_dcf
 from scoremix.fairness.subgroups import SubgroupError, Subgroups, define_subgroups
 from scoremix.fairness.sveva import SubgroupDCFResult, fairness_index, subgroup_dcf
 
@@ -14,6 +15,6 @@ __all__ = [
     "SubgroupDCFResult", "subgroup_dcf", "fairness_index",
     "CompareResult", "compare_subgroup_dcf",
     "ModelSubgroupDCFResult", "PosteriorFairness", "gaussian_mixture_measures", "model_subgroup_dcf",
-    "posterior_subgroup_measures",
+    "posterior_subgroup_measures", "posterior_subgroup_dcf",
     "breakdown",
 ]

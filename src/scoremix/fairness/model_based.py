@@ -27,7 +27,7 @@ empirical measures (:mod:`scoremix.fairness.sveva`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -38,7 +38,7 @@ from scoremix.fairness.engine import MEASURES, CostSpec
 from scoremix.fairness.subgroups import SubgroupError, binary_labels, define_subgroups
 
 __all__ = ["gaussian_mixture_measures", "model_subgroup_dcf", "posterior_subgroup_measures",
-           "ModelSubgroupDCFResult", "PosteriorFairness"]
+           "summarise_draws", "ModelSubgroupDCFResult", "PosteriorFairness"]
 
 _GOLD = (np.sqrt(5.0) - 1.0) / 2.0
 
@@ -228,7 +228,7 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
                        conditional: bool = True, marginalize: Sequence[str] | None = None,
                        membership: str = "enrol", test_speaker: str | None = None,
                        test_groups: Sequence[str] | None = None, speaker_table: pd.DataFrame | None = None,
-                       n_grid: int = 512) -> ModelSubgroupDCFResult:
+                       n_grid: int = 512, min_speakers: int = 5, min_errors: int = 30, **posterior_kw: Any) -> "ModelSubgroupDCFResult | PosteriorFairness":
     """SVEva measures implied by a fitted linear mixed model (an ``LmerResult``).
 
     Each subgroup's class-conditional score distribution is the mixture over its trials
@@ -251,11 +251,33 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
         as in :func:`scoremix.fairness.subgroup_dcf`.
     conditional, marginalize:
         conditional on the fitted speakers, or marginal over new levels of ``marginalize``.
+    min_speakers, min_errors:
+        reliability rule: ``reliable`` is False when a subgroup has fewer speakers, one
+        class only, or fewer expected errors ``n_pos·fnr + n_neg·fpr`` at ``τ*`` than
+        ``min_errors`` (Doddington's rule of 30).
 
     Returns
     -------
     ModelSubgroupDCFResult
+        or, when ``fit`` is a posterior (``BayesLmerResult``), the
+        :class:`PosteriorFairness` of :func:`scoremix.fairness.posterior_subgroup_dcf`
+        (``conditional`` maps to ``random="conditional"/"marginal"``; extra keyword
+        arguments such as ``max_draws``, ``ci``, ``split_by`` are passed on).
     """
+    from scoremix.fairness.posterior import is_bayes_fit, posterior_subgroup_dcf
+
+    if is_bayes_fit(fit):
+        if marginalize is not None:
+            raise SubgroupError("marginalize= applies to LmerResult fits; a posterior fit marginalises all "
+                                "random effects with conditional=False")
+        return posterior_subgroup_dcf(fit, trials, groups, label=label, speaker=speaker, positive=positive,
+                                      p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize,
+                                      random="conditional" if conditional else "marginal",
+                                      membership=membership, test_speaker=test_speaker,
+                                      test_groups=test_groups, speaker_table=speaker_table,
+                                      min_speakers=min_speakers, min_errors=min_errors, **posterior_kw)
+    if posterior_kw:
+        raise TypeError(f"unexpected keyword arguments for an LmerResult fit: {sorted(posterior_kw)}")
     y = binary_labels(trials[label], positive=positive).astype(bool)
     sg = define_subgroups(trials, groups, membership=membership, speaker=speaker, test_speaker=test_speaker,
                           test_groups=test_groups, speaker_table=speaker_table)
@@ -303,6 +325,9 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
     tab["n_neg"] = np.bincount(sg.mem_group[~y[sg.mem_trial]], minlength=G)
     for k in MEASURES:
         tab[k] = res[k][:, 0]
+    tab["n_errors_expected"] = tab["n_pos"] * tab["fnr"] + tab["n_neg"] * tab["fpr"]
+    tab["reliable"] = ((tab["n_speakers"] >= min_speakers) & (tab["n_errors_expected"] >= min_errors)
+                       & (tab["n_pos"] > 0) & (tab["n_neg"] > 0))
     overall = {k: float(res[f"all_{k}"][0]) for k in ("min_dcf", "threshold", "fpr", "fnr", "eer")}
     return ModelSubgroupDCFResult(table=tab, min_dcf=overall["min_dcf"], threshold=overall["threshold"],
                                   fairness_index=float(res["fairness_index"][0]), overall=overall,
@@ -315,13 +340,36 @@ class PosteriorFairness:
 
     ``table``: per subgroup ``<measure>`` (posterior median), ``<measure>_lo/_hi``
     (equal-tailed credible interval) and ``p_ratio_overall_gt_1``;
-    ``fairness_index``: posterior median, ``fairness_index_ci``; ``draws``: per-draw arrays.
+    ``fairness_index``: posterior median, ``fairness_index_ci``; ``draws``: per-draw arrays
+    (``(G, D)`` per subgroup measure, ``(D,)`` for ``all_*`` and ``fairness_index``);
+    ``overall``: posterior medians of the overall ``min_dcf, threshold, fpr, fnr, eer``.
     """
 
     table: pd.DataFrame
     fairness_index: float
     fairness_index_ci: tuple[float, float]
     draws: dict[str, np.ndarray]
+    overall: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def min_dcf(self) -> float:
+        """Posterior median of the overall minimum DCF."""
+        return self.overall.get("min_dcf", float("nan"))
+
+    @property
+    def threshold(self) -> float:
+        """Posterior median of the overall minimiser ``τ*``."""
+        return self.overall.get("threshold", float("nan"))
+
+    def plot_forest(self, measure: str = "ratio_overall", **kwargs: Any):
+        """Forest plot of posterior medians with credible intervals (:func:`scoremix.fairness.plots.plot_forest`)."""
+        from scoremix.fairness.plots import plot_forest
+
+        return plot_forest(self.table, measure=measure, **kwargs)
+
+    def p_fairness_index_gt(self, value: float) -> float:
+        """Posterior probability ``P(FI > value)``."""
+        return float(np.mean(self.draws["fairness_index"] > value))
 
 
 def posterior_subgroup_measures(mu_neg: np.ndarray, sd_neg: np.ndarray, mu_pos: np.ndarray, sd_pos: np.ndarray,
@@ -365,15 +413,46 @@ def posterior_subgroup_measures(mu_neg: np.ndarray, sd_neg: np.ndarray, mu_pos: 
     W[1 + np.arange(G), G + np.arange(G)] = 1.0
     res = gaussian_mixture_measures(mu, sd, is_pos, W, p_target=p_target, c_miss=c_miss, c_fa=c_fa,
                                     normalize=normalize, n_grid=n_grid)
-    q = (1 - ci) / 2
     tab = pd.DataFrame({"subgroup": list(names) if names is not None else [f"g{k}" for k in range(G)]})
-    for k in MEASURES:
-        x = res[k]
-        tab[k] = np.nanmedian(x, axis=1)
-        tab[f"{k}_lo"] = np.nanquantile(x, q, axis=1)
-        tab[f"{k}_hi"] = np.nanquantile(x, 1 - q, axis=1)
-    tab["p_ratio_overall_gt_1"] = np.mean(res["ratio_overall"] > 1, axis=1)
+    return summarise_draws(res, tab, ci)
+
+
+def summarise_draws(res: dict[str, np.ndarray], tab: pd.DataFrame, ci: float) -> PosteriorFairness:
+    """Posterior summaries of per-draw measures (output of :func:`gaussian_mixture_measures`).
+
+    Adds to ``tab`` (one row per subgroup) the posterior median ``<measure>``, the
+    equal-tailed ``ci`` credible interval ``<measure>_lo/_hi`` and
+    ``p_ratio_overall_gt_1 = (1/D) Σ_d 1[ratio_overall_d > 1]``; draws with NaN measures
+    (e.g. a subgroup without one class) give NaN summaries.
+    """
+    if not 0.0 < ci < 1.0:
+        raise ValueError(f"ci must be in (0, 1), got {ci}")
+    q = (1 - ci) / 2
+    tab = tab.copy()
+    with _nan_quiet():
+        for k in MEASURES:
+            x = res[k]
+            tab[k] = np.nanmedian(x, axis=1)
+            tab[f"{k}_lo"] = np.nanquantile(x, q, axis=1)
+            tab[f"{k}_hi"] = np.nanquantile(x, 1 - q, axis=1)
+    r = res["ratio_overall"]
+    tab["p_ratio_overall_gt_1"] = np.where(np.isnan(r).all(axis=1), np.nan, np.mean(r > 1, axis=1))
     fi = res["fairness_index"]
+    overall = {k: float(np.median(res[f"all_{k}"])) for k in ("min_dcf", "threshold", "fpr", "fnr", "eer")}
     return PosteriorFairness(table=tab, fairness_index=float(np.median(fi)),
                              fairness_index_ci=(float(np.quantile(fi, q)), float(np.quantile(fi, 1 - q))),
-                             draws=res)
+                             draws=res, overall=overall)
+
+
+class _nan_quiet:
+    """Silence numpy's all-NaN-slice warnings (empty subgroups give NaN summaries on purpose)."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._cm = warnings.catch_warnings()
+        self._cm.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._cm.__exit__(*exc)

@@ -2,7 +2,8 @@
 
 * :func:`plot_subgroup_det` — DET curve per subgroup on probit axes, the overall DET as a
   baseline, markers at the overall threshold ``τ*`` (filled) and at each subgroup's own
-  minimiser (hollow); unreliable subgroups dashed and marked ``(unreliable)``.
+  minimiser (hollow); unreliable subgroups dashed and marked ``(unreliable)``; optional
+  speaker-bootstrap bands (:func:`det_bootstrap_band`).
 * :func:`plot_score_distributions` — score histograms per subgroup and class.
 * :func:`plot_ratio_scatter` — ``ratio_overall`` of two systems against each other, with
   interval whiskers and the diagonal (equal fairness).
@@ -26,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from scoremix.fairness.compare import CompareResult
     from scoremix.fairness.sveva import SubgroupDCFResult
 
-__all__ = ["plot_subgroup_det", "plot_score_distributions", "plot_ratio_scatter", "plot_forest"]
+__all__ = ["det_bootstrap_band", "plot_subgroup_det", "plot_score_distributions", "plot_ratio_scatter", "plot_forest"]
 
 _EPS = 1e-5
 
@@ -43,8 +44,64 @@ def _probit_axes(ax: Any, p_min: float, p_max: float) -> None:
     ax.grid(True, alpha=0.3)
 
 
+def det_bootstrap_band(scores: np.ndarray, y: np.ndarray, clusters: np.ndarray, x_probit: np.ndarray,
+                       n_boot: int = 200, ci: float = 0.95, random_state: int | np.random.Generator | None = None,
+                       n_thresholds: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    r"""Pointwise speaker-bootstrap band of a DET curve (vertical averaging in probit space).
+
+    Replicate ``b`` draws the clusters (speakers) with replacement; trial ``i`` enters with
+    weight ``w_i = m_{c(i),b}``.  At the thresholds ``t_k`` (``n_thresholds`` score
+    quantiles)
+
+    .. math::
+
+        P_{miss,b}(t_k) = rac{\sum_{y_i=1} w_i [s_i < t_k]}{\sum_{y_i=1} w_i},\qquad
+        P_{fa,b}(t_k) = rac{\sum_{y_i=0} w_i [s_i \ge t_k]}{\sum_{y_i=0} w_i},
+
+    the replicate's DET ``probit(P_miss)`` is linearly interpolated at the abscissae
+    ``x_probit = probit(P_fa)``, and the band is the pointwise ``(1-ci)/2, (1+ci)/2``
+    percentiles over replicates (probabilities clipped to ``[1e-5, 1-1e-5]``).
+
+    Returns
+    -------
+    lo, hi:
+        ``(len(x_probit),)`` arrays in probit units.
+    """
+    from scoremix.fairness.bootstrap import draw_cluster_weights
+
+    s = np.asarray(scores, float)
+    y = np.asarray(y).astype(bool)
+    _, cl = np.unique(np.asarray(clusters), return_inverse=True)
+    C = int(cl.max()) + 1
+    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    M = draw_cluster_weights(np.zeros(C, dtype=np.int64), n_boot, rng)  # (C, B)
+    thr = np.unique(np.quantile(s, np.linspace(0.0, 1.0, n_thresholds)))
+    thr = np.r_[thr, np.inf]
+    b = np.searchsorted(thr, s, side="right")  # trial is below t_k  <=>  b <= k
+    K = thr.size + 1
+    import scipy.sparse as sparse
+
+    def block_counts(mask: np.ndarray) -> np.ndarray:
+        A = sparse.csr_matrix((np.ones(int(mask.sum())), (b[mask], cl[mask])), shape=(K, C))
+        return np.cumsum(np.asarray(A @ M), axis=0)[: thr.size]  # (T, B) weighted count below t_k
+
+    below_pos, below_neg = block_counts(y), block_counts(~y)
+    tot_pos, tot_neg = M.T @ np.bincount(cl[y], minlength=C), M.T @ np.bincount(cl[~y], minlength=C)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pm = below_pos / tot_pos[None, :]
+        pf = 1.0 - below_neg / tot_neg[None, :]
+    xp, yp = probit(np.clip(pf, _EPS, 1 - _EPS)), probit(np.clip(pm, _EPS, 1 - _EPS))
+    curves = np.empty((n_boot, np.size(x_probit)))
+    for k in range(n_boot):  # p_fa decreases with t: reverse for np.interp
+        curves[k] = np.interp(x_probit, xp[::-1, k], yp[::-1, k])
+    q = (1.0 - ci) / 2.0
+    return np.quantile(curves, q, axis=0), np.quantile(curves, 1.0 - q, axis=0)
+
+
 def plot_subgroup_det(result: "SubgroupDCFResult", subgroups: Sequence[str] | None = None, ax: Any = None,
-                      p_min: float | None = None, p_max: float = 0.5, legend: bool = True) -> Any:
+                      p_min: float | None = None, p_max: float = 0.5, legend: bool = True,
+                      bands: bool = False, n_boot: int = 200, ci: float = 0.95,
+                      random_state: int | None = None) -> Any:
     """DET curves per subgroup with the overall DET baseline (see module docstring).
 
     Parameters
@@ -57,6 +114,9 @@ def plot_subgroup_det(result: "SubgroupDCFResult", subgroups: Sequence[str] | No
         axes to draw on (a new figure otherwise).
     p_min, p_max:
         axis range in probability (``p_min=None``: 1e-3, or 1e-4 when a marker lies below 1e-3).
+    bands, n_boot, ci, random_state:
+        draw each subgroup's pointwise ``ci`` speaker-bootstrap band
+        (:func:`det_bootstrap_band`, ``n_boot`` replicates, seeded by ``random_state``).
     """
     prep = result._prepared
     if prep is None:
@@ -87,6 +147,11 @@ def plot_subgroup_det(result: "SubgroupDCFResult", subgroups: Sequence[str] | No
         lab = name + ("" if reliable else " (unreliable)")
         ax.plot(probit(c.p_fa, _EPS), probit(c.p_miss, _EPS), color=colors[k], lw=1.2,
                 ls="-" if reliable else "--", label=lab)
+        if bands:
+            xs = np.linspace(probit(1e-4), probit(1 - 1e-4), 200)
+            lo, hi = det_bootstrap_band(s[idx], yg, prep.clusters[idx], xs, n_boot=n_boot, ci=ci,
+                                        random_state=None if random_state is None else random_state + k)
+            ax.fill_between(xs, lo, hi, color=colors[k], alpha=0.15, lw=0)
         at = rates_at(s[idx], yg, [tstar, tab.loc[g, "threshold_own"]])
         ax.plot(probit(at.p_fa[:1], _EPS), probit(at.p_miss[:1], _EPS), "o", color=colors[k], ms=6)
         ax.plot(probit(at.p_fa[1:], _EPS), probit(at.p_miss[1:], _EPS), "o", mfc="none", color=colors[k], ms=8)

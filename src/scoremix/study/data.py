@@ -17,7 +17,7 @@ import pandas as pd
 
 from scoremix.study.config import DataConfig
 
-__all__ = ["StudyDataError", "StudyData", "load_study_data", "apply_filters", "ALL_SYSTEMS"]
+__all__ = ["StudyDataError", "StudyData", "load_study_data", "apply_filters", "read_data_file", "ALL_SYSTEMS"]
 
 #: Probabilities are clipped to ``[LOGIT_EPS, 1 - LOGIT_EPS]`` before ``transform = "logit"``.
 LOGIT_EPS = 1e-7
@@ -76,7 +76,8 @@ def apply_filters(df: pd.DataFrame, filters: dict[str, list[Any]], where: str) -
     return df[mask]
 
 
-def _read_file(path: Path) -> pd.DataFrame:
+def read_data_file(path: Path) -> pd.DataFrame:
+    """Read one score table: parquet by extension, else CSV/TSV (optionally gzipped)."""
     if not path.is_file():
         raise StudyDataError(f"{path}: no such data file")
     try:
@@ -125,7 +126,7 @@ def load_study_data(cfg: DataConfig, seed: int = 0) -> StudyData:
     else:
         frames = []
         for p in cfg.files:
-            f = _read_file(p)
+            f = read_data_file(p)
             frames.append(f)
         df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
         where = ", ".join(str(p) for p in cfg.files)

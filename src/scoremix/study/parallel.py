@@ -43,7 +43,7 @@ def task_seed(study_seed: int, key: str) -> int:
 def dask_available() -> bool:
     """Whether ``dask.distributed`` can be imported."""
     try:
-        import dask.distributed  # noqa: F401  (availability check)
+        import dask.distributed  # noqa: F401 - availability check
     except ImportError:
         return False
     return True

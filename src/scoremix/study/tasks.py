@@ -224,7 +224,7 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
                              "eer_model": float(r["mean"]), "eer_model_sd": float(r["sd"])})
         out["model_eer"] = pd.DataFrame(rows)
     if fairness_cfg is not None and model.name in fairness_cfg.models:
-        out["fairness"] = _posterior_fairness(bres, df, fairness_cfg)
+        out["fairness"] = _posterior_fairness(bres, df, fairness_cfg, speaker)
     return out
 
 
@@ -241,21 +241,14 @@ def _bayes_ranef(bres: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _posterior_fairness(bres: Any, df: pd.DataFrame, fcfg: FairnessConfig) -> pd.DataFrame:
-    from scoremix.fairness import posterior_subgroup_measures
+def _posterior_fairness(bres: Any, df: pd.DataFrame, fcfg: FairnessConfig, speaker: str) -> pd.DataFrame:
+    """Posterior SVEva measures (:func:`scoremix.fairness.posterior_subgroup_dcf`)."""
+    from scoremix.fairness import posterior_subgroup_dcf
 
-    key = df[fcfg.groups].astype(str).agg("_".join, axis=1).rename("subgroup")
-    data = df.assign(subgroup=key)
-    mom = bres.class_moments(groups="subgroup", data=data, label="y",
-                             random="conditional" if fcfg.conditional else "marginal", max_draws=400)
-    names = sorted(pd.unique(mom["subgroup"]))
-    piv = {c: mom[mom["class"] == c].pivot_table(index="draw", columns="subgroup", values=["mean", "sd", "n"])
-           for c in (0, 1)}
-    ok = [g for g in names if g in piv[0]["mean"].columns and g in piv[1]["mean"].columns]
-    res = posterior_subgroup_measures(
-        piv[0]["mean"][ok].to_numpy(), piv[0]["sd"][ok].to_numpy(), piv[1]["mean"][ok].to_numpy(),
-        piv[1]["sd"][ok].to_numpy(), n_neg=piv[0]["n"][ok].iloc[0].to_numpy(), n_pos=piv[1]["n"][ok].iloc[0].to_numpy(),
-        names=ok, p_target=fcfg.p_target, c_miss=fcfg.c_miss, c_fa=fcfg.c_fa, normalize=fcfg.normalize, ci=fcfg.ci)
+    res = posterior_subgroup_dcf(bres, df, fcfg.groups, label="y", speaker=speaker, p_target=fcfg.p_target,
+                                 c_miss=fcfg.c_miss, c_fa=fcfg.c_fa, normalize=fcfg.normalize,
+                                 random="conditional" if fcfg.conditional else "marginal", ci=fcfg.ci,
+                                 membership=fcfg.membership)
     tab = res.table.copy()
     tab.insert(0, "source", "posterior")
     tab.attrs["fairness_index"] = res.fairness_index
