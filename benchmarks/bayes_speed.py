@@ -8,6 +8,7 @@ Contenders:
   joint     joint model on sufficient statistics (PyMC NUTS)
   collapsed scoremix default (β, b integrated out, PyMC NUTS)
   nutpie    collapsed model with nutpie (if installed)
+  numpyro   collapsed model with numpyro (if installed)
   bambi     bambi's default model (if installed)
 
 Usage::
@@ -34,7 +35,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 FORMULA = 'score ~ label + (1|speaker) + (0 + dummy(label, "spoof")|attack)'
-ALL = ["rows", "joint", "collapsed", "nutpie", "bambi"]
+ALL = ["rows", "joint", "collapsed", "nutpie", "numpyro", "bambi"]
 
 
 def simulate(n: int, seed: int = 0) -> pd.DataFrame:
@@ -60,8 +61,8 @@ def run_scoremix(df, kind, draws, tune, chains, seed):
         kw.update(method="joint", likelihood="rows")
     elif kind == "joint":
         kw.update(method="joint", likelihood="suffstats")
-    elif kind == "nutpie":
-        kw.update(sampler="nutpie")
+    elif kind in ("nutpie", "numpyro"):
+        kw.update(sampler=kind)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BayesConvergenceWarning)
@@ -101,7 +102,7 @@ def main() -> None:
             if kind in ("rows", "bambi") and n > args.max_rows_naive:
                 print(f"N={n:>9,} {kind:<9} skipped (--max-rows-naive)")
                 continue
-            if kind == "nutpie" and importlib.util.find_spec("nutpie") is None:
+            if kind in ("nutpie", "numpyro") and importlib.util.find_spec(kind) is None:
                 print(f"N={n:>9,} {kind:<9} not installed")
                 continue
             if kind == "bambi" and importlib.util.find_spec("bambi") is None:

@@ -59,7 +59,14 @@ from scoremix.design import (
     partial_bias_grid,
     zscore_by,
 )
-from scoremix.model_eer import gaussian_eer, mixture_eer, model_eer, model_eer_from_moments
+from scoremix.model_eer import (
+    PosteriorEER,
+    gaussian_eer,
+    mixture_eer,
+    model_eer,
+    model_eer_from_moments,
+)
+from scoremix.study import load_study, run_study
 from scoremix.fairness import (
     SubgroupError,
     breakdown,
@@ -90,7 +97,9 @@ __all__ = [
     "NuisanceLLR", "NuisanceModel", "nuisance_model", "CONFIGURATIONS", "Configuration",
     "class_mean_difference", "class_means", "delta_covariates", "delta_covariates_for",
     "partial_bias_grid", "zscore_by", "gaussian_eer", "mixture_eer", "model_eer",
-    "model_eer_from_moments",
+    "model_eer_from_moments", "PosteriorEER",
+    # studies
+    "load_study", "run_study",
     # subgroup fairness
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_measures", "subgroup_dcf",

@@ -84,7 +84,7 @@ def _sample_nutpie(built, key, values: dict | None, draws: int, tune: int, chain
     ckey = ("nutpie", key) if (use_cache and key is not None) else None
     compiled = MODEL_CACHE.get(ckey) if ckey is not None else None
     if compiled is None:
-        compiled = nutpie.compile_pymc_model(built.model)
+        compiled = nutpie.compile_pymc_model(built.model, freeze_model=False)  # keep pm.Data settable
         MODEL_CACHE.put(ckey, compiled)
     elif values:
         compiled = compiled.with_data(**values)
