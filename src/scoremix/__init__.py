@@ -73,6 +73,7 @@ from scoremix.fairness import (
     compare_subgroup_dcf,
     fairness_index,
     model_subgroup_dcf,
+    posterior_subgroup_dcf,
     posterior_subgroup_measures,
     subgroup_dcf,
 )
@@ -102,5 +103,5 @@ __all__ = [
     "load_study", "run_study",
     # subgroup fairness
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
-    "posterior_subgroup_measures", "subgroup_dcf",
+    "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",
 ]

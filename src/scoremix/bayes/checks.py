@@ -42,7 +42,7 @@ def nested_factor_problems(spec) -> list[str]:
             if not np.all(lo[used] == hi[used]):
                 continue
             vals, counts = np.unique(lo[used], return_counts=True)
-            lone = [v for v, c in zip(vals, counts) if c == 1]
+            lone = [float(v) for v, c in zip(vals, counts) if c == 1]
             if len(vals) < 2 or not lone:
                 continue
             lv = [t.levels[i] for i in np.flatnonzero(used & np.isin(lo, lone))]
