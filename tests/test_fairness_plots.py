@@ -81,3 +81,20 @@ def test_det_plot_with_bands(result):
     fig = res.plot_det(bands=True, n_boot=50, random_state=1)
     n_bands = sum(isinstance(c, PolyCollection) for c in fig.axes[0].collections)
     assert n_bands == int(((res.table["n_pos"] > 0) & (res.table["n_neg"] > 0)).sum())
+
+
+def test_intervals_that_exclude_the_point_are_drawn_as_segments():
+    """A percentile/credible interval need not contain the point estimate (here subgroup a:
+    point 1.2, interval [1.3, 1.5]); the plots draw the interval ends as given."""
+    import pandas as pd
+    from scoremix.fairness.plots import plot_forest, plot_ratio_scatter
+
+    t = pd.DataFrame({"subgroup": ["a", "b"], "ratio_overall": [1.2, 0.8],
+                      "ratio_overall_lo": [1.3, 0.5], "ratio_overall_hi": [1.5, 0.9],
+                      "reliable": [True, False]})
+    fig = plot_forest(t)
+    segs = fig.axes[0].collections[0].get_segments()
+    assert [tuple(s[:, 0]) for s in segs] == [(1.3, 1.5), (0.5, 0.9)]
+    fig2 = plot_ratio_scatter((t, t))
+    ends = sorted(tuple(s[:, 0]) for s in fig2.axes[0].collections[0].get_segments())
+    assert ends == [(0.5, 0.9), (1.3, 1.5)]

@@ -197,10 +197,14 @@ def plot_score_distributions(result: "SubgroupDCFResult", subgroups: Sequence[st
     return fig
 
 
-def _err(tab: pd.DataFrame, col: str) -> np.ndarray | None:
+def _interval(tab: pd.DataFrame, col: str) -> np.ndarray | None:
+    """``(2, n)`` array of interval ends ``[lo, hi]``, or ``None`` without interval columns.
+
+    Intervals are drawn as segments from ``lo`` to ``hi`` (not as error bars around the
+    point), because a percentile or credible interval need not contain the point estimate.
+    """
     if f"{col}_lo" in tab and f"{col}_hi" in tab:
-        v = tab[col].to_numpy(float)
-        return np.vstack([v - tab[f"{col}_lo"].to_numpy(float), tab[f"{col}_hi"].to_numpy(float) - v])
+        return np.vstack([tab[f"{col}_lo"].to_numpy(float), tab[f"{col}_hi"].to_numpy(float)])
     return None
 
 
@@ -216,7 +220,7 @@ def plot_ratio_scatter(compare: "CompareResult | tuple[pd.DataFrame, pd.DataFram
         ta, tb = compare
         names = names or ("A", "B")
         x, y = ta[measure].to_numpy(float), tb[measure].to_numpy(float)
-        xe, ye = _err(ta, measure), _err(tb, measure)
+        xe, ye = _interval(ta, measure), _interval(tb, measure)
         labels = list(ta["subgroup"])
         rel = (ta["reliable"] & tb["reliable"]).to_numpy() if "reliable" in ta and "reliable" in tb \
             else np.ones(len(x), bool)
@@ -225,13 +229,15 @@ def plot_ratio_scatter(compare: "CompareResult | tuple[pd.DataFrame, pd.DataFram
         t = compare.table
         a, b = compare.systems
         x, y = t[f"{measure}_{a}"].to_numpy(float), t[f"{measure}_{b}"].to_numpy(float)
-        xe, ye = _err(t, f"{measure}_{a}"), _err(t, f"{measure}_{b}")
+        xe, ye = _interval(t, f"{measure}_{a}"), _interval(t, f"{measure}_{b}")
         labels = list(t["subgroup"])
         rel = np.ones(len(x), bool)
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(5.5, 5.5))
     ok = np.isfinite(x) & np.isfinite(y)
-    ax.errorbar(x[ok], y[ok], xerr=None if xe is None else xe[:, ok], yerr=None if ye is None else ye[:, ok],
-                fmt="none", ecolor="gray", alpha=0.6, lw=1)
+    if xe is not None:
+        ax.hlines(y[ok], xe[0, ok], xe[1, ok], color="gray", alpha=0.6, lw=1)
+    if ye is not None:
+        ax.vlines(x[ok], ye[0, ok], ye[1, ok], color="gray", alpha=0.6, lw=1)
     ax.scatter(x[ok & rel], y[ok & rel], color="tab:blue", zorder=3, label="reliable")
     if (ok & ~rel).any():
         ax.scatter(x[ok & ~rel], y[ok & ~rel], facecolors="none", edgecolors="tab:red", zorder=3,
@@ -259,10 +265,11 @@ def plot_forest(table: pd.DataFrame, measure: str = "ratio_overall", ax: Any = N
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6, 0.35 * n + 1.2))
     ypos = np.arange(n)[::-1]
     v = tab[measure].to_numpy(float)
-    err = _err(tab, measure)
+    err = _interval(tab, measure)
     rel = tab["reliable"].to_numpy(bool) if "reliable" in tab else np.ones(n, bool)
     if err is not None:
-        ax.errorbar(v, ypos, xerr=np.where(np.isfinite(err), err, 0), fmt="none", ecolor="gray", lw=1.2)
+        fin = np.isfinite(err).all(axis=0)
+        ax.hlines(ypos[fin], err[0, fin], err[1, fin], color="gray", lw=1.2)
     ax.scatter(v[rel], ypos[rel], color="tab:blue", zorder=3)
     ax.scatter(v[~rel], ypos[~rel], facecolors="none", edgecolors="tab:red", zorder=3)
     labels = [f"{s}{'' if r else ' (unreliable)'}" for s, r in zip(tab["subgroup"], rel)]
