@@ -4,8 +4,9 @@ statsmodels' optimiser is looser than lme4 at tight settings (it stops on a grad
 norm), so its variance components are compared at 1e-3 relative (measured: up to 3.3e-4
 on Pastes' batch SD), fixed effects at 1e-6 relative (GLS given θ), SEs at 1e-3 and the
 criterion at 1e-7 relative.  The lme4 backend runs the same R code as
-``r_scripts/fit_lme4.R``, so its JSON must equal the script's output exactly (apart from
-``timing_s``).
+``r_scripts/fit_lme4.R``, so its JSON must equal the script's output (apart from
+``timing_s``; to 1e-5 relative, since R runs are not bit-reproducible across processes
+on flat optima, and to 1e-12 in the criterion).
 """
 
 from __future__ import annotations
@@ -138,6 +139,27 @@ def rpy2_lme4(rscript: str) -> None:
         pytest.skip(str(exc))
 
 
+def _assert_json_close(a: object, b: object, rtol: float, path: str = "") -> None:
+    """Same structure, same strings/flags, numbers equal to ``rtol`` (absolute floor
+    ``rtol`` × the largest magnitude in the same list)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), path
+        for k in a:
+            _assert_json_close(a[k], b[k], rtol, f"{path}/{k}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), path
+        if a and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in a):
+            scale = max(abs(v) for v in a)
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * scale, err_msg=path)
+        else:
+            for k, (u, v) in enumerate(zip(a, b)):
+                _assert_json_close(u, v, rtol, f"{path}[{k}]")
+    elif isinstance(a, float) and isinstance(b, (int, float)):
+        assert a == pytest.approx(b, rel=rtol), path
+    else:
+        assert a == b, path
+
+
 def _without_timing(d: dict) -> dict:
     d = dict(d)
     d.pop("timing_s", None)
@@ -159,7 +181,11 @@ def test_lme4_backend_same_json_as_script(name: str, rpy2_lme4: None, rscript: s
             m["formula"], str(out), "--tight"] + ([] if m["REML"] else ["--ml"])
     subprocess.run(args, check=True, capture_output=True, timeout=300)
     c = json.loads(out.read_text())
-    assert _without_timing(a) == _without_timing(b)
+    # Same R code, same data.  Not always bit-identical between R processes: on the flat
+    # sim_detector optimum two runs of the same script stop 1e-6 apart in θ (OpenBLAS
+    # kernels round differently with different buffer alignment), at equal criteria.
+    _assert_json_close(_without_timing(a), _without_timing(b), rtol=1e-5)
+    assert a["loglik"] == pytest.approx(b["loglik"], rel=1e-12)
     # the hand-run script read the whole CSV itself (R's own factor coding): same fit.  Not
     # bit-identical: on the flat sim_detector optimum a different column set moves nloptwrap's
     # stopping point by 6e-9 relative in the fixed effects (criterion equal to 1e-14).

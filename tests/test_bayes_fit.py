@@ -37,31 +37,32 @@ def _mean_mcse(res, name):
     return float(d.mean()), float(az.mcse(res.idata, var_names=[name], method="mean")[name].values)
 
 
-@pytest.fixture(scope="module")
-def small_fits():
+def test_collapsed_joint_rows_agree_and_result_structure():
+    """One test (not several sharing a fixture) so that pytest-xdist fits the three small
+    models once, not once per worker."""
     spec = make_spec(n=300, n1=10, n2=5)
-    return {
-        "collapsed": _fit(spec, draws=600, tune=400, random_seed=1),
-        "joint": _fit(spec, draws=600, tune=400, random_seed=2, method="joint"),
-        "rows": _fit(spec, draws=600, tune=400, random_seed=3, method="joint", likelihood="rows"),
+    fits = {
+        "collapsed": _fit(spec, draws=400, tune=300, random_seed=1),
+        "joint": _fit(spec, draws=400, tune=300, random_seed=2, method="joint"),
+        "rows": _fit(spec, draws=400, tune=300, random_seed=3, method="joint", likelihood="rows"),
     }
+    for other in ("joint", "rows"):
+        _check_agree(fits["collapsed"], fits[other])
+    _check_result_structure(fits["collapsed"])
 
 
-@pytest.mark.parametrize("other", ["joint", "rows"])
-def test_collapsed_joint_rows_agree_within_mc_error(small_fits, other):
-    a, b = small_fits["collapsed"], small_fits[other]
+def _check_agree(a, b):
     assert a.param_names == b.param_names
     for name in a.param_names:
         ma, ea = _mean_mcse(a, name)
         mb, eb = _mean_mcse(b, name)
-        assert abs(ma - mb) < 4.0 * np.hypot(ea, eb), (name, ma, mb, ea, eb)
+        assert abs(ma - mb) < 4.0 * np.hypot(ea, eb), (b.method, b.likelihood, name, ma, mb, ea, eb)
 
 
-def test_result_structure(small_fits):
-    r = small_fits["collapsed"]
+def _check_result_structure(r):
     s = r.summary()
     assert list(s.index) == ["(Intercept)", "lab", "x", "sd_spk__(Intercept)", "sd_att__(Intercept)", "sigma"]
-    assert r.draws("b_spk").shape == (2, 600, 10, 1)
+    assert r.draws("b_spk").shape == (2, 400, 10, 1)
     assert set(r.idata.groups()) >= {"posterior", "sample_stats", "observed_data"}
     vc = r.varcorr
     assert list(vc["grp"]) == ["spk", "att", "Residual"]
@@ -70,7 +71,7 @@ def test_result_structure(small_fits):
     fx = r.fixef
     assert fx.loc["lab", "mean"] == pytest.approx(r.draws("lab").mean())
     d = r.diagnostics
-    assert d.table.shape == (6, 3) and d.n_draws == 1200
+    assert d.table.shape == (6, 3) and d.n_draws == 800
     # compare() against an LmerResult.to_dict()-like mapping
     freq = {"fixef": {"(Intercept)": 0.4, "lab": 2.0, "x": -0.3}, "se": {"(Intercept)": 0.5, "lab": 0.1, "x": 0.05},
             "varcorr": [{"grp": "spk", "var1": "(Intercept)", "var2": None, "vcov": 0.49, "sdcor": 0.7},
@@ -81,14 +82,6 @@ def test_result_structure(small_fits):
     assert cmp_.loc["sd_att__(Intercept)", "estimate"] == 1.5
     assert cmp_.loc["lab", "se"] == 0.1
     assert cmp_.loc["sigma", "z"] == pytest.approx((r.draws("sigma").mean() - 1.2) / r.draws("sigma").std(ddof=1))
-
-
-def test_seeded_runs_reproduce():
-    spec = make_spec(n=150, n1=6, n2=3)
-    a = _fit(spec, draws=100, tune=100, random_seed=7)
-    b = _fit(spec, draws=100, tune=100, random_seed=7)
-    np.testing.assert_array_equal(a.draws("lab"), b.draws("lab"))
-    np.testing.assert_array_equal(a.draws("b_att"), b.draws("b_att"))
 
 
 def _truth_spec(seed=3):
@@ -114,14 +107,15 @@ def _truth_spec(seed=3):
     return spec, truth
 
 
-@pytest.fixture(scope="module")
-def truth_fit():
+def test_known_truth_coverage_class_moments_and_eer():
+    """One seeded fit of the known-truth data (one test so pytest-xdist fits it once)."""
     spec, truth = _truth_spec()
-    return spec, truth, _fit(spec, draws=500, tune=500, random_seed=11)
+    res = _fit(spec, draws=500, tune=500, random_seed=11)
+    _check_intervals_cover_known_truth(truth, res)
+    _check_class_moments_and_model_eer(spec, res)
 
 
-def test_intervals_cover_known_truth(truth_fit):
-    _, truth, res = truth_fit
+def _check_intervals_cover_known_truth(truth, res):
     assert res.diagnostics.n_divergent == 0
     for name, val in truth.items():
         lo, hi = np.quantile(res.draws(name), [0.05, 0.95])
@@ -129,8 +123,7 @@ def test_intervals_cover_known_truth(truth_fit):
     assert np.all(res.draws("sigma") == res.draws("sigma_0"))
 
 
-def test_class_moments_and_model_eer(truth_fit):
-    spec, _, res = truth_fit
+def _check_class_moments_and_model_eer(spec, res):
     mom = res.class_moments(groups="att", label="label", max_draws=5)
     assert set(mom["class"]) == {0, 1}
     # independent recomputation for one cell and one draw

@@ -258,12 +258,13 @@ def test_nested_factor_warning():
         assert warn_nested_factors(spec2) == []
 
 
-def test_missing_sampler_package_is_named():
+def test_missing_sampler_package_is_named(monkeypatch):
     from scoremix.bayes import SamplerUnavailableError, bayes_lmer
 
-    if importlib.util.find_spec("numpyro") is not None:
-        pytest.skip("numpyro is installed")
-    with pytest.raises(SamplerUnavailableError, match="numpyro"):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("numpyro", "jax")
+                        else real(name, *a))
+    with pytest.raises(SamplerUnavailableError, match=r"\['numpyro', 'jax'\].*pip install numpyro jax"):
         bayes_lmer(make_spec(), sampler="numpyro")
 
 

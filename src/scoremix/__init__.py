@@ -35,6 +35,7 @@ from scoremix.metrics import (
 from scoremix.simulate import Simulation, SimulationError, simulate_sv_trials, simulate_trials
 from scoremix.lme import LmerResult, NativeControl, anova, confint, lmer
 from scoremix.lme.model_frame import build_model_spec
+from scoremix.lme.backends.rutil import BackendUnavailableError
 from scoremix.bayes import BayesLmerResult, Prior, bayes_lmer
 from scoremix.lme.formula import parse_formula
 from scoremix.lme.errors import (
@@ -89,7 +90,7 @@ __all__ = [
     # simulation
     "Simulation", "SimulationError", "simulate_sv_trials", "simulate_trials",
     # mixed models
-    "LmerResult", "NativeControl", "anova", "confint", "lmer",
+    "LmerResult", "NativeControl", "anova", "confint", "lmer", "BackendUnavailableError",
     "BayesLmerResult", "Prior", "bayes_lmer",
     "build_model_spec", "parse_formula", "ConvergenceWarning", "FormulaError", "GroupingError",
     "MissingValueError", "NewLevelError", "RankDeficiencyWarning", "ResponseError",
