@@ -137,9 +137,7 @@ def test_python_dash_m_subprocess(small_csv: Path):
         capture_output=True, text=True, env=_env(), timeout=120,
     )
     assert bad.returncode == 2 and "nope" in bad.stderr
-    ver = subprocess.run([sys.executable, "-m", "scoremix.cli", "--version"],
-                         capture_output=True, text=True, env=_env(), timeout=120)
-    assert ver.returncode == 0 and __version__ in ver.stdout
+    # (--version is checked in-process by test_version_and_help: each subprocess costs an import)
 
 
 def test_simulate_subcommand(tmp_path: Path, capsys):
@@ -155,9 +153,12 @@ def test_simulate_subcommand(tmp_path: Path, capsys):
     assert "n_trials" in capsys.readouterr().err
 
 
-def test_demo_runs_the_study_and_prints_outputs(tmp_path: Path, capsys):
+def test_demo_runs_the_study_prints_outputs_and_renders(tmp_path: Path, capsys):
+    """One demo run (the slowest CLI path) checked three ways: the printed summary, the numbers
+    in its files (recomputed here), and its report rendered in headless Chromium with every
+    image decoded (skipped with a message without Chromium)."""
     out_dir = tmp_path / "demo"
-    rc = main(["demo", "--out", str(out_dir), "--seed", "2", "--n-trials", "4000", "--n-boot", "10",
+    rc = main(["demo", "--out", str(out_dir), "--seed", "2", "--n-trials", "3000", "--n-boot", "10",
                "--no-progress"])
     assert rc == 0
     printed = capsys.readouterr().out
@@ -169,25 +170,49 @@ def test_demo_runs_the_study_and_prints_outputs(tmp_path: Path, capsys):
     html = (out_dir / "report.html").read_text(encoding="utf-8")
     assert html.count("data:image/png;base64,") >= 8
     assert "<table" in html and "india_f" in html and "Recovered vs true" in html
+    assert "http://" not in html and "https://" not in html  # self-contained: nothing fetched
+
+    # the printed SD lines carry the realised SD of the drawn effects, recomputed from truth.json
     truth = json.loads((out_dir / "truth.json").read_text())
+    trials = pd.read_csv(out_dir / "trials.csv")
+    spoof_attacks = sorted(set(trials.loc[trials["y"] == 0, "attack"]))
+    realised_attack = np.std([truth["attack_effects"][a] for a in spoof_attacks], ddof=1)
+    line = next(ln for ln in printed.splitlines() if ln.strip().startswith("sd_attack"))
+    assert f"realised {realised_attack:8.4f}" in line and "true   1.5000" in line
+    # realised residual SD: score minus its conditional mean given the drawn effects and x
+    spk = trials["speaker"].map(truth["speaker_effects"]).to_numpy()
+    att = trials["attack"].map(truth["attack_effects"]).fillna(0.0).to_numpy()
+    shift = [truth["subgroup_shift"][g]["bonafide" if yy else "spoof"]
+             for g, yy in zip(trials["subgroup"], trials["y"])]
+    eps = (trials["score"] - truth["mu"] - truth["d"] * trials["y"] - spk - att * (1 - trials["y"]) - shift
+           - truth["beta_x"] * trials["x"])
+    rec = pd.read_csv(out_dir / "recovered_vs_true.csv")
+    sig = rec[(rec["model"] == "crossed") & rec["parameter"].str.startswith("sigma")].iloc[0]
+    assert sig["realised"] == pytest.approx(np.std(eps, ddof=1), rel=1e-9)
+
+    from test_report_render import rendered_image_count
+
+    ok, total, dom = rendered_image_count(out_dir / "report.html", tmp_path)
+    assert total == html.count("<img ") and ok == total
+    for title in ("Data summary", "Model crossed", "Subgroup fairness", "Recovered vs true (simulation)"):
+        assert f"<h2>{title}</h2>" in dom
     assert truth["mu"] == -2.0 and truth["d"] == 4.0 and len(truth["speaker_effects"]) == 1000
     metrics = json.loads((out_dir / "metrics.json").read_text())
 
     # the reported EER/minDCF are those of the written table, recomputed independently here
     from scoremix import metrics as M
 
-    trials = pd.read_csv(out_dir / "trials.csv")
-    assert len(trials) == 4000
+    assert len(trials) == 3000
     assert ((trials["label"] == "bonafide") == (trials["y"] == 1)).all()
     s, y = trials["score"].to_numpy(), trials["y"].to_numpy()
     assert metrics["overall"]["eer"] == pytest.approx(M.eer(s, y), abs=1e-12)
     cost = [0.05 * np.mean(s[y == 1] < t) + 0.95 * np.mean(s[y == 0] >= t) for t in np.unique(s)]
     assert metrics["overall"]["min_dcf"] == pytest.approx(min(min(cost), 0.05), abs=1e-12)
-    # empirical EER near the truth: binomial SE at n = 2000 per class
+    # empirical EER near the truth: binomial SE at n = 1500 per class
     true_eer = metrics["overall"]["true_eer"]
-    assert abs(metrics["overall"]["eer"] - true_eer) < 5 * np.sqrt(true_eer * (1 - true_eer) / 2000)
+    assert abs(metrics["overall"]["eer"] - true_eer) < 5 * np.sqrt(true_eer * (1 - true_eer) / 1500)
     sub = metrics["subgroups"]
-    assert sum(v["trials"] for v in sub.values()) == 4000
+    assert sum(v["trials"] for v in sub.values()) == 3000
     assert sub["india_f"]["trials"] == int((trials["subgroup"] == "india_f").sum())
 
 
@@ -256,6 +281,16 @@ def test_fit_subcommand(tmp_path: Path, capsys):
     rc = main(["fit", str(path), "--formula", "score ~ y + nope + (1 | speaker)"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "nope" in err and str(path) in err and len(err.splitlines()) == 1
+    # a non-numeric score: the file, the column, the 0-based row and the file line (header = line 1)
+    bad = sim.table.head(10).astype({"score": object})
+    bad.loc[5, "score"] = "n/a?"
+    bad_path = tmp_path / "bad.csv"
+    bad.to_csv(bad_path, index=False)
+    rc = main(["fit", str(bad_path), "--formula", "score ~ y + (1 | speaker)"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert str(bad_path) in err and "'score'" in err and "row 5 (line 7: 'n/a?')" in err
+    assert bad_path.read_text().splitlines()[6].split(",")[list(bad.columns).index("score")] == "n/a?"
 
 
 def test_fairness_subcommand(tmp_path: Path, capsys):

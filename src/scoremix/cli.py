@@ -120,7 +120,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         print(f"  overall EER    {100 * ov['eer']:.3f} % (true {100 * ov['true_eer']:.3f} %)")
         print(f"  overall minDCF {ov['min_dcf']:.5f} (true {ov['true_min_dcf']:.5f}, p_target={ov['p_target']:g})")
     if res["messages"]:
-        print("  recovered vs true (model 'crossed'):")
+        print("  recovered vs true (model 'crossed'; for SDs, 'realised' is the SD of the effects or residuals "
+              "actually drawn, which is what the fit can recover):")
         for line in res["messages"]:
             print(f"    {line}")
     print(f"Outputs in {res['out_dir']}:")
@@ -176,6 +177,26 @@ def _cmd_study(args: argparse.Namespace) -> int:
 # fit
 # ---------------------------------------------------------------------------------------
 
+def _check_response(df: "pd.DataFrame", formula: str, text_file: bool = True) -> None:
+    """Raise ``ValueError`` naming the column and the first rows (0-based data row and, for a text
+    table, its file line counting the header as line 1) where the formula's response is not a
+    finite number."""
+    import numpy as np
+    import pandas as pd
+
+    response = formula.split("~", 1)[0].strip()
+    if "~" not in formula or response not in df.columns:
+        return  # lmer reports a malformed formula or a missing column itself
+    col = df[response]
+    values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        rows = ", ".join(f"row {i} ({f'line {i + 2}: ' if text_file else ''}{col.iloc[i]!r})" for i in bad[:3])
+        more = f" and {bad.size - 3} more" if bad.size > 3 else ""
+        raise ValueError(f"response column '{response}' has {bad.size} value(s) that are not finite numbers: "
+                         f"{rows}{more}")
+
+
 def _cmd_fit(args: argparse.Namespace) -> int:
     from scoremix.lme.api import lmer
     from scoremix.lme.errors import LmeError
@@ -191,6 +212,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             from scoremix.study.data import read_data_file
 
             df = read_data_file(Path(path))
+        _check_response(df, args.formula, text_file=path.suffix not in (".parquet", ".pq"))
         fit = lmer(args.formula, df, REML=not args.ml, backend=args.backend, dispersion=args.dispersion)
     except (LmeError, ValueError, KeyError, OSError, ImportError) as exc:
         return _fail("fit", str(path), exc)

@@ -232,6 +232,10 @@ def run_demo(out_dir: str | Path, seed: int = 0, n_trials: int = 20000, progress
     if rec is not None:
         crossed = rec[rec["model"] == "crossed"]
         for r in crossed.itertuples():
-            messages.append(f"{r.parameter:<32} true {r.true:8.4f}   estimated {r.estimate:8.4f}")
+            realised = "" if not np.isfinite(r.realised) else f"   realised {r.realised:8.4f}"
+            interval = ("" if not np.isfinite(r.se) else
+                        f"   (95% CI {r.estimate - 1.96 * r.se:.4f} to {r.estimate + 1.96 * r.se:.4f})")
+            messages.append(f"{r.parameter:<28} true {r.true:8.4f}{realised or ' ' * 20}   "
+                            f"estimated {r.estimate:8.4f}{interval}")
     return {"out_dir": out, "files": files, "metrics": metrics,
             "sections": list(res.section_titles), "messages": messages, "study": res}

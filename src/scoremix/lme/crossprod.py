@@ -58,9 +58,13 @@ __all__ = [
     "ConditionalEstimates",
     "conditional_estimates",
     "conditional_variances",
+    "has_analytic_gradient",
+    "profiled_deviance_grad",
 ]
 
 _DENSE_BINCOUNT_LIMIT = 50_000_000
+_SPARSE_MIN_SIZE = 200_000
+_SPARSE_MAX_DENSITY = 0.10
 
 
 @dataclass
@@ -105,6 +109,33 @@ class CrossProducts:
     _tX: list[np.ndarray] = field(default_factory=list, repr=False)
     _X: np.ndarray | None = field(default=None, repr=False)
     _wd: list[np.ndarray] = field(default_factory=list, repr=False)
+    #: use the sparse Schur-complement path (``None`` = decide from the density of ``Ar1``)
+    sparse_ar1: bool | None = field(default=None, repr=False)
+    _ar1_sp: list | None = field(default=None, repr=False)
+
+    def ar1_sparse(self) -> list | None:
+        """Cached CSR copies of ``Ar1[d]`` (one per dispersion level), or ``None`` when the
+        dense path is cheaper.
+
+        ``Ar1`` stays a dense array (its meaning is unchanged); this is a view built once per
+        :class:`CrossProducts`.  The sparse path is used (``sparse_ar1=None``) when ``Ar1`` has
+        at least ``2·10⁵`` entries of which at most 10 % are non-zero, e.g. two large partially
+        crossed factors such as InstEval's students × lecturers.  There the downdate
+        ``Ar1·D·Ar1'`` costs ``Σ_j nnz_j²`` (``nnz_j``: non-zeros of column ``j``) instead
+        of the ``m²·q_1`` of a dense product.
+        """
+        use = self.sparse_ar1
+        if use is None:
+            size = self.Ar1[0].size
+            use = size >= _SPARSE_MIN_SIZE and (
+                np.count_nonzero(self.Ar1) <= _SPARSE_MAX_DENSITY * self.Ar1.size)
+            self.sparse_ar1 = bool(use)
+        if not use:
+            return None
+        if self._ar1_sp is None:
+            import scipy.sparse as sp
+            self._ar1_sp = [sp.csr_matrix(a) for a in self.Ar1]
+        return self._ar1_sp
 
     @property
     def n_disp(self) -> int:
@@ -128,7 +159,7 @@ class CrossProducts:
             raise ValueError(f"new response has shape {y.shape}, expected ({self.n},)")
         out = CrossProducts(self.n, self.p, self.term_p, self.term_nlev, self.A11,
                             self.Ar1.copy(), self.Arr.copy(), self.n_by, self.sum_log_w,
-                            self._codes, self._tX, self._X, self._wd)
+                            self._codes, self._tX, self._X, self._wd, self.sparse_ar1)
         for d, wd in enumerate(self._wd):
             cols = _all_rest(self._codes, self._tX, self.term_nlev, self._X, y)
             yrow_1 = _cross_term1(self._codes[0], self._tX[0], self.term_nlev[0], cols[-1:], wd)
@@ -153,7 +184,7 @@ class CrossProducts:
         Ar1 = np.einsum("im,dij->dmj", Tm, self.Ar1)
         Arr = np.einsum("im,dij,jn->dmn", Tm, self.Arr, Tm)
         return CrossProducts(self.n, self.p - 1, self.term_p, self.term_nlev, self.A11, Ar1,
-                             Arr, self.n_by, self.sum_log_w)
+                             Arr, self.n_by, self.sum_log_w, sparse_ar1=self.sparse_ar1)
 
 
 def _weights_by_level(spec: ModelSpec, weights: np.ndarray | None) -> tuple[list[np.ndarray], np.ndarray]:
@@ -386,8 +417,9 @@ class Factorization:
     """The blocked Cholesky factor of the augmented system at one ``θ`` (and ``ρ``).
 
     ``L11`` are the ``n_1`` diagonal ``p_1 × p_1`` blocks of term 1, ``L11inv`` their
-    inverses, ``Lr1 = C L_11^{-T}`` the rows ``[Z_2 … X y]`` below them and ``Lrr`` the dense
-    Cholesky factor of the Schur complement of the rest block.
+    inverses, ``Lr1 = C L_11^{-T}`` the rows ``[Z_2 … X y]`` below them (``None`` when
+    :func:`factorize` was called with ``need_lr1=False`` on the sparse path) and ``Lrr`` the
+    dense Cholesky factor of the Schur complement of the rest block.
     """
 
     T: list[np.ndarray]
@@ -461,9 +493,53 @@ def _scale_rows(M: np.ndarray, T: list[np.ndarray], cp: CrossProducts) -> np.nda
     return M
 
 
-def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = None) -> Factorization:
+def _downdate_sparse(cp: CrossProducts, rho: np.ndarray | None, T1: np.ndarray,
+                     A11: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``Ar1 · blockdiag(T_1 (T_1'A11_l T_1 + I)^{-1} T_1') · Ar1'`` (dense ``m × m``) with the
+    cached sparse ``Ar1``, plus ``L11`` and its inverse; ``None`` when the dense path is
+    used."""
+    mats = cp.ar1_sparse()
+    if mats is None:
+        return None
+    import scipy.sparse as sp
+    if cp.n_disp == 1:
+        A = mats[0]
+    else:
+        inv = 1.0 / np.asarray(rho, float)
+        A = mats[0] * inv[0]
+        for d in range(1, cp.n_disp):
+            A = A + mats[d] * inv[d]
+        A = A.tocsr()
+    p1, n1 = cp.term_p[0], cp.term_nlev[0]
+    if p1 == 1:
+        t = T1[0, 0]
+        dd = A11[:, 0, 0] * t * t + 1.0
+        L11 = np.sqrt(dd)[:, None, None]
+        L11inv = 1.0 / L11
+        B = A.multiply((t * t / dd)[None, :]).tocsr()
+    else:
+        S11 = np.einsum("ba,lbc,cd->lad", T1, A11, T1) + np.eye(p1)
+        L11 = np.linalg.cholesky(S11)
+        L11inv = np.linalg.inv(L11)
+        F = np.einsum("ab,lcb->lac", T1, L11inv)  # T_1 L_l^{-T}
+        blocks = np.einsum("lab,lcb->lac", F, F)   # T_1 S11_l^{-1} T_1'
+        M = sp.bsr_matrix((blocks, np.arange(n1), np.arange(n1 + 1)), shape=(n1 * p1, n1 * p1))
+        B = (A @ M).tocsr()
+    G = (B @ A.T.tocsr()).toarray()
+    return G, L11, L11inv
+
+
+def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = None,
+              need_lr1: bool = True) -> Factorization:
     """Blocked Cholesky factorisation of the augmented system at ``θ`` (and relative
     residual variances ``ρ`` for a dispersion model).
+
+    Parameters
+    ----------
+    need_lr1:
+        also form the dense off-diagonal block ``Lr1`` (needed for the conditional
+        estimates; the criterion only needs ``L11`` and ``Lrr``).  With a sparse ``Ar1``
+        (see :meth:`CrossProducts.ar1_sparse`) and ``need_lr1=False``, ``Lr1`` is ``None``.
 
     Raises
     ------
@@ -472,31 +548,64 @@ def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = Non
     """
     theta = np.atleast_1d(np.asarray(theta, dtype=float))
     T = theta_to_T(theta, cp.term_p)
-    A11, Ar1, Arr, ldW = _combine(cp, rho)
     p1, n1 = cp.term_p[0], cp.term_nlev[0]
     T1 = T[0]
+    qr = cp.q_rest
+    if cp.n_disp == 1 or cp.ar1_sparse() is None:
+        A11, Ar1, Arr, ldW = _combine(cp, rho)
+    else:  # combine A11, Arr densely; Ar1 is combined sparsely
+        A11, Arr, ldW = _combine_small(cp, rho)
+        Ar1 = None
+    sparse_out = _downdate_sparse(cp, rho, T1, A11)
+    if sparse_out is not None:
+        # Schur complement: Λr'(Arr − Ar1 D Ar1')Λr + I, with the sparse downdate
+        G, L11, L11inv = sparse_out
+        S = _scale_rows(_scale_rows(Arr - G, T, cp).T, T, cp).T
+        S[np.arange(qr), np.arange(qr)] += 1.0
+        Lrr = np.linalg.cholesky(S)
+        Lr1 = None
+        if need_lr1:
+            if Ar1 is None:
+                Ar1 = _combine(cp, rho)[1]
+            Lr1 = _scale_rows(_lr1_dense(Ar1, T1, L11, L11inv, n1, p1), T, cp)
+        return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=Lr1, Lrr=Lrr, q_rest=qr, p=cp.p,
+                             n=cp.n, ldW=ldW)
     # term 1: T1' A11_l T1 + I, batched
     if p1 == 1:
         t = T1[0, 0]
         d = A11[:, 0, 0] * t * t + 1.0
         L11 = np.sqrt(d)[:, None, None]
         L11inv = 1.0 / L11
-        C = Ar1 * t
-        Lr1 = C / L11[:, 0, 0][None, :]
     else:
         S11 = np.einsum("ba,lbc,cd->lad", T1, A11, T1) + np.eye(p1)
         L11 = np.linalg.cholesky(S11)
         L11inv = np.linalg.inv(L11)
-        C = np.einsum("mlb,bd->mld", Ar1.reshape(Ar1.shape[0], n1, p1), T1)
-        Lr1 = np.einsum("mla,lba->mlb", C, L11inv).reshape(Ar1.shape[0], n1 * p1)
-    Lr1 = _scale_rows(Lr1, T, cp)
+    Lr1 = _scale_rows(_lr1_dense(Ar1, T1, L11, L11inv, n1, p1), T, cp)
     S = _scale_rows(_scale_rows(Arr, T, cp).T, T, cp).T
-    qr = cp.q_rest
     S[np.arange(qr), np.arange(qr)] += 1.0
     S -= Lr1 @ Lr1.T
     Lrr = np.linalg.cholesky(S)
     return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=Lr1, Lrr=Lrr, q_rest=qr, p=cp.p,
                          n=cp.n, ldW=ldW)
+
+
+def _lr1_dense(Ar1: np.ndarray, T1: np.ndarray, L11: np.ndarray, L11inv: np.ndarray,
+               n1: int, p1: int) -> np.ndarray:
+    """``Ar1 · blockdiag(T_1 L_l^{-T})`` (before ``Λ_rest'`` is applied to its rows)."""
+    if p1 == 1:
+        return Ar1 * (T1[0, 0] / L11[:, 0, 0])[None, :]
+    C = np.einsum("mlb,bd->mld", Ar1.reshape(Ar1.shape[0], n1, p1), T1)
+    return np.einsum("mla,lba->mlb", C, L11inv).reshape(Ar1.shape[0], n1 * p1)
+
+
+def _combine_small(cp: CrossProducts, rho: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float]:
+    if rho is None or len(rho) != cp.n_disp:
+        raise ValueError(f"the model has {cp.n_disp} dispersion levels; give that many relative variances")
+    inv = 1.0 / np.asarray(rho, float)
+    A11 = np.tensordot(inv, cp.A11, axes=1)
+    Arr = np.tensordot(inv, cp.Arr, axes=1)
+    ldW = cp.sum_log_w - float(np.dot(cp.n_by, np.log(rho)))
+    return A11, Arr, ldW
 
 
 def profiled_deviance(theta: np.ndarray, cp: CrossProducts, reml: bool,
@@ -522,7 +631,7 @@ def profiled_deviance(theta: np.ndarray, cp: CrossProducts, reml: bool,
         the criterion; ``inf`` where the system is numerically singular.
     """
     try:
-        return factorize(theta, cp, rho).deviance(reml)
+        return factorize(theta, cp, rho, need_lr1=False).deviance(reml)
     except np.linalg.LinAlgError:
         return np.inf
 
@@ -661,3 +770,100 @@ def conditional_variances(ce: ConditionalEstimates, term_nlev: Sequence[int], si
     for Vk, Tk in zip(out, f.T):
         res.append(sigma ** 2 * np.einsum("ab,lbc,dc->lad", Tk, Vk, Tk))
     return res
+
+
+def has_analytic_gradient(cp: CrossProducts) -> bool:
+    """Whether :func:`profiled_deviance_grad` applies: every random term is scalar
+    (``p_k = 1``) and the residual variance is homoscedastic."""
+    return cp.n_disp == 1 and all(p == 1 for p in cp.term_p)
+
+
+def profiled_deviance_grad(theta: np.ndarray, cp: CrossProducts, reml: bool
+                           ) -> tuple[float, np.ndarray]:
+    """Profiled criterion and its analytic gradient for models with scalar random terms.
+
+    With ``Λ = ⊕_k θ_k I_{q_k}`` and ``θ_k > 0`` the criterion's derivatives are
+
+    .. math::
+
+        \\frac{\\partial d}{\\partial\\theta_k} = \\frac{2}{\\theta_k}\\left(q_k -
+        \\operatorname{tr}_k(\\mathcal A^{-1}) - \\nu\\,\\frac{\\lVert\\hat u_k\\rVert^2}
+        {r^2_\\theta}\\right),
+
+    where ``tr_k`` is the trace of the term-``k`` diagonal block of the inverse of
+    ``𝒜 = Λ'Z'WZΛ + I`` (ML, ``ν = n``) or of the augmented ``[[𝒜, Λ'Z'WX], [X'WZΛ,
+    X'WX]]`` (REML, ``ν = n − p``), and ``û_k`` the conditional modes of term ``k``.  (The
+    log-determinant part follows from ``∂𝒜/∂θ_k = θ_k^{-1}(E_k(𝒜 − J) + (𝒜 − J)E_k)``; the
+    ``r²`` part from the envelope theorem and the normal equations
+    ``Λ'Z'W r = û``.)  The traces use ``diag(L⁻ᵀL⁻¹)`` of the blocked factor: for term 1,
+    ``Σ_j l_j^{-2} + tr(S^{-1} L_{r1} D^{-2} L_{r1}')``, for the other terms the diagonal of
+    ``S^{-1}``, ``S`` the rest block's Schur complement.
+
+    Raises
+    ------
+    ValueError
+        when the model is not covered (see :func:`has_analytic_gradient`) or a ``θ_k ≤ 0``.
+    """
+    theta = np.atleast_1d(np.asarray(theta, dtype=float))
+    if not has_analytic_gradient(cp):
+        raise ValueError("the analytic gradient needs scalar random terms and no dispersion model")
+    if np.any(theta <= 0):
+        raise ValueError("the analytic gradient needs every θ_k > 0")
+    f = factorize(theta, cp, need_lr1=False)
+    crit = f.deviance(reml)
+    n1, qr, p = cp.term_nlev[0], cp.q_rest, cp.p
+    l = f.L11[:, 0, 0]
+    t1 = theta[0]
+    Ar1 = cp.Ar1[0]
+    m = Ar1.shape[0]
+    lam = np.ones(m)
+    pos = 0
+    for k in range(1, len(cp.term_p)):
+        lam[pos: pos + cp.term_nlev[k]] = theta[k]
+        pos += cp.term_nlev[k]
+    mz = qr + p  # rows of the factor without the y row
+    R = f.Lrr[:mz, :mz]
+    # conditional modes: solve L' v = c (c = the y row of the factor)
+    c_rest = f.Lrr[-1, :mz]
+    x_rest = sla.solve_triangular(R, c_rest, trans="T", lower=True)
+    c1 = Ar1[-1] * (t1 / l)
+    Bt_x = (t1 / l) * (Ar1[:mz].T @ (lam[:mz] * x_rest))
+    u1 = (c1 - Bt_x) / l
+    r2 = f.pwrss
+    # traces of the inverse
+    md = mz if reml else qr
+    w4 = t1 * t1 / l ** 4
+    sparse = cp.ar1_sparse()
+    if sparse is not None:
+        A = sparse[0]
+        K = (A.multiply(w4[None, :]).tocsr() @ A.T.tocsr()).toarray()[:md, :md]
+    else:
+        K = (Ar1[:md] * w4[None, :]) @ Ar1[:md].T
+    K *= lam[:md, None] * lam[None, :md]
+    tr = np.empty(len(cp.term_p))
+    if md:
+        Rm = np.ascontiguousarray(f.Lrr[:md, :md])
+        Sinv, info = sla.lapack.dpotri(Rm, lower=1)
+        if info != 0:
+            raise np.linalg.LinAlgError("dpotri failed")
+        Sinv = np.tril(Sinv)
+        dS = np.diag(Sinv).copy()
+        Sinv = Sinv + Sinv.T - np.diag(dS)
+        tr[0] = float(np.sum(1.0 / l ** 2) + np.sum(Sinv * K))
+        pos = 0
+        for k in range(1, len(cp.term_p)):
+            tr[k] = float(np.sum(dS[pos: pos + cp.term_nlev[k]]))
+            pos += cp.term_nlev[k]
+    else:
+        tr[0] = float(np.sum(1.0 / l ** 2))
+    nu = (cp.n - p) if reml else cp.n
+    usq = np.empty(len(cp.term_p))
+    usq[0] = float(u1 @ u1)
+    pos = 0
+    for k in range(1, len(cp.term_p)):
+        uk = x_rest[pos: pos + cp.term_nlev[k]]
+        usq[k] = float(uk @ uk)
+        pos += cp.term_nlev[k]
+    q = np.asarray(cp.term_nlev, float)
+    g = 2.0 / theta * (q - tr - nu * usq / r2)
+    return crit, g

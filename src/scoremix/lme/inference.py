@@ -182,7 +182,7 @@ def _ml_dev_psi(psi: np.ndarray, cp: CrossProducts, term_p: Sequence[int]) -> fl
     if not sigma > 0:
         return np.inf
     try:
-        f = factorize(theta, cp)
+        f = factorize(theta, cp, need_lr1=False)
     except np.linalg.LinAlgError:
         return np.inf
     n = cp.n

@@ -3,7 +3,9 @@
 For each candidate ``θ`` the engine evaluates the profiled criterion of
 :mod:`scoremix.lme.crossprod` (a batched ``p_1 × p_1`` Cholesky and one small dense Cholesky;
 nothing that grows with the number of rows) and minimises it with L-BFGS-B under lme4's
-bounds (``θ_ii ≥ 0``) using central finite-difference gradients.  A class-specific residual
+bounds (``θ_ii ≥ 0``), with the analytic gradient for models whose random terms are all
+scalar (:func:`~scoremix.lme.crossprod.profiled_deviance_grad`) and central
+finite-difference gradients otherwise.  A class-specific residual
 variance ``Var(ε_i) = σ² ρ_{d(i)}`` (``ρ_0 = 1``) adds ``log ρ_d`` (``d ≥ 1``) to the
 parameters.  After the optimisation lme4's checks are applied:
 
@@ -33,7 +35,9 @@ from scoremix.lme.crossprod import (
     conditional_estimates,
     conditional_variances,
     crossproducts,
+    has_analytic_gradient,
     profiled_deviance,
+    profiled_deviance_grad,
 )
 from scoremix.lme.errors import ConvergenceWarning, SingularFitWarning, SINGULAR_FIT_MESSAGE
 from scoremix.lme.spec import ModelSpec
@@ -63,6 +67,10 @@ class NativeControl:
         starting ``θ`` (default lme4's: 1 on diagonals, 0 off them).
     warn:
         issue the singular-fit and convergence warnings.
+    analytic_gradient:
+        use the analytic gradient of the profiled criterion where it applies (scalar random
+        terms, no dispersion model, every ``θ_k ≥ 1e-4``; see
+        :func:`scoremix.lme.crossprod.profiled_deviance_grad`); finite differences otherwise.
     """
 
     maxiter: int = 5000
@@ -74,6 +82,7 @@ class NativeControl:
     check_conv: bool = True
     theta_start: np.ndarray | None = None
     warn: bool = True
+    analytic_gradient: bool = True
 
     @classmethod
     def from_any(cls, control: "NativeControl | dict | None") -> "NativeControl":
@@ -202,6 +211,24 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
     def f(xf: np.ndarray) -> float:
         return crit_full(full(xf))
 
+    analytic = ctl.analytic_gradient and n_rho == 0 and has_analytic_gradient(cp)
+
+    def grad_analytic(xf: np.ndarray) -> tuple[float, np.ndarray] | None:
+        """Criterion and analytic gradient (scalar terms, all θ_k ≥ 1e-4), else ``None``."""
+        if not analytic:
+            return None
+        x = full(xf)
+        if np.any(x[:nth] < 1e-4):
+            return None
+        n_eval[0] += 1
+        try:
+            fx, g = profiled_deviance_grad(x[:nth], cp, reml)
+        except np.linalg.LinAlgError:
+            return None
+        if not np.isfinite(fx):
+            return None
+        return fx, g[free]
+
     lbf = lb_full[free]
     ubf = ub_full[free]
     x0 = np.clip(x0_full[free], lbf, ubf)
@@ -213,19 +240,41 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         ok = True
     else:
         def fg(xf: np.ndarray) -> tuple[float, np.ndarray]:
+            out = grad_analytic(xf)
+            if out is not None:
+                return out
             f0 = f(xf)
             return f0, _fd_grad(f, xf, lbf, ctl.fd_step, f0)
 
         bounds = list(zip(np.where(np.isfinite(lbf), lbf, None), np.where(np.isfinite(ubf), ubf, None)))
-        res = minimize(fg, x0, jac=True, method="L-BFGS-B", bounds=bounds,
-                       options=dict(maxiter=ctl.maxiter, ftol=ctl.ftol, gtol=ctl.gtol, maxcor=20))
+        # an exact gradient converges on the projected gradient; the extremely tight ftol
+        # only makes the line search thrash at the optimum (ABNORMAL) with finite differences
+        ftol, gtol = (max(ctl.ftol, 1e-14), max(ctl.gtol, 1e-6)) if analytic else (ctl.ftol, ctl.gtol)
+        near_bound = False
+        if analytic:
+            # stage 1: keep θ_k ≥ 1e-4 so that every step has the exact gradient; a component
+            # that ends on that bound is polished below with the true bound 0 (and the
+            # finite-difference gradient there)
+            lb1 = np.where(np.isfinite(lbf) & (lbf == 0.0), 1e-4, lbf)
+            b1 = list(zip(np.where(np.isfinite(lb1), lb1, None), np.where(np.isfinite(ubf), ubf, None)))
+            res = minimize(fg, np.maximum(x0, lb1), jac=True, method="L-BFGS-B", bounds=b1,
+                           options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+            near_bound = bool(np.any((lbf == 0.0) & (res.x <= 1e-4 * (1 + 1e-8))))
+            if near_bound:
+                ftol, gtol = ctl.ftol, ctl.gtol
+        else:
+            res = minimize(fg, x0, jac=True, method="L-BFGS-B", bounds=bounds,
+                           options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
         xopt, fopt = res.x, float(res.fun)
         # restart once from the optimum: L-BFGS-B's line search can stop early on a flat ridge
-        res2 = minimize(fg, xopt, jac=True, method="L-BFGS-B", bounds=bounds,
-                        options=dict(maxiter=ctl.maxiter, ftol=ctl.ftol, gtol=ctl.gtol, maxcor=20))
-        if res2.fun <= fopt:
-            xopt, fopt = res2.x, float(res2.fun)
-        opt_msg = str(res2.message)
+        # (not needed when an exact gradient met the projected-gradient test)
+        opt_msg = str(res.message)
+        if not (analytic and not near_bound and res.success):
+            res2 = minimize(fg, xopt, jac=True, method="L-BFGS-B", bounds=bounds,
+                            options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+            if res2.fun <= fopt:
+                xopt, fopt = res2.x, float(res2.fun)
+            opt_msg = str(res2.message)
         # a diagonal θ on its bound has a zero derivative there (the criterion is even in a
         # 1×1 θ), so a gradient method can stop at a saddle: probe away from the bound and
         # restart when that improves the criterion.
@@ -243,7 +292,7 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
             if best is None:
                 break
             r3 = minimize(fg, best[0], jac=True, method="L-BFGS-B", bounds=bounds,
-                          options=dict(maxiter=ctl.maxiter, ftol=ctl.ftol, gtol=ctl.gtol, maxcor=20))
+                          options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
             if r3.fun < fopt:
                 xopt, fopt = r3.x, float(r3.fun)
                 opt_msg = str(r3.message)
@@ -258,22 +307,42 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
     diag_mask = np.asarray(lower, float) == 0.0
     singular = bool(np.any(theta[diag_mask] < ctl.singular_tol))
     if ctl.check_conv and free.size and ok:
-        messages += _check_conv(f, xopt, lbf, ctl)
+        messages += _check_conv(f, xopt, lbf, ctl, grad_analytic if analytic else None)
     rho = np.concatenate([[1.0], np.exp(x[nth:])]) if n_rho else None
     return OptimResult(theta=theta, rho=rho, criterion=fopt, converged=ok and not messages,
                        singular=singular, n_eval=n_eval[0], messages=messages,
                        optimizer_message=opt_msg)
 
 
-def _check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl) -> list[str]:
-    """lme4's ``checkConv`` (gradient and Hessian) on the parameters off their bounds."""
+def _check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None) -> list[str]:
+    """lme4's ``checkConv`` (gradient and Hessian) on the parameters off their bounds.
+
+    With an analytic gradient ``fg`` (returning ``(f, g)`` or ``None``) the gradient is
+    exact and the Hessian the central difference of the gradient; otherwise both are finite
+    differences of ``f``."""
     interior = np.flatnonzero(~(np.isfinite(lb) & (x - lb < 1e-4 * np.maximum(1.0, np.abs(lb)))))
     if interior.size == 0:
         return []
     h = 1e-4
-    g_all = _fd_grad(f, x, lb, h)
+    H = None
+    if fg is not None and fg(x) is not None:
+        g_all = fg(x)[1]
+        H = np.empty((interior.size, interior.size))
+        for a, i in enumerate(interior):
+            hi = h * max(1.0, abs(x[i]))
+            xp = x.copy(); xp[i] += hi
+            xm = x.copy(); xm[i] -= hi
+            gp, gm = fg(xp), fg(xm)
+            if gp is None or gm is None:
+                H = None
+                break
+            H[a] = (gp[1][interior] - gm[1][interior]) / (2 * hi)
+        if H is not None:
+            H = (H + H.T) / 2
+    if H is None:
+        g_all = _fd_grad(f, x, lb, h)
+        H = _fd_hess(f, x, interior, h)
     g = g_all[interior]
-    H = _fd_hess(f, x, interior, h)
     msgs = []
     try:
         Lc = np.linalg.cholesky(H)
