@@ -20,10 +20,10 @@ SHARED = ("asvspoof2019_la_eval", "asvspoof2021_df_interventions", "asvspoof2019
 
 # reduced settings per example: fewer trials/utterances, fewer bootstrap replicates
 REDUCED = {
-    "asvspoof2019_la_eval": {"data.sample_per_system": 1500, "data.sample_by": "utt",
-                             "data.filters": {"system": ["lfcc_gmm_highres", "rawgat_st_add", "air_ocsoftmax"]},
+    "asvspoof2019_la_eval": {"data.sample_per_system": 1000, "data.sample_by": "utt",
+                             "data.filters": {"system": ["lfcc_gmm_highres", "rawgat_st_add"]},
                              "analyses.fairness.n_boot": 20, "analyses.compare.n_boot": 20},
-    "asvspoof2021_df_interventions": {"data.sample_per_system": 400},
+    "asvspoof2021_df_interventions": {"data.sample_per_system": 300},
     "asvspoof2019_asv_baseline": {"data.sample_per_system": 2500, "data.sample_by": "utt",
                                   "analyses.fairness.n_boot": 20},
     "sv_fairness_voxceleb1h": {"data.simulate.n_trials": 4000, "analyses.fairness.n_boot": 20},
