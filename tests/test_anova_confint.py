@@ -148,3 +148,27 @@ def test_bootstrap_of_weighted_dispersion_model_runs():
     ci = confint(m, method="boot", n_boot=20, seed=1, progress=False)
     assert ci.loc["label"].between(1.0, 3.0).all()
     assert np.isfinite(ci.to_numpy()).all()
+
+
+def test_bootstrap_of_dispersion_model_includes_every_residual_sd():
+    """``.sigma.spoof`` (σ·sqrt(ρ_spoof)) is bootstrapped too; its draws centre on the estimate
+    and spread like the large-sample SE of an SD estimated from ``n_k`` residuals,
+    ``σ_k / sqrt(2 n_k)`` (the few fixed/random-effect degrees of freedom do not matter at
+    n_k ≈ 2500)."""
+    from pathlib import Path
+
+    from scoremix.lme.api import lmer
+    d = pd.read_csv(Path(__file__).resolve().parent / "data" / "reference" / "sim_detector.csv")
+    m = lmer('score ~ label * x + (1|speaker) + (0 + dummy(label, "spoof")|attack)', d,
+             dispersion="~ label")
+    nb = 60
+    ci = confint(m, method="boot", n_boot=nb, seed=7, progress=False)
+    assert list(ci.index[:4]) == [".sig01", ".sig02", ".sigma", ".sigma.spoof"]
+    draws = ci.attrs["draws"]
+    for lev, name in [("bonafide", ".sigma"), ("spoof", ".sigma.spoof")]:
+        est = m.sigma_by[lev]
+        se = est / np.sqrt(2 * int((d["label"] == lev).sum()))
+        assert abs(draws[name].mean() - est) < 4 * se / np.sqrt(nb)
+        assert draws[name].std() == pytest.approx(se, rel=0.3)
+    wald = confint(m, method="wald")
+    assert np.isnan(wald.loc[".sigma.spoof"]).all()

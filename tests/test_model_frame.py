@@ -431,3 +431,28 @@ def test_prediction_closures_reproduce_fit(case_id: str) -> None:
     for (codes, Xk), t in zip(spec.random_design(spec.data), spec.terms):
         np.testing.assert_array_equal(codes, t.codes)
         np.testing.assert_array_equal(Xk, t.X)
+
+
+def test_badly_scaled_predictors_warn_like_lme4_checkScaleX() -> None:
+    """lme4's ``checkScaleX`` (tol 1e3) on the non-0/1 columns: an SD outside [1e-3, 1e3] or a
+    ratio of SDs above 1e3 warns; 0/1 columns (intercept, factor dummies) are ignored."""
+    from scoremix.lme.errors import ScaleWarning
+    from scoremix.lme.model_frame import badly_scaled
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=200)                        # sd ≈ 1
+    ones = np.ones(200)
+    d01 = (rng.random(200) < 0.5).astype(float)
+    assert not badly_scaled(np.column_stack([ones, d01, x]))
+    assert badly_scaled(np.column_stack([ones, x * 2e3]))              # sd ≈ 2000 > 1e3
+    assert badly_scaled(np.column_stack([ones, x * 5e-4]))             # sd ≈ 5e-4 < 1e-3
+    assert badly_scaled(np.column_stack([ones, x * 40, x[::-1] * 0.02]))  # ratio 2000
+    assert not badly_scaled(np.column_stack([ones, x * 20, x[::-1] * 0.05]))  # ratio 400
+    assert badly_scaled(np.column_stack([ones, d01 * 5000]))           # 0/5000 is not 0/1: sd ≈ 2500
+    df = pd.DataFrame({"y": rng.normal(size=200), "x": x * 2e3, "g": np.repeat(np.arange(20), 10)})
+    with pytest.warns(ScaleWarning, match="Some predictor variables are on very different scales: "
+                                          "consider rescaling"):
+        build_model_spec("y ~ x + (1 | g)", df)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build_model_spec("y ~ x + (1 | g)", df.assign(x=x))

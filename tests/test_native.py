@@ -324,3 +324,71 @@ def test_sparse_downdate_and_analytic_gradient_match_dense_and_finite_difference
                                     - profiled_deviance(th - e, cp, reml)) / (2 * h)
                                    for e in np.eye(th.size) * h])
                     np.testing.assert_allclose(g, gn, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- lme4's checkConv / checkHess
+def test_scaled_gradient_is_lme4s_solve_chol_hessian_gradient():
+    """lme4 scales the gradient by ``solve(chol(H), g) = R^{-1} g`` (``H = R'R``), not by
+    ``H^{-1} g``.  For ``f(x) = g'x + x'Hx/2`` at 0 with ``H = diag(4, 1)``, ``g = (0.1, 1e-3)``:
+    ``R^{-1}g = (0.05, 1e-3)`` (``H^{-1}g`` would give 0.025), ``min(|R^{-1}g|, |g|)`` peaks at
+    0.05 in component 1."""
+    Hm = np.diag([4.0, 1.0])
+    g = np.array([0.1, 1e-3])
+
+    def f(x):
+        return float(g @ x + 0.5 * x @ Hm @ x)
+
+    lb = np.full(2, -np.inf)
+    msgs = native._check_conv(f, np.zeros(2), lb, native.NativeControl())
+    assert len(msgs) == 1
+    assert msgs[0].startswith("Model failed to converge with max|grad| = 0.05 (tol = 0.002, component 1)")
+
+
+@pytest.mark.parametrize("evals, is_theta, expected", [
+    ([1.0, 2.0], None, []),
+    ([-1.0, 2.0], None, ["Model failed to converge: degenerate  Hessian with 1 negative eigenvalues"]),
+    ([1e-7, 2.0], None, ["Hessian is numerically singular: parameters are not uniquely determined"]),
+    ([2e7, 3e7], None, ["Model is nearly unidentifiable: very large eigenvalue\n - Rescale variables?"]),
+    ([10.0, 5e-6], None, ["Model is nearly unidentifiable: large eigenvalue ratio\n - Rescale variables?"]),
+    ([1e-5, 2e7], None, ["Model is nearly unidentifiable: very large eigenvalue\n - Rescale variables?",
+                         "Model is nearly unidentifiable: large eigenvalue ratio\n - Rescale variables?"]),
+    # the size checks look at the θ block only (lme4 has no log ρ parameters)
+    ([1.0, 2e7], [True, False], []),
+])
+def test_check_hess_follows_lme4(evals, is_theta, expected):
+    """lme4's ``checkHess`` rules on a rotated ``H = Q diag(λ) Q'`` with known eigenvalues."""
+    c, s = np.cos(0.3), np.sin(0.3)
+    Q = np.array([[c, -s], [s, c]]) if is_theta is None else np.eye(2)
+    Hm = Q @ np.diag(evals) @ Q.T
+    mask = None if is_theta is None else np.array(is_theta)
+    assert native._check_hess(Hm, 1e-6, mask) == expected
+
+
+def test_badly_scaled_slope_gets_lme4_advice_and_the_right_optimum():
+    """sleepstudy with ``D = Days/1e4``: lme4 1.1-31 warns "Model is nearly unidentifiable: large
+    eigenvalue ratio - Rescale variables?" (and stops short, REML 1734.7).  Rescaling a
+    column of X by ``c`` multiplies the slope's θ by ``1/c`` and changes the REML criterion
+    only through ``log|R_X|²``, by ``2 log c``: the optimum is lme4's tight criterion for the
+    unscaled data minus ``2 log(1e4)``."""
+    df = H.load_csv("sleepstudy").assign(D=lambda d: d["Days"] / 1e4)
+    from scoremix.lme.api import lmer
+    from scoremix.lme.errors import ScaleWarning
+    with pytest.warns(ConvergenceWarning, match=r"large eigenvalue ratio\n - Rescale variables\?"):
+        with pytest.warns(ScaleWarning, match="consider rescaling"):
+            m = lmer("Reaction ~ D + (D | Subject)", df)
+    ref = H.load_ref("sleepstudy")["reml"]
+    assert m.reml_criterion == pytest.approx(ref["reml_criterion"] - 2 * np.log(1e4), rel=1e-8)
+    # θ of the intercept unchanged; the slope's row of the Cholesky factor scaled by 1e4
+    np.testing.assert_allclose(m.theta.to_numpy(), np.array(ref["theta"]) * [1, 1e4, 1e4], rtol=1e-3)
+    assert not m.converged
+
+
+def test_singular_fit_skips_convergence_checks_like_lme4():
+    """lme4's ``checkConv`` returns right after the singular-fit message: no gradient or
+    Hessian warnings on a boundary fit."""
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        m = native.fit(H.singular_spec())
+    assert m.singular
+    assert not [w for w in rec if issubclass(w.category, ConvergenceWarning)]
+    assert m.fit_info["messages"] == []

@@ -81,6 +81,7 @@ def sim_study(tmp_path_factory) -> tuple[Path, object]:
     ({"study.name": "has space"}, "study.name"),
     ({"models[0].dispersion": "label"}, "models[0].dispersion"),
     ({"data.filters": {"system": []}}, "data.filters.system"),
+    ({"analyses.fairness.filters": {"sex": []}}, "analyses.fairness.filters.sex"),
 ])
 def test_config_errors_name_the_key(patch, key):
     raw = apply_overrides(_raw(), patch)

@@ -86,6 +86,12 @@ def test_shared_data_examples_run(name, shared_data, monkeypatch, tmp_path):
     assert set(fe["model"]) == {m.name for m in res.config.models}
     manifest = json.loads((out / "manifest.json").read_text())
     assert all((out / v["path"]).is_file() for v in manifest.values())
+    if name == "asvspoof2019_asv_baseline":
+        # analyses.fairness.filters keeps target and nontarget trials only (no spoofs)
+        fair = pd.read_csv(out / "fairness.csv").set_index(["system", "subgroup"])
+        t = res.data.table
+        want = t[t["label"] == "nontarget"].groupby(["split", "claimed_gender"]).size()
+        assert {k: fair.loc[k, "n_neg"] for k in want.index} == want.to_dict()
 
 
 @pytest.mark.shared_data
@@ -106,6 +112,27 @@ def test_la_eval_pooled_eer_matches_check_file(shared_data, monkeypatch, tmp_pat
         # scored with lower = bona fide, which the example's negate flips
         assert 100 * m.loc[s, "eer"] == pytest.approx(check[s]["eer_pct"], abs=0.006)
     assert len(res.data.table) == 3 * 71237
+
+
+@pytest.mark.shared_data
+def test_asv_baseline_zero_effort_eer_matches_readme(shared_data, monkeypatch, tmp_path):
+    """The example's metrics use the zero-effort view (analyses.metrics.filters: target vs
+    nontarget); its EERs equal the data README's check (2.43 % dev, 2.46 % eval, rounded to 2
+    decimals), and the counts equal a pandas count of the raw file."""
+    _use_shared(shared_data, monkeypatch)
+    raw = _raw("asvspoof2019_asv_baseline")
+    raw["models"] = []
+    raw["analyses"] = {"metrics": raw["analyses"]["metrics"]}
+    run_study(parse_study(raw, base_dir=EXAMPLES), out_dir=tmp_path / "o", progress=False, report=False)
+    m = pd.read_csv(tmp_path / "o" / "metrics.csv")
+    m = m[m["by"] == "overall"].set_index("system")
+    df = pd.read_csv(shared_data / "asvspoof2019_la_asv_baseline" / "asvspoof2019_la_asv_baseline.csv.gz",
+                     usecols=["split", "trial_type"])
+    for split, want in (("dev", 2.43), ("eval", 2.46)):
+        g = df[df["split"] == split]["trial_type"]
+        assert m.loc[split, "n_pos"] == (g == "target").sum()
+        assert m.loc[split, "n_neg"] == (g == "nontarget").sum()  # spoofs filtered out
+        assert 100 * m.loc[split, "eer"] == pytest.approx(want, abs=0.0051)
 
 
 def test_shared_paths_default_next_to_checkout(monkeypatch):

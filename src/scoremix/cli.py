@@ -117,7 +117,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
           f"measured subgroup fairness with {args.n_boot} speaker-bootstrap replicates "
           f"({len(res['sections'])} report sections).")
     if ov:
-        print(f"  overall EER    {100 * ov['eer']:.3f} % (true {100 * ov['true_eer']:.3f} %)")
+        print(f"  overall EER    {100 * ov['eer']:.3f} % (true {100 * ov['true_eer']:.3f} %: expected rates of the "
+              f"data-generating process given the drawn effects)")
         print(f"  overall minDCF {ov['min_dcf']:.5f} (true {ov['true_min_dcf']:.5f}, p_target={ov['p_target']:g})")
     if res["messages"]:
         print("  recovered vs true (model 'crossed'; for SDs, 'realised' is the SD of the effects or residuals "

@@ -17,6 +17,8 @@ __all__ = [
     "ResponseError",
     "NewLevelError",
     "RankDeficiencyWarning",
+    "ScaleWarning",
+    "SCALE_MESSAGE",
     "SingularFitWarning",
     "ConvergenceWarning",
     "RANK_DEFICIENT_MESSAGE",
@@ -74,6 +76,10 @@ class RankDeficiencyWarning(UserWarning):
     """Fixed-effect columns were dropped because ``X`` is rank deficient."""
 
 
+class ScaleWarning(UserWarning):
+    """Continuous fixed-effect columns are on very different scales (lme4's ``checkScaleX``)."""
+
+
 class SingularFitWarning(UserWarning):
     """The fit is singular (a variance estimate on the boundary, lme4's ``isSingular``)."""
 
@@ -86,6 +92,9 @@ class ConvergenceWarning(UserWarning):
 RANK_DEFICIENT_MESSAGE = (
     "fixed-effect model matrix is rank deficient so dropping {n} column{s} / coefficient{s}"
 )
+
+#: lme4's wording (``checkScaleX``) for badly scaled predictors.
+SCALE_MESSAGE = "Some predictor variables are on very different scales: consider rescaling"
 
 #: lme4's wording for a singular fit.
 SINGULAR_FIT_MESSAGE = "boundary (singular) fit: see help('isSingular')"

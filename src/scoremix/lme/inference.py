@@ -108,6 +108,14 @@ def profile_names(m: LmerResult) -> list[str]:
     return [f".sig{i + 1:02d}" for i in range(k)] + [".sigma"]
 
 
+def dispersion_names(m: LmerResult) -> list[str]:
+    """Names ``.sigma.<level>`` of the residual SDs ``σ·sqrt(ρ_d)`` of the non-reference
+    dispersion levels (empty without a dispersion model; ``.sigma`` is the reference level)."""
+    if m.sigma_by is None:
+        return []
+    return [f".sigma.{lev}" for lev in list(m.sigma_by.index)[1:]]
+
+
 def _term_p(m: LmerResult) -> list[int]:
     return [len(t["term_names"]) for t in m.terms_info]
 
@@ -237,14 +245,15 @@ def confint(m: LmerResult, method: str = "wald", level: float = 0.95,
     Returns
     -------
     pandas.DataFrame
-        rows ``.sig01 … .sigma`` then the fixed effects; columns ``"2.5 %"``, ``"97.5 %"``
-        (for ``level = 0.95``).
+        rows ``.sig01 … .sigma`` (then ``.sigma.<level>`` for the other levels of a
+        dispersion model: ``"boot"`` only, NaN for ``"wald"``) then the fixed effects;
+        columns ``"2.5 %"``, ``"97.5 %"`` (for ``level = 0.95``).
     """
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     a = (1 - level) / 2
     cols = [f"{100 * a:.3g} %", f"{100 * (1 - a):.3g} %"]
-    names = profile_names(m) + list(m.fixef.index)
+    names = profile_names(m) + dispersion_names(m) + list(m.fixef.index)
     want = names if parm is None else list(parm)
     bad = [p for p in want if p not in names]
     if bad:
@@ -402,7 +411,7 @@ def _confint_boot(m: LmerResult, level: float, n_boot: int, seed: int | None,
     cp = getattr(m, "_cp", None) or crossproducts(spec)
     term_p = _term_p(m)
     rng = np.random.default_rng(seed)
-    names = profile_names(m) + list(m.fixef.index)
+    names = profile_names(m) + dispersion_names(m) + list(m.fixef.index)
     n_rho = cp.n_disp - 1
     rho_hat = None
     if m.sigma_by is not None:
@@ -415,7 +424,8 @@ def _confint_boot(m: LmerResult, level: float, n_boot: int, seed: int | None,
         o = optimize_theta(cpb, m.REML, spec.theta_lower(), m.theta.to_numpy(), ctl, n_rho=n_rho,
                            rho_start=None if rho_hat is None else rho_hat[1:])
         est = estimates_at(spec, cpb, o.theta, m.REML, o.rho)
-        draws[b] = np.concatenate([theta_to_psi(o.theta, est["sigma"], term_p), est["beta"]])
+        sig_by = est["sigma"] * np.sqrt(o.rho[1:]) if o.rho is not None else np.empty(0)
+        draws[b] = np.concatenate([theta_to_psi(o.theta, est["sigma"], term_p), sig_by, est["beta"]])
     a = (1 - level) / 2
     q = np.quantile(draws, [a, 1 - a], axis=0).T
     out = pd.DataFrame(q, index=names, columns=["lower", "upper"])

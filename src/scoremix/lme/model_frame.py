@@ -50,15 +50,17 @@ from scoremix.lme.errors import (
     LmeError,
     MissingValueError,
     NewLevelError,
+    SCALE_MESSAGE,
     RankDeficiencyWarning,
     ResponseError,
+    ScaleWarning,
     UnknownColumnError,
     rank_deficient_message,
 )
 from scoremix.lme.formula import ParsedFormula, TermSet, Variable, parse_dispersion, parse_formula
 from scoremix.lme.spec import ModelSpec, RandomTerm
 
-__all__ = ["build_model_spec", "rank_keep_columns", "RANK_TOL"]
+__all__ = ["build_model_spec", "badly_scaled", "rank_keep_columns", "RANK_TOL"]
 
 #: lme4's tolerance for ``qr(X, tol = 1e-7, LAPACK = FALSE)`` in ``chkRank.drop.cols``.
 RANK_TOL = 1e-7
@@ -357,6 +359,25 @@ def _frame_n(frame: _Frame) -> int:
 
 
 # --------------------------------------------------------------------------- rank
+def badly_scaled(X: np.ndarray, tol: float = 1e3) -> bool:
+    """lme4's ``checkScaleX``: among the columns of ``X`` that are not all 0/1, is any
+    standard deviation ``s_j`` outside ``[1/tol, tol]`` or any ratio ``s_j/s_k`` outside
+    ``[1/tol, tol]``?  (Constant columns other than 0/1 have ``s = 0`` and count as badly
+    scaled, as in R.)"""
+    if X.shape[1] == 0:
+        return False
+    cont = ~((X == 0.0) | (X == 1.0)).all(axis=0)
+    if not cont.any():
+        return False
+    sd = X[:, cont].std(axis=0, ddof=1) if X.shape[0] > 1 else np.zeros(int(cont.sum()))
+    with np.errstate(divide="ignore"):
+        logsd = np.log(sd)
+    if np.any(~np.isfinite(logsd)):
+        return True
+    lim = np.log(tol)
+    return bool(np.any(np.abs(logsd) > lim) or (logsd.max() - logsd.min()) > lim)
+
+
 def rank_keep_columns(X: np.ndarray, tol: float = RANK_TOL) -> np.ndarray:
     """Indices of the columns lme4 keeps for a rank-deficient ``X``.
 
@@ -657,6 +678,8 @@ def build_model_spec(
     else:
         X = X_full
     fixef_names = [names_full[j] for j in keep]
+    if badly_scaled(X):
+        warnings.warn(SCALE_MESSAGE, ScaleWarning, stacklevel=2)
 
     # ---- random effects
     groupings: dict[tuple[str, ...], _Grouping] = {}

@@ -12,11 +12,18 @@ parameters.  After the optimisation lme4's checks are applied:
 * singular fit (``isSingular``): a ``θ`` element with lower bound 0 below ``1e-4``
   → :class:`~scoremix.lme.errors.SingularFitWarning`
   ``"boundary (singular) fit: see help('isSingular')"``;
-* convergence (``checkConv``): with the finite-difference gradient ``g`` and Hessian ``H``
-  over the interior parameters, the scaled gradient ``H^{-1}g``; if
-  ``max(min(|H^{-1}g|, |g|)) > 0.002`` → :class:`~scoremix.lme.errors.ConvergenceWarning`
-  ``"Model failed to converge with max|grad| = …"``, and a Hessian with negative
-  eigenvalues → ``"Model failed to converge: degenerate  Hessian with k negative eigenvalues"``.
+* convergence (``checkConv``, skipped for singular fits as in lme4): with the gradient ``g``
+  and Hessian ``H = R'R`` of the criterion over the interior parameters, lme4's scaled
+  gradient ``R^{-1}g`` (R's ``solve(chol(H), g)``); if ``max(min(|R^{-1}g|, |g|)) > 0.002``
+  → :class:`~scoremix.lme.errors.ConvergenceWarning`
+  ``"Model failed to converge with max|grad| = … (tol = 0.002, component k)"`` (``k`` is the
+  offending component; lme4 always prints 1), and lme4's ``checkHess`` on ``H``: negative
+  eigenvalues → ``"Model failed to converge: degenerate  Hessian with k negative
+  eigenvalues"``, a zero eigenvalue → ``"Hessian is numerically singular: parameters are not
+  uniquely determined"``, and on the ``θ`` block (lme4 has no ``ρ``) an eigenvalue above
+  ``1e6`` or an eigenvalue ratio below ``1e-6`` → ``"Model is nearly unidentifiable: very
+  large eigenvalue\n - Rescale variables?"`` / ``"… large eigenvalue ratio\n - Rescale
+  variables?"``.
 """
 
 from __future__ import annotations
@@ -306,20 +313,23 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
     # lme4's isSingular
     diag_mask = np.asarray(lower, float) == 0.0
     singular = bool(np.any(theta[diag_mask] < ctl.singular_tol))
-    if ctl.check_conv and free.size and ok:
-        messages += _check_conv(f, xopt, lbf, ctl, grad_analytic if analytic else None)
+    if ctl.check_conv and free.size and ok and not singular:  # lme4 skips checkConv when singular
+        messages += _check_conv(f, xopt, lbf, ctl, grad_analytic if analytic else None,
+                                is_theta=free < nth)
     rho = np.concatenate([[1.0], np.exp(x[nth:])]) if n_rho else None
     return OptimResult(theta=theta, rho=rho, criterion=fopt, converged=ok and not messages,
                        singular=singular, n_eval=n_eval[0], messages=messages,
                        optimizer_message=opt_msg)
 
 
-def _check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None) -> list[str]:
+def _check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None,
+                is_theta: np.ndarray | None = None) -> list[str]:
     """lme4's ``checkConv`` (gradient and Hessian) on the parameters off their bounds.
 
     With an analytic gradient ``fg`` (returning ``(f, g)`` or ``None``) the gradient is
     exact and the Hessian the central difference of the gradient; otherwise both are finite
-    differences of ``f``."""
+    differences of ``f``.  ``is_theta`` marks the ``θ`` parameters (the others are
+    ``log ρ``); lme4's eigenvalue-size checks apply to the ``θ`` block only."""
     interior = np.flatnonzero(~(np.isfinite(lb) & (x - lb < 1e-4 * np.maximum(1.0, np.abs(lb)))))
     if interior.size == 0:
         return []
@@ -343,10 +353,13 @@ def _check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None) -
         g_all = _fd_grad(f, x, lb, h)
         H = _fd_hess(f, x, interior, h)
     g = g_all[interior]
-    msgs = []
+    msgs: list[str] = []
+    H = (H + H.T) / 2
     try:
-        Lc = np.linalg.cholesky(H)
-        scgrad = sla.cho_solve((Lc, True), g)
+        Lc = np.linalg.cholesky(H)          # H = Lc Lc' = R'R with R = Lc'
+        scgrad = sla.solve_triangular(Lc.T, g, lower=False)   # R's solve(chol(H), g)
+        if not np.all(np.isfinite(scgrad)):
+            raise np.linalg.LinAlgError
         mingrad = np.minimum(np.abs(scgrad), np.abs(g))
         mx = float(np.max(mingrad))
         if mx > ctl.check_conv_tol:
@@ -354,12 +367,41 @@ def _check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None) -
             msgs.append(f"Model failed to converge with max|grad| = {mx:.6g} "
                         f"(tol = {ctl.check_conv_tol:g}, component {comp})")
     except np.linalg.LinAlgError:
-        ev = np.linalg.eigvalsh(H)
-        nneg = int(np.sum(ev < -1e-6))
-        if nneg:
-            msgs.append(f"Model failed to converge: degenerate  Hessian with {nneg} negative eigenvalues")
-        else:
-            msgs.append("unable to evaluate scaled gradient")
+        msgs.append("unable to evaluate scaled gradient")
+    msgs += _check_hess(H, tol=1e-6, theta_block=None if is_theta is None
+                        else np.asarray(is_theta, bool)[interior])
+    return msgs
+
+
+def _check_hess(H: np.ndarray, tol: float = 1e-6, theta_block: np.ndarray | None = None) -> list[str]:
+    """lme4's ``checkHess``: messages for a Hessian ``H`` of the criterion at the optimum.
+
+    Negative eigenvalues (below ``-tol``) → non-convergence; an eigenvalue of size below
+    ``tol`` or a failed Cholesky → numerically singular; otherwise, on the ``θ`` block, an
+    eigenvalue above ``1/tol`` or a ratio ``min/max`` below ``tol`` → lme4's "nearly
+    unidentifiable … Rescale variables?" advice."""
+    if not np.all(np.isfinite(H)):
+        return ["Problem with Hessian check (infinite or missing values?)"]
+    ev = np.linalg.eigvalsh(H)
+    nneg = int(np.sum(ev < -tol))
+    if nneg:
+        return [f"Model failed to converge: degenerate  Hessian with {nneg} negative eigenvalues"]
+    try:
+        np.linalg.cholesky(H)
+        chol_ok = True
+    except np.linalg.LinAlgError:
+        chol_ok = False
+    if np.any(np.abs(ev) < tol) or not chol_ok:
+        return ["Hessian is numerically singular: parameters are not uniquely determined"]
+    Ht = H if theta_block is None else H[np.ix_(theta_block, theta_block)]
+    if Ht.size == 0:
+        return []
+    evt = np.linalg.eigvalsh(Ht)
+    msgs = []
+    if evt.max() * tol > 1:
+        msgs.append("Model is nearly unidentifiable: very large eigenvalue\n - Rescale variables?")
+    if evt.min() / evt.max() < tol:
+        msgs.append("Model is nearly unidentifiable: large eigenvalue ratio\n - Rescale variables?")
     return msgs
 
 

@@ -125,6 +125,7 @@ class MetricsConfig:
     c_fa: float = 1.0
     normalize: bool = False
     by: list[list[str]] = field(default_factory=list)
+    filters: dict[str, list[Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -150,6 +151,7 @@ class FairnessConfig:
     membership: str = "enrol"
     models: list[str] = field(default_factory=list)
     conditional: bool = True
+    filters: dict[str, list[Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -160,6 +162,7 @@ class BreakdownConfig:
     n_boot: int = 0
     ci: float = 0.95
     threshold: float | None = None
+    filters: dict[str, list[Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -561,6 +564,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         m.c_fa = s.float("c_fa", 1.0, 0.0, open_lo=True) or 1.0
         m.normalize = s.bool("normalize", False)
         m.by = s.groupings("by")
+        m.filters = s.filters("filters")
         s.finish()
         a.metrics = m
     if r.has("model_eer"):
@@ -586,6 +590,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         f.membership = s.str("membership", "enrol", choices=("enrol", "test", "both", "either")) or "enrol"
         f.models = model_list(s, "models", names, [])
         f.conditional = s.bool("conditional", True)
+        f.filters = s.filters("filters")
         s.finish()
         a.fairness = f
     if r.has("breakdown"):
@@ -597,6 +602,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         b.n_boot = s.int("n_boot", 0, minimum=0) or 0
         b.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
         b.threshold = s.float("threshold", None)
+        b.filters = s.filters("filters")
         s.finish()
         a.breakdown = b
     if r.has("compare"):

@@ -178,7 +178,7 @@ def recovered_vs_true(res: "StudyResult") -> pd.DataFrame | None:
             for _, r in fe.iterrows():
                 key = _FIXEF_TRUTH.get(str(r["term"]))
                 if key is not None and truth.get(key) is not None:
-                    rows.append({"model": m["model"], "backend": m["backend"], "parameter": f"{key} ({r['term']})",
+                    rows.append({"model": m["model"], "backend": m["backend"], "parameter": f"{key} [{r['term']}]",
                                  "true": float(truth[key]), "estimate": float(r[est_col]), "se": float(r[se_col])})
         vc = m.get("varcorr")
         if vc is not None:
@@ -192,7 +192,7 @@ def recovered_vs_true(res: "StudyResult") -> pd.DataFrame | None:
                 if key is not None and truth.get(key) is not None:
                     realised = _realised_sd(sim, key, str(r["grp"]))
                     rows.append({"model": m["model"], "backend": m["backend"],
-                                 "parameter": f"{key} (SD of {r['grp']})" if key != "sigma" else "sigma (residual SD)",
+                                 "parameter": f"{key} [SD of {r['grp']}]" if key != "sigma" else "sigma [residual SD]",
                                  "true": float(truth[key]), "estimate": float(r["sdcor"]), "se": math.nan,
                                  "realised": realised})
     if not rows:
@@ -290,7 +290,8 @@ def _metrics_section(res: "StudyResult") -> rh.Section | None:
             if c in show.columns]
     blocks: list[rh.Block] = [
         rh.Paragraph(f"EER ({cfg.eer_method}) and minDCF (p_target={cfg.p_target}, c_miss={cfg.c_miss}, "
-                     f"c_fa={cfg.c_fa}, {'normalised' if cfg.normalize else 'unnormalised'})."),
+                     f"c_fa={cfg.c_fa}, {'normalised' if cfg.normalize else 'unnormalised'})."
+                     + (f" Rows: {cfg.filters}." if cfg.filters else "")),
         rh.Table(show[show["by"] == "overall"][cols], caption="Overall, per system"),
     ]
     by_rows = show[show["by"] != "overall"]
@@ -410,7 +411,9 @@ def _fairness_section(res: "StudyResult") -> rh.Section | None:
             f"with p = {cfg.p_target}; τ* = the overall minimiser; ratio_overall = C_det^g(τ*)/C_det(τ*) (> 1: "
             f"worse off); ratio_own = minDCF^g / C_det^g(τ*) (< 1: an own threshold helps); Fairness Index = sum "
             f"of ratio_overall over subgroups above 1. Intervals: {cfg.n_boot} speaker-cluster bootstrap "
-            f"replicates, {100 * cfg.ci:g} % percentile intervals (none when n_boot = 0)."),
+            f"replicates, {100 * cfg.ci:g} % percentile intervals (none when n_boot = 0)."
+            + (f" Rows: {cfg.filters} (model-based measures are evaluated on the same rows)." if cfg.filters
+               else "")),
         rh.Table(summ, caption="Overall minDCF, τ* and Fairness Index (with interval) per system"),
     ]
     for system, f in res.fairness.items():

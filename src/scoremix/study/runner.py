@@ -126,18 +126,23 @@ def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
     an = cfg.analyses
     speaker = cfg.data.speaker
     out: list[Task] = []
+    def rows(df: pd.DataFrame, filters: Mapping[str, Any], name: str) -> pd.DataFrame:
+        return apply_filters(df, filters, f"analyses.{name}.filters").reset_index(drop=True) if filters else df
+
     for system in data.systems:
         df = data.subset(system)
         if an.metrics is not None:
-            out.append(Task(f"metrics/{system}", T.metrics_task, (system, df, an.metrics)))
+            out.append(Task(f"metrics/{system}", T.metrics_task, (system, rows(df, an.metrics.filters, "metrics"),
+                                                                 an.metrics)))
         if an.fairness is not None:
             k = f"fairness/{system}"
-            out.append(Task(k, T.fairness_task, (system, df, an.fairness, speaker, task_seed(seed, k),
-                                                 cfg.data.min_speakers)))
+            out.append(Task(k, T.fairness_task, (system, rows(df, an.fairness.filters, "fairness"), an.fairness,
+                                                 speaker, task_seed(seed, k), cfg.data.min_speakers)))
         if an.breakdown is not None:
             k = f"breakdown/{system}"
             sp = speaker if speaker in df.columns else None
-            out.append(Task(k, T.breakdown_task, (system, df, an.breakdown, sp, task_seed(seed, k))))
+            out.append(Task(k, T.breakdown_task, (system, rows(df, an.breakdown.filters, "breakdown"), an.breakdown,
+                                                  sp, task_seed(seed, k))))
         if an.nuisance is not None:
             k = f"nuisance/{system}"
             out.append(Task(k, T.nuisance_task, (system, df, an.nuisance, task_seed(seed, k))))

@@ -151,6 +151,15 @@ def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None) -> 
     return pd.DataFrame(rows)
 
 
+def _fairness_rows(df: pd.DataFrame, fcfg: FairnessConfig) -> pd.DataFrame:
+    """The fitted rows the fairness measures are evaluated on (``[analyses.fairness].filters``)."""
+    if not fcfg.filters:
+        return df
+    from scoremix.study.data import apply_filters
+
+    return apply_filters(df, fcfg.filters, "analyses.fairness.filters").reset_index(drop=True)
+
+
 def _model_fairness(fit: Any, df: pd.DataFrame, fcfg: FairnessConfig, speaker: str) -> pd.DataFrame:
     from scoremix.fairness import model_subgroup_dcf
 
@@ -198,7 +207,7 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
         out.update(_freq_tables(fit))
         out["model_eer"] = _model_eer_table(fit, df, model_eer_cfg)
         if fairness_cfg is not None and model.name in fairness_cfg.models:
-            out["fairness"] = _model_fairness(fit, df, fairness_cfg, speaker)
+            out["fairness"] = _model_fairness(fit, _fairness_rows(df, fairness_cfg), fairness_cfg, speaker)
         return out
 
     from scoremix.bayes import bayes_lmer
@@ -224,7 +233,7 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
                              "eer_model": float(r["mean"]), "eer_model_sd": float(r["sd"])})
         out["model_eer"] = pd.DataFrame(rows)
     if fairness_cfg is not None and model.name in fairness_cfg.models:
-        out["fairness"] = _posterior_fairness(bres, df, fairness_cfg, speaker)
+        out["fairness"] = _posterior_fairness(bres, _fairness_rows(df, fairness_cfg), fairness_cfg, speaker)
     return out
 
 
