@@ -46,6 +46,7 @@ from scoremix.lme.errors import (
     NewLevelError,
     RankDeficiencyWarning,
     ResponseError,
+    ScaleWarning,
     SingularFitWarning,
     UnknownColumnError,
 )
@@ -93,7 +94,7 @@ __all__ = [
     "LmerResult", "NativeControl", "anova", "confint", "lmer", "BackendUnavailableError",
     "BayesLmerResult", "Prior", "bayes_lmer",
     "build_model_spec", "parse_formula", "ConvergenceWarning", "FormulaError", "GroupingError",
-    "MissingValueError", "NewLevelError", "RankDeficiencyWarning", "ResponseError",
+    "MissingValueError", "NewLevelError", "RankDeficiencyWarning", "ResponseError", "ScaleWarning",
     "SingularFitWarning", "UnknownColumnError",
     # nuisance, designs, model-based EER
     "NuisanceLLR", "NuisanceModel", "nuisance_model", "CONFIGURATIONS", "Configuration",
