@@ -6,7 +6,10 @@ bootstrap: multiplicities) and the paired two-system comparison.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -172,3 +175,12 @@ class Engine:
         r = res["ratio_overall"]
         res["fairness_index"] = np.where(r > 1, r, 0.0).sum(axis=0)
         return res
+
+
+@contextlib.contextmanager
+def quiet_runtime_warnings() -> Iterator[None]:
+    """Silence numpy's RuntimeWarnings (all-NaN slices, 0/0): empty or one-class subgroups
+    give NaN measures on purpose, and the tables say why in their ``note`` column."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield

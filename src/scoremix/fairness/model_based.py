@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtr
 
-from scoremix.fairness.engine import MEASURES, CostSpec
+from scoremix.fairness.engine import MEASURES, CostSpec, quiet_runtime_warnings
 from scoremix.fairness.subgroups import SubgroupError, binary_labels, define_subgroups
 
 __all__ = ["gaussian_mixture_measures", "model_subgroup_dcf", "posterior_subgroup_measures",
@@ -429,7 +429,7 @@ def summarise_draws(res: dict[str, np.ndarray], tab: pd.DataFrame, ci: float) ->
         raise ValueError(f"ci must be in (0, 1), got {ci}")
     q = (1 - ci) / 2
     tab = tab.copy()
-    with _nan_quiet():
+    with quiet_runtime_warnings():
         for k in MEASURES:
             x = res[k]
             tab[k] = np.nanmedian(x, axis=1)
@@ -442,17 +442,3 @@ def summarise_draws(res: dict[str, np.ndarray], tab: pd.DataFrame, ci: float) ->
     return PosteriorFairness(table=tab, fairness_index=float(np.median(fi)),
                              fairness_index_ci=(float(np.quantile(fi, q)), float(np.quantile(fi, 1 - q))),
                              draws=res, overall=overall)
-
-
-class _nan_quiet:
-    """Silence numpy's all-NaN-slice warnings (empty subgroups give NaN summaries on purpose)."""
-
-    def __enter__(self) -> None:
-        import warnings
-
-        self._cm = warnings.catch_warnings()
-        self._cm.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, *exc: Any) -> None:
-        self._cm.__exit__(*exc)

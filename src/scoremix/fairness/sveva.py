@@ -32,7 +32,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from scoremix.fairness.bootstrap import draw_cluster_weights
-from scoremix.fairness.engine import MEASURES, CostSpec, Engine, cluster_codes
+from scoremix.fairness.engine import MEASURES, CostSpec, Engine, cluster_codes, quiet_runtime_warnings
 from scoremix.fairness.subgroups import SubgroupError, Subgroups, binary_labels, define_subgroups
 
 __all__ = ["SubgroupDCFResult", "subgroup_dcf", "fairness_index", "prepare_trials", "DEFAULT_MIN_ERRORS"]
@@ -142,22 +142,10 @@ class SubgroupDCFResult:
 def _percentiles(x: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:
     q = (1.0 - ci) / 2.0
     x = np.where(np.isinf(x), np.nan, x) if np.issubdtype(x.dtype, np.floating) else x
-    with np.errstate(invalid="ignore"), _warnings_off():
+    with np.errstate(invalid="ignore"), quiet_runtime_warnings():
         lo = np.nanquantile(x, q, axis=-1)
         hi = np.nanquantile(x, 1.0 - q, axis=-1)
     return lo, hi
-
-
-class _warnings_off:
-    def __enter__(self) -> None:
-        import warnings
-
-        self._cm = warnings.catch_warnings()
-        self._cm.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, *exc: Any) -> None:
-        self._cm.__exit__(*exc)
 
 
 def run_bootstrap(engines: Sequence[Engine], strata: np.ndarray, n_boot: int, rng: np.random.Generator,
