@@ -284,3 +284,26 @@ def test_formula_columns_and_model_frame_csv(tmp_path: Path) -> None:
     assert list(back.columns) == ["y", "g", "h"] and wname is None
     np.testing.assert_array_equal(back["y"].to_numpy(), d["y"].to_numpy())  # exact round trip
     assert json.loads(lev.read_text()) == {"g": ["b", "a"], "h": ["Z", "a", "z"]}
+
+
+def test_starting_r_does_not_leak_ld_library_path(rpy2_lme4: None) -> None:
+    """rpy2 prepends R's library folders (with the system's /usr/lib/<arch>) to
+    LD_LIBRARY_PATH when it starts R. Leaked into child processes, that made a pyenv/venv
+    Python load the system's libpython and lose its site-packages (seen as
+    "No module named numpy" in subprocesses started after an lme4 fit). The variable must
+    be as before, and a child Python must still import numpy and scoremix."""
+    code = (
+        "import os, subprocess, sys\n"
+        "before = os.environ.get('LD_LIBRARY_PATH')\n"
+        "from scoremix.lme.backends import rutil\n"
+        "ro = rutil.load_rpy2(); ro.r('1 + 1')\n"
+        "assert os.environ.get('LD_LIBRARY_PATH') == before, os.environ.get('LD_LIBRARY_PATH')\n"
+        "out = subprocess.run([sys.executable, '-c', 'import numpy, scoremix'], capture_output=True,"
+        " text=True)\n"
+        "assert out.returncode == 0, out.stderr\n"
+        "print('ok')\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "LD_LIBRARY_PATH"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]

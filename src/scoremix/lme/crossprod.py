@@ -112,6 +112,18 @@ class CrossProducts:
     #: use the sparse Schur-complement path (``None`` = decide from the density of ``Ar1``)
     sparse_ar1: bool | None = field(default=None, repr=False)
     _ar1_sp: list | None = field(default=None, repr=False)
+    _pairs: "_PairStructure | None | bool" = field(default=None, repr=False)
+
+    def pair_structure(self) -> "_PairStructure | None":
+        """Cached :class:`_PairStructure` of the sparse ``Ar1`` for scalar-term,
+        homoscedastic models on the sparse path (``None`` otherwise)."""
+        if self._pairs is None:
+            ok = (self.n_disp == 1 and all(p == 1 for p in self.term_p)
+                  and self.ar1_sparse() is not None)
+            self._pairs = _PairStructure.build(self.ar1_sparse()[0]) if ok else False
+            if self._pairs is None:
+                self._pairs = False
+        return self._pairs or None
 
     def ar1_sparse(self) -> list | None:
         """Cached CSR copies of ``Ar1[d]`` (one per dispersion level), or ``None`` when the
@@ -185,6 +197,59 @@ class CrossProducts:
         Arr = np.einsum("im,dij,jn->dmn", Tm, self.Arr, Tm)
         return CrossProducts(self.n, self.p - 1, self.term_p, self.term_nlev, self.A11, Ar1,
                              Arr, self.n_by, self.sum_log_w, sparse_ar1=self.sparse_ar1)
+
+
+_PAIR_MAX_NNZ = 30_000_000
+
+
+@dataclass
+class _PairStructure:
+    """Sparsity "pair structure" of ``A D A'`` for a sparse ``m × q_1`` matrix ``A`` and a
+    diagonal ``D = diag(c)``.
+
+    The lower triangle of ``A D A'`` is ``(A D A')_{ij} = Σ_s A_{is} A_{js} c_s`` (``i ≥ j``);
+    with ``P_{(ij), s} = A_{is} A_{js}`` (one row per structurally non-zero pair) all its
+    entries are the sparse mat-vec ``P c``.  ``rows``/``cols`` give the pairs, ``flat`` their
+    positions ``i·m + j`` in a C-ordered ``m × m`` array.
+    """
+
+    P: object
+    rows: np.ndarray
+    cols: np.ndarray
+    flat: np.ndarray
+    m: int
+
+    @classmethod
+    def build(cls, A) -> "_PairStructure | None":
+        import scipy.sparse as sp
+        m, q1 = A.shape
+        Ac = sp.csc_matrix(A)
+        Ac.sort_indices()
+        counts = np.diff(Ac.indptr)
+        if int(np.sum(counts * (counts + 1) // 2)) > _PAIR_MAX_NNZ:
+            return None
+        I, J, V, S = [], [], [], []
+        for k in np.unique(counts):
+            if k == 0:
+                continue
+            colsk = np.flatnonzero(counts == k)
+            pos = Ac.indptr[colsk][:, None] + np.arange(k)[None, :]
+            r = Ac.indices[pos]
+            v = Ac.data[pos]
+            ti, tj = np.tril_indices(k)   # rows sorted ascending: r[:, ti] >= r[:, tj]
+            I.append(r[:, ti].ravel())
+            J.append(r[:, tj].ravel())
+            V.append((v[:, ti] * v[:, tj]).ravel())
+            S.append(np.repeat(colsk, ti.size))
+        if not I:
+            return None
+        I = np.concatenate(I).astype(np.int64)
+        J = np.concatenate(J).astype(np.int64)
+        keys = I * m + J
+        flat, inv = np.unique(keys, return_inverse=True)
+        P = sp.csr_matrix((np.concatenate(V), (inv.ravel(), np.concatenate(S))),
+                          shape=(flat.size, q1))
+        return cls(P=P, rows=flat // m, cols=flat % m, flat=flat, m=m)
 
 
 def _weights_by_level(spec: ModelSpec, weights: np.ndarray | None) -> tuple[list[np.ndarray], np.ndarray]:
@@ -551,6 +616,9 @@ def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = Non
     p1, n1 = cp.term_p[0], cp.term_nlev[0]
     T1 = T[0]
     qr = cp.q_rest
+    ps = cp.pair_structure()
+    if ps is not None:
+        return _factorize_pairs(theta, T, cp, ps, rho, need_lr1)
     if cp.n_disp == 1 or cp.ar1_sparse() is None:
         A11, Ar1, Arr, ldW = _combine(cp, rho)
     else:  # combine A11, Arr densely; Ar1 is combined sparsely
@@ -585,6 +653,47 @@ def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = Non
     S[np.arange(qr), np.arange(qr)] += 1.0
     S -= Lr1 @ Lr1.T
     Lrr = np.linalg.cholesky(S)
+    return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=Lr1, Lrr=Lrr, q_rest=qr, p=cp.p,
+                         n=cp.n, ldW=ldW)
+
+
+def _rest_scale(theta: np.ndarray, cp: CrossProducts) -> np.ndarray:
+    """``diag(Λ_rest, I_{p+1})`` as a vector (scalar random terms only)."""
+    m = cp.Arr.shape[1]
+    lam = np.ones(m)
+    pos = 0
+    for k in range(1, len(cp.term_p)):
+        lam[pos: pos + cp.term_nlev[k]] = theta[k]
+        pos += cp.term_nlev[k]
+    return lam
+
+
+def _factorize_pairs(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts,
+                     ps: _PairStructure, rho: np.ndarray | None, need_lr1: bool) -> Factorization:
+    """:func:`factorize` for scalar random terms with a sparse ``Ar1``: the downdate
+    ``Ar1 diag(θ_1²/l_j²) Ar1'`` is the pair mat-vec ``P c`` (see :class:`_PairStructure`)
+    scattered into the lower triangle, ``Λ_rest`` a diagonal scaling, and the Schur
+    complement factored in place by LAPACK ``dpotrf``."""
+    A11, Ar1, Arr, ldW = _combine(cp, rho)
+    qr = cp.q_rest
+    t = T[0][0, 0]
+    dd = A11[:, 0, 0] * t * t + 1.0
+    L11 = np.sqrt(dd)[:, None, None]
+    L11inv = 1.0 / L11
+    lam = _rest_scale(theta, cp)
+    S = Arr.copy()
+    S.flat[ps.flat] -= ps.P @ (t * t / dd)
+    S *= lam[:, None]
+    S *= lam[None, :]
+    S.flat[:qr * (S.shape[1] + 1):S.shape[1] + 1] += 1.0
+    # S is C-ordered: its transpose is Fortran-ordered with S's lower triangle as its upper
+    U, info = sla.lapack.dpotrf(S.T, lower=0, overwrite_a=1, clean=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"Schur complement not positive definite (dpotrf info={info})")
+    Lrr = U.T
+    Lr1 = None
+    if need_lr1:
+        Lr1 = _lr1_dense(Ar1, T[0], L11, L11inv, cp.term_nlev[0], 1) * lam[:, None]
     return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=Lr1, Lrr=Lrr, q_rest=qr, p=cp.p,
                          n=cp.n, ldW=ldW)
 
@@ -833,29 +942,44 @@ def profiled_deviance_grad(theta: np.ndarray, cp: CrossProducts, reml: bool
     # traces of the inverse
     md = mz if reml else qr
     w4 = t1 * t1 / l ** 4
-    sparse = cp.ar1_sparse()
-    if sparse is not None:
-        A = sparse[0]
-        K = (A.multiply(w4[None, :]).tocsr() @ A.T.tocsr()).toarray()[:md, :md]
-    else:
-        K = (Ar1[:md] * w4[None, :]) @ Ar1[:md].T
-    K *= lam[:md, None] * lam[None, :md]
+    ps = cp.pair_structure()
     tr = np.empty(len(cp.term_p))
+    tr[0] = float(np.sum(1.0 / l ** 2))
     if md:
-        Rm = np.ascontiguousarray(f.Lrr[:md, :md])
-        Sinv, info = sla.lapack.dpotri(Rm, lower=1)
-        if info != 0:
-            raise np.linalg.LinAlgError("dpotri failed")
-        Sinv = np.tril(Sinv)
-        dS = np.diag(Sinv).copy()
-        Sinv = Sinv + Sinv.T - np.diag(dS)
-        tr[0] = float(np.sum(1.0 / l ** 2) + np.sum(Sinv * K))
+        if ps is not None:
+            # tr(S⁻¹K) over the structurally non-zero pairs of K (lower triangle, i ≥ j, i < md)
+            Kv = ps.P @ w4
+            sel = ps.rows < md
+            ri, ci = ps.rows[sel], ps.cols[sel]
+            Kv = Kv[sel] * lam[ri] * lam[ci]
+            Kv[ri != ci] *= 2.0
+            # Lrr[:md,:md]' is upper triangular; dpotri gives the upper triangle of S⁻¹
+            Sinv, info = sla.lapack.dpotri(np.array(f.Lrr[:md, :md].T, order="F"), lower=0,
+                                           overwrite_c=1)
+            if info != 0:
+                raise np.linalg.LinAlgError("dpotri failed")
+            dS = np.diag(Sinv).copy()
+            tr[0] += float(np.dot(Sinv[ci, ri], Kv))
+        else:
+            sparse = cp.ar1_sparse()
+            if sparse is not None:
+                A = sparse[0]
+                K = (A.multiply(w4[None, :]).tocsr() @ A.T.tocsr()).toarray()[:md, :md]
+            else:
+                K = (Ar1[:md] * w4[None, :]) @ Ar1[:md].T
+            K *= lam[:md, None] * lam[None, :md]
+            Rm = np.ascontiguousarray(f.Lrr[:md, :md])
+            Sinv, info = sla.lapack.dpotri(Rm, lower=1)
+            if info != 0:
+                raise np.linalg.LinAlgError("dpotri failed")
+            Sinv = np.tril(Sinv)
+            dS = np.diag(Sinv).copy()
+            Sinv = Sinv + Sinv.T - np.diag(dS)
+            tr[0] += float(np.sum(Sinv * K))
         pos = 0
         for k in range(1, len(cp.term_p)):
             tr[k] = float(np.sum(dS[pos: pos + cp.term_nlev[k]]))
             pos += cp.term_nlev[k]
-    else:
-        tr[0] = float(np.sum(1.0 / l ** 2))
     nu = (cp.n - p) if reml else cp.n
     usq = np.empty(len(cp.term_p))
     usq[0] = float(u1 @ u1)

@@ -224,6 +224,18 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         """Criterion and analytic gradient (scalar terms, all θ_k ≥ 1e-4), else ``None``."""
         if not analytic:
             return None
+        key = np.asarray(xf, float).tobytes()
+        if key in _memo:  # the optimum is re-evaluated by the convergence check
+            hit = _memo[key]
+            return None if hit is None else (hit[0], hit[1].copy())
+        out = _grad_analytic(xf)
+        _memo.clear()
+        _memo[key] = out
+        return None if out is None else (out[0], out[1].copy())
+
+    _memo: dict[bytes, tuple[float, np.ndarray] | None] = {}
+
+    def _grad_analytic(xf: np.ndarray) -> tuple[float, np.ndarray] | None:
         x = full(xf)
         if np.any(x[:nth] < 1e-4):
             return None
@@ -256,7 +268,7 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         bounds = list(zip(np.where(np.isfinite(lbf), lbf, None), np.where(np.isfinite(ubf), ubf, None)))
         # an exact gradient converges on the projected gradient; the extremely tight ftol
         # only makes the line search thrash at the optimum (ABNORMAL) with finite differences
-        ftol, gtol = (max(ctl.ftol, 1e-14), max(ctl.gtol, 1e-6)) if analytic else (ctl.ftol, ctl.gtol)
+        ftol, gtol = (max(ctl.ftol, 1e-13), max(ctl.gtol, 1e-6)) if analytic else (ctl.ftol, ctl.gtol)
         near_bound = False
         if analytic:
             # stage 1: keep θ_k ≥ 1e-4 so that every step has the exact gradient; a component
@@ -335,8 +347,9 @@ def _check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None,
         return []
     h = 1e-4
     H = None
-    if fg is not None and fg(x) is not None:
-        g_all = fg(x)[1]
+    fgx = fg(x) if fg is not None else None
+    if fgx is not None:
+        g_all = fgx[1]
         H = np.empty((interior.size, interior.size))
         for a, i in enumerate(interior):
             hi = h * max(1.0, abs(x[i]))

@@ -198,6 +198,12 @@ def load_rpy2(packages: tuple[str, ...] = ("lme4", "jsonlite")) -> Any:
     Returns the ``rpy2.robjects`` module; raises :class:`BackendUnavailableError` naming
     what to install when rpy2, R or an R package is missing.
     """
+    # Starting embedded R makes rpy2 prepend R's library folders (incl. the system's
+    # /usr/lib/<arch>) to LD_LIBRARY_PATH. R's libraries are already loaded into this
+    # process by then; left in the environment, the variable leaks into every child process,
+    # where a Python with a RUNPATH (pyenv, venvs) then loads the system's libpython and loses
+    # its own site-packages. Restore the caller's value.
+    ld_before = os.environ.get("LD_LIBRARY_PATH")
     try:
         import rpy2.robjects as ro  # noqa: PLC0415  (optional dependency)
     except ImportError as exc:
@@ -208,6 +214,11 @@ def load_rpy2(packages: tuple[str, ...] = ("lme4", "jsonlite")) -> Any:
         raise BackendUnavailableError(
             f"rpy2 is installed but could not start R ({type(exc).__name__}: {exc}): "
             f"{INSTALL_HINT_R}") from exc
+    finally:
+        if ld_before is None:
+            os.environ.pop("LD_LIBRARY_PATH", None)
+        else:
+            os.environ["LD_LIBRARY_PATH"] = ld_before
     for p in packages:
         ok = ro.r(f"isTRUE(suppressMessages(requireNamespace('{p}', quietly = TRUE)))")[0]
         if not ok:
