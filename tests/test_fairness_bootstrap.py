@@ -65,3 +65,111 @@ def test_percentile_intervals_cover_truth():
         hits += (t["ratio_overall_lo"].to_numpy() <= truth) & (np.asarray(truth) <= t["ratio_overall_hi"].to_numpy())
     cover = hits / n_sets
     assert ((0.90 <= cover) & (cover <= 0.99)).all(), cover
+
+
+# ---------------------------------------------------------------- bootstrap in pieces
+def _two_systems(seed: int = 3) -> pd.DataFrame:
+    """One trial list scored by two systems (B = A + noise), long format."""
+    a = _simulate(seed)
+    b = a.copy()
+    b["score"] = a["score"] + np.random.default_rng(seed + 1).normal(0, 0.7, len(a))
+    a["trial"] = b["trial"] = np.arange(len(a))
+    return pd.concat([a.assign(system="A"), b.assign(system="B")], ignore_index=True)
+
+
+def test_pieces_reproduce_single_seed_bootstrap_exactly():
+    """One piece with seed s and B replicates = subgroup_dcf(n_boot=B, random_state=s)."""
+    from scoremix.fairness import subgroup_dcf_replicates, with_bootstrap
+
+    df = _simulate(1)
+    full = subgroup_dcf(df, ["g"], n_boot=40, random_state=9, progress=False)
+    point = subgroup_dcf(df, ["g"], n_boot=0, progress=False)
+    assert "ratio_overall_lo" not in point.table.columns and np.isnan(point.fairness_index_ci[0])
+    reps = subgroup_dcf_replicates(df, ["g"], [9], [40])
+    for k, v in full.replicates.items():
+        np.testing.assert_array_equal(reps[k], v, err_msg=k)
+    comb = with_bootstrap(point, reps, 0.95)
+    pd.testing.assert_frame_equal(comb.table, full.table, check_exact=True)
+    assert comb.fairness_index_ci == full.fairness_index_ci
+    assert comb.settings["n_boot"] == 40
+
+
+def test_pieces_are_the_union_of_their_seeds_and_intervals_use_all_replicates():
+    """k pieces of m replicates = the concatenation of k single-seed bootstraps (so the same
+    multiset whatever order the pieces come back in), and the intervals are the percentiles of
+    all k·m replicates (checked with numpy by hand)."""
+    from scoremix.fairness import concat_replicates, subgroup_dcf_replicates, with_bootstrap
+
+    df = _simulate(2)
+    seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(5).spawn(3)]
+    counts = [12, 12, 7]
+    pieces = [subgroup_dcf_replicates(df, ["g"], [s], [m]) for s, m in zip(seeds, counts)]
+    joint = subgroup_dcf_replicates(df, ["g"], seeds, counts)
+    direct = [subgroup_dcf(df, ["g"], n_boot=m, random_state=s, progress=False).replicates
+              for s, m in zip(seeds, counts)]
+    for key in joint:
+        want = np.concatenate([d[key] for d in direct], axis=-1)
+        np.testing.assert_array_equal(joint[key], want, err_msg=key)
+        np.testing.assert_array_equal(np.sort(concat_replicates(pieces[::-1])[key], axis=-1),
+                                      np.sort(want, axis=-1), err_msg=key)
+    assert joint["fairness_index"].shape == (31,) and joint["ratio_overall"].shape == (2, 31)
+    point = subgroup_dcf(df, ["g"], n_boot=0, progress=False)
+    res = with_bootstrap(point, pieces, 0.9)
+    pd.testing.assert_frame_equal(res.table, with_bootstrap(point, pieces[::-1], 0.9).table, check_exact=True)
+    assert res.settings["n_boot"] == 31
+    r = np.where(np.isinf(joint["ratio_overall"]), np.nan, joint["ratio_overall"])
+    np.testing.assert_allclose(res.table["ratio_overall_lo"], np.nanquantile(r, 0.05, axis=1), rtol=1e-14)
+    np.testing.assert_allclose(res.table["ratio_overall_hi"], np.nanquantile(r, 0.95, axis=1), rtol=1e-14)
+    fi = joint["fairness_index"]
+    assert res.fairness_index_ci == pytest.approx((np.quantile(fi, 0.05), np.quantile(fi, 0.95)), rel=1e-14)
+    # the last piece matters: the first two pieces alone give another interval
+    first = with_bootstrap(point, pieces[:2], 0.9)
+    assert first.settings["n_boot"] == 24 and first.fairness_index_ci != res.fairness_index_ci
+
+
+def test_pieces_validation():
+    from scoremix.fairness import subgroup_dcf_replicates, with_bootstrap
+
+    df = _simulate(1)
+    with pytest.raises(ValueError, match="equal length"):
+        subgroup_dcf_replicates(df, ["g"], [1, 2], [5])
+    with pytest.raises(ValueError, match="at least one replicate"):
+        subgroup_dcf_replicates(df, ["g"], [1], [0])
+    point = subgroup_dcf(df, ["g"], n_boot=0, progress=False)
+    reps = subgroup_dcf_replicates(df, ["g"], [1], [5])
+    bad = {k: (v[:1] if v.ndim == 2 else v) for k, v in reps.items()}
+    with pytest.raises(ValueError, match=r"expected \(2, B\)"):
+        with_bootstrap(point, bad)
+    with pytest.raises(ValueError, match="piece 1 has measures"):
+        with_bootstrap(point, [reps, {"fairness_index": reps["fairness_index"]}])
+    sveva = subgroup_dcf(df, ["g"], n_boot=0, compat="sveva", progress=False)
+    with pytest.raises(ValueError, match="compat='sveva'"):
+        with_bootstrap(sveva, reps)
+
+
+def test_paired_comparison_in_pieces():
+    """compare_subgroup_dcf(n_boot=B, random_state=s) = point + compare_replicates([s], [B]);
+    pieces give the percentiles of all paired replicates, differences taken replicate-wise."""
+    from scoremix.fairness import compare_replicates, compare_subgroup_dcf, compare_with_bootstrap
+
+    long = _two_systems()
+    kw = dict(system="system", trial_id="trial", label="label", measures=("ratio_overall", "fnr"), progress=False)
+    full = compare_subgroup_dcf(long, ["g"], n_boot=30, random_state=4, **kw)
+    point = compare_subgroup_dcf(long, ["g"], n_boot=0, **kw)
+    one = compare_with_bootstrap(point, compare_replicates(long, ["g"], [4], [30], **kw))
+    pd.testing.assert_frame_equal(one.table, full.table, check_exact=True)
+    assert one.fairness_index == full.fairness_index
+    pieces = [compare_replicates(long, ["g"], [s], [m], **kw) for s, m in ((11, 10), (12, 10), (13, 5))]
+    res = compare_with_bootstrap(point, pieces, ci=0.8)
+    direct = [compare_subgroup_dcf(long, ["g"], n_boot=m, random_state=s, **kw).replicates
+              for s, m in ((11, 10), (12, 10), (13, 5))]
+    d = np.concatenate([x["B"]["ratio_overall"] - x["A"]["ratio_overall"] for x in direct], axis=1)
+    assert d.shape == (2, 25)
+    d = np.where(np.isinf(d), np.nan, d)
+    np.testing.assert_allclose(res.table["ratio_overall_diff_lo"], np.nanquantile(d, 0.1, axis=1), rtol=1e-14)
+    np.testing.assert_allclose(res.table["ratio_overall_diff_hi"], np.nanquantile(d, 0.9, axis=1), rtol=1e-14)
+    fd = np.concatenate([x["B"]["fairness_index"] - x["A"]["fairness_index"] for x in direct])
+    assert res.fairness_index["diff"][1:] == pytest.approx((np.quantile(fd, 0.1), np.quantile(fd, 0.9)), rel=1e-14)
+    assert list(res.table.columns) == list(full.table.columns)
+    with pytest.raises(ValueError, match="for systems"):
+        compare_with_bootstrap(point, {"A": pieces[0]["A"], "C": pieces[0]["B"]})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import tomllib
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,7 @@ def sim_study(tmp_path_factory) -> tuple[Path, object]:
     ({"models[0].colour": 1}, "models[0].colour"),
     ({"analyses.fairness.n_boot": -1}, "analyses.fairness.n_boot"),
     ({"analyses.fairness.ci": 1.5}, "analyses.fairness.ci"),
+    ({"analyses.fairness.boot_chunk": -5}, "analyses.fairness.boot_chunk"),
     ({"analyses.fairness.models": ["nope"]}, "analyses.fairness.models[0]"),
     ({"analyses.magic": {}}, "analyses.magic"),
     ({"analyses.metrics.eer_method": "best"}, "analyses.metrics.eer_method"),
@@ -320,3 +322,96 @@ def test_bayes_model_netcdf_and_side_by_side(tmp_path):
     assert (post["ratio_overall_lo"] <= post["ratio_overall_hi"]).all()
     eer = pd.read_csv(tmp_path / "o" / "model_eer.csv")
     assert {"overall", "sex"} <= set(eer["by"]) and (eer["eer_model"].between(0, 0.5)).all()
+
+
+# ------------------------------------------------------------------------------- bootstrap chunks
+def test_boot_chunks_and_chunk_seeds():
+    from scoremix.study.parallel import boot_chunks, chunk_seeds
+
+    assert boot_chunks(23, 10) == [10, 10, 3] and boot_chunks(20, 10) == [10, 10]
+    assert boot_chunks(200, 250) == [200] and boot_chunks(500, 0) == [500] and boot_chunks(0, 10) == []
+    assert chunk_seeds(3, "fairness/A", 1) == [task_seed(3, "fairness/A")]  # unsplit = the task's own seed
+    s = chunk_seeds(3, "fairness/A", 3)
+    want = [int(c.generate_state(1)[0]) for c in np.random.SeedSequence([3, zlib.crc32(b"fairness/A")]).spawn(3)]
+    assert s == want and len(set(s)) == 3
+    assert chunk_seeds(3, "fairness/B", 3) != s and chunk_seeds(4, "fairness/A", 3) != s
+    with pytest.raises(ValueError):
+        boot_chunks(10, -1)
+
+
+def _chunk_study(tmp_path: Path) -> object:
+    """Two systems scoring the same 480 trials of 24 speakers in two subgroups; fairness and
+    compare bootstraps of 23 replicates in chunks of 10 (3 chunks: 10, 10, 3)."""
+    rng = np.random.default_rng(7)
+    n = 480
+    spk = np.arange(n) % 24
+    y = (np.arange(n) // 24) % 2
+    a = rng.normal(0, 1, n) + 2.0 * y + rng.normal(0, 0.5, 24)[spk]
+    df = pd.DataFrame({"utt": np.tile(np.arange(n), 2), "spk": np.tile(spk, 2), "grp": np.tile(spk % 2, 2),
+                       "y": np.tile(y, 2), "sys": np.repeat(["A", "B"], n),
+                       "score": np.r_[a, a + rng.normal(0, 0.6, n)]})
+    df.to_csv(tmp_path / "t.csv", index=False)
+    toml = tmp_path / "s.toml"
+    toml.write_text('[study]\nname = "chunks"\nseed = 5\n[data]\nfile = "t.csv"\nlabel = "y"\nsystem = "sys"\n'
+                    'speaker = "spk"\nsubgroups = ["grp"]\n[analyses.fairness]\nn_boot = 23\nboot_chunk = 10\n'
+                    '[analyses.compare]\nsystems = ["A", "B"]\ntrial_id = "utt"\nn_boot = 23\nboot_chunk = 10\n'
+                    'measures = ["ratio_overall"]\n', encoding="utf-8")
+    return load_study(toml)
+
+
+def test_chunked_bootstrap_identical_serial_joblib_dask(tmp_path):
+    """Bootstrap chunks as independent tasks: serial, 2 joblib workers and a Dask LocalCluster
+    write identical CSVs; the intervals are the percentiles of all 23 replicates of the 3 chunk
+    seeds (recomputed here with subgroup_dcf / compare_subgroup_dcf per seed and numpy)."""
+    from scoremix.fairness import compare_subgroup_dcf, subgroup_dcf
+    from scoremix.study.parallel import chunk_seeds
+
+    cfg = _chunk_study(tmp_path)
+    a = run_study(cfg, out_dir=tmp_path / "serial", progress=False, report=False)
+    b = run_study(cfg, out_dir=tmp_path / "jobs2", jobs=2, progress=False, report=False)
+    ca, cb = _csvs(a.out_dir), _csvs(b.out_dir)
+    assert {"fairness.csv", "compare.csv"} <= ca.keys() == cb.keys()
+    for name in ca:
+        pd.testing.assert_frame_equal(ca[name], cb[name], check_exact=True, obj=name)
+    summ = json.loads((a.out_dir / "fairness_summary.json").read_text())
+    assert summ["A"]["n_boot"] == 23 and summ["A"]["boot_chunks"] == 3
+    csum = json.loads((a.out_dir / "compare_summary.json").read_text())
+    assert csum["n_boot"] == 23 and csum["boot_chunks"] == 3
+
+    # independent recomputation from the chunk seeds
+    raw = pd.read_csv(tmp_path / "t.csv")
+    q = (0.025, 0.975)
+    for system in ("A", "B"):
+        seeds = chunk_seeds(5, f"fairness/{system}", 3)
+        d = raw[raw["sys"] == system]
+        reps = [subgroup_dcf(d, ["grp"], label="y", speaker="spk", n_boot=m, random_state=s, progress=False)
+                .replicates for s, m in zip(seeds, [10, 10, 3])]
+        r = np.concatenate([x["ratio_overall"] for x in reps], axis=1)
+        assert r.shape == (2, 23)
+        r = np.where(np.isinf(r), np.nan, r)
+        got = ca["fairness.csv"][ca["fairness.csv"]["system"] == system]
+        np.testing.assert_allclose(got["ratio_overall_lo"], np.nanquantile(r, q[0], axis=1), rtol=1e-12)
+        np.testing.assert_allclose(got["ratio_overall_hi"], np.nanquantile(r, q[1], axis=1), rtol=1e-12)
+        fi = np.concatenate([x["fairness_index"] for x in reps])
+        assert (summ[system]["fairness_index_lo"], summ[system]["fairness_index_hi"]) == pytest.approx(
+            tuple(np.quantile(fi, q)), rel=1e-12)
+        # 20 of the 23 replicates would give another interval: the last chunk is included
+        assert summ[system]["fairness_index_lo"] != pytest.approx(np.quantile(fi[:20], q[0]), rel=1e-12) or \
+            summ[system]["fairness_index_hi"] != pytest.approx(np.quantile(fi[:20], q[1]), rel=1e-12)
+    seeds = chunk_seeds(5, "compare", 3)
+    direct = [compare_subgroup_dcf(raw, ["grp"], system="sys", systems=["A", "B"], trial_id="utt", label="y",
+                                   speaker="spk", measures=["ratio_overall"], n_boot=m, random_state=s,
+                                   progress=False).replicates for s, m in zip(seeds, [10, 10, 3])]
+    dd = np.concatenate([x["B"]["ratio_overall"] - x["A"]["ratio_overall"] for x in direct], axis=1)
+    dd = np.where(np.isinf(dd), np.nan, dd)
+    np.testing.assert_allclose(ca["compare.csv"]["ratio_overall_diff_lo"], np.nanquantile(dd, q[0], axis=1),
+                               rtol=1e-12)
+
+    if not dask_available():
+        pytest.skip('dask.distributed is not installed (pip install "dask[distributed]"): joblib part passed')
+    c = run_study(cfg, out_dir=tmp_path / "dask", jobs=2, dask="local", progress=False, report=False)
+    cc = _csvs(c.out_dir)
+    assert ca.keys() == cc.keys()
+    for name in ca:
+        pd.testing.assert_frame_equal(ca[name], cc[name], check_exact=True, obj=name)
+    assert json.loads((c.out_dir / "fairness_summary.json").read_text()) == summ

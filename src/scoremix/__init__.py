@@ -71,6 +71,7 @@ from scoremix.model_eer import (
 from scoremix.study import load_study, run_study
 from scoremix.fairness import (
     SubgroupError,
+    bootstrap_intervals,
     breakdown,
     compare_subgroup_dcf,
     fairness_index,
@@ -78,6 +79,8 @@ from scoremix.fairness import (
     posterior_subgroup_dcf,
     posterior_subgroup_measures,
     subgroup_dcf,
+    subgroup_dcf_replicates,
+    with_bootstrap,
 )
 
 __all__ = [
@@ -106,4 +109,5 @@ __all__ = [
     # subgroup fairness
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",
+    "subgroup_dcf_replicates", "with_bootstrap", "bootstrap_intervals",
 ]

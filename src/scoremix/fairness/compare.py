@@ -10,7 +10,7 @@ reported the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -18,9 +18,9 @@ import pandas as pd
 
 from scoremix.fairness.engine import CostSpec, Engine
 from scoremix.fairness.subgroups import SubgroupError
-from scoremix.fairness.sveva import _percentiles, prepare_trials, run_bootstrap
+from scoremix.fairness.sveva import _as_list, _percentiles, concat_replicates, prepare_trials, run_bootstrap
 
-__all__ = ["CompareResult", "compare_subgroup_dcf"]
+__all__ = ["CompareResult", "compare_subgroup_dcf", "compare_replicates", "compare_with_bootstrap"]
 
 
 @dataclass
@@ -59,6 +59,31 @@ def _split(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, system: str,
     return (str(names[0]), str(names[1])), [tables[n].reset_index(drop=True) for n in names]
 
 
+def _setup(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, groups: Sequence[str], system: str,
+           systems: Sequence[str] | None, trial_id: str | None, score: str, label: str, speaker: str,
+           positive: Any, cost: CostSpec, measures: Sequence[str], membership: str,
+           subgroup_kw: Mapping[str, Any]) -> tuple[tuple[str, str], list[Any], list[Engine]]:
+    """Split and align the two systems' trials and build one counting engine per system."""
+    names, dfs = _split(tables, system, systems)
+    if trial_id is not None:
+        for nm, d in zip(names, dfs):
+            if trial_id not in d.columns:
+                raise SubgroupError(f"trial_id column {trial_id!r} not in the table of system {nm!r}")
+        dfs[1] = dfs[1].set_index(trial_id).reindex(dfs[0][trial_id]).reset_index()
+        if dfs[1][score].isna().any():
+            raise SubgroupError(f"system {names[1]!r} lacks trials that system {names[0]!r} has")
+    if len(dfs[0]) != len(dfs[1]):
+        raise SubgroupError(f"systems {names} have different numbers of trials ({len(dfs[0])}, {len(dfs[1])})")
+    preps = [prepare_trials(d, groups, score=score, label=label, speaker=speaker, positive=positive,
+                            membership=membership, **subgroup_kw) for d in dfs]
+    if not (np.array_equal(preps[0].clusters, preps[1].clusters) and np.array_equal(preps[0].y, preps[1].y)):
+        raise SubgroupError("the two systems' trials differ in speakers or labels; align them (trial_id=)")
+    with_eer = "eer" in measures
+    engines = [Engine(p.scores, p.y, p.clusters, len(p.cluster_labels), p.sg, cost, with_eer=with_eer)
+               for p in preps]
+    return names, preps, engines
+
+
 def compare_subgroup_dcf(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, groups: Sequence[str], *,
                          system: str = "system", systems: Sequence[str] | None = None, trial_id: str | None = None,
                          score: str = "score", label: str = "label", speaker: str = "speaker",
@@ -85,24 +110,9 @@ def compare_subgroup_dcf(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, grou
     -------
     CompareResult
     """
-    names, dfs = _split(tables, system, systems)
-    if trial_id is not None:
-        for nm, d in zip(names, dfs):
-            if trial_id not in d.columns:
-                raise SubgroupError(f"trial_id column {trial_id!r} not in the table of system {nm!r}")
-        dfs[1] = dfs[1].set_index(trial_id).reindex(dfs[0][trial_id]).reset_index()
-        if dfs[1][score].isna().any():
-            raise SubgroupError(f"system {names[1]!r} lacks trials that system {names[0]!r} has")
-    if len(dfs[0]) != len(dfs[1]):
-        raise SubgroupError(f"systems {names} have different numbers of trials ({len(dfs[0])}, {len(dfs[1])})")
     cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
-    preps = [prepare_trials(d, groups, score=score, label=label, speaker=speaker, positive=positive,
-                            membership=membership, **subgroup_kw) for d in dfs]
-    if not (np.array_equal(preps[0].clusters, preps[1].clusters) and np.array_equal(preps[0].y, preps[1].y)):
-        raise SubgroupError("the two systems' trials differ in speakers or labels; align them (trial_id=)")
-    with_eer = "eer" in measures
-    engines = [Engine(p.scores, p.y, p.clusters, len(p.cluster_labels), p.sg, cost, with_eer=with_eer)
-               for p in preps]
+    names, preps, engines = _setup(tables, groups, system, systems, trial_id, score, label, speaker, positive,
+                                   cost, measures, membership, subgroup_kw)
     C = len(preps[0].cluster_labels)
     points = [e.measures(np.ones((C, 1))) for e in engines]
     for m in measures:
@@ -110,30 +120,100 @@ def compare_subgroup_dcf(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, grou
             raise ValueError(f"unknown measure {m!r}")
     tab = preps[0].sg.cells.copy()
     tab["n_speakers"] = preps[0].sg.n_speakers
-    reps = None
-    if n_boot > 0:
-        rng = np.random.default_rng(random_state)
-        reps = run_bootstrap(engines, preps[0].strata, n_boot, rng, progress=progress, desc="paired bootstrap")
     for m in measures:
         for k, nm in enumerate(names):
             tab[f"{m}_{nm}"] = points[k][m][:, 0]
-            if reps is not None:
-                lo, hi = _percentiles(reps[k][m], ci)
-                tab[f"{m}_{nm}_lo"], tab[f"{m}_{nm}_hi"] = lo, hi
         tab[f"{m}_diff"] = points[1][m][:, 0] - points[0][m][:, 0]
-        if reps is not None:
-            lo, hi = _percentiles(reps[1][m] - reps[0][m], ci)
-            tab[f"{m}_diff_lo"], tab[f"{m}_diff_hi"] = lo, hi
     fi: dict[str, tuple[float, float, float]] = {}
     for k, nm in enumerate(names):
-        v = float(points[k]["fairness_index"][0])
-        lo, hi = _percentiles(reps[k]["fairness_index"][None, :], ci) if reps is not None else ([np.nan], [np.nan])
-        fi[nm] = (v, float(lo[0]), float(hi[0]))
-    dv = float(points[1]["fairness_index"][0] - points[0]["fairness_index"][0])
-    if reps is not None:
-        lo, hi = _percentiles((reps[1]["fairness_index"] - reps[0]["fairness_index"])[None, :], ci)
-        fi["diff"] = (dv, float(lo[0]), float(hi[0]))
-    else:
-        fi["diff"] = (dv, np.nan, np.nan)
-    return CompareResult(table=tab, systems=names, fairness_index=fi,
-                         replicates=None if reps is None else {names[0]: reps[0], names[1]: reps[1]})
+        fi[nm] = (float(points[k]["fairness_index"][0]), np.nan, np.nan)
+    fi["diff"] = (float(points[1]["fairness_index"][0] - points[0]["fairness_index"][0]), np.nan, np.nan)
+    res = CompareResult(table=tab, systems=names, fairness_index=fi, replicates=None)
+    if n_boot > 0:
+        rng = np.random.default_rng(random_state)
+        reps = run_bootstrap(engines, preps[0].strata, n_boot, rng, progress=progress, desc="paired bootstrap")
+        res = compare_with_bootstrap(res, {names[0]: reps[0], names[1]: reps[1]}, ci, measures=measures)
+    return res
+
+
+def compare_replicates(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, groups: Sequence[str],
+                       seeds: Sequence[Any] | Any, counts: Sequence[int] | int, *, system: str = "system",
+                       systems: Sequence[str] | None = None, trial_id: str | None = None, score: str = "score",
+                       label: str = "label", speaker: str = "speaker", positive: Any = None,
+                       p_target: float = 0.05, c_miss: float = 1.0, c_fa: float = 1.0, normalize: bool = False,
+                       measures: Sequence[str] = ("ratio_overall", "ratio_own"), membership: str = "enrol",
+                       progress: bool = False, **subgroup_kw: Any) -> dict[str, dict[str, np.ndarray]]:
+    """Paired bootstrap replicates of both systems, in independently seeded pieces.
+
+    Piece ``j`` draws ``counts[j]`` replicates (one set of speaker multiplicities per replicate,
+    shared by both systems) from ``numpy.random.default_rng(seeds[j])``, exactly as
+    ``compare_subgroup_dcf(..., n_boot=counts[j], random_state=seeds[j]).replicates``; pieces
+    are concatenated in order.  Arguments as in :func:`compare_subgroup_dcf`.
+
+    Returns
+    -------
+    ``{system name: replicate dict}`` (see :func:`scoremix.fairness.subgroup_dcf_replicates`).
+    """
+    seeds, counts = _as_list(seeds), [int(c) for c in _as_list(counts)]
+    if len(seeds) != len(counts) or not seeds:
+        raise ValueError(f"seeds and counts must be non-empty and of equal length, got {len(seeds)} and {len(counts)}")
+    if min(counts) < 1:
+        raise ValueError(f"every piece needs at least one replicate, got counts={counts}")
+    cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
+    names, preps, engines = _setup(tables, groups, system, systems, trial_id, score, label, speaker, positive,
+                                   cost, measures, membership, subgroup_kw)
+    parts = [run_bootstrap(engines, preps[0].strata, n, np.random.default_rng(sd), progress=progress,
+                           desc="paired bootstrap") for sd, n in zip(seeds, counts)]
+    return {nm: concat_replicates([p[k] for p in parts]) for k, nm in enumerate(names)}
+
+
+def compare_with_bootstrap(result: CompareResult,
+                           replicates: Sequence[Mapping[str, dict[str, np.ndarray]]] | Mapping[str, dict[str, np.ndarray]],
+                           ci: float = 0.95, measures: Sequence[str] | None = None) -> CompareResult:
+    """Attach paired-bootstrap intervals to a point-estimate :class:`CompareResult`.
+
+    For system ``A``, ``B`` and the difference ``Δ = B − A`` of every measure (and of the
+    Fairness Index) the interval is the ``[(1-ci)/2, (1+ci)/2]`` percentile interval over all
+    replicates of all pieces (the difference is taken replicate by replicate, so the pairing
+    is kept).  ``compare_subgroup_dcf(..., n_boot=B, random_state=s)`` equals
+    ``compare_with_bootstrap(compare_subgroup_dcf(..., n_boot=0), compare_replicates(..., [s], [B]))``.
+
+    Parameters
+    ----------
+    result:
+        a result of :func:`compare_subgroup_dcf` (its intervals, if any, are replaced).
+    replicates:
+        ``{system: replicate dict}`` or a list of such pieces.
+    ci:
+        interval level.
+    measures:
+        measures of the table (default: every ``<m>_diff`` column of ``result.table``).
+    """
+    if not 0.0 < ci < 1.0:
+        raise ValueError(f"ci must be in (0, 1), got {ci}")
+    pieces = _as_list(replicates) if not isinstance(replicates, Mapping) else [replicates]
+    a, b = result.systems
+    for j, p in enumerate(pieces):
+        if set(p) != {a, b}:
+            raise ValueError(f"replicate piece {j} is for systems {sorted(p)}, the result for {[a, b]}")
+    reps = {nm: concat_replicates([p[nm] for p in pieces]) for nm in (a, b)}
+    t = result.table
+    if measures is None:
+        measures = [c[:-5] for c in t.columns if c.endswith("_diff") and f"{c[:-5]}_{a}" in t.columns]
+    drop = {f"{m}_{s}{e}" for m in measures for s in (a, b, "diff") for e in ("", "_lo", "_hi")}
+    tab = t[[c for c in t.columns if c not in drop]].copy()
+    for m in measures:
+        if m not in reps[a]:
+            raise ValueError(f"replicates lack measure {m!r}")
+        for nm in (a, b):
+            tab[f"{m}_{nm}"] = t[f"{m}_{nm}"]
+            tab[f"{m}_{nm}_lo"], tab[f"{m}_{nm}_hi"] = _percentiles(reps[nm][m], ci)
+        tab[f"{m}_diff"] = t[f"{m}_diff"]
+        tab[f"{m}_diff_lo"], tab[f"{m}_diff_hi"] = _percentiles(reps[b][m] - reps[a][m], ci)
+    fi: dict[str, tuple[float, float, float]] = {}
+    for nm in (a, b):
+        lo, hi = _percentiles(reps[nm]["fairness_index"][None, :], ci)
+        fi[nm] = (float(result.fairness_index[nm][0]), float(lo[0]), float(hi[0]))
+    lo, hi = _percentiles((reps[b]["fairness_index"] - reps[a]["fairness_index"])[None, :], ci)
+    fi["diff"] = (float(result.fairness_index["diff"][0]), float(lo[0]), float(hi[0]))
+    return replace(result, table=tab, fairness_index=fi, replicates=reps)

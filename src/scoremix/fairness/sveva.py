@@ -24,7 +24,7 @@ Counting at ``τ*`` is exact (no interpolation, no nearest stored threshold) unl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,7 +35,8 @@ from scoremix.fairness.bootstrap import draw_cluster_weights
 from scoremix.fairness.engine import MEASURES, CostSpec, Engine, cluster_codes, quiet_runtime_warnings
 from scoremix.fairness.subgroups import SubgroupError, Subgroups, binary_labels, define_subgroups
 
-__all__ = ["SubgroupDCFResult", "subgroup_dcf", "fairness_index", "prepare_trials", "DEFAULT_MIN_ERRORS"]
+__all__ = ["SubgroupDCFResult", "subgroup_dcf", "fairness_index", "prepare_trials", "DEFAULT_MIN_ERRORS",
+           "subgroup_dcf_replicates", "concat_replicates", "bootstrap_intervals", "with_bootstrap"]
 
 #: Doddington's rule of 30: fewer errors than this make a rate unreliable
 DEFAULT_MIN_ERRORS = 30
@@ -284,24 +285,153 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
         eng = Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost, with_eer=eer)
         point = eng.measures(np.ones((len(prep.cluster_labels), 1)))
     table = _point_table(prep, point, min_speakers, min_errors)
-    reps = None
-    fi_ci = (np.nan, np.nan)
+    overall = {k: float(point[f"all_{k}"][0]) for k in ("min_dcf", "threshold", "fpr", "fnr", "eer")}
+    res = SubgroupDCFResult(table=table, min_dcf=overall["min_dcf"], threshold=overall["threshold"],
+                            fairness_index=float(point["fairness_index"][0]), fairness_index_ci=(np.nan, np.nan),
+                            overall=overall, settings=settings, replicates=None, _prepared=prep)
     if n_boot > 0:
         assert eng is not None
         rng = np.random.default_rng(random_state)
         reps = run_bootstrap([eng], prep.strata, n_boot, rng, progress=progress)[0]
-        for m in MEASURES:
-            lo, hi = _percentiles(reps[m], ci)
-            table[f"{m}_lo"] = lo
-            table[f"{m}_hi"] = hi
-        lo, hi = _percentiles(reps["fairness_index"][None, :], ci)
-        fi_ci = (float(lo[0]), float(hi[0]))
-        cols = list(prep.sg.cells.columns) + ["n_speakers", "n_pos", "n_neg"]
-        for m in MEASURES:
-            cols += [m, f"{m}_lo", f"{m}_hi"]
-        cols += ["n_errors", "reliable", "note"]
-        table = table[cols]
-    overall = {k: float(point[f"all_{k}"][0]) for k in ("min_dcf", "threshold", "fpr", "fnr", "eer")}
-    return SubgroupDCFResult(table=table, min_dcf=overall["min_dcf"], threshold=overall["threshold"],
-                             fairness_index=float(point["fairness_index"][0]), fairness_index_ci=fi_ci,
-                             overall=overall, settings=settings, replicates=reps, _prepared=prep)
+        res = with_bootstrap(res, reps, ci)
+    return res
+
+
+# ---------------------------------------------------------------------------------------
+# bootstrap in independent pieces (chunks) and their combination
+# ---------------------------------------------------------------------------------------
+
+def _as_list(x: Any) -> list[Any]:
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: Sequence[Any] | Any,
+                            counts: Sequence[int] | int, score: str = "score", label: str = "label",
+                            speaker: str = "speaker", positive: Any = None, p_target: float = 0.05,
+                            c_miss: float = 1.0, c_fa: float = 1.0, normalize: bool = False,
+                            membership: str = "enrol", progress: bool = False, *,
+                            test_speaker: str | None = None, test_groups: Sequence[str] | None = None,
+                            speaker_table: pd.DataFrame | None = None, cluster: str | None = None,
+                            eer: bool = True) -> dict[str, np.ndarray]:
+    """Cluster-bootstrap replicates of every SVEva measure, in independently seeded pieces.
+
+    Piece ``j`` draws ``counts[j]`` replicates from ``numpy.random.default_rng(seeds[j])``
+    exactly as ``subgroup_dcf(..., n_boot=counts[j], random_state=seeds[j])`` does, so its
+    replicates equal that call's ``result.replicates``; the pieces are concatenated in the
+    order given (``B = Σ_j counts[j]`` replicates).  Pieces computed in different processes
+    and joined with :func:`concat_replicates` give the same arrays.
+
+    Parameters
+    ----------
+    trials, groups, score, label, speaker, positive, p_target, c_miss, c_fa, normalize, membership,
+    test_speaker, test_groups, speaker_table, cluster, eer:
+        as in :func:`subgroup_dcf`.
+    seeds:
+        one seed (int, ``numpy.random.SeedSequence`` or anything ``default_rng`` accepts) per piece.
+    counts:
+        replicates per piece (same length as ``seeds``; each >= 1).
+    progress:
+        tqdm bar per piece.
+
+    Returns
+    -------
+    dict of arrays: ``(G, B)`` per subgroup measure (``MEASURES``, ``n_pos``, ``n_neg``,
+    ``n_errors``, …) and ``(B,)`` for overall ones (``fairness_index``, ``all_*``).
+    """
+    seeds, counts = _as_list(seeds), [int(c) for c in _as_list(counts)]
+    if len(seeds) != len(counts) or not seeds:
+        raise ValueError(f"seeds and counts must be non-empty and of equal length, got {len(seeds)} and {len(counts)}")
+    if min(counts) < 1:
+        raise ValueError(f"every piece needs at least one replicate, got counts={counts}")
+    cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
+    prep = prepare_trials(trials, groups, score=score, label=label, speaker=speaker, positive=positive,
+                          membership=membership, test_speaker=test_speaker, test_groups=test_groups,
+                          speaker_table=speaker_table, cluster=cluster)
+    if prep.y.min() == prep.y.max():
+        raise SubgroupError(f"label column {label!r} holds only one class; both classes are needed")
+    eng = Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost, with_eer=eer)
+    parts = [run_bootstrap([eng], prep.strata, n, np.random.default_rng(sd), progress=progress)[0]
+             for sd, n in zip(seeds, counts)]
+    return concat_replicates(parts)
+
+
+def concat_replicates(parts: Sequence[dict[str, np.ndarray]] | dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Join replicate dicts (same keys; arrays ``(…, B_j)``) along the replicate axis, in order."""
+    parts = _as_list(parts)
+    if not parts:
+        raise ValueError("no replicates to combine")
+    keys = list(parts[0])
+    for j, p in enumerate(parts[1:], start=1):
+        if list(p) != keys:
+            raise ValueError(f"replicate piece {j} has measures {sorted(p)}, piece 0 has {sorted(keys)}")
+    return {k: np.concatenate([np.asarray(p[k]) for p in parts], axis=-1) for k in keys}
+
+
+def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, np.ndarray], ci: float = 0.95,
+                        measures: Sequence[str] = MEASURES) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]],
+                                                                     tuple[float, float]]:
+    """Percentile intervals of the subgroup measures and of the Fairness Index.
+
+    For replicates :math:`\\hat r^{(1)}_g, …, \\hat r^{(B)}_g` of a measure (infinite values
+    treated as missing) the interval is ``[Q_{(1-ci)/2}, Q_{(1+ci)/2}]`` of the finite ones
+    (``numpy.nanquantile``, linear interpolation), over *all* ``B`` replicates of all pieces.
+
+    Returns
+    -------
+    ``({measure: (lo (G,), hi (G,))}, (FI_lo, FI_hi))``
+    """
+    reps = concat_replicates(replicates)
+    iv = {m: _percentiles(reps[m], ci) for m in measures}
+    lo, hi = _percentiles(reps["fairness_index"][None, :], ci)
+    return iv, (float(lo[0]), float(hi[0]))
+
+
+def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.ndarray]] | dict[str, np.ndarray],
+                   ci: float | None = None, **settings: Any) -> SubgroupDCFResult:
+    """Attach bootstrap intervals to a point-estimate :class:`SubgroupDCFResult`.
+
+    ``subgroup_dcf(..., n_boot=B, random_state=s)`` equals
+    ``with_bootstrap(subgroup_dcf(..., n_boot=0), subgroup_dcf_replicates(..., [s], [B]), ci)``;
+    with several pieces the intervals come from all their replicates together.
+
+    Parameters
+    ----------
+    result:
+        a result of :func:`subgroup_dcf` (exact counting; its own intervals, if any, are replaced).
+    replicates:
+        one replicate dict or a list of pieces (see :func:`subgroup_dcf_replicates`).
+    ci:
+        interval level (default: ``result.settings["ci"]``).
+    **settings:
+        extra entries for ``result.settings`` (e.g. the seeds of the pieces).
+
+    Returns
+    -------
+    a new :class:`SubgroupDCFResult` with ``<measure>_lo/_hi`` columns, ``fairness_index_ci``,
+    ``replicates`` and ``settings["n_boot"] = B``.
+    """
+    if result.settings.get("compat") == "sveva":
+        raise ValueError("compat='sveva' results are point estimates only; bootstrap with compat=None")
+    ci = float(result.settings.get("ci", 0.95) if ci is None else ci)
+    _validate(0, ci, None)
+    reps = concat_replicates(replicates)
+    G = len(result.table)
+    for m in MEASURES:
+        if m not in reps:
+            raise ValueError(f"replicates lack measure {m!r}")
+        if reps[m].ndim != 2 or reps[m].shape[0] != G:
+            raise ValueError(f"replicates of {m!r} have shape {reps[m].shape}; expected ({G}, B) for {G} subgroups")
+    iv, fi_ci = bootstrap_intervals(reps, ci)
+    old_iv = {f"{m}_{e}" for m in MEASURES for e in ("lo", "hi")}
+    base = result.table[[c for c in result.table.columns if c not in old_iv]].copy()
+    for m in MEASURES:
+        base[f"{m}_lo"], base[f"{m}_hi"] = iv[m]
+    fixed = {"n_speakers", "n_pos", "n_neg", "n_errors", "reliable", "note", *MEASURES, *old_iv}
+    cells = (list(result._prepared.sg.cells.columns) if result._prepared is not None
+             else [c for c in base.columns if c not in fixed])
+    cols = cells + ["n_speakers", "n_pos", "n_neg"]
+    for m in MEASURES:
+        cols += [m, f"{m}_lo", f"{m}_hi"]
+    cols += ["n_errors", "reliable", "note"]
+    st = {**result.settings, "n_boot": int(reps["fairness_index"].shape[-1]), "ci": ci, **settings}
+    return replace(result, table=base[cols], fairness_index_ci=fi_ci, settings=st, replicates=reps)

@@ -143,6 +143,7 @@ class FairnessConfig:
 
     groups: list[str] = field(default_factory=list)
     n_boot: int = 200
+    boot_chunk: int = 250
     ci: float = 0.95
     p_target: float = 0.05
     c_miss: float = 1.0
@@ -172,6 +173,7 @@ class CompareConfig:
     systems: list[str] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)
     n_boot: int = 200
+    boot_chunk: int = 250
     ci: float = 0.95
     trial_id: str | None = None
     measures: list[str] = field(default_factory=lambda: ["ratio_overall", "ratio_own"])
@@ -582,6 +584,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         if not f.groups:
             raise s.err("groups", "is required (or list [data].subgroups)")
         f.n_boot = s.int("n_boot", 200, minimum=0) or 0
+        f.boot_chunk = s.int("boot_chunk", 250, minimum=0) or 0
         f.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
         f.p_target = s.float("p_target", 0.05, 0.0, 1.0, open_lo=True, open_hi=True) or 0.05
         f.c_miss = s.float("c_miss", 1.0, 0.0, open_lo=True) or 1.0
@@ -617,6 +620,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         if not c.groups:
             raise s.err("groups", "is required (or list [data].subgroups)")
         c.n_boot = s.int("n_boot", 200, minimum=0) or 0
+        c.boot_chunk = s.int("boot_chunk", 250, minimum=0) or 0
         c.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
         c.trial_id = s.str("trial_id", None)
         c.measures = s.strlist("measures", ["ratio_overall", "ratio_own"])

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Task", "task_seed", "run_tasks", "DaskUnavailableError", "dask_available"]
+__all__ = ["Task", "task_seed", "boot_chunks", "chunk_seeds", "run_tasks", "DaskUnavailableError", "dask_available"]
 
 
 class DaskUnavailableError(ImportError):
@@ -38,6 +38,44 @@ def task_seed(study_seed: int, key: str) -> int:
     """A 31-bit seed from the study seed and a task key (``SeedSequence([seed, crc32(key)])``)."""
     ss = np.random.SeedSequence([int(study_seed), zlib.crc32(key.encode("utf-8"))])
     return int(ss.generate_state(1)[0] % (2**31 - 1))
+
+
+def boot_chunks(n_boot: int, chunk: int) -> list[int]:
+    """Split ``n_boot`` bootstrap replicates into chunks of at most ``chunk`` (0: one chunk).
+
+    ``k = ceil(n_boot / chunk)`` chunks of ``chunk`` replicates, the last one holding the rest;
+    ``[]`` when ``n_boot = 0``.
+
+    Examples
+    --------
+    >>> boot_chunks(1000, 250), boot_chunks(600, 250), boot_chunks(200, 250), boot_chunks(7, 0)
+    ([250, 250, 250, 250], [250, 250, 100], [200], [7])
+    """
+    if n_boot < 0 or chunk < 0:
+        raise ValueError(f"n_boot and chunk must be >= 0, got {n_boot} and {chunk}")
+    if n_boot == 0:
+        return []
+    if chunk == 0 or chunk >= n_boot:
+        return [int(n_boot)]
+    k, rest = divmod(int(n_boot), int(chunk))
+    return [int(chunk)] * k + ([rest] if rest else [])
+
+
+def chunk_seeds(study_seed: int, key: str, n_chunks: int) -> list[int]:
+    """Seeds of the ``n_chunks`` bootstrap chunks of task ``key``.
+
+    One chunk gets the task's own seed (:func:`task_seed`), so an unsplit bootstrap is the
+    same as before chunking existed; with ``k > 1`` chunks, chunk ``j`` gets the first 32-bit
+    word of child ``j`` of ``SeedSequence([study_seed, crc32(key)]).spawn(k)``.  A chunk's
+    seed therefore depends on (study seed, task key, chunk index) only, never on where or when
+    it runs; changing the chunk size changes the chunks and hence the replicates.
+    """
+    if n_chunks < 1:
+        raise ValueError(f"n_chunks must be >= 1, got {n_chunks}")
+    if n_chunks == 1:
+        return [task_seed(study_seed, key)]
+    root = np.random.SeedSequence([int(study_seed), zlib.crc32(key.encode("utf-8"))])
+    return [int(child.generate_state(1)[0]) for child in root.spawn(n_chunks)]
 
 
 def dask_available() -> bool:

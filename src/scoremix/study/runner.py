@@ -41,7 +41,7 @@ import pandas as pd
 
 from scoremix.study.config import StudyConfig, load_study
 from scoremix.study.data import ALL_SYSTEMS, StudyData, apply_filters, load_study_data
-from scoremix.study.parallel import Task, run_tasks, task_seed
+from scoremix.study.parallel import Task, boot_chunks, chunk_seeds, run_tasks, task_seed
 
 __all__ = ["StudyResult", "run_study", "FILE_DESCRIPTIONS"]
 
@@ -136,8 +136,15 @@ def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
                                                                  an.metrics)))
         if an.fairness is not None:
             k = f"fairness/{system}"
-            out.append(Task(k, T.fairness_task, (system, rows(df, an.fairness.filters, "fairness"), an.fairness,
-                                                 speaker, task_seed(seed, k), cfg.data.min_speakers)))
+            fdf = rows(df, an.fairness.filters, "fairness")
+            counts = boot_chunks(an.fairness.n_boot, an.fairness.boot_chunk)
+            if len(counts) <= 1:
+                out.append(Task(k, T.fairness_task, (system, fdf, an.fairness, speaker, task_seed(seed, k),
+                                                     cfg.data.min_speakers)))
+            else:
+                out.append(Task(k, T.fairness_point_task, (system, fdf, an.fairness, speaker, cfg.data.min_speakers)))
+                for j, (sd, n) in enumerate(zip(chunk_seeds(seed, k, len(counts)), counts)):
+                    out.append(Task(f"{BOOT_PREFIX}{k}/{j}", T.fairness_boot_task, (fdf, an.fairness, speaker, sd, n)))
         if an.breakdown is not None:
             k = f"breakdown/{system}"
             sp = speaker if speaker in df.columns else None
@@ -157,9 +164,48 @@ def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
             out.append(Task(k, T.model_task, (m, system, df, task_seed(seed, k), meer, an.fairness, speaker)))
     if an.compare is not None:
         k = "compare"
-        out.append(Task(k, T.compare_task, (data.table, cfg.data.system, an.compare, speaker, an.fairness,
-                                             task_seed(seed, k))))
+        cargs = (data.table, cfg.data.system, an.compare, speaker, an.fairness)
+        counts = boot_chunks(an.compare.n_boot, an.compare.boot_chunk)
+        if len(counts) <= 1:
+            out.append(Task(k, T.compare_task, (*cargs, task_seed(seed, k))))
+        else:
+            out.append(Task(k, T.compare_point_task, cargs))
+            for j, (sd, n) in enumerate(zip(chunk_seeds(seed, k, len(counts)), counts)):
+                out.append(Task(f"{BOOT_PREFIX}{k}/{j}", T.compare_boot_task, (*cargs, sd, n)))
     return out
+
+
+#: key prefix of bootstrap-chunk tasks: ``boot:<task key>/<chunk index>``
+BOOT_PREFIX = "boot:"
+
+
+def _combine_chunks(tasks: list[Task], results: list[Any]) -> tuple[list[Task], list[Any]]:
+    """Join bootstrap-chunk results to their point task (in chunk order, whatever order the
+    chunks ran in) and return the tasks and results with one combined entry per analysis."""
+    from scoremix.study import tasks as T
+
+    chunks: dict[str, list[tuple[int, int, Any]]] = {}
+    for t, r in zip(tasks, results):
+        if t.key.startswith(BOOT_PREFIX):
+            parent, j = t.key[len(BOOT_PREFIX):].rsplit("/", 1)
+            sd = t.args[-2]
+            chunks.setdefault(parent, []).append((int(j), sd, r))
+    out_t, out_r = [], []
+    for t, r in zip(tasks, results):
+        if t.key.startswith(BOOT_PREFIX):
+            continue
+        if t.key in chunks:
+            parts = sorted(chunks[t.key], key=lambda c: c[0])
+            reps, seeds = [p[2] for p in parts], [p[1] for p in parts]
+            if t.fn is T.fairness_point_task:
+                r = T.fairness_combine(t.args[0], r, reps, t.args[2], seeds)
+            elif t.fn is T.compare_point_task:
+                r = T.compare_combine(r, reps, t.args[2])
+            else:  # pragma: no cover - only the two analyses above are chunked
+                raise RuntimeError(f"bootstrap chunks for task {t.key!r} that cannot combine them")
+        out_t.append(t)
+        out_r.append(r)
+    return out_t, out_r
 
 
 def _write_csv(res: StudyResult, name: str, df: pd.DataFrame | None) -> None:
@@ -249,7 +295,9 @@ def _write_outputs(res: StudyResult) -> None:
     if res.compare is not None:
         _write_csv(res, "compare.csv", res.compare["table"])
         _write_json(res, "compare_summary.json", {"systems": res.compare["systems"],
-                                                  "fairness_index": res.compare["fairness_index"]})
+                                                  "fairness_index": res.compare["fairness_index"],
+                                                  "n_boot": res.compare.get("n_boot", 0),
+                                                  "boot_chunks": res.compare.get("boot_chunks", 0)})
     _write_csv(res, "nuisance.csv", res.nuisance)
 
 
@@ -328,6 +376,7 @@ def run_study(study: StudyConfig | str | Path, out_dir: str | Path | None = None
         f"({'dask ' + dask if dask else f'{jobs} job(s)'})")
     t1 = time.perf_counter()
     results = run_tasks(tasks, jobs=jobs, dask=dask, progress=progress)
+    tasks, results = _combine_chunks(tasks, results)
     res.timings["tasks"] = time.perf_counter() - t1
     _collect(res, tasks, results)
     if data.simulation is not None:

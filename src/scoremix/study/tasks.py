@@ -13,8 +13,9 @@ import pandas as pd
 from scoremix.study.config import (BreakdownConfig, CompareConfig, FairnessConfig, MetricsConfig,
                                    ModelConfig, ModelEERConfig, NuisanceConfig)
 
-__all__ = ["metrics_task", "model_task", "fit_model", "fairness_task", "breakdown_task", "compare_task", "nuisance_task",
-           "png_of"]
+__all__ = ["metrics_task", "model_task", "fit_model", "fairness_task", "fairness_point_task", "fairness_boot_task",
+           "fairness_combine", "breakdown_task", "compare_task", "compare_point_task", "compare_boot_task",
+           "compare_combine", "nuisance_task", "png_of"]
 
 
 def png_of(fig: Any) -> bytes:
@@ -268,32 +269,74 @@ def _posterior_fairness(bres: Any, df: pd.DataFrame, fcfg: FairnessConfig, speak
 # fairness, breakdown, compare, nuisance
 # ---------------------------------------------------------------------------------------
 
+def _sveva_kwargs(cfg: FairnessConfig, speaker: str) -> dict[str, Any]:
+    return dict(score="score", label="y", speaker=speaker, p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa,
+                normalize=cfg.normalize, membership=cfg.membership)
+
+
 def fairness_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, speaker: str, seed: int,
                   min_speakers: int = 5) -> dict[str, Any]:
-    """SVEva subgroup table with cluster-bootstrap intervals, DET per subgroup and score
-    distributions of one system (:func:`scoremix.fairness.subgroup_dcf`)."""
+    """SVEva subgroup table with cluster-bootstrap intervals (one seed, one task), DET per
+    subgroup and score distributions of one system (:func:`scoremix.fairness.subgroup_dcf`)."""
     _agg()
     from scoremix.fairness import subgroup_dcf
 
-    res = subgroup_dcf(df, cfg.groups, score="score", label="y", speaker=speaker, p_target=cfg.p_target,
-                       c_miss=cfg.c_miss, c_fa=cfg.c_fa, normalize=cfg.normalize, n_boot=cfg.n_boot, ci=cfg.ci,
-                       random_state=seed, min_speakers=min_speakers, membership=cfg.membership, progress=False)
+    res = subgroup_dcf(df, cfg.groups, n_boot=cfg.n_boot, ci=cfg.ci, random_state=seed, min_speakers=min_speakers,
+                       progress=False, **_sveva_kwargs(cfg, speaker))
+    return _fairness_outputs(system, res, cfg, png_of(res.plot_det()), png_of(res.plot_scores()), n_chunks=1)
+
+
+def fairness_point_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, speaker: str,
+                        min_speakers: int = 5) -> dict[str, Any]:
+    """Point estimates (no bootstrap) of the SVEva table plus the DET and score plots; the
+    intervals come from :func:`fairness_boot_task` chunks joined by :func:`fairness_combine`."""
+    _agg()
+    from scoremix.fairness import subgroup_dcf
+
+    res = subgroup_dcf(df, cfg.groups, n_boot=0, ci=cfg.ci, min_speakers=min_speakers, progress=False,
+                       **_sveva_kwargs(cfg, speaker))
+    return {"result": res, "det_png": png_of(res.plot_det()), "scores_png": png_of(res.plot_scores())}
+
+
+def fairness_boot_task(df: pd.DataFrame, cfg: FairnessConfig, speaker: str, seed: int,
+                       count: int) -> dict[str, np.ndarray]:
+    """``count`` cluster-bootstrap replicates of every SVEva measure from ``default_rng(seed)``
+    (:func:`scoremix.fairness.subgroup_dcf_replicates`)."""
+    from scoremix.fairness import subgroup_dcf_replicates
+
+    return subgroup_dcf_replicates(df, cfg.groups, [seed], [count], progress=False, **_sveva_kwargs(cfg, speaker))
+
+
+def fairness_combine(system: str, point: dict[str, Any], parts: list[dict[str, np.ndarray]], cfg: FairnessConfig,
+                     seeds: list[int]) -> dict[str, Any]:
+    """Percentile intervals from all chunks' replicates (:func:`scoremix.fairness.with_bootstrap`)
+    on the point table of :func:`fairness_point_task`; the same outputs as :func:`fairness_task`."""
+    from scoremix.fairness import with_bootstrap
+
+    res = with_bootstrap(point["result"], parts, cfg.ci, random_state=None, boot_seeds=list(seeds))
+    return _fairness_outputs(system, res, cfg, point["det_png"], point["scores_png"], n_chunks=len(parts))
+
+
+def _fairness_outputs(system: str, res: Any, cfg: FairnessConfig, det_png: bytes, scores_png: bytes,
+                      n_chunks: int) -> dict[str, Any]:
     tab = res.table.copy()
     tab.insert(0, "system", system)
     summary = {"system": system, "min_dcf": res.min_dcf, "threshold": res.threshold,
                "fairness_index": res.fairness_index, "fairness_index_lo": res.fairness_index_ci[0],
-               "fairness_index_hi": res.fairness_index_ci[1], **{f"overall_{k}": v for k, v in res.overall.items()}}
+               "fairness_index_hi": res.fairness_index_ci[1], "n_boot": int(res.settings.get("n_boot", 0)),
+               "boot_chunks": int(n_chunks) if res.settings.get("n_boot", 0) else 0,
+               **{f"overall_{k}": v for k, v in res.overall.items()}}
     from scoremix.study.report import forest_figure
 
     forest = None
     if "ratio_overall_lo" in tab.columns:
+        _agg()
         ok = tab[tab["ratio_overall"].notna()]
         series = pd.DataFrame({"series": system, "term": ok["subgroup"].astype(str), "estimate": ok["ratio_overall"],
                                "lo": ok["ratio_overall_lo"], "hi": ok["ratio_overall_hi"]})
         forest = png_of(forest_figure(series, f"ratio_overall per subgroup — {system}", ref=1.0,
                                       xlabel=f"C_det^g(τ*) / C_det(τ*) ({100 * cfg.ci:g} % bootstrap interval)"))
-    return {"table": tab, "summary": summary, "det_png": png_of(res.plot_det()),
-            "scores_png": png_of(res.plot_scores()), "forest_png": forest}
+    return {"table": tab, "summary": summary, "det_png": det_png, "scores_png": scores_png, "forest_png": forest}
 
 
 def breakdown_task(system: str, df: pd.DataFrame, cfg: BreakdownConfig, speaker: str | None,
@@ -308,25 +351,66 @@ def breakdown_task(system: str, df: pd.DataFrame, cfg: BreakdownConfig, speaker:
     return tab
 
 
-def compare_task(df: pd.DataFrame, system_col: str, cfg: CompareConfig, speaker: str, fcfg: FairnessConfig | None,
-                 seed: int) -> dict[str, Any]:
-    """Paired-bootstrap comparison of two systems (:func:`scoremix.fairness.compare_subgroup_dcf`)
-    with the ratio scatter plot."""
-    _agg()
-    from scoremix.fairness import compare_subgroup_dcf
-
+def _compare_input(df: pd.DataFrame, system_col: str, cfg: CompareConfig, speaker: str,
+                   fcfg: FairnessConfig | None) -> tuple[pd.DataFrame, dict[str, Any]]:
     cost = {} if fcfg is None else dict(p_target=fcfg.p_target, c_miss=fcfg.c_miss, c_fa=fcfg.c_fa,
                                         normalize=fcfg.normalize)
     sub = df[df[system_col].astype(str).isin(cfg.systems)].copy()
     sub[system_col] = sub[system_col].astype(str)
-    res = compare_subgroup_dcf(sub, cfg.groups, system=system_col, systems=cfg.systems, trial_id=cfg.trial_id,
-                               score="score", label="y", speaker=speaker, measures=cfg.measures,
-                               n_boot=cfg.n_boot, ci=cfg.ci, random_state=seed, progress=False, **cost)
+    kw = dict(system=system_col, systems=cfg.systems, trial_id=cfg.trial_id, score="score", label="y",
+              speaker=speaker, measures=cfg.measures, **cost)
+    return sub, kw
+
+
+def compare_task(df: pd.DataFrame, system_col: str, cfg: CompareConfig, speaker: str, fcfg: FairnessConfig | None,
+                 seed: int) -> dict[str, Any]:
+    """Paired-bootstrap comparison of two systems (:func:`scoremix.fairness.compare_subgroup_dcf`)
+    with the ratio scatter plot."""
+    from scoremix.fairness import compare_subgroup_dcf
+
+    sub, kw = _compare_input(df, system_col, cfg, speaker, fcfg)
+    res = compare_subgroup_dcf(sub, cfg.groups, n_boot=cfg.n_boot, ci=cfg.ci, random_state=seed, progress=False,
+                               **kw)
+    return _compare_outputs(res, cfg)
+
+
+def compare_point_task(df: pd.DataFrame, system_col: str, cfg: CompareConfig, speaker: str,
+                       fcfg: FairnessConfig | None) -> Any:
+    """Point estimates of the two-system comparison (a :class:`~scoremix.fairness.CompareResult`
+    without intervals), to be joined with :func:`compare_boot_task` chunks."""
+    from scoremix.fairness import compare_subgroup_dcf
+
+    sub, kw = _compare_input(df, system_col, cfg, speaker, fcfg)
+    return compare_subgroup_dcf(sub, cfg.groups, n_boot=0, ci=cfg.ci, progress=False, **kw)
+
+
+def compare_boot_task(df: pd.DataFrame, system_col: str, cfg: CompareConfig, speaker: str,
+                      fcfg: FairnessConfig | None, seed: int, count: int) -> dict[str, dict[str, np.ndarray]]:
+    """``count`` paired replicates of both systems from ``default_rng(seed)``
+    (:func:`scoremix.fairness.compare_replicates`)."""
+    from scoremix.fairness import compare_replicates
+
+    sub, kw = _compare_input(df, system_col, cfg, speaker, fcfg)
+    return compare_replicates(sub, cfg.groups, [seed], [count], progress=False, **kw)
+
+
+def compare_combine(point: Any, parts: list[dict[str, dict[str, np.ndarray]]], cfg: CompareConfig) -> dict[str, Any]:
+    """Intervals from all chunks' paired replicates (:func:`scoremix.fairness.compare_with_bootstrap`)."""
+    from scoremix.fairness import compare_with_bootstrap
+
+    return _compare_outputs(compare_with_bootstrap(point, parts, cfg.ci, measures=cfg.measures), cfg,
+                            n_chunks=len(parts))
+
+
+def _compare_outputs(res: Any, cfg: CompareConfig, n_chunks: int = 1) -> dict[str, Any]:
+    _agg()
     fi = {k: {"value": v[0], "lo": v[1], "hi": v[2]} for k, v in res.fairness_index.items()}
     png = None
     if "ratio_overall" in cfg.measures:
         png = png_of(_ratio_scatter(res.table, list(res.systems)))
-    return {"table": res.table, "fairness_index": fi, "systems": list(res.systems), "scatter_png": png}
+    n_boot = 0 if res.replicates is None else int(next(iter(res.replicates.values()))["fairness_index"].shape[-1])
+    return {"table": res.table, "fairness_index": fi, "systems": list(res.systems), "scatter_png": png,
+            "n_boot": n_boot, "boot_chunks": n_chunks if n_boot else 0}
 
 
 def _ratio_scatter(tab: pd.DataFrame, systems: list[str]) -> Any:
