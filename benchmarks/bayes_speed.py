@@ -16,8 +16,18 @@ Usage::
     python benchmarks/bayes_speed.py                       # everything at 20k, 100k, 1M
     python benchmarks/bayes_speed.py --n 20000 --only rows collapsed --draws 500 --chains 2
 
-Reported per run: wall seconds (data preparation + compilation + sampling), min bulk ESS
-over the scalar parameters, and min bulk ESS / wall.
+Reported per run: cold wall seconds (formula/model frame + sufficient statistics + model
+build + compilation + sampling), the sampler's own sampling time (warm-up + draws, from
+``sample_stats.attrs["sampling_time"]``; PyMC's sampler and bambi record it, nutpie and
+numpyro through PyMC do not: NaN), the warm refit time, min bulk ESS over the scalar
+parameters, min bulk ESS / wall, max R-hat and divergent transitions.
+
+Every contender runs with the same draws/tune/chains/cores. Each scoremix fit starts cold
+in-process (the model cache is cleared, so the model is rebuilt and, for nutpie, recompiled to
+numba; PyTensor's on-disk C cache is warm after the first run of a model). The suffstats
+contenders (joint, collapsed, nutpie, numpyro) are then refitted once with the cached model
+(``refit_s``: the cost of a further fit of the same model shape, e.g. with new data or priors);
+``--no-refit`` skips that. ESS/s is always min bulk ESS / cold wall time.
 """
 
 from __future__ import annotations
@@ -53,10 +63,20 @@ def simulate(n: int, seed: int = 0) -> pd.DataFrame:
     })
 
 
-def run_scoremix(df, kind, draws, tune, chains, seed):
-    from scoremix.bayes import BayesConvergenceWarning, bayes_lmer
+def _sampling_time(idata) -> float:
+    """Seconds the sampler itself reports (warm-up + draws); NaN when it records none."""
+    ss = getattr(idata, "sample_stats", None)
+    t = None if ss is None else ss.attrs.get("sampling_time")
+    return float(t) if t is not None else float("nan")
 
-    kw = dict(draws=draws, tune=tune, chains=chains, random_seed=seed, progressbar=False)
+
+def run_scoremix(df, kind, draws, tune, chains, seed, cores, refit):
+    from scoremix.bayes import BayesConvergenceWarning, bayes_lmer
+    from scoremix.bayes.cache import clear_model_cache
+
+    clear_model_cache()
+    kw = dict(draws=draws, tune=tune, chains=chains, random_seed=seed, progressbar=False,
+              cores=cores)
     if kind == "rows":
         kw.update(method="joint", likelihood="rows")
     elif kind == "joint":
@@ -67,21 +87,32 @@ def run_scoremix(df, kind, draws, tune, chains, seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BayesConvergenceWarning)
         res = bayes_lmer(FORMULA, df, **kw)
-    wall = time.perf_counter() - t0
-    return wall, res.diagnostics.min_ess_bulk, res.diagnostics.max_rhat
+        wall = time.perf_counter() - t0
+        refit_s = float("nan")
+        if refit and kind != "rows":
+            t1 = time.perf_counter()
+            bayes_lmer(FORMULA, df, **kw)
+            refit_s = time.perf_counter() - t1
+    clear_model_cache()
+    d = res.diagnostics
+    return wall, _sampling_time(res.idata), refit_s, d.min_ess_bulk, d.max_rhat, d.n_divergent
 
 
-def run_bambi(df, draws, tune, chains, seed):
+def run_bambi(df, draws, tune, chains, seed, cores):
     import arviz as az
     import bambi as bmb
 
     d = df.assign(spoof=(df["label"] == "spoof").astype(float))
     t0 = time.perf_counter()
     m = bmb.Model("score ~ label + (1|speaker) + (0 + spoof|attack)", d)
-    idata = m.fit(draws=draws, tune=tune, chains=chains, random_seed=seed, progressbar=False)
+    idata = m.fit(draws=draws, tune=tune, chains=chains, cores=cores, random_seed=seed,
+                  progressbar=False)
     wall = time.perf_counter() - t0
-    s = az.summary(idata, kind="diagnostics")
-    return wall, float(s["ess_bulk"].min()), float(s["r_hat"].max())
+    # scalar parameters only (as for scoremix): fixed effects and the variance parameters
+    scalars = [v for v in idata.posterior.data_vars if idata.posterior[v].ndim == 2]
+    s = az.summary(idata, var_names=scalars, kind="diagnostics")
+    n_div = int(np.asarray(idata.sample_stats["diverging"]).sum())
+    return wall, _sampling_time(idata), float("nan"), float(s["ess_bulk"].min()), float(s["r_hat"].max()), n_div
 
 
 def main() -> None:
@@ -92,6 +123,11 @@ def main() -> None:
     ap.add_argument("--tune", type=int, default=1000)
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cores", type=int, default=1,
+                    help="parallel chains for every contender (1: sequential, fair on a busy machine)")
+    ap.add_argument("--no-refit", action="store_true",
+                    help="skip the warm refit of the suffstats contenders")
+    ap.add_argument("--csv", default=None, help="also write the table to this CSV file")
     ap.add_argument("--max-rows-naive", type=int, default=100_000,
                     help="skip the per-row contenders (rows, bambi) above this N")
     args = ap.parse_args()
@@ -109,16 +145,23 @@ def main() -> None:
                 print(f"N={n:>9,} {kind:<9} not installed")
                 continue
             if kind == "bambi":
-                wall, ess, rhat = run_bambi(df, args.draws, args.tune, args.chains, args.seed)
+                r = run_bambi(df, args.draws, args.tune, args.chains, args.seed, args.cores)
             else:
-                wall, ess, rhat = run_scoremix(df, kind, args.draws, args.tune, args.chains, args.seed)
-            out.append((n, kind, wall, ess, ess / wall, rhat))
-            print(f"N={n:>9,} {kind:<9} wall {wall:8.1f} s  min bulk ESS {ess:7.0f}  "
-                  f"ESS/s {ess / wall:8.2f}  max R-hat {rhat:.3f}", flush=True)
+                r = run_scoremix(df, kind, args.draws, args.tune, args.chains, args.seed,
+                                 args.cores, not args.no_refit)
+            wall, samp, refit_s, ess, rhat, n_div = r
+            out.append((n, kind, wall, samp, refit_s, ess, ess / wall, rhat, n_div))
+            print(f"N={n:>9,} {kind:<9} wall {wall:8.1f} s (sampling {samp:7.1f} s, "
+                  f"refit {refit_s:7.1f} s)  "
+                  f"min bulk ESS {ess:7.0f}  ESS/s {ess / wall:8.2f}  max R-hat {rhat:.3f}  "
+                  f"divergences {n_div}", flush=True)
     if out:
-        tab = pd.DataFrame(out, columns=["n", "method", "wall_s", "min_ess_bulk", "ess_per_s", "max_rhat"])
+        tab = pd.DataFrame(out, columns=["n", "method", "wall_s", "sampling_s", "refit_s",
+                                         "min_ess_bulk", "ess_per_s", "max_rhat", "divergences"])
         print()
-        print(tab.to_string(index=False))
+        print(tab.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        if args.csv:
+            tab.to_csv(args.csv, index=False)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,14 @@ import pandas as pd
 
 from scoremix.fairness.engine import CostSpec, Engine
 from scoremix.fairness.subgroups import SubgroupError
-from scoremix.fairness.sveva import _as_list, _percentiles, concat_replicates, prepare_trials, run_bootstrap
+from scoremix.fairness.sveva import (
+    _as_list,
+    _percentiles,
+    bootstrap_pieces,
+    concat_replicates,
+    prepare_trials,
+    run_bootstrap,
+)
 
 __all__ = ["CompareResult", "compare_subgroup_dcf", "compare_replicates", "compare_with_bootstrap"]
 
@@ -154,11 +161,7 @@ def compare_replicates(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, groups
     -------
     ``{system name: replicate dict}`` (see :func:`scoremix.fairness.subgroup_dcf_replicates`).
     """
-    seeds, counts = _as_list(seeds), [int(c) for c in _as_list(counts)]
-    if len(seeds) != len(counts) or not seeds:
-        raise ValueError(f"seeds and counts must be non-empty and of equal length, got {len(seeds)} and {len(counts)}")
-    if min(counts) < 1:
-        raise ValueError(f"every piece needs at least one replicate, got counts={counts}")
+    seeds, counts = bootstrap_pieces(seeds, counts)
     cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
     names, preps, engines = _setup(tables, groups, system, systems, trial_id, score, label, speaker, positive,
                                    cost, measures, membership, subgroup_kw)

@@ -305,6 +305,17 @@ def _as_list(x: Any) -> list[Any]:
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
+def bootstrap_pieces(seeds: Any, counts: Any) -> tuple[list[Any], list[int]]:
+    """Validate the ``(seeds, counts)`` of a bootstrap computed in pieces: equal, non-zero
+    lengths and at least one replicate per piece."""
+    seeds, counts = _as_list(seeds), [int(c) for c in _as_list(counts)]
+    if len(seeds) != len(counts) or not seeds:
+        raise ValueError(f"seeds and counts must be non-empty and of equal length, got {len(seeds)} and {len(counts)}")
+    if min(counts) < 1:
+        raise ValueError(f"every piece needs at least one replicate, got counts={counts}")
+    return seeds, counts
+
+
 def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: Sequence[Any] | Any,
                             counts: Sequence[int] | int, score: str = "score", label: str = "label",
                             speaker: str = "speaker", positive: Any = None, p_target: float = 0.05,
@@ -338,11 +349,7 @@ def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: 
     dict of arrays: ``(G, B)`` per subgroup measure (``MEASURES``, ``n_pos``, ``n_neg``,
     ``n_errors``, …) and ``(B,)`` for overall ones (``fairness_index``, ``all_*``).
     """
-    seeds, counts = _as_list(seeds), [int(c) for c in _as_list(counts)]
-    if len(seeds) != len(counts) or not seeds:
-        raise ValueError(f"seeds and counts must be non-empty and of equal length, got {len(seeds)} and {len(counts)}")
-    if min(counts) < 1:
-        raise ValueError(f"every piece needs at least one replicate, got counts={counts}")
+    seeds, counts = bootstrap_pieces(seeds, counts)
     cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
     prep = prepare_trials(trials, groups, score=score, label=label, speaker=speaker, positive=positive,
                           membership=membership, test_speaker=test_speaker, test_groups=test_groups,
