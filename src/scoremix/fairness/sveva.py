@@ -87,6 +87,8 @@ def prepare_trials(trials: pd.DataFrame, groups: Sequence[str], *, score: str = 
         cluster = test_speaker if membership == "test" and test_speaker is not None else speaker
     role_code = sg.code_test if (cluster == test_speaker and test_speaker is not None) else sg.code_enrol
     codes, labels, strata = cluster_codes(trials, cluster, sg, role_code)
+    if y.min() == y.max():
+        raise SubgroupError(f"label column {label!r} holds only one class; both classes are needed")
     return Prepared(scores=s, y=y, clusters=codes, cluster_labels=labels, strata=strata, sg=sg)
 
 
@@ -271,8 +273,6 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
     prep = prepare_trials(trials, groups, score=score, label=label, speaker=speaker, positive=positive,
                           membership=membership, test_speaker=test_speaker, test_groups=test_groups,
                           speaker_table=speaker_table, cluster=cluster)
-    if prep.y.min() == prep.y.max():
-        raise SubgroupError(f"label column {label!r} holds only one class; both classes are needed")
     settings = dict(groups=list(groups), p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize,
                     n_boot=n_boot, ci=ci, random_state=random_state, compat=compat, membership=membership,
                     min_speakers=min_speakers, min_errors=min_errors)
@@ -354,8 +354,6 @@ def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: 
     prep = prepare_trials(trials, groups, score=score, label=label, speaker=speaker, positive=positive,
                           membership=membership, test_speaker=test_speaker, test_groups=test_groups,
                           speaker_table=speaker_table, cluster=cluster)
-    if prep.y.min() == prep.y.max():
-        raise SubgroupError(f"label column {label!r} holds only one class; both classes are needed")
     eng = Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost, with_eer=eer)
     parts = [run_bootstrap([eng], prep.strata, n, np.random.default_rng(sd), progress=progress)[0]
              for sd, n in zip(seeds, counts)]
