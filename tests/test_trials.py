@@ -61,6 +61,9 @@ def test_label_positive_explicit():
 def test_label_unknown_names_column_and_values():
     with pytest.raises(LabelError, match=r"'cls'.*'maybe'.*positive="):
         label_to_binary(["target", "maybe"], column="cls")
+    # rows holding the unknown value are counted and their positions given (0-based)
+    with pytest.raises(LabelError, match=r"'spof' \(2 row\(s\), first at position\(s\) 1, 3\)"):
+        label_to_binary(["spoof", "spof", "bonafide", "spof"], column="label")
     with pytest.raises(LabelError, match="0.5"):
         label_to_binary(np.array([0.0, 0.5, 1.0]))
 

@@ -257,9 +257,12 @@ def label_to_binary(values: Any, positive: Any = None, column: str = "label") ->
             found.setdefault(hit[0], []).append(u)
             mapped_list.append(hit[1])
     if unknown:
+        bad_codes = [i for i, u in enumerate(uniques) if any(u is v for v in unknown)]
+        rows = np.flatnonzero(np.isin(codes, bad_codes))
         raise LabelError(
             f"column {column!r} has label value(s) that are not a known positive/negative "
-            f"label: {_list(unknown)}. Known: target/nontarget, bonafide/spoof, "
+            f"label: {_list(unknown)} ({rows.size} row(s), first at position(s) "
+            f"{_list(rows[:_SHOW].tolist())}). Known: target/nontarget, bonafide/spoof, "
             f"genuine/impostor, real/fake, 1/0, True/False (case-insensitive). "
             f"Pass positive=<value> to name the positive class explicitly (every other "
             f"value is then negative), or recode the column."
