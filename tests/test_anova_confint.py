@@ -7,7 +7,8 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
+import scipy.linalg as sla
+from scipy import optimize, stats
 
 import lme_native_helpers as H
 from scoremix.lme import native
@@ -172,3 +173,115 @@ def test_bootstrap_of_dispersion_model_includes_every_residual_sd():
         assert draws[name].std() == pytest.approx(se, rel=0.3)
     wald = confint(m, method="wald")
     assert np.isnan(wald.loc[".sigma.spoof"]).all()
+
+
+# ------------------------------------------------- profile intervals of a dispersion model
+CHI2_95 = stats.chi2.ppf(0.95, 1)
+
+
+def _sim_dispersion(seed, n, n_spk, n_att, sd_spk=0.8, sd_att=1.0, sd0=1.0, sd1=2.0):
+    """``score = 1 + 2·label + b_speaker + c_attack + ε``, ``ε ~ N(0, sd_label²)``."""
+    rng = np.random.default_rng(seed)
+    d = pd.DataFrame({"speaker": rng.integers(0, n_spk, n).astype(str),
+                      "attack": rng.integers(0, n_att, n).astype(str),
+                      "label": rng.binomial(1, 0.5, n)})
+    d["score"] = (1 + 2 * d.label + rng.normal(0, sd_spk, n_spk)[d.speaker.astype(int)]
+                  + rng.normal(0, sd_att, n_att)[d.attack.astype(int)]
+                  + rng.normal(0, 1, n) * np.where(d.label == 1, sd1, sd0))
+    spec = H.spec(d, "score", ["(Intercept)", "label"],
+                  [H.term(d, "speaker", ["(Intercept)"]), H.term(d, "attack", ["(Intercept)"])],
+                  dispersion="label")
+    return d, spec
+
+
+class _DenseML:
+    """-2 log L of ``y ~ N(Xβ, V)``, ``V = s_1² Z_1Z_1' + s_2² Z_2Z_2' + diag(s_{d(i)}²)``,
+    from the dense ``n × n`` matrix; ``β`` (minus the fixed ``β_j``, an offset) by GLS.
+    Parameters ``(s_1, s_2, s_0, s_1)`` = (.sig01, .sig02, .sigma, .sigma.1)."""
+
+    def __init__(self, spec):
+        self.ZZ = [(t.codes[:, None] == t.codes[None, :]).astype(float) for t in spec.terms]
+        self.lab = np.asarray(spec.dispersion_codes) == 1
+        self.X, self.y, self.n = spec.X, spec.y, spec.n
+
+    def dev(self, sds, fixed_beta=None):
+        s1, s2, s0, sl = sds
+        V = s1 ** 2 * self.ZZ[0] + s2 ** 2 * self.ZZ[1] + np.diag(np.where(self.lab, sl ** 2, s0 ** 2))
+        cho = sla.cho_factor(V, lower=True)
+        X, y = self.X, self.y
+        if fixed_beta is not None:
+            j, v = fixed_beta
+            y = y - v * X[:, j]
+            X = np.delete(X, j, axis=1)
+        ViX, Viy = sla.cho_solve(cho, X), sla.cho_solve(cho, y)
+        beta = np.linalg.solve(X.T @ ViX, X.T @ Viy)
+        r = y - X @ beta
+        return 2 * np.sum(np.log(np.diag(cho[0]))) + r @ sla.cho_solve(cho, r) + self.n * np.log(2 * np.pi)
+
+    def profile(self, start_sds, fix_sd=None, fixed_beta=None):
+        """min over the free SDs (log scale) with SD ``fix_sd = (k, v)`` or ``β_j`` fixed."""
+        free = [k for k in range(4) if fix_sd is None or k != fix_sd[0]]
+
+        def f(x):
+            s = np.array(start_sds, float)
+            s[free] = np.exp(x)
+            if fix_sd is not None:
+                s[fix_sd[0]] = fix_sd[1]
+            return self.dev(s, fixed_beta)
+
+        x = np.log(np.asarray(start_sds, float)[free])
+        r = optimize.minimize(f, x, method="BFGS", options=dict(gtol=1e-8))
+        r2 = optimize.minimize(f, r.x, method="Nelder-Mead",
+                               options=dict(xatol=1e-9, fatol=1e-12, maxiter=4000))
+        return min(r.fun, r2.fun)
+
+
+def test_profile_of_dispersion_model_hits_the_chi2_cutoff_of_a_dense_likelihood():
+    """Every end point ``v`` of a profile interval satisfies ``min d(·|ψ_j = v) − min d =
+    χ²₁(0.95)``, with ``d`` the ML deviance recomputed densely and minimised by scipy."""
+    _, spec = _sim_dispersion(seed=11, n=150, n_spk=15, n_att=8)
+    m = fit_quiet(spec, REML=False)
+    ci = confint(m, method="profile", progress=False)
+    assert list(ci.index) == [".sig01", ".sig02", ".sigma", ".sigma.1", "(Intercept)", "label"]
+    dense = _DenseML(spec)
+    # scalar terms: the random-effect SDs are σ·θ_k
+    start = np.concatenate([m.sigma * m.theta.to_numpy(), m.sigma_by.to_numpy()])
+    dmin = dense.profile(start)
+    assert dmin == pytest.approx(-2 * m.loglik, abs=1e-6)
+    checked = 0
+    for k, name in enumerate(ci.index):
+        for col in ci.columns:
+            v = ci.loc[name, col]
+            if k < 4 and v == 0.0:  # an SD whose profile stays below the cut-off down to 0
+                assert dense.profile(start, fix_sd=(k, 0.0)) - dmin <= CHI2_95
+                continue
+            if k < 4:
+                d = dense.profile(start, fix_sd=(k, v))
+            else:
+                d = dense.profile(start, fixed_beta=(k - 4, v))
+            assert d - dmin == pytest.approx(CHI2_95, abs=1e-4), (name, col)
+            checked += 1
+    assert checked >= 10
+
+
+def test_profile_of_dispersion_model_at_large_n_vs_wald_truth_and_bootstrap():
+    n = 4000
+    _, spec = _sim_dispersion(seed=5, n=n, n_spk=200, n_att=40, sd0=1.0, sd1=2.0)
+    m = fit_quiet(spec, REML=False)
+    ci = confint(m, method="profile", progress=False)
+    wald = confint(m, method="wald")
+    for name in ["(Intercept)", "label"]:
+        width = wald.loc[name].diff().iloc[-1]
+        assert abs(ci.loc[name].iloc[0] - wald.loc[name].iloc[0]) < 0.05 * width
+        assert abs(ci.loc[name].iloc[1] - wald.loc[name].iloc[1]) < 0.05 * width
+    # the residual SDs cover the simulated truth
+    assert ci.loc[".sigma.1"].iloc[0] < 2.0 < ci.loc[".sigma.1"].iloc[1]
+    assert ci.loc[".sigma"].iloc[0] < 1.0 < ci.loc[".sigma"].iloc[1]
+    # large-sample SD of an SD from n_1 residuals: σ_1/sqrt(2 n_1); the interval is ±1.96 of it
+    n1 = int((np.asarray(spec.dispersion_codes) == 1).sum())
+    width = ci.loc[".sigma.1"].diff().iloc[-1]
+    assert width == pytest.approx(2 * 1.96 * m.sigma_by["1"] / np.sqrt(2 * n1), rel=0.1)
+    boot = confint(m, method="boot", n_boot=100, seed=3, progress=False, parm=[".sigma.1"])
+    # percentile end points of 100 draws are ±~7 % of the width off; allow 25 %
+    np.testing.assert_allclose(boot.loc[".sigma.1"].to_numpy(), ci.loc[".sigma.1"].to_numpy(),
+                               atol=0.25 * width)

@@ -15,6 +15,11 @@
   fixed effect ``β_j`` by refitting with ``β_j`` fixed (an offset).  With the signed root
   ``ζ(v) = sign(v − v̂) sqrt(d_min(v) − d̂)``, the interval is where ``|ζ| ≤ z_{(1+level)/2}``
   (0 / ±1 when an SD / a correlation reaches its bound first).
+  A model with a class-specific residual variance ``Var(ε_i) = σ² ρ_{d(i)}/w_i`` (``ρ_0 = 1``)
+  adds the residual SDs ``σ_d = σ·sqrt(ρ_d)`` of the other levels (``.sigma.<level>``) to
+  ``ψ``, and the deviance becomes
+  ``d(ψ) = log|L_{θ,ρ}|² − Σ log W_ii + Σ_d n_d log ρ_d + r²_{θ,ρ}/σ² + n log(2πσ²)`` with
+  ``ρ_d = (σ_d/σ)²``; the fixed-effect profiles re-optimise ``θ`` and ``log ρ`` jointly.
 * ``confint(m, method="boot")``: parametric bootstrap: simulate ``y* = Xβ̂ + Zb* + ε*`` with
   ``b* ~ N(0, Σ̂)``, ``ε*_i ~ N(0, σ̂²ρ̂_{d(i)}/w_i)``, refit (same REML/ML), percentile
   intervals of ``ψ`` and ``β``.
@@ -172,25 +177,38 @@ def psi_to_theta(psi: np.ndarray, term_p: Sequence[int]) -> tuple[np.ndarray, fl
     return np.asarray(out), sigma
 
 
-def _psi_bounds(term_p: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def _psi_bounds(term_p: Sequence[int], n_rho: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of ``ψ`` (SDs ``≥ 0``, correlations in ``[-1, 1]``, ``σ`` and the ``n_rho``
+    dispersion-level SDs ``> 0``)."""
     lo, hi = [], []
     for p in term_p:
         for j in range(p):
             for i in range(j, p):
                 lo.append(0.0 if i == j else -1.0)
                 hi.append(np.inf if i == j else 1.0)
-    lo.append(1e-12)
-    hi.append(np.inf)
+    lo += [1e-12] * (1 + n_rho)
+    hi += [np.inf] * (1 + n_rho)
     return np.asarray(lo), np.asarray(hi)
 
 
-def _ml_dev_psi(psi: np.ndarray, cp: CrossProducts, term_p: Sequence[int]) -> float:
-    """ML deviance at ``ψ`` with β profiled out: ``log|L|² − ldW + r²/σ² + n log(2πσ²)``."""
-    theta, sigma = psi_to_theta(psi, term_p)
+def _ml_dev_psi(psi: np.ndarray, cp: CrossProducts, term_p: Sequence[int], n_rho: int = 0) -> float:
+    """ML deviance at ``ψ`` with β profiled out: ``log|L|² − ldW + r²/σ² + n log(2πσ²)``.
+
+    With ``n_rho > 0`` the last ``n_rho`` entries of ``ψ`` are the residual SDs ``σ_d`` of
+    the non-reference dispersion levels, ``ρ_d = (σ_d/σ)²`` (``ldW`` then includes
+    ``−Σ_d n_d log ρ_d`` and ``r²`` is weighted by ``1/ρ_{d(i)}``)."""
+    npsi = psi.size - n_rho
+    theta, sigma = psi_to_theta(psi[:npsi], term_p)
     if not sigma > 0:
         return np.inf
+    rho = None
+    if n_rho:
+        sd = psi[npsi:]
+        if not np.all(sd > 0):
+            return np.inf
+        rho = np.concatenate([[1.0], (sd / sigma) ** 2])
     try:
-        f = factorize(theta, cp, need_lr1=False)
+        f = factorize(theta, cp, rho, need_lr1=False)
     except np.linalg.LinAlgError:
         return np.inf
     n = cp.n
@@ -246,7 +264,7 @@ def confint(m: LmerResult, method: str = "wald", level: float = 0.95,
     -------
     pandas.DataFrame
         rows ``.sig01 … .sigma`` (then ``.sigma.<level>`` for the other levels of a
-        dispersion model: ``"boot"`` only, NaN for ``"wald"``) then the fixed effects;
+        dispersion model: NaN for ``"wald"``) then the fixed effects;
         columns ``"2.5 %"``, ``"97.5 %"`` (for ``level = 0.95``).
     """
     if not 0 < level < 1:
@@ -278,9 +296,6 @@ def confint(m: LmerResult, method: str = "wald", level: float = 0.95,
 def _ml_fit(m: LmerResult) -> tuple[LmerResult, CrossProducts]:
     from scoremix.lme import native
     spec = m._need_spec("confint")
-    if spec.dispersion_codes is not None:
-        raise NotImplementedError("profile intervals of a dispersion model are not implemented; "
-                                  "use method='boot'")
     cp = getattr(m, "_cp", None) or crossproducts(spec)
     if m.REML or m.backend != "native":
         with warnings.catch_warnings():
@@ -314,15 +329,22 @@ def _signed_root_search(zeta: Callable[[float], float], v0: float, step: float, 
 
 
 def _confint_profile(m: LmerResult, level: float, want: Sequence[str], progress: bool) -> pd.DataFrame:
+    from scoremix.lme.native import NativeControl, optimize_theta
     mml, cp = _ml_fit(m)
     term_p = _term_p(mml)
+    n_rho = cp.n_disp - 1
     dev0 = -2 * mml.loglik
     z = stats.norm.ppf(1 - (1 - level) / 2)
     psi_hat = theta_to_psi(mml.theta.to_numpy(), mml.sigma, term_p)
-    lo_b, hi_b = _psi_bounds(term_p)
-    names = profile_names(mml) + list(mml.fixef.index)
+    rho_hat = None
+    if n_rho:
+        rho_hat = (mml.sigma_by.to_numpy() / mml.sigma) ** 2
+        psi_hat = np.concatenate([psi_hat, mml.sigma_by.to_numpy()[1:]])
+    lo_b, hi_b = _psi_bounds(term_p, n_rho)
+    names = profile_names(mml) + dispersion_names(mml) + list(mml.fixef.index)
     out = pd.DataFrame(np.nan, index=names, columns=["lower", "upper"])
     npsi = psi_hat.size
+    first_sd = npsi - 1 - n_rho  # index of σ: σ and the dispersion-level SDs are positive scales
     se = mml.se.to_numpy()
     todo = [nm for nm in names if nm in want]
     bar = tqdm(todo, desc="profile", disable=not progress)
@@ -330,8 +352,8 @@ def _confint_profile(m: LmerResult, level: float, want: Sequence[str], progress:
         j = names.index(nm)
         if j < npsi:
             free = np.array([i for i in range(npsi) if i != j])
-            # the free parameters: ψ without ψ_j, σ on the log scale (well conditioned)
-            is_sig = free == npsi - 1
+            # the free parameters: ψ without ψ_j, the residual SDs on the log scale
+            is_sig = free >= first_sd
             lo_f = np.where(is_sig, -np.inf, lo_b[free])
             hi_f = np.where(is_sig, np.inf, hi_b[free])
 
@@ -349,7 +371,7 @@ def _confint_profile(m: LmerResult, level: float, want: Sequence[str], progress:
                     xx[is_sig] = np.exp(xx[is_sig])
                     psi[free] = xx
                     psi[j] = v
-                    return _ml_dev_psi(psi, cp, term_p)
+                    return _ml_dev_psi(psi, cp, term_p, n_rho)
                 x, fv = _minimize(f, state["x"], lo_f, hi_f)
                 x2, fv2 = _minimize(f, x, lo_f, hi_f)
                 if fv2 < fv:
@@ -372,19 +394,21 @@ def _confint_profile(m: LmerResult, level: float, want: Sequence[str], progress:
         else:
             jb = j - npsi
             bhat = mml.fixef.iloc[jb]
-            state = {"theta": mml.theta.to_numpy().copy()}
+            state = {"theta": mml.theta.to_numpy().copy(), "rho": rho_hat}
 
             def zeta(v, jb=jb, bhat=bhat, state=state):
-                from scoremix.lme.native import optimize_theta, NativeControl
                 cpj = cp.fix_coefficient(jb, v)
                 spec = mml.spec
                 o = optimize_theta(cpj, False, spec.theta_lower(), state["theta"],
-                                   NativeControl(check_conv=False))
+                                   NativeControl(check_conv=False), n_rho=n_rho,
+                                   rho_start=None if state["rho"] is None else state["rho"][1:])
                 state["theta"] = o.theta
+                state["rho"] = o.rho
                 return np.sign(v - bhat) * np.sqrt(max(o.criterion - dev0, 0.0))
 
             for direction, col in ((-1, "lower"), (1, "upper")):
                 state["theta"] = mml.theta.to_numpy().copy()
+                state["rho"] = rho_hat
                 out.loc[nm, col] = _signed_root_search(zeta, bhat, se[jb], -np.inf, np.inf, z, direction)
     return out
 
