@@ -37,6 +37,7 @@ def main() -> None:
 
     from scoremix.bayes import bayes_lmer
     from scoremix.lme.api import lmer
+    from scoremix.model_eer import model_eer
 
     df = pd.read_csv(args.data)
     print(f"{len(df):,} trials, {df.speaker.nunique()} speakers, {df.attack.nunique()} attack levels")
@@ -46,8 +47,10 @@ def main() -> None:
     print(f"\nbayes_lmer: {bayes.wall_time:.1f} s sampling; {bayes.diagnostics!r}\n")
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
         print(bayes.compare(freq))
-        print("\nModel-based EER by speaker gender (posterior):")
-        print(bayes.model_eer(groups="speaker_gender", data=df, summary=True, max_draws=500))
+        print("\nModel-based EER by speaker gender (posterior; exact EER of the class mixtures per draw):")
+        print(model_eer(bayes, by="speaker_gender", data=df, max_draws=500, progress=False).summary)
+        print("\nModel-based EER by speaker gender (REML plug-in):")
+        print(model_eer(freq, by="speaker_gender", data=df))
 
 
 if __name__ == "__main__":

@@ -283,3 +283,26 @@ def test_compat_sveva_reads_nearest_stored_threshold():
         assert row["dcf_at_overall"] == pytest.approx(at, abs=1e-14)
         assert row["min_dcf"] == pytest.approx(own, abs=1e-14)
         assert row["ratio_overall"] == pytest.approx(at / costs[j], rel=1e-12)
+
+
+def test_single_group_name_as_string():
+    """Regression: ``groups="sex"`` was iterated character by character ('s', 'e', 'x')."""
+    df = random_table(7, n=800)
+    res = subgroup_dcf(df, "sex", progress=False)
+    tab = res.table.set_index("subgroup")
+    assert list(tab.index) == ["f", "m"]
+    assert res.settings["groups"] == ["sex"]
+    s = df["score"].to_numpy()
+    y = (df["label"] == "target").to_numpy()
+    a, b = 0.05, 0.95
+    for sx in ("f", "m"):
+        m = (df["sex"] == sx).to_numpy()
+        assert tab.loc[sx, "min_dcf"] == pytest.approx(ref_min(s[m], y[m], a, b)[0], abs=1e-12)
+    # test_groups as a string, too (membership by the test speaker's attribute)
+    rng = np.random.default_rng(3)
+    df2 = df.assign(test=rng.integers(0, 30, len(df)))
+    df2["sex_t"] = np.array(["f", "m"])[df2["test"] % 2]
+    sg = define_subgroups(df2, "sex", membership="test", test_speaker="test", test_groups="sex_t")
+    got = np.zeros(len(df2), bool)
+    got[sg.members(0)] = True
+    assert (got == (df2["sex_t"] == "f").to_numpy()).all()

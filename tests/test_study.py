@@ -324,6 +324,45 @@ def test_bayes_model_netcdf_and_side_by_side(tmp_path):
     assert {"overall", "sex"} <= set(eer["by"]) and (eer["eer_model"].between(0, 0.5)).all()
 
 
+@pytest.mark.slow
+def test_bayes_model_eer_is_the_exact_mixture_eer(tmp_path):
+    """Regression: the study's Bayesian model EER used one moment-matched Gaussian per class,
+    which is far off when attack effects spread the spoofs (here ~4 % against a true 0.08 %).
+
+    Truth: bona fide ~ N(6, 1); spoofs of 3 attacks with means -20, -10, 0 (sd 1), equal
+    shares.  EER solves Φ(t - 6) = (1/3) Σ_a (1 - Φ(t - m_a)) (root found with brentq).
+    """
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(5)
+    n_pos, n_per_attack = 1500, 1500
+    means = {"A1": -20.0, "A2": -10.0, "A3": 0.0}
+    attack = np.r_[np.repeat("bonafide", n_pos), np.repeat(list(means), n_per_attack)]
+    mu = np.r_[np.full(n_pos, 6.0), np.repeat(list(means.values()), n_per_attack)]
+    df = pd.DataFrame({"spk": rng.integers(0, 50, mu.size).astype(str), "attack": attack,
+                       "label": np.where(attack == "bonafide", "bonafide", "spoof"),
+                       "score": mu + rng.normal(0, 1, mu.size)})
+    path = tmp_path / "t.csv"
+    df.to_csv(path, index=False)
+
+    def gap(t):
+        return norm.cdf(t - 6) - np.mean([norm.sf(t - m) for m in means.values()])
+
+    true_eer = norm.cdf(brentq(gap, -5, 10) - 6)
+    assert true_eer < 0.002
+    raw = {"study": {"name": "mix", "seed": 1},
+           "data": {"file": str(path), "score": "score", "label": "label", "positive": "bonafide",
+                    "speaker": "spk"},
+           "models": [{"name": "b", "formula": 'score ~ y + (0 + dummy(label, "spoof") | attack)',
+                       "backend": "bayes", "draws": 100, "tune": 200, "chains": 1, "compare_with": "none"}],
+           "analyses": {"model_eer": {}}}
+    run_study(parse_study(raw), out_dir=tmp_path / "o", progress=False, report=False)
+    eer = pd.read_csv(tmp_path / "o" / "model_eer.csv").set_index("by")
+    assert abs(eer.loc["overall", "eer_model"] - true_eer) < 0.003
+    assert abs(eer.loc["overall", "eer_empirical"] - true_eer) < 0.003
+
+
 # ------------------------------------------------------------------------------- bootstrap chunks
 def test_boot_chunks_and_chunk_seeds():
     from scoremix.study.parallel import boot_chunks, chunk_seeds

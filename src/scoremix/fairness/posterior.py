@@ -120,7 +120,7 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, groups:
     if label not in data.columns:
         raise SubgroupError(f"class column {label!r} not in the trial table")
     y = binary_labels(data[label], positive=positive).astype(bool)
-    sg = define_subgroups(data, list(groups), membership=membership, speaker=speaker, test_speaker=test_speaker,
+    sg = define_subgroups(data, groups, membership=membership, speaker=speaker, test_speaker=test_speaker,
                           test_groups=test_groups, speaker_table=speaker_table)
     if split_by is None:
         split = [speaker] if random == "conditional" and speaker in data.columns else []

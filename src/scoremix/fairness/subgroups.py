@@ -166,9 +166,16 @@ def _codes(attr_df: pd.DataFrame, groups: list[str], levels: list[list]) -> np.n
     return np.where(bad, -1, code).astype(np.int64)
 
 
-def define_subgroups(trials: pd.DataFrame, groups: Sequence[str], *, membership: str = "enrol",
+def as_columns(cols: str | Sequence[str] | None) -> list[str] | None:
+    """A column name or a sequence of names as a list (``"sex"`` → ``["sex"]``; ``None`` stays ``None``)."""
+    if cols is None:
+        return None
+    return [cols] if isinstance(cols, str) else list(cols)
+
+
+def define_subgroups(trials: pd.DataFrame, groups: str | Sequence[str], *, membership: str = "enrol",
                      speaker: str = "speaker", test_speaker: str | None = None,
-                     test_groups: Sequence[str] | None = None,
+                     test_groups: str | Sequence[str] | None = None,
                      speaker_table: pd.DataFrame | None = None) -> Subgroups:
     """Assign trials to subgroups (all cells of the product of attribute levels).
 
@@ -177,7 +184,7 @@ def define_subgroups(trials: pd.DataFrame, groups: Sequence[str], *, membership:
     trials:
         trial table.
     groups:
-        attribute names, e.g. ``["sex"]`` or ``["sex", "nationality"]``.  Without
+        attribute name(s), e.g. ``"sex"``, ``["sex"]`` or ``["sex", "nationality"]``.  Without
         ``speaker_table`` these are trial columns holding the enrolment speaker's values.
     membership:
         ``"enrol"`` (default), ``"test"``, ``"both"`` or ``"any"`` (see module docstring).
@@ -194,7 +201,8 @@ def define_subgroups(trials: pd.DataFrame, groups: Sequence[str], *, membership:
     -------
     Subgroups
     """
-    groups = list(groups)
+    groups = as_columns(groups)
+    test_groups = as_columns(test_groups)
     if not groups:
         raise SubgroupError("groups must name at least one attribute")
     if membership not in MEMBERSHIPS:

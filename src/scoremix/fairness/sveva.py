@@ -273,7 +273,7 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
     prep = prepare_trials(trials, groups, score=score, label=label, speaker=speaker, positive=positive,
                           membership=membership, test_speaker=test_speaker, test_groups=test_groups,
                           speaker_table=speaker_table, cluster=cluster)
-    settings = dict(groups=list(groups), p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize,
+    settings = dict(groups=list(prep.sg.attrs), p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize,
                     n_boot=n_boot, ci=ci, random_state=random_state, compat=compat, membership=membership,
                     min_speakers=min_speakers, min_errors=min_errors)
     if compat == "sveva":

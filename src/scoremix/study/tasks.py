@@ -224,14 +224,18 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
         out["compare"] = bres.compare(fit).reset_index()
         out["json"] = fit.to_dict()
     if model_eer_cfg is not None:
+        from scoremix.model_eer import model_eer
+
         rows = []
         for col in [None, *model_eer_cfg.by]:
-            tab = bres.model_eer(groups=col, data=df, label="y", summary=True,
-                                 random="conditional" if model_eer_cfg.conditional else "marginal", max_draws=400)
-            tab = tab.reset_index()
-            for _, r in tab.iterrows():
-                rows.append({"by": col or "overall", "cell": str(r[col]) if col else "all",
-                             "eer_model": float(r["mean"]), "eer_model_sd": float(r["sd"])})
+            # the exact EER of the class mixtures per draw, as for the frequentist fits (the
+            # one-Gaussian moment approximation is far off when attack effects spread the spoofs)
+            post = model_eer(bres, by=col, conditional=model_eer_cfg.conditional, label="y", positive=1,
+                             data=df, method="mixture", max_draws=400, progress=False)
+            for key, r in post.summary.iterrows():
+                rows.append({"by": col or "overall", "cell": str(key), "n_neg": int(r["n_neg"]),
+                             "n_pos": int(r["n_pos"]), "eer_model": float(r["eer_model"]),
+                             "eer_model_sd": float(r["eer_sd"]), "eer_empirical": float(r["eer_empirical"])})
         out["model_eer"] = pd.DataFrame(rows)
     if fairness_cfg is not None and model.name in fairness_cfg.models:
         out["fairness"] = _posterior_fairness(bres, _fairness_rows(df, fairness_cfg), fairness_cfg, speaker)
