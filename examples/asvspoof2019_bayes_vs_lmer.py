@@ -26,7 +26,8 @@ FORMULA = 'score_logit ~ label + (1|speaker) + (0 + dummy(label, "spoof")|attack
 
 def main() -> None:
     here = Path(__file__).resolve().parents[1]
-    default = here.parent / "shared" / "data" / "asvspoof2019_la_eval" / "asvspoof2019_la_eval.csv.gz"
+    shared = Path(os.environ.get("SCOREMIX_SHARED_DATA", here.parent / "shared" / "data"))
+    default = shared / "asvspoof2019_la_eval" / "asvspoof2019_la_eval.csv.gz"
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=default)
     ap.add_argument("--draws", type=int, default=1000)

@@ -285,3 +285,11 @@ def test_profile_of_dispersion_model_at_large_n_vs_wald_truth_and_bootstrap():
     # percentile end points of 100 draws are ±~7 % of the width off; allow 25 %
     np.testing.assert_allclose(boot.loc[".sigma.1"].to_numpy(), ci.loc[".sigma.1"].to_numpy(),
                                atol=0.25 * width)
+
+
+def test_default_method_is_profile_like_lme4(sleep):
+    """lme4's confint.merMod defaults to the likelihood profile: so does scoremix."""
+    ci = sleep["m1"].confint(parm=["Days"], progress=False)
+    ref = sleep["ref"]["confint_profile"]
+    assert ci.iloc[0, 0] == pytest.approx(ref["lower"][-1], rel=1e-4)
+    assert ci.iloc[0, 1] == pytest.approx(ref["upper"][-1], rel=1e-4)

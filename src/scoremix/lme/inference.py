@@ -237,7 +237,7 @@ def _minimize(f: Callable[[np.ndarray], float], x0: np.ndarray, lo: np.ndarray, 
 
 
 # ------------------------------------------------------------------------------- confint
-def confint(m: LmerResult, method: str = "wald", level: float = 0.95,
+def confint(m: LmerResult, method: str = "profile", level: float = 0.95,
             parm: Sequence[str] | None = None, n_boot: int = 500, seed: int | None = None,
             progress: bool = True) -> pd.DataFrame:
     """Confidence intervals of the variance parameters and fixed effects (lme4's
@@ -248,7 +248,8 @@ def confint(m: LmerResult, method: str = "wald", level: float = 0.95,
     m:
         the fit (needs its spec for ``"profile"`` and ``"boot"``).
     method:
-        ``"wald"``, ``"profile"`` or ``"boot"``.
+        ``"profile"`` (default, as lme4's ``confint.merMod``), ``"wald"`` (fixed effects
+        only: the variance rows are NaN, as lme4's ``NA``) or ``"boot"``.
     level:
         confidence level.
     parm:

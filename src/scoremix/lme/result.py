@@ -331,7 +331,7 @@ class LmerResult:
         return r2_nakagawa(self)
 
     # ------------------------------------------------------------------ inference
-    def confint(self, method: str = "wald", level: float = 0.95, parm: Sequence[str] | None = None,
+    def confint(self, method: str = "profile", level: float = 0.95, parm: Sequence[str] | None = None,
                 n_boot: int = 500, seed: int | None = None, progress: bool = True) -> pd.DataFrame:
         """Confidence intervals (see :func:`scoremix.lme.inference.confint`)."""
         from scoremix.lme.inference import confint
