@@ -91,7 +91,7 @@ class StandInFit:
         self.ranef = {"speaker": pd.DataFrame({"(Intercept)": ranef})}
         self.spec = None
 
-    def predict(self, newdata, re_form=None):
+    def predict(self, newdata, re_form=None, allow_new_levels=None):
         fx = newdata.apply(lambda r: self._fixed[(r["g"], r["label"])], axis=1).to_numpy()
         re = 0.0 if re_form is not None else self._ranef.reindex(newdata["speaker"]).to_numpy()
         return pd.Series(fx + re, index=newdata.index)

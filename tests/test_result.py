@@ -61,7 +61,8 @@ def test_from_dict_of_lme4_output_gives_r_fitted_and_predictions():
     np.testing.assert_allclose(m.residuals.to_numpy(), ref["reml"]["residuals"], atol=1e-9)
     new = pd.DataFrame(ref["predict"]["newdata"])
     new["Subject"] = new["Subject"].astype(str)
-    np.testing.assert_allclose(m.predict(new).to_numpy(), ref["predict"]["full"], rtol=1e-10)
+    np.testing.assert_allclose(m.predict(new, allow_new_levels=True).to_numpy(), ref["predict"]["full"],
+                               rtol=1e-10)
     np.testing.assert_allclose(m.predict(new, re_form="~0").to_numpy(), ref["predict"]["fixed"], rtol=1e-10)
     np.testing.assert_allclose(m.predict().to_numpy(), ref["reml"]["fitted"], rtol=1e-10)
     with pytest.raises(ValueError, match="re_form"):
@@ -172,3 +173,24 @@ def test_lmer_unknown_backend_is_named():
     from scoremix.lme.api import lmer
     with pytest.raises(ValueError, match="unknown backend 'julia'"):
         lmer("y ~ 1 + (1 | g)", pd.DataFrame({"y": [1.0, 2.0], "g": ["a", "b"]}), backend="julia")
+
+
+def test_predict_unseen_levels_warn_by_default_and_refuse_when_asked():
+    """Unseen grouping levels: a warning naming the factor and level by default, lme4's
+    error with allow_new_levels=False, silence with True; seen levels never warn."""
+    import warnings
+
+    from scoremix.lme.errors import NewLevelError
+
+    ref = H.load_ref("sleepstudy")
+    m = LmerResult.from_dict(ref["reml"], H.sleepstudy_spec())
+    new = pd.DataFrame({"Days": [1.0, 2.0], "Subject": ["308", "999"]})
+    with pytest.warns(UserWarning, match=r"1 row\(s\) with levels of 'Subject' unseen.*'999'"):
+        p = m.predict(new)
+    assert p.iloc[1] == pytest.approx(m.predict(new, re_form="~0").iloc[1], rel=1e-12)
+    with pytest.raises(NewLevelError, match="'999'.*allow_new_levels=True"):
+        m.predict(new, allow_new_levels=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m.predict(new, allow_new_levels=True)
+        m.predict(new.iloc[:1])

@@ -281,7 +281,7 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
     y = binary_labels(trials[label], positive=positive).astype(bool)
     sg = define_subgroups(trials, groups, membership=membership, speaker=speaker, test_speaker=test_speaker,
                           test_groups=test_groups, speaker_table=speaker_table)
-    mean = np.asarray(fit.predict(trials), dtype=float)
+    mean = np.asarray(fit.predict(trials, allow_new_levels=True), dtype=float)
     sigma_by = getattr(fit, "sigma_by", None)
     if sigma_by is not None:
         spec = getattr(fit, "spec", None)

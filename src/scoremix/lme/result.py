@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
+from scoremix.lme.errors import NewLevelError
 from scoremix.lme.spec import ModelSpec
 
 __all__ = ["LmerResult", "SCHEMA"]
@@ -303,10 +305,16 @@ class LmerResult:
         spec = self._need_spec("residuals")
         return pd.Series(spec.y - self.fitted.to_numpy(), index=spec.data.index, name="residuals")
 
-    def predict(self, newdata: pd.DataFrame | None = None, re_form: str | None = None) -> pd.Series:
+    def predict(self, newdata: pd.DataFrame | None = None, re_form: str | None = None,
+                allow_new_levels: bool | None = None) -> pd.Series:
         """Predictions ``Xβ̂ + Zb̂`` (``re_form=None``) or ``Xβ̂`` (``re_form="~0"`` or
-        ``"NA"``) for ``newdata``; levels unseen in fitting get random effect 0 (lme4's
-        ``allow.new.levels = TRUE``).  Without ``newdata``: the fitted values."""
+        ``"NA"``) for ``newdata``.  Without ``newdata``: the fitted values.
+
+        Grouping levels unseen in fitting get random effect 0 (their population mean).
+        ``allow_new_levels=False`` makes them an error (lme4's default), ``True`` accepts them
+        silently (lme4's ``allow.new.levels = TRUE``), and the default ``None`` accepts them
+        with a warning that names the grouping factor and the first unseen levels.
+        """
         spec = self._need_spec("predict")
         population = re_form is not None and str(re_form).replace(" ", "") in ("~0", "NA", "~1-1")
         if re_form is not None and not population:
@@ -319,10 +327,32 @@ class LmerResult:
             X = np.asarray(spec.fixed_design(newdata), dtype=float)
             design = [] if population else spec.random_design(newdata)
             idx = newdata.index
+            if allow_new_levels is not True:
+                self._check_new_levels(newdata, design, allow_new_levels)
         out = X @ self.fixef.to_numpy()
         if not population:
             out = out + self._zb(design)
         return pd.Series(out, index=idx, name="predicted")
+
+    def _check_new_levels(self, newdata: pd.DataFrame, design: list[tuple[np.ndarray, np.ndarray]],
+                          allow_new_levels: bool | None) -> None:
+        """Warn about (``None``) or refuse (``False``) grouping levels unseen in fitting."""
+        spec = self._need_spec("predict")
+        seen: set[str] = set()
+        for term, (codes, _) in zip(spec.terms, design):
+            new = np.flatnonzero(np.asarray(codes) < 0)
+            if new.size == 0 or term.group_factor in seen:
+                continue
+            seen.add(term.group_factor)
+            cols = [c for c in term.group_factor.split(":") if c in newdata.columns]
+            vals = (newdata.iloc[new][cols].astype(str).agg(":".join, axis=1).unique().tolist()
+                    if cols else [])
+            msg = (f"newdata has {new.size} row(s) with levels of {term.group_factor!r} unseen in "
+                   f"fitting (e.g. {vals[:5]}); their random effects are set to 0")
+            if allow_new_levels is False:
+                raise NewLevelError(msg + "; pass allow_new_levels=True to accept them")
+            warnings.warn(msg + " (pass allow_new_levels=True to silence this warning)",
+                          UserWarning, stacklevel=3)
 
     # ------------------------------------------------------------------ goodness of fit
     def r2(self) -> dict[str, float]:

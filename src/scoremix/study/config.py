@@ -126,15 +126,20 @@ class MetricsConfig:
     normalize: bool = False
     by: list[list[str]] = field(default_factory=list)
     filters: dict[str, list[Any]] = field(default_factory=dict)
+    negatives_by: list[str] = field(default_factory=list)
 
 
 @dataclass
 class ModelEERConfig:
-    """``[analyses.model_eer]``: EER implied by each frequentist model vs the empirical EER."""
+    """``[analyses.model_eer]``: EER implied by each frequentist model vs the empirical EER.
+
+    ``filters`` picks the rows the model-based (and empirical) EER is evaluated on; the
+    model is still fitted to all of its rows."""
 
     models: list[str] = field(default_factory=list)
     by: list[str] = field(default_factory=list)
     conditional: bool = True
+    filters: dict[str, list[Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -567,6 +572,12 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         m.normalize = s.bool("normalize", False)
         m.by = s.groupings("by")
         m.filters = s.filters("filters")
+        m.negatives_by = s.strlist("negatives_by")
+        used = {c for cols in m.by for c in cols}
+        for i, c in enumerate(m.negatives_by):
+            if c not in used:
+                raise StudyConfigError(f"{s.key('negatives_by')}[{i}]", f"column {c!r} is not in "
+                                       f"analyses.metrics.by ({sorted(used)})", src)
         s.finish()
         a.metrics = m
     if r.has("model_eer"):
@@ -575,6 +586,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         me.models = model_list(s, "models", freq, freq)
         me.by = s.strlist("by", data.subgroups)
         me.conditional = s.bool("conditional", True)
+        me.filters = s.filters("filters")
         s.finish()
         a.model_eer = me
     if r.has("fairness"):

@@ -55,6 +55,39 @@ def _metric_row(s: np.ndarray, y: np.ndarray, cfg: MetricsConfig) -> dict[str, A
     return row
 
 
+def _metric_cells(df: pd.DataFrame, cols: list[str],
+                  negatives_by: list[str]) -> list[tuple[tuple[Any, ...], pd.DataFrame]]:
+    """The trials of each ``cols`` cell that its metrics are computed on.
+
+    Without a ``negatives_by`` column among ``cols`` a cell is its own trials.  Otherwise
+    (e.g. ``attack``, which only negatives carry) the cells are those of the negative
+    trials, and cell :math:`c` is scored as
+
+    .. math:: \\{i : y_i = 0,\\ \\mathrm{cols}(i) = c\\} \\cup
+              \\{i : y_i = 1,\\ \\mathrm{cols}'(i) = c'\\},
+
+    where :math:`\\mathrm{cols}'` are the columns of ``cols`` not in ``negatives_by`` (none:
+    all positives of the system) — the ASVspoof "all bona fide vs the spoofs of one attack".
+    """
+    keyed = [c for c in cols if c in negatives_by]
+    if not keyed:
+        return [(k if isinstance(k, tuple) else (k,), g)
+                for k, g in df.groupby(cols, sort=True, observed=True, dropna=False)]
+    rest = [c for c in cols if c not in negatives_by]
+    neg, pos = df[df["y"] == 0], df[df["y"] == 1]
+    pos_cells = ({(k if isinstance(k, tuple) else (k,)): g
+                  for k, g in pos.groupby(rest, sort=True, observed=True, dropna=False)} if rest else None)
+    out = []
+    for key, g in neg.groupby(cols, sort=True, observed=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        if pos_cells is None:
+            p = pos
+        else:
+            p = pos_cells.get(tuple(k for c, k in zip(cols, key) if c in rest), pos.iloc[:0])
+        out.append((key, pd.concat([p, g])))
+    return out
+
+
 def metrics_task(system: str, df: pd.DataFrame, cfg: MetricsConfig) -> dict[str, Any]:
     """EER (``cfg.eer_method``) and minDCF of one system, overall and per ``cfg.by`` cell.
 
@@ -70,8 +103,7 @@ def metrics_task(system: str, df: pd.DataFrame, cfg: MetricsConfig) -> dict[str,
         if missing:
             raise KeyError(f"analyses.metrics.by: column(s) {missing} not in the trial table")
         sub_rows = []
-        for key, g in df.groupby(cols, sort=True, observed=True, dropna=False):
-            key = key if isinstance(key, tuple) else (key,)
+        for key, g in _metric_cells(df, cols, cfg.negatives_by):
             r = _metric_row(g["score"].to_numpy(float), g["y"].to_numpy(), cfg)
             sub_rows.append({"system": system, "by": "×".join(cols), "cell": "×".join(map(str, key)),
                              **{c: str(k) for c, k in zip(cols, key)}, **r})
@@ -133,21 +165,60 @@ def _freq_tables(fit: Any) -> dict[str, Any]:
             "summary": fit.summary(), "json": fit.to_dict()}
 
 
+#: column added to the fitted rows to mark those ``[analyses.model_eer].filters`` keeps
+_EVAL_COL = "_model_eer_rows"
+
+
+def _model_eer_data(df: pd.DataFrame, cfg: ModelEERConfig) -> tuple[pd.DataFrame, list[str]]:
+    """``df`` plus a boolean column marking the rows the model EER is evaluated on
+    (``cfg.filters``, by the same :func:`~scoremix.study.data.apply_filters` as the other
+    analyses), and the ``by`` prefix that selects them (empty without filters)."""
+    if not cfg.filters:
+        return df, []
+    from scoremix.study.data import apply_filters
+
+    keep = apply_filters(df, cfg.filters, "analyses.model_eer.filters").index
+    return df.assign(**{_EVAL_COL: df.index.isin(keep)}), [_EVAL_COL]
+
+
+def _evaluated(tab: pd.DataFrame, sel: list[str]) -> pd.DataFrame:
+    """Rows of a ``model_eer(..., by=[*sel, col])`` table that belong to the kept rows,
+    re-indexed by the remaining ``by`` columns."""
+    if not sel:
+        return tab
+    tab = tab.xs(True, level=_EVAL_COL) if isinstance(tab.index, pd.MultiIndex) else tab.loc[[True]]
+    return tab
+
+
 def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None) -> pd.DataFrame | None:
+    """Model-based vs empirical EER, overall and per ``cfg.by`` column.
+
+    The model was fitted to all of ``df``; the per-trial Gaussians of the rows kept by
+    ``cfg.filters`` form the class mixtures (:func:`scoremix.model_eer.model_eer`) and the
+    empirical EER is computed on the same rows."""
     from scoremix.model_eer import model_eer
 
     if cfg is None:
         return None
-    from scoremix.metrics import eer
-
+    data, sel = _model_eer_data(df, cfg)
     rows = []
-    overall = float(model_eer(fit, conditional=cfg.conditional, label="y", data=df))
-    rows.append({"by": "overall", "cell": "all", "n_neg": int((df["y"] == 0).sum()), "n_pos": int(df["y"].sum()),
-                 "eer_model": overall, "eer_empirical": float(eer(df["score"].to_numpy(float), df["y"].to_numpy()))})
-    for col in cfg.by:
-        tab = model_eer(fit, by=col, conditional=cfg.conditional, label="y", data=df)
+    for col in [None, *cfg.by]:
+        by = [*sel] + ([col] if col else [])
+        tab = _evaluated(model_eer(fit, by=by or None, conditional=cfg.conditional, label="y", data=data), sel) \
+            if by else None
+        if col is None:
+            if tab is None:
+                from scoremix.metrics import eer
+
+                tab = pd.DataFrame([{"n_neg": int((df["y"] == 0).sum()), "n_pos": int(df["y"].sum()),
+                                     "eer_model": float(model_eer(fit, conditional=cfg.conditional, label="y",
+                                                                  data=df)),
+                                     "eer_empirical": float(eer(df["score"].to_numpy(float), df["y"].to_numpy()))}],
+                                   index=["all"])
+            else:
+                tab = tab.set_axis(["all"])
         for key, r in tab.iterrows():
-            rows.append({"by": col, "cell": str(key), "n_neg": int(r["n_neg"]), "n_pos": int(r["n_pos"]),
+            rows.append({"by": col or "overall", "cell": str(key), "n_neg": int(r["n_neg"]), "n_pos": int(r["n_pos"]),
                          "eer_model": float(r["eer_model"]), "eer_empirical": float(r["eer_empirical"])})
     return pd.DataFrame(rows)
 
@@ -227,12 +298,17 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
         from scoremix.model_eer import model_eer
 
         rows = []
+        data, sel = _model_eer_data(df, model_eer_cfg)
         for col in [None, *model_eer_cfg.by]:
+            by = [*sel] + ([col] if col else [])
             # the exact EER of the class mixtures per draw, as for the frequentist fits (the
             # one-Gaussian moment approximation is far off when attack effects spread the spoofs)
-            post = model_eer(bres, by=col, conditional=model_eer_cfg.conditional, label="y", positive=1,
-                             data=df, method="mixture", max_draws=400, progress=False)
-            for key, r in post.summary.iterrows():
+            post = model_eer(bres, by=by or None, conditional=model_eer_cfg.conditional, label="y", positive=1,
+                             data=data, method="mixture", max_draws=400, progress=False)
+            summ = _evaluated(post.summary, sel)
+            if col is None and sel:
+                summ = summ.set_axis(["all"])
+            for key, r in summ.iterrows():
                 rows.append({"by": col or "overall", "cell": str(key), "n_neg": int(r["n_neg"]),
                              "n_pos": int(r["n_pos"]), "eer_model": float(r["eer_model"]),
                              "eer_model_sd": float(r["eer_sd"]), "eer_empirical": float(r["eer_empirical"])})
