@@ -454,3 +454,71 @@ def test_chunked_bootstrap_identical_serial_joblib_dask(tmp_path):
     for name in ca:
         pd.testing.assert_frame_equal(ca[name], cc[name], check_exact=True, obj=name)
     assert json.loads((c.out_dir / "fairness_summary.json").read_text()) == summ
+
+
+# ------------------------------------------------------------------------ row subsets of analyses
+def test_model_eer_filters_evaluate_the_subset(tmp_path):
+    """``[analyses.model_eer].filters``: the model is fitted to all rows, the model EER is the
+    exact EER of the class mixtures of per-trial Gaussians of the kept rows only.  Reference:
+    ``lmer`` on all rows, ``trial_moments`` restricted to the kept rows by hand, ``mixture_eer``."""
+    from scoremix.lme.api import lmer
+    from scoremix.metrics import eer
+    from scoremix.model_eer import mixture_eer, trial_moments
+
+    keep = ["bonafide", "A01", "A02", "A03"]
+    raw = apply_overrides(_raw(), {"data.simulate.n_trials": 1500})
+    raw["analyses"] = {"model_eer": {"by": ["sex"], "filters": {"attack": keep}}}
+    cfg = parse_study(raw)
+    assert cfg.analyses.model_eer.filters == {"attack": keep}
+    res = run_study(cfg, out_dir=tmp_path / "o", progress=False, report=False)
+    got = pd.read_csv(tmp_path / "o" / "model_eer.csv").set_index(["by", "cell"])
+
+    df = res.data.table
+    fit = lmer(cfg.models[0].formula, df)
+    mom = trial_moments(fit, label="y", data=df)
+    rows = df["attack"].isin(keep)
+    assert rows.sum() < len(df) and (~rows & (df["y"] == 0)).any()
+    for (by, cell), sel in [(("overall", "all"), rows), *((("sex", s), rows & (df["sex"] == s)) for s in ("f", "m"))]:
+        m = mom[sel.to_numpy()]
+        neg, pos = m[m["y"] == 0], m[m["y"] == 1]
+        want = mixture_eer(neg["mean"], neg["sd"], pos["mean"], pos["sd"])
+        assert got.loc[(by, cell), "eer_model"] == pytest.approx(want, rel=1e-6, abs=1e-9)
+        assert got.loc[(by, cell), "n_neg"] == len(neg) and got.loc[(by, cell), "n_pos"] == len(pos)
+        assert got.loc[(by, cell), "eer_empirical"] == pytest.approx(
+            eer(df.loc[sel, "score"].to_numpy(float), df.loc[sel, "y"].to_numpy()), abs=1e-12)
+    # without filters every row counts: a different (larger, more attacks) negative set
+    raw["analyses"]["model_eer"].pop("filters")
+    run_study(parse_study(raw), out_dir=tmp_path / "p", progress=False, report=False)
+    full = pd.read_csv(tmp_path / "p" / "model_eer.csv").set_index(["by", "cell"])
+    assert full.loc[("overall", "all"), "n_neg"] == (df["y"] == 0).sum() > got.loc[("overall", "all"), "n_neg"]
+
+
+def test_metrics_negatives_by_scores_all_positives_against_each_cell(tmp_path):
+    """``negatives_by = ["attack"]``: an attack cell is every bona fide trial (of the same value of
+    the other ``by`` columns) against that attack's spoofs; the bona fide-only cell disappears."""
+    from scoremix.metrics import eer
+
+    raw = apply_overrides(_raw(), {"data.simulate.n_trials": 1500})
+    raw["models"] = []
+    raw["analyses"] = {"metrics": {"by": ["attack", ["sex", "attack"], "sex"], "negatives_by": ["attack"]}}
+    res = run_study(parse_study(raw), out_dir=tmp_path / "o", progress=False, report=False)
+    m = pd.read_csv(tmp_path / "o" / "metrics.csv").set_index(["by", "cell"])
+    df = res.data.table
+    pos, neg = df[df["y"] == 1], df[df["y"] == 0]
+    attacks = sorted(neg["attack"].unique())
+    assert sorted(m.loc["attack"].index) == attacks  # no "bonafide" cell
+    for a in attacks:
+        sel = pd.concat([pos, neg[neg["attack"] == a]])
+        r = m.loc[("attack", a)]
+        assert (r["n_pos"], r["n_neg"]) == (len(pos), (neg["attack"] == a).sum())
+        assert r["eer"] == pytest.approx(eer(sel["score"].to_numpy(float), sel["y"].to_numpy()), abs=1e-12)
+    for s in ("f", "m"):
+        a = attacks[0]
+        sel = pd.concat([pos[pos["sex"] == s], neg[(neg["attack"] == a) & (neg["sex"] == s)]])
+        r = m.loc[("sex×attack", f"{s}×{a}")]
+        assert (r["n_pos"], r["n_neg"]) == ((pos["sex"] == s).sum(), len(sel) - (pos["sex"] == s).sum())
+        assert r["eer"] == pytest.approx(eer(sel["score"].to_numpy(float), sel["y"].to_numpy()), abs=1e-12)
+        # a by without a negatives_by column keeps its own trials
+        assert m.loc[("sex", s), "n_trials"] == (df["sex"] == s).sum()
+    with pytest.raises(StudyConfigError, match=r"analyses\.metrics\.negatives_by\[0\]"):
+        parse_study(apply_overrides(raw, {"analyses.metrics.negatives_by": ["speaker"]}))

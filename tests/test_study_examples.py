@@ -9,6 +9,7 @@ import os
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -92,6 +93,19 @@ def test_shared_data_examples_run(name, shared_data, monkeypatch, tmp_path):
         t = res.data.table
         want = t[t["label"] == "nontarget"].groupby(["split", "claimed_gender"]).size()
         assert {k: fair.loc[k, "n_neg"] for k in want.index} == want.to_dict()
+        # analyses.model_eer.filters: the model fits target, nontarget and spoof trials, its EER is
+        # read on target vs nontarget rows only, as the empirical metrics are (without the filter it
+        # is ~30 %, against ~2.5 %).  Tolerance: two binomial standard errors of the empirical EER,
+        # 2·sqrt(e(1-e)/n_pos) (the few targets of the reduced sample dominate its sampling error).
+        me = pd.read_csv(out / "model_eer.csv")
+        me = me[me["by"] == "overall"].set_index("system")
+        emp = metrics[metrics["by"] == "overall"].set_index("system")
+        for split in res.data.systems:
+            assert me.loc[split, "n_neg"] == emp.loc[split, "n_neg"] == want.xs(split).sum()
+            assert me.loc[split, "n_pos"] == emp.loc[split, "n_pos"]
+            e, n = emp.loc[split, "eer"], emp.loc[split, "n_pos"]
+            assert abs(me.loc[split, "eer_model"] - e) < 2 * np.sqrt(e * (1 - e) / n)
+            assert me.loc[split, "eer_model"] < 0.1
 
 
 @pytest.mark.shared_data
@@ -112,6 +126,33 @@ def test_la_eval_pooled_eer_matches_check_file(shared_data, monkeypatch, tmp_pat
         # scored with lower = bona fide, which the example's negate flips
         assert 100 * m.loc[s, "eer"] == pytest.approx(check[s]["eer_pct"], abs=0.006)
     assert len(res.data.table) == 3 * 71237
+
+
+@pytest.mark.shared_data
+def test_la_eval_per_attack_eer_matches_check_file(shared_data, monkeypatch, tmp_path):
+    """``negatives_by = ["attack"]`` (as in the example): each attack's EER is all bona fide trials
+    of a system against that attack's spoofs, the ASVspoof convention.  It reproduces the data
+    set's per_attack_eer_check.csv (EER in percent, rounded to 2 decimals: tolerance half a unit
+    of the last digit) for all 10 systems and 13 attacks, with the ASVspoof EER method."""
+    _use_shared(shared_data, monkeypatch)
+    raw = _raw("asvspoof2019_la_eval")
+    assert raw["analyses"]["metrics"]["negatives_by"] == ["attack"]
+    raw["data"]["standardize"] = False  # monotone per system: the EER is unchanged anyway
+    raw["models"] = []
+    raw["analyses"] = {"metrics": {**raw["analyses"]["metrics"], "by": ["attack"]}}
+    assert raw["analyses"]["metrics"]["eer_method"] == "asvspoof"
+    res = run_study(parse_study(raw, base_dir=EXAMPLES), out_dir=tmp_path / "o", progress=False, report=False)
+    m = pd.read_csv(tmp_path / "o" / "metrics.csv")
+    m = m[m["by"] == "attack"].set_index(["system", "cell"])
+    check = pd.read_csv(shared_data / "asvspoof2019_la_eval" / "per_attack_eer_check.csv").set_index("attack")
+    assert sorted(res.data.systems) == sorted(check.columns)
+    t = res.data.table
+    n_bona = (t["y"] == 1).sum() // len(check.columns)
+    for system in check.columns:
+        got = m.loc[system]
+        assert sorted(got.index) == sorted(check.index)  # no bona fide-only cell
+        assert (got["n_pos"] == n_bona).all()
+        assert (100 * got.loc[check.index, "eer"] - check[system]).abs().max() <= 0.005 + 1e-9
 
 
 @pytest.mark.shared_data

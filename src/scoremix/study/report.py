@@ -291,7 +291,9 @@ def _metrics_section(res: "StudyResult") -> rh.Section | None:
     blocks: list[rh.Block] = [
         rh.Paragraph(f"EER ({cfg.eer_method}) and minDCF (p_target={cfg.p_target}, c_miss={cfg.c_miss}, "
                      f"c_fa={cfg.c_fa}, {'normalised' if cfg.normalize else 'unnormalised'})."
-                     + (f" Rows: {cfg.filters}." if cfg.filters else "")),
+                     + (f" Rows: {cfg.filters}." if cfg.filters else "")
+                     + (f" Cells of {cfg.negatives_by}: all positive trials vs the negatives of the cell."
+                        if cfg.negatives_by else "")),
         rh.Table(show[show["by"] == "overall"][cols], caption="Overall, per system"),
     ]
     by_rows = show[show["by"] != "overall"]
@@ -388,7 +390,10 @@ def _model_eer_section(res: "StudyResult") -> rh.Section | None:
     blocks: list[rh.Block] = [rh.Paragraph(
         "Model-based EER: each class's score distribution is the mixture of the fitted per-trial Gaussians "
         "N(x_iβ + z_ib, σ²); for a single Gaussian per class EER = Φ(−(μ₁ − μ₀)/(σ₀ + σ₁)). Bayesian rows give "
-        "the posterior mean and SD."), rh.Table(show, caption="Model vs empirical EER")]
+        "the posterior mean and SD."
+        + (f" Evaluated on the rows {res.config.analyses.model_eer.filters} (the models are fitted to all "
+           "their rows)." if res.config.analyses.model_eer is not None and res.config.analyses.model_eer.filters
+           else "")), rh.Table(show, caption="Model vs empirical EER")]
     if "eer_empirical" in me.columns and me["eer_empirical"].notna().any():
         blocks.append(rh.Figure(png_of(_eer_scatter(me.dropna(subset=["eer_empirical"]))),
                                 caption="Model vs empirical EER (diagonal: equal)", alt="EER scatter"))

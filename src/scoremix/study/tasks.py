@@ -186,8 +186,9 @@ def _evaluated(tab: pd.DataFrame, sel: list[str]) -> pd.DataFrame:
     re-indexed by the remaining ``by`` columns."""
     if not sel:
         return tab
-    tab = tab.xs(True, level=_EVAL_COL) if isinstance(tab.index, pd.MultiIndex) else tab.loc[[True]]
-    return tab
+    keep = np.asarray(tab.index.get_level_values(_EVAL_COL), dtype=bool)
+    tab = tab[keep]
+    return tab.droplevel(_EVAL_COL) if isinstance(tab.index, pd.MultiIndex) else tab
 
 
 def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None) -> pd.DataFrame | None:
