@@ -365,3 +365,16 @@ def test_read_kaldi_trials_real_asv_baseline(shared_data, tmp_path):
         np.testing.assert_array_equal(df["score"].to_numpy(), g["score"].to_numpy())
         assert int(df["y"].sum()) == int((g["trial_type"] == "target").sum())
         assert round(100 * eer(df["score"], df["y"], "asvspoof"), 2) == ref
+
+
+def test_kaldi_reader_names_a_file_with_the_wrong_field_count(tmp_path):
+    (tmp_path / "trials").write_text("a b target extra\n")
+    (tmp_path / "scores").write_text("a b 1.0\n")
+    with pytest.raises(TrialTableError, match=r"trials file .* has 4 fields per line; expected 3 "
+                                              r"\(enrol test target\|nontarget\)"):
+        read_kaldi_trials(tmp_path / "trials", tmp_path / "scores")
+    (tmp_path / "trials").write_text("a b target\n")
+    (tmp_path / "scores").write_text("a 1.0\n")
+    with pytest.raises(TrialTableError, match=r"score file .* has 2 fields per line; expected 3 "
+                                              r"\(enrol test score\)"):
+        read_kaldi_trials(tmp_path / "trials", tmp_path / "scores")

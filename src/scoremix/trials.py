@@ -478,14 +478,25 @@ def load_trials(
 
 
 # ----------------------------------------------------------------------------- readers
-def _read_ws(path: str | Path, what: str) -> pd.DataFrame:
+def _read_ws(path: str | Path, what: str, names: Sequence[str] | None = None,
+             layout: str | None = None) -> pd.DataFrame:
+    """Read a whitespace-separated file of strings; with ``names``, require exactly that many
+    fields per line (``layout`` describes them in the error) and name the columns."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{what} {str(path)!r} does not exist")
     try:
-        return pd.read_csv(path, sep=r"\s+", header=None, dtype=str, engine="c")
+        df = pd.read_csv(path, sep=r"\s+", header=None, dtype=str, engine="c")
     except pd.errors.EmptyDataError as exc:
         raise EmptyTableError(f"{what} {str(path)!r} is empty") from exc
+    if names is not None:
+        if df.shape[1] != len(names):
+            raise TrialTableError(
+                f"{what} {str(path)!r} has {df.shape[1]} fields per line; expected "
+                f"{len(names)} ({layout or ' '.join(names)})"
+            )
+        df.columns = list(names)
+    return df
 
 
 def _unmatched(key: pd.Series, other: pd.Series, what: str, key_name: str, other_name: str) -> None:
@@ -599,20 +610,9 @@ def read_kaldi_trials(trials_path: str | Path, scores_path: str | Path) -> pd.Da
         A trial without a score, or a score without a trial (ids listed).
     DuplicateTrialError, LabelError, TrialTableError
     """
-    tr = _read_ws(trials_path, "trials file")
-    if tr.shape[1] != 3:
-        raise TrialTableError(
-            f"trials file {str(trials_path)!r} has {tr.shape[1]} fields per line; expected 3 "
-            f"(enrol test target|nontarget)"
-        )
-    tr.columns = ["enrol", "test", "label"]
-    sc = _read_ws(scores_path, "score file")
-    if sc.shape[1] != 3:
-        raise TrialTableError(
-            f"score file {str(scores_path)!r} has {sc.shape[1]} fields per line; expected 3 "
-            f"(enrol test score)"
-        )
-    sc.columns = ["enrol", "test", "score"]
+    tr = _read_ws(trials_path, "trials file", names=("enrol", "test", "label"),
+                  layout="enrol test target|nontarget")
+    sc = _read_ws(scores_path, "score file", names=("enrol", "test", "score"))
     _check_duplicates(tr, ["enrol", "test"])
     _check_duplicates(sc, ["enrol", "test"])
     key_tr = tr["enrol"] + " " + tr["test"]

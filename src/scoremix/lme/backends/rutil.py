@@ -234,22 +234,16 @@ def source_r(ro: Any, name: str) -> None:
         _SOURCED.add(path)
 
 
-def _float_vector(ro: Any, x: np.ndarray) -> Any:
-    x = np.ascontiguousarray(x, dtype=np.float64)
+def _r_vector(ro: Any, x: np.ndarray, kind: str) -> Any:
+    """An R numeric (``kind="Float"``) or integer (``"Int"``) vector sharing ``x``'s memory
+    where rpy2 allows it, else copied."""
+    x = np.ascontiguousarray(x, dtype=np.float64 if kind == "Float" else np.int32)
+    vector_cls = getattr(ro.vectors, f"{kind}Vector")
     try:
-        from rpy2.rinterface import FloatSexpVector  # noqa: PLC0415
-        return ro.vectors.FloatVector(FloatSexpVector.from_memoryview(memoryview(x)))
+        from rpy2 import rinterface  # noqa: PLC0415
+        return vector_cls(getattr(rinterface, f"{kind}SexpVector").from_memoryview(memoryview(x)))
     except (AttributeError, TypeError, ValueError):
-        return ro.vectors.FloatVector(x.tolist())
-
-
-def _int_vector(ro: Any, x: np.ndarray) -> Any:
-    x = np.ascontiguousarray(x, dtype=np.int32)
-    try:
-        from rpy2.rinterface import IntSexpVector  # noqa: PLC0415
-        return ro.vectors.IntVector(IntSexpVector.from_memoryview(memoryview(x)))
-    except (AttributeError, TypeError, ValueError):
-        return ro.vectors.IntVector(x.tolist())
+        return vector_cls(x.tolist())
 
 
 def r_dataframe(ro: Any, spec: ModelSpec) -> Any:
@@ -269,13 +263,13 @@ def r_dataframe(ro: Any, spec: ModelSpec) -> Any:
             items.append((c, ro.vectors.BoolVector(s.to_numpy().tolist())))
         elif (pd.api.types.is_integer_dtype(s)
               and np.abs(s.to_numpy(dtype=np.int64)).max(initial=0) < 2**31 - 1):
-            items.append((c, _int_vector(ro, s.to_numpy())))
+            items.append((c, _r_vector(ro, s.to_numpy(), "Int")))
         elif pd.api.types.is_numeric_dtype(s):
-            items.append((c, _float_vector(ro, s.to_numpy(dtype=float))))
+            items.append((c, _r_vector(ro, s.to_numpy(dtype=float), "Float")))
         else:
             lv = _levels(s)
             codes = pd.Categorical(s.astype(str), categories=lv).codes.astype(np.int32) + 1
-            items.append((c, make_factor(_int_vector(ro, codes), ro.vectors.StrVector(lv))))
+            items.append((c, make_factor(_r_vector(ro, codes, "Int"), ro.vectors.StrVector(lv))))
     lst = ro.vectors.ListVector.from_length(len(items))
     for k, (_, v) in enumerate(items):
         lst[k] = v
