@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 from sklearn.base import BaseEstimator
 from sklearn.mixture import GaussianMixture
 from tqdm.auto import tqdm
@@ -367,6 +366,8 @@ def nuisance_model(llr: Any, labels: Any, positive: Any = None) -> NuisanceModel
     if min(n_pos, n_neg) < 2:
         cname = "positive" if n_pos < 2 else "negative"
         raise TooFewTrialsError(f"the {cname} class has 1 trial; its SD needs at least 2")
+    import statsmodels.api as sm  # noqa: PLC0415  (deferred: 0.45 s of `import scoremix` for one OLS)
+
     ols = sm.OLS(ell, sm.add_constant(y.astype(np.float64), has_constant="add")).fit()
     mu, d = (float(v) for v in ols.params)
     sigma = float(np.sqrt(ols.scale))
