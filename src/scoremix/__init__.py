@@ -69,6 +69,15 @@ from scoremix.model_eer import (
     model_eer_from_moments,
 )
 from scoremix.study import load_study, run_study
+from scoremix.transform import (
+    AllScoresTiedError,
+    MonotoneTransform,
+    SingleClassError,
+    TooFewDistinctScoresError,
+    TransformControl,
+    TransformError,
+    TransformLmerResult,
+)
 from scoremix.fairness import (
     SubgroupError,
     bootstrap_intervals,
@@ -106,6 +115,9 @@ __all__ = [
     "model_eer_from_moments", "PosteriorEER",
     # studies
     "load_study", "run_study",
+    # transformation (latent-Gaussian) mixed models
+    "MonotoneTransform", "TransformLmerResult", "TransformControl", "TransformError",
+    "AllScoresTiedError", "TooFewDistinctScoresError", "SingleClassError",
     # subgroup fairness
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",

@@ -68,7 +68,12 @@ class LmerResult:
         optimiser convergence (all lme4 checks passed) and ``isSingular(m, tol = 1e-4)``.
     fit_info : dict
         backend details (timings, number of evaluations, messages).
+    transform : None or MonotoneTransform
+        ``None`` for the Gaussian model; for ``lmer(..., transform="monotone")`` the fitted
+        map from scores to the latent scale (see :class:`scoremix.transform.MonotoneTransform`).
     """
+
+    transform = None
 
     def __init__(self, spec: ModelSpec | None, *, backend: str, REML: bool, fixef: pd.Series,
                  vcov: pd.DataFrame, theta: pd.Series, sigma: float, loglik: float,
