@@ -14,18 +14,17 @@ __all__ = ["lmer", "fit_spec", "BACKENDS", "TRANSFORMS", "register_transform"]
 
 BACKENDS = ("native", "statsmodels", "lme4")
 
-#: ``lmer(..., transform=name)`` fitters: name → (input check, fitter).  Filled by
-#: :mod:`scoremix.transform` when the package is imported (a registry, so that the Gaussian
-#: engine does not import the transformation models that build on it).
-TRANSFORMS: dict[str, tuple[Callable[[str, pd.DataFrame, str | None], None],
-                            Callable[[ModelSpec, Any], LmerResult]]] = {}
+#: ``lmer(..., transform=name)`` fitters: name → ``fit(formula, data, weights=, dispersion=,
+#: na_action=, control=)``.  Filled by :mod:`scoremix.transform` when the package is
+#: imported (a registry, so that the Gaussian engine does not import the transformation
+#: models that build on it).
+TRANSFORMS: dict[str, Callable[..., LmerResult]] = {}
 
 
-def register_transform(name: str, check: Callable[[str, pd.DataFrame, str | None], None],
-                       fitter: Callable[[ModelSpec, Any], LmerResult]) -> None:
-    """Make ``lmer(..., transform=name)`` available: ``check(formula, data, dispersion)``
-    validates the input before the model frame is built, ``fitter(spec, control)`` fits."""
-    TRANSFORMS[name] = (check, fitter)
+def register_transform(name: str, fit: Callable[..., LmerResult]) -> None:
+    """Make ``lmer(..., transform=name)`` call ``fit(formula, data, weights=..., dispersion=...,
+    na_action=..., control=...)``."""
+    TRANSFORMS[name] = fit
 
 
 def fit_spec(spec: ModelSpec, REML: bool = True, backend: str = "native",
@@ -100,11 +99,8 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
         if backend != "native":
             raise ValueError(f"transform={transform!r} is fitted by the native engine only, "
                              f"not backend={backend!r}")
-        check, fitter = TRANSFORMS[transform]
-        check(formula, data, dispersion)
-        spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion,
-                                na_action=na_action)
-        return fitter(spec, control)
+        return TRANSFORMS[transform](formula, data, weights=weights, dispersion=dispersion,
+                                     na_action=na_action, control=control)
     spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion,
                             na_action=na_action)
     return fit_spec(spec, REML=REML, backend=backend, control=control)
