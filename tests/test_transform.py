@@ -228,8 +228,8 @@ def test_rank_invariance_of_the_model_eer():
 # ----------------------------------------------------------------------------- Gaussian data
 def test_gaussian_lmm_data_gives_an_affine_transform_and_lmer_estimates():
     """Scores simulated from a Gaussian LMM: h is affine within sampling error, and after
-    that affine map (slope = 1/σ̂_lmer) the estimates equal lmer's (ML) to within a few
-    standard errors of the difference (the transformation model spends its extra knots on
+    that affine map (slope = 1/σ̂_lmer) the estimates equal lmer's (ML) within sampling
+    error of the transform (β within 1 SE, variance parameters within a few %) (the transformation model spends its extra knots on
     noise, so the agreement is statistical, not exact)."""
     rng = np.random.default_rng(21)
     n, ns = 3000, 30
@@ -248,15 +248,15 @@ def test_gaussian_lmm_data_gives_an_affine_transform_and_lmer_estimates():
     # affine: the fitted h deviates from its least-squares line by far less than its range
     inner = (s > np.quantile(y, 0.01)) & (s < np.quantile(y, 0.99))
     resid = a - A @ coef
-    assert np.max(np.abs(resid[inner])) < 0.1 * np.ptp(a[inner])
+    assert np.max(np.abs(resid[inner])) < 0.05 * np.ptp(a[inner])
     # the affine map's slope is 1/σ_bonafide of lmer; estimates agree after mapping
     slope = coef[1]
-    assert abs(slope * g.sigma_by["bonafide"] - 1) < 0.05
-    assert abs(t.fixef["labelspoof"] / slope - g.fixef["labelspoof"]) < 3 * g.se["labelspoof"]
-    assert abs(t.sigma_by["spoof"] - g.sigma_by["spoof"] / g.sigma_by["bonafide"]) < 0.05
+    assert abs(slope * g.sigma_by["bonafide"] - 1) < 0.02
+    assert abs(t.fixef["labelspoof"] / slope - g.fixef["labelspoof"]) < 1 * g.se["labelspoof"]
+    assert abs(t.sigma_by["spoof"] - g.sigma_by["spoof"] / g.sigma_by["bonafide"]) < 0.03
     sd_t = np.sqrt(t.varcorr["vcov"].iloc[0]) / slope
     sd_g = np.sqrt(g.varcorr["vcov"].iloc[0])
-    assert abs(sd_t / sd_g - 1) < 0.1
+    assert abs(sd_t / sd_g - 1) < 0.05
     r = np.corrcoef(t.ranef["speaker"].iloc[:, 0], g.ranef["speaker"].iloc[:, 0])[0, 1]
     assert r > 0.995
 

@@ -74,8 +74,8 @@ class TransformControl:
     """
 
     max_free: int = 100
-    n_knots: int = 40
-    min_edges: int = 20
+    n_knots: int = 200
+    min_edges: int = 10
     maxiter: int = 2000
     gtol: float = 1e-6
     ftol: float = 1e-15

@@ -36,7 +36,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from scoremix.transform.basis import CutpointBasis
-from scoremix.transform.likelihood import row_derivs
+from scoremix.transform.likelihood import add_third, row_derivs
 
 __all__ = ["TransformProblem", "LaplaceState", "theta_to_T", "laplace"]
 
@@ -200,7 +200,8 @@ def laplace(x: np.ndarray, P: TransformProblem, state: LaplaceState, grad: bool 
             if np.max(np.abs(t * step)) < 1e-10:
                 break
         state.u = u.copy()
-    d = row_derivs(a, b, third=grad and q > 0)
+    if grad and q:
+        add_third(d)
     ll = float(np.sum(wt * d.ll))
     f = -ll + 0.5 * float(u @ u)
     Hinv = None

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import log_ndtr, ndtr
 
-__all__ = ["log_interval_prob", "RowDerivs", "row_derivs"]
+__all__ = ["log_interval_prob", "RowDerivs", "row_derivs", "add_third"]
 
 _LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
 _INV_SQRT_2PI = 1.0 / np.sqrt(2 * np.pi)
@@ -152,10 +152,18 @@ def row_derivs(a: np.ndarray, b: np.ndarray, third: bool = False) -> RowDerivs:
     M = af * pa - bf * pb - d * d
     out = RowDerivs(ll=ll, pa=pa, pb=pb, af=af, bf=bf, M=M)
     if third:
-        dpa_a = -af * pa + pa * pa
-        dpa_b = -pa * pb
-        dpb_a = pa * pb
-        dpb_b = -bf * pb - pb * pb
-        out.Ma = pa + af * dpa_a - bf * dpb_a - 2 * d * (dpb_a - dpa_a)
-        out.Mb = af * dpa_b - pb - bf * dpb_b - 2 * d * (dpb_b - dpa_b)
+        add_third(out)
+    return out
+
+
+def add_third(out: RowDerivs) -> RowDerivs:
+    """Fill ``M_a``, ``M_b`` (third derivatives of ``G``) from ``p_a, p_b, a, b``."""
+    pa, pb, af, bf = out.pa, out.pb, out.af, out.bf
+    d = pb - pa
+    dpa_a = -af * pa + pa * pa
+    dpa_b = -pa * pb
+    dpb_a = pa * pb
+    dpb_b = -bf * pb - pb * pb
+    out.Ma = pa + af * dpa_a - bf * dpb_a - 2 * d * (dpb_a - dpa_a)
+    out.Mb = af * dpa_b - pb - bf * dpb_b - 2 * d * (dpb_b - dpa_b)
     return out
