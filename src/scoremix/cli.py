@@ -133,7 +133,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _print_files(files: dict) -> None:
-    from scoremix.study.runner import FILE_DESCRIPTIONS
+    from scoremix.study.results import FILE_DESCRIPTIONS
 
     for name, path in files.items():
         desc = FILE_DESCRIPTIONS.get(name, "model fit" if name.startswith("models/") else
@@ -268,7 +268,7 @@ def _cmd_fairness(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from scoremix.demo import to_jsonable
+    from scoremix.jsonable import to_jsonable
     from scoremix.simulate import SimulationError, simulate_sv_trials, simulate_trials
 
     try:

@@ -25,13 +25,13 @@ given the realised random effects (:meth:`scoremix.simulate.Simulation.true_rate
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from scoremix.jsonable import to_jsonable
 
 __all__ = ["DEMO_STUDY_TOML", "DEMO_SUBGROUP_SHIFT", "DEMO_P_TARGET", "demo_study", "run_demo", "to_jsonable"]
 
@@ -47,34 +47,6 @@ DEMO_C_FA: float = 1.0
 
 #: Subgroups with fewer trials of either class than this get NaN measures in the table.
 MIN_CLASS_TRIALS: int = 20
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Convert numpy/pandas values (Series → dict, DataFrame → {row: {col: v}}) for ``json``.
-
-    Non-finite floats become ``None`` (JSON has no NaN/inf).
-    """
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, pd.Series):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, pd.DataFrame):
-        return {str(i): {str(c): to_jsonable(v) for c, v in row.items()}
-                for i, row in obj.to_dict(orient="index").items()}
-    if isinstance(obj, np.ndarray):
-        return [to_jsonable(v) for v in obj.tolist()]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        v = float(obj)
-        return v if math.isfinite(v) else None
-    if isinstance(obj, (np.bool_,)):
-        return bool(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
 
 
 def _metrics_module() -> Any:

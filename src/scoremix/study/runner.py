@@ -32,66 +32,20 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from scoremix.jsonable import to_jsonable
+from scoremix.study import tasks as T
 from scoremix.study.config import StudyConfig, load_study
 from scoremix.study.data import ALL_SYSTEMS, StudyData, apply_filters, load_study_data
 from scoremix.study.parallel import Task, boot_chunks, chunk_seeds, run_tasks, task_seed
+from scoremix.study.results import FILE_DESCRIPTIONS, StudyResult, recovered_vs_true
 
 __all__ = ["StudyResult", "run_study", "FILE_DESCRIPTIONS"]
-
-FILE_DESCRIPTIONS: dict[str, str] = {
-    "study.json": "resolved study configuration",
-    "data_summary.csv": "trials, classes and speakers per system and subgroup, with reliability flags",
-    "metrics.csv": "empirical EER and minDCF per system and cell",
-    "fixed_effects.csv": "fixed effects of every model fit",
-    "variance_components.csv": "variance components of every model fit",
-    "random_effects.csv": "conditional modes (posterior means) of the random effects",
-    "model_eer.csv": "model-based vs empirical EER",
-    "bayes_vs_freq.csv": "Bayesian vs frequentist estimates side by side",
-    "fairness.csv": "SVEva subgroup measures with bootstrap intervals",
-    "fairness_summary.json": "overall minDCF, threshold and Fairness Index per system",
-    "fairness_model.csv": "model-based and posterior subgroup measures",
-    "breakdown.csv": "breakdown per attribute value",
-    "compare.csv": "paired two-system comparison per subgroup",
-    "compare_summary.json": "Fairness Index of both systems and their difference",
-    "nuisance.csv": "nuisance LLR two-Gaussian model",
-    "recovered_vs_true.csv": "estimated vs true parameters of the simulation",
-    "trials.csv": "the simulated trial table",
-    "truth.json": "true parameters and realised effects of the simulation",
-    "data_for_r.csv.gz": "data for the lme4 re-fit script",
-    "refit_lme4.R": "R script re-fitting the frequentist models with lme4",
-    "report.html": "self-contained HTML report",
-    "manifest.json": "every output file with its description",
-}
-
-
-@dataclass
-class StudyResult:
-    """Everything a study computed, plus the files it wrote."""
-
-    config: StudyConfig
-    data: StudyData
-    out_dir: Path
-    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
-    models: list[dict[str, Any]] = field(default_factory=list)
-    failed: list[dict[str, Any]] = field(default_factory=list)
-    fairness: dict[str, dict[str, Any]] = field(default_factory=dict)
-    breakdown: pd.DataFrame | None = None
-    compare: dict[str, Any] | None = None
-    nuisance: pd.DataFrame | None = None
-    data_summary: pd.DataFrame | None = None
-    recovered: pd.DataFrame | None = None
-    files: dict[str, Path] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    messages: list[str] = field(default_factory=list)
-    section_titles: list[str] = field(default_factory=list)
-
 
 def _data_summary(cfg: StudyConfig, data: StudyData) -> pd.DataFrame:
     d = cfg.data
@@ -120,8 +74,6 @@ def _data_summary(cfg: StudyConfig, data: StudyData) -> pd.DataFrame:
 
 
 def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
-    from scoremix.study import tasks as T
-
     seed = cfg.study.seed
     an = cfg.analyses
     speaker = cfg.data.speaker
@@ -182,8 +134,6 @@ BOOT_PREFIX = "boot:"
 def _combine_chunks(tasks: list[Task], results: list[Any]) -> tuple[list[Task], list[Any]]:
     """Join bootstrap-chunk results to their point task (in chunk order, whatever order the
     chunks ran in) and return the tasks and results with one combined entry per analysis."""
-    from scoremix.study import tasks as T
-
     chunks: dict[str, list[tuple[int, int, Any]]] = {}
     for t, r in zip(tasks, results):
         if t.key.startswith(BOOT_PREFIX):
@@ -217,8 +167,6 @@ def _write_csv(res: StudyResult, name: str, df: pd.DataFrame | None) -> None:
 
 
 def _write_json(res: StudyResult, name: str, obj: Any) -> None:
-    from scoremix.demo import to_jsonable
-
     path = res.out_dir / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(to_jsonable(obj), indent=2), encoding="utf-8")
@@ -380,8 +328,6 @@ def run_study(study: StudyConfig | str | Path, out_dir: str | Path | None = None
     res.timings["tasks"] = time.perf_counter() - t1
     _collect(res, tasks, results)
     if data.simulation is not None:
-        from scoremix.study.report import recovered_vs_true
-
         res.recovered = recovered_vs_true(res)
         _write_csv(res, "recovered_vs_true.csv", res.recovered)
     _write_outputs(res)
