@@ -92,18 +92,28 @@ def _overview(res: StudyResult) -> rh.Section:
     blocks: list[rh.Block] = []
     if cfg.study.description:
         blocks.append(rh.Paragraph(cfg.study.description))
-    src = "simulated (" + cfg.data.simulate.kind + ")" if cfg.data.simulate else ", ".join(map(str, cfg.data.files))
+    # file names only: the report is shared, and absolute paths say where it was made, not what it shows
+    src = ("simulated (" + cfg.data.simulate.kind + ")" if cfg.data.simulate
+           else ", ".join(p.name for p in cfg.data.files))
     blocks.append(rh.Paragraph(
         f"Data: {src}; {len(res.data.table)} trials after filters; systems: {', '.join(res.data.systems)}. "
         f"Score column '{cfg.data.score}' (higher = more positive; accept = score >= threshold), label "
         f"'{cfg.data.label}'. Seed {cfg.study.seed}. Analyses: {', '.join(cfg.analyses.enabled()) or 'none'}; "
         f"models: {', '.join(m.name + ' [' + m.backend + ']' for m in cfg.models) or 'none'}."))
     if res.failed:
-        blocks.append(rh.Table(pd.DataFrame(res.failed)[["model", "system", "nobs", "error"]],
-                               caption="Model fits that failed (the rest of the study ran)"))
-    files = pd.DataFrame({"file": list(res.files), "path": [str(p) for p in res.files.values()]})
+        blocks.append(rh.Table(pd.DataFrame(res.failed).reindex(columns=["step", "system", "error"]),
+                               caption="Steps that failed (the rest of the study ran)"))
+    files = pd.DataFrame({"file": list(res.files), "path": [_relative(p, res.out_dir) for p in res.files.values()]})
     blocks.append(rh.Table(files, caption="Files written by this study (see manifest.json)"))
     return rh.Section("Overview", blocks)
+
+
+def _relative(path: Path, folder: Path) -> str:
+    """``path`` relative to the output folder (the report moves with its folder)."""
+    try:
+        return path.relative_to(folder).as_posix()
+    except ValueError:
+        return path.name
 
 
 def _data_section(res: StudyResult) -> rh.Section:

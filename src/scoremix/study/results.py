@@ -49,7 +49,12 @@ FILE_DESCRIPTIONS: dict[str, str] = {
 
 @dataclass
 class StudyResult:
-    """Everything a study computed, plus the files it wrote."""
+    """Everything a study computed, plus the files it wrote.
+
+    ``failed`` lists the model fits, analyses and report steps that raised, each as
+    ``{"step": "model crossed" | "analysis fairness" | "report", "system", "error"}`` (model
+    fits add ``model``, ``backend``, ``nobs``); ``messages`` holds one line per failure.
+    """
 
     config: StudyConfig
     data: StudyData
@@ -66,6 +71,7 @@ class StudyResult:
     files: dict[str, Path] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
+    descriptions: dict[str, str] = field(default_factory=dict)
     section_titles: list[str] = field(default_factory=list)
 
 
