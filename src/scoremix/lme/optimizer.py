@@ -208,9 +208,10 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         return crit_full(full(xf))
 
     analytic = ctl.analytic_gradient and n_rho == 0 and has_analytic_gradient(cp)
+    diag_theta = np.asarray(lower, float) == 0.0   # diagonal elements of the T_k
 
     def grad_analytic(xf: np.ndarray) -> tuple[float, np.ndarray] | None:
-        """Criterion and analytic gradient (scalar terms, all θ_k ≥ 1e-4), else ``None``."""
+        """Criterion and analytic gradient (every diagonal θ ≥ 1e-4), else ``None``."""
         if not analytic:
             return None
         key = np.asarray(xf, float).tobytes()
@@ -226,7 +227,7 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
 
     def _grad_analytic(xf: np.ndarray) -> tuple[float, np.ndarray] | None:
         x = full(xf)
-        if np.any(x[:nth] < 1e-4):
+        if np.any(x[:nth][diag_theta] < 1e-4):
             return None
         n_eval[0] += 1
         try:
