@@ -358,8 +358,9 @@ def _projected_grad_max(g: np.ndarray, x: np.ndarray, lb: np.ndarray, ub: np.nda
     """``max|P(g)|``: the gradient with the components pushing into an active bound removed
     (L-BFGS-B's projected-gradient test)."""
     g = np.asarray(g, float).copy()
-    at_lo = np.isfinite(lb) & (x <= lb + 1e-12 * np.maximum(1.0, np.abs(lb))) & (g > 0)
-    at_hi = np.isfinite(ub) & (x >= ub - 1e-12 * np.maximum(1.0, np.abs(ub))) & (g < 0)
+    with np.errstate(invalid="ignore"):   # infinite bounds are never active
+        at_lo = np.isfinite(lb) & (x <= lb + 1e-12 * np.maximum(1.0, np.abs(lb))) & (g > 0)
+        at_hi = np.isfinite(ub) & (x >= ub - 1e-12 * np.maximum(1.0, np.abs(ub))) & (g < 0)
     g[at_lo | at_hi] = 0.0
     return float(np.max(np.abs(g))) if g.size else 0.0
 
