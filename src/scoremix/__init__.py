@@ -49,6 +49,7 @@ from scoremix.lme.errors import (
     ScaleWarning,
     SingularFitWarning,
     UnknownColumnError,
+    UnsupportedModelError,
 )
 from scoremix.nuisance import NuisanceLLR, NuisanceModel, nuisance_model
 from scoremix.design import (
@@ -98,7 +99,7 @@ __all__ = [
     "BayesLmerResult", "Prior", "bayes_lmer",
     "build_model_spec", "parse_formula", "ConvergenceWarning", "FormulaError", "GroupingError",
     "MissingValueError", "NewLevelError", "RankDeficiencyWarning", "ResponseError", "ScaleWarning",
-    "SingularFitWarning", "UnknownColumnError",
+    "SingularFitWarning", "UnknownColumnError", "UnsupportedModelError",
     # nuisance, designs, model-based EER
     "NuisanceLLR", "NuisanceModel", "nuisance_model", "CONFIGURATIONS", "Configuration",
     "class_mean_difference", "class_means", "delta_covariates", "delta_covariates_for",

@@ -45,6 +45,17 @@ Limits (honestly):
   scalar, so such a term raises :class:`UnsupportedModelError`; at most one correlated
   (``p > 1``) term, and only on the outer grouping factor.
 * no prior weights and no dispersion formula (``MixedLM`` has neither): both raise.
+* a grouping factor repeated in terms whose columns overlap (``(1 | plate) + (1 | plate)``)
+  has unidentifiable variance components: ``MixedLM`` cannot factor them, so such a model
+  raises :class:`UnsupportedModelError` naming the term (as does any linear-algebra failure
+  inside ``MixedLM``, instead of a raw ``LinAlgError``).
+* non-convergence is not hidden: every warning of statsmodels' optimiser ("Retrying …",
+  "Gradient optimization failed", "did not converge", a non-positive-definite Hessian) is
+  re-issued as :class:`~scoremix.lme.errors.ConvergenceWarning`, the result has
+  ``converged=False`` and the messages in ``fit_info["messages"]``, and ``summary()`` then
+  does not print "REML criterion at convergence".  On models with correlated slopes
+  (Orthodont ``distance ~ age * Sex + (age | Subject)``, BodyWeight) statsmodels stops
+  0.6–7.5 % above lme4's optimum; use the native backend for them.
 * the optimiser is looser than lme4 at tight settings: expect agreement of about 1e-4
   relative in variance components and 1e-6 in the criterion on small, well-posed models;
   boundary (singular) fits are less accurate.
@@ -60,14 +71,10 @@ import pandas as pd
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from scoremix.lme.errors import LmeError
+from scoremix.lme.errors import ConvergenceWarning, UnsupportedModelError
 from scoremix.lme.spec import ModelSpec, RandomTerm
 
 __all__ = ["fit", "fit_dict", "UnsupportedModelError", "sparse_z"]
-
-
-class UnsupportedModelError(LmeError):
-    """The model cannot be expressed with statsmodels' ``MixedLM``."""
 
 
 # ------------------------------------------------------------------ model structure
@@ -127,6 +134,7 @@ def _layout(spec: ModelSpec) -> tuple[str | None, RandomTerm | None, list[Random
     for t in spec.terms:
         if t.group_factor not in factors:
             factors.append(t.group_factor)
+    _check_repeated_terms(spec)
     codes = {t.group_factor: np.asarray(t.codes) for t in spec.terms}
     # the outer factor: every other factor is nested in it; prefer one with a p > 1 term
     candidates = [f for f in factors
@@ -153,6 +161,38 @@ def _layout(spec: ModelSpec) -> tuple[str | None, RandomTerm | None, list[Random
                 f"is {where}: statsmodels variance components are scalar (use backend='native')")
         vc_terms.append(t)
     return outer, re_term, vc_terms
+
+
+def _term_label(t: RandomTerm) -> str:
+    lhs = " + ".join(t.term_names).replace("(Intercept)", "1")
+    if "(Intercept)" not in t.term_names:
+        lhs = "0 + " + lhs
+    return f"({lhs} | {t.group_factor})"
+
+
+def _check_repeated_terms(spec: ModelSpec) -> None:
+    """Refuse two terms of one grouping factor whose model-matrix columns overlap
+    (``(1 | g) + (1 | g)``): their variances are not separately identifiable and
+    ``MixedLM``'s covariance factorisation fails."""
+    seen: dict[str, list[RandomTerm]] = {}
+    for t in spec.terms:
+        for prev in seen.get(t.group_factor, []):
+            both = np.column_stack([prev.X, t.X])
+            rank = np.linalg.matrix_rank(both)
+            if rank < both.shape[1]:
+                raise UnsupportedModelError(
+                    f"term {_term_label(t)} repeats the columns of {_term_label(prev)} on the "
+                    f"same grouping factor {t.group_factor!r}: their variance components are "
+                    "not identifiable and statsmodels MixedLM cannot fit them (the native "
+                    "backend fits the model as lme4 does)")
+        seen.setdefault(t.group_factor, []).append(t)
+
+
+#: substrings of statsmodels warnings meaning that the final optimum is not reliable: all
+#: optimisers failed ("MixedLM optimization failed, …") or the gradient at the returned
+#: point is not small ("Gradient optimization failed, |grad| = …").  A failure of the first
+#: optimiser followed by a successful retry is not a failure.
+_NONCONVERGENCE = ("mixedlm optimization failed", "gradient optimization failed")
 
 
 def _vc_matrices(term: RandomTerm, group_codes: np.ndarray, n_groups: int,
@@ -234,9 +274,22 @@ def fit_dict(spec: ModelSpec, REML: bool = True, method: str | list[str] | None 
         kw["method"] = method
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = model.fit(**kw)
-    conv_warn = [str(w.message) for w in caught if "converge" in str(w.message).lower()
-                 and "boundary" not in str(w.message).lower()]
+        try:
+            res = model.fit(**kw)
+        except np.linalg.LinAlgError as exc:
+            raise UnsupportedModelError(
+                f"statsmodels MixedLM failed on {spec.formula!r} (LinAlgError: {exc}); the "
+                f"terms {', '.join(_term_label(t) for t in spec.terms)} cannot be fitted by "
+                "this backend: use backend='native'") from exc
+    messages = [str(w.message) for w in caught if "boundary" not in str(w.message).lower()]
+    failed = (not bool(res.converged)) or any(
+        k in msg.lower() for msg in messages for k in _NONCONVERGENCE)
+    conv_warn: list[str] = []
+    if failed:
+        conv_warn = list(dict.fromkeys(messages)) or ["statsmodels MixedLM reports converged = False"]
+        warnings.warn(f"statsmodels backend did not converge on {spec.formula!r}: "
+                      + "; ".join(conv_warn) + " (the estimates are not an optimum: use "
+                      "backend='native')", ConvergenceWarning, stacklevel=3)
     sigma2 = float(res.scale)
     sigma = float(np.sqrt(sigma2))
     vc_names = list(model.exog_vc.names) if exog_vc else []
@@ -302,7 +355,8 @@ def fit_dict(spec: ModelSpec, REML: bool = True, method: str | list[str] | None 
         "deviance": None if REML else -2.0 * ll,
         "aic": -2.0 * ll + 2.0 * k,
         "bic": -2.0 * ll + np.log(n) * k,
-        "converged": bool(res.converged) and not conv_warn,
+        "converged": not failed,
+        "fit_info": {"messages": list(dict.fromkeys(conv_warn))},
         "singular": singular,
         "ranef": ranef,
     }
