@@ -298,13 +298,16 @@ class LmerResult:
         """``Xβ̂ + Zb̂`` for the rows used in fitting (index of the model frame)."""
         spec = self._need_spec("fitted")
         f = spec.X @ self.fixef.to_numpy() + self._zb([(t.codes, t.X) for t in spec.terms])
+        if getattr(spec, "offset", None) is not None:
+            f = f + spec.offset
         return pd.Series(f, index=spec.data.index, name="fitted")
 
     @property
     def residuals(self) -> pd.Series:
         """Response residuals ``y - fitted`` (lme4's ``residuals(m)``)."""
         spec = self._need_spec("residuals")
-        return pd.Series(spec.y - self.fitted.to_numpy(), index=spec.data.index, name="residuals")
+        y = spec.y if getattr(spec, "offset", None) is None else spec.y + spec.offset
+        return pd.Series(y - self.fitted.to_numpy(), index=spec.data.index, name="residuals")
 
     def predict(self, newdata: pd.DataFrame | None = None, re_form: str | None = None,
                 allow_new_levels: bool | None = None) -> pd.Series:
@@ -331,6 +334,8 @@ class LmerResult:
             if allow_new_levels is not True:
                 self._check_new_levels(newdata, design, allow_new_levels)
         out = X @ self.fixef.to_numpy()
+        if getattr(spec, "offset", None) is not None:
+            out = out + (spec.offset if newdata is None else spec.offset_design(newdata))
         if not population:
             out = out + self._zb(design)
         return pd.Series(out, index=idx, name="predicted")
