@@ -6,9 +6,10 @@
 #       OUTDIR/datasets.json: per data set and column its R class ("numeric", "factor",
 #       "ordered") and, for factors, the levels in R's order (so Python rebuilds the same
 #       factors, reference levels and contr.poly scores, whatever the locale).
-#   Rscript r_scripts/battery.R fit MODELS.json DATADIR OUTDIR [--timing=N] [ID ...]
+#   Rscript r_scripts/battery.R fit MODELS.json DATADIR OUTDIR [--timing=N] [--core] [ID ...]
 #       fits every model of MODELS.json (or only the IDs given) on DATADIR/<dataset>.csv
-#       (+ DATADIR/datasets.json) and writes OUTDIR/<id>.json.
+#       (+ DATADIR/datasets.json) and writes OUTDIR/<id>.json.  --core: the fit only (no
+#       lmerTest tables, no timing), for the live tests.
 #
 # Each model is fitted with lmerTest::lmer at tight settings: nloptwrap with
 # ftol_abs = 1e-12, xtol_abs = 1e-10, ftol_rel = 1e-15, xtol_rel = 1e-12, and bobyqa with
@@ -122,7 +123,8 @@ tight_controls <- function() {
 # Build the lmer call for one model entry (weights/offset are column names, evaluated in
 # the data frame as lme4 users write them).
 model_call <- function(fun, spec, data_sym, ctrl_sym) {
-  args <- list(stats::as.formula(spec$formula), data = data_sym, REML = isTRUE(spec$REML),
+  args <- list(stats::as.formula(spec$formula, env = globalenv()), data = data_sym,
+               REML = isTRUE(spec$REML),
                control = ctrl_sym)
   if (!is.null(spec$weights)) args$weights <- as.name(spec$weights)
   if (!is.null(spec$offset)) args$offset <- as.name(spec$offset)
@@ -142,21 +144,23 @@ safely <- function(expr) {
            error = function(e) list(value = NULL, error = conditionMessage(e)))
 }
 
-fit_one <- function(spec, data, ntiming = 3L) {
+# The data and control live in the global environment as `battery_d` / `battery_ctrl`:
+# lmerTest's ranova() and anova() re-evaluate the model call there.
+fit_one <- function(spec, data, ntiming = 3L, core = FALSE) {
   ctrls <- tight_controls()
   fits <- list()
+  assign("battery_d", data, envir = globalenv())
+  cl <- model_call(quote(lmerTest::lmer), spec, quote(battery_d), quote(battery_ctrl))
   for (nm in names(ctrls)) {
-    env <- new.env()
-    env$d <- data
-    env$ctrl <- ctrls[[nm]]
-    cl <- model_call(quote(lmerTest::lmer), spec, quote(d), quote(ctrl))
-    f <- tryCatch(suppressMessages(suppressWarnings(eval(cl, env))), error = function(e) e)
+    assign("battery_ctrl", ctrls[[nm]], envir = globalenv())
+    f <- tryCatch(suppressMessages(suppressWarnings(eval(cl, globalenv()))), error = function(e) e)
     if (!inherits(f, "error")) fits[[nm]] <- f
   }
   if (!length(fits)) stop("no optimiser could fit ", spec$id)
   crit <- vapply(fits, function(f) as.numeric(lme4::REMLcrit(f) * isREML(f) + deviance(f, REML = FALSE) * !isREML(f)), 0)
   best <- names(which.min(crit))
   m <- fits[[best]]
+  assign("battery_ctrl", ctrls[[best]], envir = globalenv())
   reml <- isREML(m)
   vc <- as.data.frame(VarCorr(m))
   for (col in c("grp", "var1", "var2")) vc[[col]] <- as.character(vc[[col]])
@@ -172,6 +176,7 @@ fit_one <- function(spec, data, ntiming = 3L) {
     X_names = colnames(getME(m, "X")),
     cnms = getME(m, "cnms")
   )
+  if (core) return(out)
   sat <- safely(summary(m, ddf = "Satterthwaite")$coefficients)
   out$coef_satterthwaite <- table_records(sat$value)
   kr_ok <- reml && nobs(m) <= 2000
@@ -202,13 +207,11 @@ fit_one <- function(spec, data, ntiming = 3L) {
   out$ranova_error <- rn$error
   # lme4's own fit time at its DEFAULT settings (what users run)
   times <- numeric(0)
-  env <- new.env()
-  env$d <- data
-  env$ctrl <- lme4::lmerControl()
-  cl <- model_call(quote(lme4::lmer), spec, quote(d), quote(ctrl))
+  assign("battery_ctrl", lme4::lmerControl(), envir = globalenv())
+  cl <- model_call(quote(lme4::lmer), spec, quote(battery_d), quote(battery_ctrl))
   for (i in seq_len(ntiming)) {
     t0 <- proc.time()[["elapsed"]]
-    suppressMessages(suppressWarnings(eval(cl, env)))
+    suppressMessages(suppressWarnings(eval(cl, globalenv())))
     times <- c(times, proc.time()[["elapsed"]] - t0)
   }
   out$lme4_time_s <- stats::median(times)
@@ -236,14 +239,15 @@ main <- function(args) {
   ntiming <- 3L
   tim <- grep("^--timing=", rest, value = TRUE)
   if (length(tim)) ntiming <- as.integer(sub("^--timing=", "", tim[1]))
-  ids <- setdiff(rest, tim)
+  core <- "--core" %in% rest
+  ids <- setdiff(rest, c(tim, "--core"))
   meta <- jsonlite::fromJSON(file.path(datadir, "datasets.json"), simplifyVector = FALSE)
   dir.create(outdir, showWarnings = FALSE, recursive = TRUE)
   for (spec in models) {
     if (length(ids) && !(spec$id %in% ids)) next
     data <- read_dataset(datadir, spec$dataset, meta)
     t0 <- proc.time()[["elapsed"]]
-    res <- tryCatch(fit_one(spec, data, ntiming), error = function(e) {
+    res <- tryCatch(fit_one(spec, data, ntiming, core), error = function(e) {
       list(id = spec$id, error = conditionMessage(e))
     })
     writeLines(jsonlite::toJSON(res, auto_unbox = TRUE, digits = NA, null = "null", na = "null",

@@ -14,9 +14,10 @@ from scoremix.lme.crossprod import (
 )
 from scoremix.lme.inference import anova, confint
 from scoremix.lme.native import NativeControl
+from scoremix.lme.model_frame import model_matrix
 from scoremix.lme.result import LmerResult
 
 __all__ = [
     "CrossProducts", "LmerResult", "NativeControl", "anova", "conditional_estimates", "confint",
-    "crossproducts", "fit_spec", "lmer", "profiled_deviance",
+    "crossproducts", "fit_spec", "lmer", "model_matrix", "profiled_deviance",
 ]

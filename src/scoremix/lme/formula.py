@@ -43,6 +43,7 @@ __all__ = [
     "ParsedFormula",
     "parse_formula",
     "parse_dispersion",
+    "parse_one_sided",
     "SUPPORTED_SYNTAX",
 ]
 
@@ -498,6 +499,10 @@ class _Expander:
             for _ in range(int(right[1]) - 1):
                 out = _add(_add(out, base), _interact(out, base))
             return out, None
+        if op not in (":", "*", "/", "%in%", "+", "-"):
+            raise self.err(
+                f"operator {op!r} in {_deparse(node)!r} is not a formula operator; wrap "
+                f"arithmetic in I(), as in I(x {op} 2)")
         lt, li = self.expand(left)
         rt, ri = self.expand(right)
         if op == "+":
@@ -508,10 +513,6 @@ class _Expander:
             if ri is not None:
                 icpt = not ri
             return out, icpt
-        if op not in (":", "*", "/", "%in%"):
-            raise self.err(
-                f"operator {op!r} in {_deparse(node)!r} is not a formula operator; wrap "
-                f"arithmetic in I(), as in I(x {op} 2)")
         if li is not None or ri is not None:
             raise self.err(
                 f"the intercept (1 or 0) cannot be used with {op!r} in {_deparse(node)!r}; "
@@ -730,6 +731,20 @@ def parse_formula(formula: str) -> ParsedFormula:
     for bar in bars:
         random.extend(_random_parts(bar, formula))
     return ParsedFormula(formula, response, fixed, tuple(random), response_expr, tuple(ex.offsets))
+
+
+@lru_cache(maxsize=64)
+def parse_one_sided(formula: str) -> TermSet:
+    """Parse a one-sided fixed-effects formula ``"~ poly(x, 2) * f"`` (R's ``terms`` of a
+    ``model.matrix`` formula; no random-effects terms, no offsets)."""
+    if not isinstance(formula, str):
+        raise FormulaError(f"formula must be a string, got {type(formula).__name__}")
+    lhs, rhs = _Parser(formula).formula()
+    if lhs is not None:
+        raise FormulaError(f"formula {formula!r} must be one-sided ('~ x + f')")
+    if _contains_bar(rhs):
+        raise FormulaError(f"formula {formula!r}: random-effects terms have no model matrix here")
+    return _Expander(formula).termset(rhs)
 
 
 @lru_cache(maxsize=64)

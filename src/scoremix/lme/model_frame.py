@@ -58,11 +58,18 @@ from scoremix.lme.errors import (
     rank_deficient_message,
 )
 from scoremix.lme.contrasts import contrast_matrix, normalize_contrast
-from scoremix.lme.formula import ParsedFormula, TermSet, Variable, parse_dispersion, parse_formula
+from scoremix.lme.formula import (
+    ParsedFormula,
+    TermSet,
+    Variable,
+    parse_dispersion,
+    parse_formula,
+    parse_one_sided,
+)
 from scoremix.lme.spec import ModelSpec, RandomTerm
 from scoremix.lme.transforms import Value, evaluate, factor_source
 
-__all__ = ["build_model_spec", "badly_scaled", "rank_keep_columns", "RANK_TOL"]
+__all__ = ["build_model_spec", "model_matrix", "badly_scaled", "rank_keep_columns", "RANK_TOL"]
 
 #: lme4's tolerance for ``qr(X, tol = 1e-7, LAPACK = FALSE)`` in ``chkRank.drop.cols``.
 RANK_TOL = 1e-7
@@ -995,6 +1002,36 @@ def build_model_spec(
         offset=off,
         offset_design=offset_design if off is not None else None,
     )
+
+
+def model_matrix(formula: str, data: pd.DataFrame,
+                 contrasts: dict[str, str] | None = None) -> pd.DataFrame:
+    """R's ``model.matrix(~ rhs, data, contrasts.arg)``: the full fixed-effects design of a
+    one-sided formula (no rank-deficient columns dropped), with R's column names, on the
+    rows without missing values (index of ``data``).
+
+    Example: ``model_matrix("~ poly(x, 2) + f", d)`` has columns ``(Intercept)``,
+    ``poly(x, 2)1``, ``poly(x, 2)2``, ``fb``, ….
+    """
+    if not isinstance(data, pd.DataFrame):
+        raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}")
+    ts = parse_one_sided(formula)
+    frame = _Frame(data)
+    na = np.zeros(len(data), dtype=bool)
+    for v in ts.variables:
+        for col in v.columns:
+            if col not in data.columns:
+                raise _unknown_column(col, data)
+            na |= frame.missing(col)
+        if v.kind in ("expr", "factor"):
+            frame.evaluate(v)
+            na |= frame.expr_missing(v.label)
+    if na.any():
+        frame.rows = np.flatnonzero(~na)
+    X, names, design = _design_matrix(ts, frame, contrasts)
+    _check_contrast_keys(contrasts, design)
+    index = data.index if frame.rows is None else data.index[frame.rows]
+    return pd.DataFrame(X, index=index, columns=names)
 
 
 def _expression_variables(parsed: ParsedFormula) -> list[Variable]:

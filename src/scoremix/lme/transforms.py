@@ -36,6 +36,7 @@ import pandas as pd
 
 from scoremix.lme.contrasts import gram_schmidt_powers
 from scoremix.lme.errors import FormulaError
+from scoremix.lme.rsyntax import deparse
 
 __all__ = ["Value", "ELEMENTWISE", "STATEFUL", "FACTOR_FUNCTIONS", "CONSTANTS",
            "expression_columns", "validate_expression", "evaluate", "deparse_expr"]
@@ -66,7 +67,7 @@ class Value:
 
 
 def deparse_expr(node: object) -> str:
-    from scoremix.lme.formula import deparse  # noqa: PLC0415  (formula imports this module)
+    """R's label of an expression (``poly(x, 2)``)."""
     return deparse(node)
 
 
