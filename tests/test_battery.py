@@ -11,7 +11,8 @@ sets (see ``docs/lme4-parity.md``).  For each model (acceptance of issue 12):
   (absolute floor 1e-4 × SE for estimates near 0);
 * ``summary()`` prints;
 * where the result has ``coef_table`` (lmerTest inference), its Satterthwaite and
-  Kenward–Roger df and p-values agree to 1e-4 relative.
+  Kenward–Roger df and p-values agree to 1e-4 relative; likewise ``anova(m, type=, ddf=)``
+  (type 3/2/1 Satterthwaite, type 3 Kenward–Roger) and ``ranova(m)`` when they exist.
 
 A model the engine cannot fit must raise :class:`~scoremix.UnsupportedModelError` (none
 does today).  With R present, the data export and a few fits are re-done live.
@@ -81,6 +82,35 @@ def _check_coef_tables(res, ref: dict) -> None:
                                    err_msg=f"{ddf} p")
 
 
+def _check_anova_tables(res, ref: dict) -> None:
+    """lmerTest's F tests and ranova, when scoremix offers them (t12infer's
+    ``anova(m, type=, ddf=)`` and ``ranova(m)``)."""
+    import inspect
+
+    import scoremix
+
+    if "type" in inspect.signature(scoremix.anova).parameters:
+        for key, rec in (ref.get("anova") or {}).items():
+            want = ref_table(rec)
+            if want is None or want.empty:
+                continue
+            typ = int(key[4])
+            ddf = "Kenward-Roger" if key.endswith("kenward_roger") else "Satterthwaite"
+            got = scoremix.anova(res, type=typ, ddf=ddf)
+            assert list(got.index) == list(want.index), key
+            for col in want.columns:
+                np.testing.assert_allclose(got[col], want[col], rtol=1e-4, atol=1e-300,
+                                           err_msg=f"{key} {col}")
+    ranova = getattr(scoremix, "ranova", None)
+    want = ref_table(ref.get("ranova"))
+    if ranova is not None and want is not None:
+        got = ranova(res)
+        assert len(got) == len(want)
+        for col in ("npar", "logLik", "AIC", "LRT", "Df", "Pr(>Chisq)"):
+            if col in got:
+                np.testing.assert_allclose(got[col], want[col], rtol=1e-4, atol=1e-300, err_msg=col)
+
+
 @pytest.mark.parametrize(
     "model_id",
     [pytest.param(m["id"], marks=pytest.mark.slow) if m["id"] in SLOW else m["id"] for m in MODELS],
@@ -100,6 +130,7 @@ def test_battery_model(model_id: str) -> None:
     for name in res.fixef.index:
         assert name in text
     _check_coef_tables(res, ref)
+    _check_anova_tables(res, ref)
 
 
 def test_battery_is_large_and_varied() -> None:

@@ -79,6 +79,11 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
 
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    if backend == "lme4" and (offset is not None or contrasts is not None):
+        from scoremix.lme.errors import UnsupportedModelError
+        raise UnsupportedModelError(
+            "the lme4 backend re-fits the formula in R and does not pass offset= or contrasts=; "
+            "write offset(column) in the formula, or use backend='native'")
     spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion,
                             na_action=na_action, contrasts=contrasts, offset=offset)
     return fit_spec(spec, REML=REML, backend=backend, control=control)

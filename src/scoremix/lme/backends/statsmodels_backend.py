@@ -157,7 +157,7 @@ def _layout(spec: ModelSpec) -> tuple[str | None, RandomTerm | None, list[Random
         if t.p > 1:
             where = "crossed" if outer is None else f"nested in {outer!r}"
             raise UnsupportedModelError(
-                f"term ({' + '.join(t.term_names)} | {t.group}) has correlated slopes and its factor "
+                f"term {_term_label(t)} has correlated slopes and its factor "
                 f"is {where}: statsmodels variance components are scalar (use backend='native')")
         vc_terms.append(t)
     return outer, re_term, vc_terms
