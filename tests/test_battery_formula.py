@@ -202,6 +202,35 @@ def test_statsmodels_nonconvergence_is_reported() -> None:
     assert "did NOT converge" in text
 
 
+@pytest.mark.parametrize("model_id", ["igf", "earthquake"])
+def test_statsmodels_silent_stop_is_caught_by_gradient_check(model_id: str) -> None:
+    """statsmodels stops 2e-3 (IGF) and 3e-4 (Earthquake) above lme4's optimum without a
+    warning of its own; lme4's gradient check on the profiled criterion catches it."""
+    from scoremix import ConvergenceWarning
+    from battery_helpers import MODEL_BY_ID, load_ref
+
+    m = MODEL_BY_ID[model_id]
+    with pytest.warns(ConvergenceWarning, match="max\\|grad\\|"):
+        res = lmer(m["formula"], load_dataset(m["dataset"]), backend="statsmodels")
+    assert not res.converged
+    assert -2 * res.loglik > load_ref(model_id)["criterion"] * (1 + 1e-5)
+
+
+@pytest.mark.parametrize("model_id", ["igf", "penicillin_reml", "sleep_corr_reml", "pastes_nested_ml"])
+def test_statsmodels_profiled_criterion_is_lme4s(model_id: str) -> None:
+    """The backend's sparse profiled criterion at lme4's θ equals lme4's criterion, and its
+    convergence statistic there is below lme4's tolerance (an independent check of both)."""
+    from battery_helpers import MODEL_BY_ID, load_ref
+    from scoremix.lme.backends.statsmodels_backend import GRAD_TOL, convergence_check, profiled_criterion
+
+    m = MODEL_BY_ID[model_id]
+    ref = load_ref(model_id)
+    spec = build_model_spec(m["formula"], load_dataset(m["dataset"]))
+    theta = np.atleast_1d(np.asarray(ref["theta"], dtype=float))
+    assert profiled_criterion(spec, theta, m["REML"]) == pytest.approx(ref["criterion"], rel=1e-10)
+    assert convergence_check(spec, theta, m["REML"])[0] < GRAD_TOL
+
+
 def test_statsmodels_repeated_term_raises_named_error() -> None:
     d = load_dataset("Penicillin")
     with pytest.raises(UnsupportedModelError, match=r"\(1 \| plate\) repeats the columns"):
