@@ -49,6 +49,8 @@ def fit_spec(spec: ModelSpec, REML: bool = True, backend: str = "native",
 def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "native",
          weights: np.ndarray | pd.Series | str | None = None, dispersion: str | None = None,
          na_action: str = "omit", control: dict | Any | None = None,
+         contrasts: dict[str, str] | None = None,
+         offset: np.ndarray | pd.Series | str | None = None,
          transform: str | None = None) -> LmerResult:
     """Fit ``y = Xβ + Zb + ε`` given by an lme4 formula (REML or ML), like ``lme4::lmer``.
 
@@ -76,6 +78,12 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
     control:
         native optimiser options (:class:`scoremix.lme.native.NativeControl` fields), or with
         a ``transform`` the options of :class:`scoremix.transform.TransformControl`.
+    contrasts:
+        fixed-effect factor codings, as lme4's ``contrasts=`` (``{"recipe": "contr.sum"}``;
+        ordered factors default to ``contr.poly``).
+    offset:
+        a known term added to the linear predictor (column name or array), as lme4's
+        ``offset=``; ``offset()`` terms in the formula are also understood.
     transform:
         ``None`` (default): the Gaussian model above.  ``"monotone"``: the transformation
         (latent-Gaussian) mixed model ``h(y) = Xβ + Zb + ε`` with ``h`` strictly increasing
@@ -100,7 +108,13 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
             raise ValueError(f"transform={transform!r} is fitted by the native engine only, "
                              f"not backend={backend!r}")
         return TRANSFORMS[transform](formula, data, weights=weights, dispersion=dispersion,
-                                     na_action=na_action, control=control)
+                                     na_action=na_action, control=control,
+                                     contrasts=contrasts, offset=offset)
+    if backend == "lme4" and (offset is not None or contrasts is not None):
+        from scoremix.lme.errors import UnsupportedModelError
+        raise UnsupportedModelError(
+            "the lme4 backend re-fits the formula in R and does not pass offset= or contrasts=; "
+            "write offset(column) in the formula, or use backend='native'")
     spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion,
-                            na_action=na_action)
+                            na_action=na_action, contrasts=contrasts, offset=offset)
     return fit_spec(spec, REML=REML, backend=backend, control=control)

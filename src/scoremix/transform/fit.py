@@ -126,7 +126,7 @@ class TransformLmerResult(LmerResult):
     @property
     def residuals(self) -> pd.Series:
         from scoremix.transform.likelihood import row_derivs
-        spec = self._need_spec("residuals")
+        spec = self.require_spec("residuals")
         m = self.fitted.to_numpy()
         sd = np.full(spec.n, self.sigma)
         if self.sigma_by is not None and spec.dispersion_codes is not None:
@@ -190,6 +190,7 @@ def check_classes(formula: str, data: pd.DataFrame, dispersion: str | None) -> N
 
 def lmer_transform(formula: str, data: pd.DataFrame, *, weights=None, dispersion: str | None = None,
                    na_action: str = "omit", control: TransformControl | dict | None = None,
+                   contrasts: dict[str, str] | None = None, offset=None,
                    transform: str = "monotone") -> TransformLmerResult:
     """``lmer(formula, data, transform="monotone", ...)``: check the classes, build the model
     frame and fit.  Saturated scores (``±inf``, e.g. logits of probabilities 0 and 1) are
@@ -212,7 +213,10 @@ def lmer_transform(formula: str, data: pd.DataFrame, *, weights=None, dispersion
             original = data[resp]
             data = data.assign(**{resp: y2})
     spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion,
-                            na_action=na_action)
+                            na_action=na_action, contrasts=contrasts, offset=offset)
+    if getattr(spec, "offset", None) is not None:
+        raise TransformError("offsets are not supported with transform='monotone' (an offset "
+                             "on the latent scale is not a known quantity)")
     if original is not None:
         y = original.loc[spec.data.index].to_numpy(dtype=float)
         spec = dataclasses.replace(spec, y=y, data=spec.data.assign(**{resp: y}))
