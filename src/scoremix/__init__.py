@@ -78,6 +78,8 @@ from scoremix.transform import (
     TransformControl,
     TransformError,
     TransformLmerResult,
+    StratifiedTransform,
+    stratified_model_eer,
 )
 from scoremix.fairness import (
     SubgroupError,
@@ -119,6 +121,7 @@ __all__ = [
     # transformation (latent-Gaussian) mixed models
     "MonotoneTransform", "TransformLmerResult", "TransformControl", "TransformError",
     "AllScoresTiedError", "TooFewDistinctScoresError", "SingleClassError",
+    "StratifiedTransform", "stratified_model_eer",
     # subgroup fairness
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",

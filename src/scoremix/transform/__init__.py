@@ -7,6 +7,8 @@ derivatives), :mod:`~scoremix.transform.laplace` (Laplace objective and exact gr
 (the estimator and its result), :mod:`~scoremix.transform.monotone` (the fitted ``h``).
 """
 
+import functools
+
 from scoremix.transform.errors import (
     AllScoresTiedError,
     SingleClassError,
@@ -21,9 +23,20 @@ from scoremix.transform.fit import (
     lmer_transform,
 )
 from scoremix.transform.monotone import MonotoneTransform
+from scoremix.transform.strata import (
+    StratifiedTransform,
+    UnknownStratumError,
+    stratified_eer,
+    stratified_error_rates,
+    stratified_model_eer,
+)
 
 register_transform("monotone", lmer_transform)
+register_transform("monotone-by-class", functools.partial(lmer_transform,
+                                                          transform="monotone-by-class"))
 
 __all__ = ["MonotoneTransform", "TransformLmerResult", "TransformControl", "fit_transform",
            "TransformError", "AllScoresTiedError", "TooFewDistinctScoresError",
-           "SingleClassError"]
+           "SingleClassError",
+           "StratifiedTransform", "UnknownStratumError", "stratified_eer",
+           "stratified_error_rates", "stratified_model_eer"]

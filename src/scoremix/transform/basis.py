@@ -81,6 +81,14 @@ class CutpointBasis:
         """Inverse of :meth:`knot_values` (``c`` strictly increasing)."""
         return np.concatenate([[c[0]], np.log(np.diff(c))])
 
+    def jac_par(self, par: np.ndarray) -> np.ndarray:
+        """``∂c/∂(γ0, δ)`` (``(J+1) × (J+1)``, lower triangular)."""
+        n = self.n_par
+        Jc = np.zeros((n, n))
+        Jc[:, 0] = 1.0
+        Jc[1:, 1:] = np.tril(np.ones((n - 1, n - 1))) * np.exp(np.asarray(par[1:], float))[None, :]
+        return Jc
+
 
 def make_basis(u_edge: np.ndarray, max_free: int = 100, n_knots: int = 200,
                min_edges: int = 10) -> CutpointBasis:

@@ -35,13 +35,15 @@ from scoremix.transform.cells import make_cells
 from scoremix.transform.errors import SingleClassError, TransformError
 from scoremix.transform.laplace import LaplaceState, TransformProblem, laplace, theta_to_T
 from scoremix.transform.monotone import MonotoneTransform
+from scoremix.transform.strata import (StackedBasis, StratifiedTransform, fixed_dispersion_levels,
+                                       stratum_confounded_columns)
 from scoremix.transform.vcov import joint_information
 
 __all__ = ["TransformControl", "TransformLmerResult", "fit_transform", "lmer_transform",
            "check_classes",
            "TRANSFORMS"]
 
-TRANSFORMS = ("monotone",)
+TRANSFORMS = ("monotone", "monotone-by-class")
 
 
 @dataclasses.dataclass
@@ -71,6 +73,9 @@ class TransformControl:
         issue convergence / singular-fit warnings.
     vcov:
         compute ``vcov`` and conditional SDs (the joint information; skip for speed).
+    strata:
+        with ``transform="monotone-by-class"``: the column whose levels get one transform
+        each (:mod:`scoremix.transform.strata`).
     """
 
     max_free: int = 100
@@ -84,6 +89,7 @@ class TransformControl:
     singular_tol: float = 1e-4
     warn: bool = True
     vcov: bool = True
+    strata: str = "label"
 
     @classmethod
     def from_any(cls, control: "TransformControl | dict | None") -> "TransformControl":
@@ -112,7 +118,9 @@ class TransformLmerResult(LmerResult):
     :math:`E[\varepsilon_i\mid\text{cell},\hat b]` (finite even for saturated scores).
     """
 
-    transform: MonotoneTransform
+    transform: "MonotoneTransform | StratifiedTransform"
+    #: per-row stratum (model-frame index) of a ``transform="monotone-by-class"`` fit, else None
+    strata: pd.Series | None = None
 
     @property
     def npar(self) -> int:
@@ -132,8 +140,11 @@ class TransformLmerResult(LmerResult):
         if self.sigma_by is not None and spec.dispersion_codes is not None:
             sd = self.sigma_by.to_numpy()[np.asarray(spec.dispersion_codes)]
         tr = self.transform
-        lo = tr.lower(spec.y)
-        hi = tr.upper(spec.y)
+        if self.strata is not None:
+            st = self.strata.to_numpy(dtype=object)
+            lo, hi = tr.lower(spec.y, st), tr.upper(spec.y, st)
+        else:
+            lo, hi = tr.lower(spec.y), tr.upper(spec.y)
         d = row_derivs((lo - m) / sd, (hi - m) / sd)
         return pd.Series(sd * (d.pa - d.pb), index=spec.data.index, name="residuals")
 
@@ -220,19 +231,34 @@ def lmer_transform(formula: str, data: pd.DataFrame, *, weights=None, dispersion
     if original is not None:
         y = original.loc[spec.data.index].to_numpy(dtype=float)
         spec = dataclasses.replace(spec, y=y, data=spec.data.assign(**{resp: y}))
-    return fit_transform(spec, transform=transform, control=control)
+    strata = None
+    if transform == "monotone-by-class":
+        col = TransformControl.from_any(control).strata
+        if col not in data.columns:
+            raise TransformError(f"strata column {col!r} (control=dict(strata=...)) is not a "
+                                 f"column of data; columns: {list(data.columns)[:20]}")
+        strata = data[col].loc[spec.data.index].rename(col)
+    return fit_transform(spec, transform=transform, control=control, strata=strata)
 
 
-def _problem(spec: ModelSpec, cells, basis) -> tuple[TransformProblem, int | None]:
+def _edges(code: np.ndarray, K: int, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Edge index (``offset`` + local) of each row's cell's lower/upper bound (−1: open end)."""
+    lo = np.where(code > 0, offset + code - 1, -1)
+    hi = np.where(code < K - 1, offset + code, -1)
+    return lo, hi
+
+
+def _problem(spec: ModelSpec, cells, basis, edges=None, keep=None,
+             disp_override=None) -> tuple[TransformProblem, int | None]:
     names = list(spec.fixef_names)
     icpt = names.index("(Intercept)") if "(Intercept)" in names else None
-    keep = [j for j in range(spec.p) if j != icpt]
+    if keep is None:
+        keep = [j for j in range(spec.p) if j != icpt]
     X = np.ascontiguousarray(spec.X[:, keep], dtype=float)
-    K = cells.K
-    code = cells.code
-    lo = np.where(code > 0, code - 1, -1)
-    hi = np.where(code < K - 1, code, -1)
-    if spec.dispersion_codes is not None:
+    lo, hi = _edges(cells.code, cells.K) if edges is None else edges
+    if disp_override is not None:
+        disp, n_disp = disp_override
+    elif spec.dispersion_codes is not None:
         disp = np.asarray(spec.dispersion_codes, dtype=np.int64)
         n_disp = len(spec.dispersion_levels or []) or int(disp.max()) + 1
     else:
@@ -290,9 +316,130 @@ def _start(spec: ModelSpec, cells, basis, P: TransformProblem, icpt: int | None)
     return np.concatenate([tpar, br, zeta, theta])
 
 
+@dataclasses.dataclass
+class _Strata:
+    """Set-up of a stratified fit (:mod:`scoremix.transform.strata`)."""
+
+    column: str
+    levels: list
+    codes: np.ndarray
+    cells: list
+    basis: StackedBasis
+    edges: tuple
+    u_row: np.ndarray
+    keep: list
+    dropped: list
+    disp_orig: np.ndarray
+    n_disp_orig: int
+    fixed: np.ndarray
+    newcode: np.ndarray
+
+
+def _strata_setup(spec: ModelSpec, strata: pd.Series, ctl: TransformControl) -> _Strata:
+    """Per-stratum cells and sieves, the fixed-effect columns the strata absorb, and the
+    dispersion levels fixed at σ = 1 (the first of each strata–levels component)."""
+    col = str(strata.name) if strata.name is not None else ctl.strata
+    vals = strata.to_numpy(dtype=object)
+    miss = pd.isna(vals)
+    if miss.any():
+        raise TransformError(f"strata column {col!r} is missing for {int(miss.sum())} row(s) "
+                             f"(first at index {list(strata.index[miss])[:3]})")
+    cat = pd.Categorical(vals)
+    levels = list(cat.categories)
+    codes = np.asarray(cat.codes, np.int64)
+    if len(levels) < 2:
+        raise SingleClassError(f"strata column {col!r} has a single level ({levels}); "
+                               "transform='monotone-by-class' needs at least two strata "
+                               "(use transform='monotone')")
+    n = spec.n
+    lo = np.full(n, -1, np.int64)
+    hi = np.full(n, -1, np.int64)
+    u_row = np.empty(n)
+    cells_l, parts, off = [], [], 0
+    for k, lv in enumerate(levels):
+        r = codes == k
+        try:
+            ck = make_cells(spec.y[r], f"{spec.response}[{col} == {lv!r}]")
+        except TransformError as e:
+            raise type(e)(f"stratum {col} == {lv!r}: {e}") from None
+        parts.append(make_basis(ck.u_edge, max_free=ctl.max_free, n_knots=ctl.n_knots,
+                                min_edges=ctl.min_edges))
+        lo[r], hi[r] = _edges(ck.code, ck.K, off)
+        u_row[r] = ck.u_row
+        off += ck.K - 1
+        cells_l.append(ck)
+    names = list(spec.fixef_names)
+    icpt = names.index("(Intercept)") if "(Intercept)" in names else None
+    others = [j for j in range(spec.p) if j != icpt]
+    drop = set(stratum_confounded_columns(np.asarray(spec.X, float)[:, others], codes))
+    keep = [j for i, j in enumerate(others) if i not in drop]
+    dropped = [j for i, j in enumerate(others) if i in drop]
+    if spec.dispersion_codes is not None:
+        d = np.asarray(spec.dispersion_codes, np.int64)
+        nd = len(spec.dispersion_levels or []) or int(d.max()) + 1
+    else:
+        d, nd = np.zeros(n, np.int64), 1
+    fixed = fixed_dispersion_levels(codes, d, nd)
+    used = np.bincount(d, minlength=nd) > 0
+    free = np.flatnonzero(used & ~fixed)
+    newcode = np.zeros(nd, np.int64)
+    newcode[free] = np.arange(1, free.size + 1)
+    return _Strata(column=col, levels=levels, codes=codes, cells=cells_l,
+                   basis=StackedBasis(parts), edges=(lo, hi), u_row=u_row, keep=keep,
+                   dropped=dropped, disp_orig=d, n_disp_orig=nd, fixed=fixed, newcode=newcode)
+
+
+def _start_strata(spec: ModelSpec, S: _Strata, P: TransformProblem) -> np.ndarray:
+    """Gaussian LMM (ML) on the within-stratum normal scores; stratum ``k``'s knot values
+    ``c_k = (κ_k − μ_k)/σ_k`` with ``μ_k`` the stratum's mean of the absorbed fixed effects
+    and ``σ_k`` its reference level's residual SD."""
+    from scoremix.lme import native
+    y = S.u_row
+    if spec.terms:
+        s2 = dataclasses.replace(spec, y=y)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            g = native.fit(s2, REML=False, control=dict(warn=False, check_conv=False))
+        beta = g.fixef.to_numpy()
+        sigma = float(g.sigma)
+        sd_by = (np.full(S.n_disp_orig, sigma) if g.sigma_by is None
+                 else g.sigma_by.to_numpy() * 1.0)
+        theta = np.maximum(g.theta.to_numpy(), 0.0)
+    else:
+        beta = np.linalg.lstsq(spec.X, y, rcond=None)[0]
+        r = y - spec.X @ beta
+        sd_by = np.sqrt(np.bincount(S.disp_orig, r * r, minlength=S.n_disp_orig)
+                        / np.maximum(np.bincount(S.disp_orig, minlength=S.n_disp_orig), 1))
+        sd_by = np.maximum(sd_by, 1e-3)
+        theta = np.zeros(0)
+    absorbed = [j for j in range(spec.p) if j not in S.keep]
+    X = np.asarray(spec.X, float)
+    cs, sd_k = [], []
+    for k, part in enumerate(S.basis.parts):
+        r = S.codes == k
+        mu = float(np.mean(X[r][:, absorbed] @ beta[absorbed])) if absorbed else 0.0
+        lv = np.unique(S.disp_orig[r])
+        fx = lv[S.fixed[lv]]
+        sk = float(sd_by[fx[0]]) if fx.size else float(np.median(sd_by[lv]))
+        sd_k.append(sk)
+        cs.append((part.knots - mu) / sk)
+    tpar = S.basis.par_from_c(np.concatenate(cs))
+    br = beta[S.keep] / sd_k[0]
+    zeta = np.zeros(P.n_disp - 1)
+    for lvl in np.flatnonzero(S.newcode > 0):
+        k = int(np.bincount(S.codes[S.disp_orig == lvl]).argmax())
+        zeta[S.newcode[lvl] - 1] = np.log(max(sd_by[lvl], 1e-8) / sd_k[k])
+    if P.n_theta:
+        theta = np.where(P.theta_lower == 0.0, np.maximum(theta, 0.05), theta)
+    return np.concatenate([tpar, br, zeta, theta])
+
+
 def fit_transform(spec: ModelSpec, transform: str = "monotone",
-                  control: TransformControl | dict | None = None) -> TransformLmerResult:
-    """Fit the transformation mixed model of ``spec`` (see the module docstring)."""
+                  control: TransformControl | dict | None = None,
+                  strata: pd.Series | None = None) -> TransformLmerResult:
+    """Fit the transformation mixed model of ``spec`` (see the module docstring); with
+    ``transform="monotone-by-class"`` one transform per level of ``strata`` (a Series
+    aligned with the model frame's rows; :mod:`scoremix.transform.strata`)."""
     if transform not in TRANSFORMS:
         raise TransformError(f"unknown transform {transform!r}; choose one of {TRANSFORMS} or None")
     if spec.weights is not None:
@@ -300,11 +447,22 @@ def fit_transform(spec: ModelSpec, transform: str = "monotone",
                              "(the latent residual variance is not scaled by them)")
     ctl = TransformControl.from_any(control)
     t0 = time.perf_counter()
-    cells = make_cells(spec.y, spec.response)
-    basis = make_basis(cells.u_edge, max_free=ctl.max_free, n_knots=ctl.n_knots,
-                       min_edges=ctl.min_edges)
-    P, icpt = _problem(spec, cells, basis)
-    x0 = _start(spec, cells, basis, P, icpt)
+    S = None
+    if transform == "monotone-by-class":
+        if strata is None:
+            raise TransformError("transform='monotone-by-class' needs the strata (column "
+                                 f"{ctl.strata!r})")
+        S = _strata_setup(spec, strata, ctl)
+        basis = S.basis
+        P, icpt = _problem(spec, None, basis, edges=S.edges, keep=S.keep,
+                           disp_override=(S.newcode[S.disp_orig], int(S.newcode.max()) + 1))
+        x0 = _start_strata(spec, S, P)
+    else:
+        cells = make_cells(spec.y, spec.response)
+        basis = make_basis(cells.u_edge, max_free=ctl.max_free, n_knots=ctl.n_knots,
+                           min_edges=ctl.min_edges)
+        P, icpt = _problem(spec, cells, basis)
+        x0 = _start(spec, cells, basis, P, icpt)
     t1 = time.perf_counter()
     state = LaplaceState(u=np.zeros(P.q))
     nt, p, nz, nth = basis.n_par, P.p, P.n_disp - 1, P.n_theta
@@ -336,14 +494,26 @@ def fit_transform(spec: ModelSpec, transform: str = "monotone",
     ex = state.extra
     tpar, beta, zeta, theta = P.split(x)
     c = ex["c"]
-    a0 = basis.weights_at(0.0)
-    shift = float(a0 @ c)
     alpha = ex["alpha"]
-    transform_obj = MonotoneTransform(cells.values, alpha - shift)
-    # fixed effects and their covariance
     names = list(spec.fixef_names)
-    fx = np.empty(spec.p)
-    keep = [j for j in range(spec.p) if j != icpt]
+    fx = np.zeros(spec.p)
+    if S is None:
+        a0 = basis.weights_at(0.0)
+        shift = float(a0 @ c)
+        transform_obj = MonotoneTransform(cells.values, alpha - shift)
+        keep = [j for j in range(spec.p) if j != icpt]
+    else:   # each stratum: h_k(median of stratum k) = 0; intercept and absorbed columns 0
+        a0 = np.zeros(nt)
+        shift, shifts, trs = 0.0, [], []
+        for k, ck in enumerate(S.cells):
+            sh = float(basis.weights_at_stratum(k, 0.0) @ c)
+            e0, e1 = basis.edge_off[k], basis.edge_off[k + 1]
+            trs.append(MonotoneTransform(ck.values, alpha[e0:e1] - sh))
+            shifts.append(sh)
+        transform_obj = StratifiedTransform(S.column, S.levels, trs)
+        keep = S.keep
+        icpt = None
+    # fixed effects and their covariance
     fx[keep] = beta
     if icpt is not None:
         fx[icpt] = -shift
@@ -362,6 +532,10 @@ def fit_transform(spec: ModelSpec, transform: str = "monotone",
         if icpt is not None:
             A[icpt, :nt] = -a0
         vc_full = A @ V @ A.T
+        if S is not None:   # absorbed columns: fixed at 0 by the identification
+            fixed_cols = [j for j in range(spec.p) if j not in keep]
+            vc_full[fixed_cols, :] = 0.0
+            vc_full[:, fixed_cols] = 0.0
     fixef = pd.Series(fx, index=names, name="Estimate")
     vcov = pd.DataFrame(vc_full, index=names, columns=names)
     # random effects (b = T u) and conditional SDs
@@ -385,13 +559,18 @@ def fit_transform(spec: ModelSpec, transform: str = "monotone",
     theta_names = [nm for t in spec.terms for nm in t.theta_names()]
     theta_s = pd.Series(theta, index=theta_names, name="theta")
     sigma_by = None
-    if spec.dispersion_codes is not None:
+    if spec.dispersion_codes is not None and S is None:
         levels = list(spec.dispersion_levels or [str(i) for i in range(P.n_disp)])
         sigma_by = pd.Series(np.exp(np.concatenate([[0.0], zeta])), index=levels, name="sigma")
+    elif spec.dispersion_codes is not None:
+        levels = list(spec.dispersion_levels or [str(i) for i in range(S.n_disp_orig)])
+        sigma_by = pd.Series(np.exp(np.concatenate([[0.0], zeta]))[S.newcode], index=levels,
+                             name="sigma")
     varcorr = _varcorr(spec, T)
     singular = bool(np.any(theta[P.theta_lower == 0.0] < ctl.singular_tol)) if nth else False
     t3 = time.perf_counter()
-    info = dict(n_cells=cells.K, free=basis.free, n_transform_par=nt,
+    info = dict(n_cells=(cells.K if S is None else int(sum(ck.K for ck in S.cells))),
+                free=basis.free, n_transform_par=nt,
                 knots_u=basis.knots.tolist(), optimizer="L-BFGS-B (analytic gradient)",
                 n_eval=state.n_eval, n_inner=state.n_inner, n_iter=int(res.nit), n_rounds=n_round,
                 seconds=t3 - t0, seconds_start=t1 - t0, seconds_optimize=t2 - t1,
@@ -405,6 +584,15 @@ def fit_transform(spec: ModelSpec, transform: str = "monotone",
         fit_info=dict(transform=info, messages=messages, n_eval=state.n_eval,
                       rho=None if sigma_by is None else (sigma_by.to_numpy() ** 2).tolist()))
     out.transform = transform_obj
+    if S is not None:
+        info.update(strata=S.column, strata_levels=[str(v) for v in S.levels],
+                    n_cells_by_stratum=[int(ck.K) for ck in S.cells],
+                    location_shift_by_stratum=shifts,
+                    absorbed_fixef=[names[j] for j in range(spec.p) if j not in keep],
+                    fixed_sigma_levels=[str(lv) for lv, f in zip(
+                        sigma_by.index if sigma_by is not None else ["(all)"], S.fixed) if f])
+        out.strata = pd.Series(np.asarray(S.levels, dtype=object)[S.codes],
+                               index=spec.data.index, name=S.column)
     if ctl.warn:
         for m in messages:
             warnings.warn(m, ConvergenceWarning, stacklevel=3)
@@ -427,10 +615,7 @@ def _preconditioner(P: TransformProblem, x: np.ndarray, g: np.ndarray,
     if P.q:
         B = Hj[:k, k:]
         A = A - B @ np.linalg.solve(Hj[k:, k:], B.T)
-    e = np.exp(x[1:nt])
-    Jc = np.zeros((nt, nt))
-    Jc[:, 0] = 1.0
-    Jc[1:, 1:] = np.tril(np.ones((nt - 1, nt - 1))) * e[None, :]
+    Jc = P.basis.jac_par(x[:nt])
     T = np.eye(k)
     T[:nt, :nt] = Jc
     Hs = T.T @ A @ T
