@@ -53,6 +53,14 @@ def system_scores(d: pd.DataFrame, system: str, clip: float | None) -> np.ndarra
 
 def evaluate(fit, d: pd.DataFrame) -> tuple[float, pd.Series]:
     """Overall conditional model EER and per-attack model EERs (bona fide vs attack)."""
+    if isinstance(getattr(fit, "transform", None), sm.StratifiedTransform):
+        from scoremix.transform import stratified_model_eer
+        att = d.loc[fit.spec.data.index, "attack"].to_numpy()
+        lab = d.loc[fit.spec.data.index, "label"].to_numpy()
+        eer_all = stratified_model_eer(fit, positive="bonafide")
+        per = {a: stratified_model_eer(fit, positive="bonafide", neg_mask=att == a)
+               for a in sorted(set(att[lab != "bonafide"]))}
+        return float(eer_all), pd.Series(per)
     mom = trial_moments(fit, conditional=True, label="label", positive="bonafide")
     eer_all = mixture_eer(mom["mean"][mom.y == 0], mom["sd"][mom.y == 0],
                           mom["mean"][mom.y == 1], mom["sd"][mom.y == 1])
@@ -80,6 +88,11 @@ def main() -> None:
     ap.add_argument("--systems", default=None)
     ap.add_argument("--csv", default=str(HERE.parent / "docs" / "data" / "transform_la"))
     ap.add_argument("--no-gaussian", action="store_true")
+    ap.add_argument("--stratified", action="store_true",
+                    help="transform='monotone-by-class' (one h per class) instead of one shared h")
+    ap.add_argument("--dispersion", default="~ label",
+                    help="dispersion formula of the transformation fit ('~ dgrp': one level per "
+                         "attack, bona fide its own level)")
     args = ap.parse_args()
     if not DATA.exists():
         raise SystemExit(f"data not found: {DATA}")
@@ -90,11 +103,12 @@ def main() -> None:
         d = long[long["system"] == system].reset_index(drop=True)
         s_tr = system_scores(d, system, clip=None)
         emp, emp_att = empirical(d, s_tr)
-        dt = d.assign(score=s_tr)
+        dt = d.assign(score=s_tr, dgrp=np.where(d["label"] == "bonafide", "bonafide", d["attack"]))
         t0 = time.perf_counter()
         with warnings.catch_warnings(record=True) as wlist:
             warnings.simplefilter("always")
-            ft = sm.lmer(FORMULA, dt, dispersion="~ label", transform="monotone")
+            ft = sm.lmer(FORMULA, dt, dispersion=args.dispersion,
+                         transform="monotone-by-class" if args.stratified else "monotone")
         t_tr = time.perf_counter() - t0
         m_tr, m_tr_att = evaluate(ft, dt)
         m_g, m_g_att, t_g = np.nan, pd.Series(np.nan, index=m_tr_att.index), np.nan

@@ -33,10 +33,11 @@ latent moments :math:`m_i, s_i` (``scoremix.model_eer.trial_moments``):
     \mathrm{FNR}(\tau)=\frac1{n_1}\sum_{i\in\text{pos}}\Phi\Big(\frac{h_{s(i)}(\tau)-m_i}{s_i}\Big),\qquad
     \mathrm{FPR}(\tau)=\frac1{n_0}\sum_{i\in\text{neg}}\Big[1-\Phi\Big(\frac{h_{s(i)}(\tau)-m_i}{s_i}\Big)\Big].
 
-No single latent axis carries both classes any more, so the model EER is the root in
-:math:`\tau` of :math:`\mathrm{FNR}-\mathrm{FPR}` (:func:`stratified_eer`), computed with the
-continuous :math:`h_s` (``StratifiedTransform.__call__``); :meth:`StratifiedTransform.latent_threshold`
-gives the exact left limit :math:`h_s^-(\tau)` at tied scores.
+No single latent axis carries both classes any more, so the model EER is the crossing
+FNR = FPR of the model ROC traced over score thresholds (:func:`stratified_eer`), with the
+exact left limits :math:`h_s^-(\tau)` (:meth:`StratifiedTransform.latent_threshold`) at the
+fitted distinct scores and linear interpolation between neighbouring ROC points: this
+depends on the scores only through their ranks.
 """
 
 from __future__ import annotations
@@ -272,40 +273,35 @@ def stratified_error_rates(tau: float, h_pos: Sequence[MonotoneTransform], m_pos
     return rate(h_pos, m_pos, s_pos), 1.0 - rate(h_neg, m_neg, s_neg)
 
 
-def stratified_eer(h_pos, m_pos, s_pos, h_neg, m_neg, s_neg, tol: float = 1e-12) -> float:
-    """Model EER: the score threshold :math:`\\tau^*` with FNR = FPR (bisection on the
-    increasing :math:`\\mathrm{FNR}(\\tau)-\\mathrm{FPR}(\\tau)`, continuous ``h``), returns
-    the common rate.  Arguments as :func:`stratified_error_rates`."""
-    xs = np.concatenate([h._xs for h in list(h_pos) + list(h_neg)])
-    lo, hi = float(xs.min()), float(xs.max())
-    span = max(hi - lo, 1.0)
-    lo, hi = lo - span, hi + span
+def stratified_eer(h_pos, m_pos, s_pos, h_neg, m_neg, s_neg) -> float:
+    """Model EER: the model ROC at every score threshold :math:`\tau` among the fitted
+    distinct scores (exact tie limits :math:`h_s^-`), FNR and FPR as in
+    :func:`stratified_error_rates`; the crossing FNR = FPR is found by bisection over the
+    thresholds (FNR − FPR increases with τ) and linear interpolation on the ROC segment
+    between the two neighbouring thresholds.  Depends on the scores only through their
+    ranks (so identical for any strictly increasing map of the scores)."""
+    grid = np.unique(np.concatenate([h.values for h in list(h_pos) + list(h_neg)]))
+    if grid[-1] != np.inf:
+        grid = np.append(grid, np.inf)
 
-    def diff(t):
-        fnr, fpr = stratified_error_rates(t, h_pos, m_pos, s_pos, h_neg, m_neg, s_neg)
-        return fnr - fpr, fnr, fpr
-    for _ in range(60):               # widen until the root is bracketed
-        if diff(lo)[0] <= 0:
-            break
-        lo -= span
-        span *= 2
-    span = max(hi - lo, 1.0)
-    for _ in range(60):
-        if diff(hi)[0] >= 0:
-            break
-        hi += span
-        span *= 2
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        d, fnr, fpr = diff(mid)
-        if d > 0:
+    def rates(k):
+        return stratified_error_rates(float(grid[k]), h_pos, m_pos, s_pos, h_neg, m_neg, s_neg,
+                                      exact_ties=True)
+    lo, hi = 0, grid.size - 1        # d(lo) = FNR − FPR ≤ 0 at the smallest threshold
+    r_hi = rates(hi)
+    if r_hi[0] - r_hi[1] < 0:
+        return 0.5 * (r_hi[0] + r_hi[1])
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        r = rates(mid)
+        if r[0] - r[1] >= 0:
             hi = mid
         else:
             lo = mid
-        if hi - lo <= tol * max(1.0, abs(mid)):
-            break
-    d, fnr, fpr = diff(0.5 * (lo + hi))
-    return 0.5 * (fnr + fpr)
+    (fa, pa), (fb, pb) = rates(lo), rates(hi)
+    den = (fb - fa) - (pb - pa)
+    t = (pa - fa) / den if den > 0 else 0.0
+    return float(fa + t * (fb - fa))
 
 
 def _groups(fit: Any, mom: pd.DataFrame, rows: np.ndarray):
