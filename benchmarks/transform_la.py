@@ -13,7 +13,12 @@ EER of the two classes' mixtures of per-trial latent Gaussians vs the empirical 
 Usage::
 
     PYTHONPATH=src python3 benchmarks/transform_la.py [--systems a,b] [--csv out.csv]
-        [--no-gaussian]
+        [--no-gaussian] [--stratified [--strata label]] [--dispersion "~ dgrp"]
+        [--formula "score ~ label"]
+
+``--stratified`` fits ``transform="monotone-by-class"`` (one transform per level of
+``--strata``; ``dgrp`` = the attack, ``bonafide`` for bona fide trials) and evaluates the
+model EERs with ``scoremix.transform.stratified_model_eer``.
 
 Prints the tables and writes ``docs/data/transform_la.csv`` (overall) and
 ``docs/data/transform_la_attack.csv`` (per attack) unless ``--csv`` names another stem.
@@ -90,6 +95,10 @@ def main() -> None:
     ap.add_argument("--no-gaussian", action="store_true")
     ap.add_argument("--stratified", action="store_true",
                     help="transform='monotone-by-class' (one h per class) instead of one shared h")
+    ap.add_argument("--strata", default="label",
+                    help="with --stratified: the strata column ('dgrp': one transform per attack "
+                         "and one for bona fide)")
+    ap.add_argument("--formula", default=FORMULA, help="model formula of the transformation fit")
     ap.add_argument("--dispersion", default="~ label",
                     help="dispersion formula of the transformation fit ('~ dgrp': one level per "
                          "attack, bona fide its own level)")
@@ -107,8 +116,9 @@ def main() -> None:
         t0 = time.perf_counter()
         with warnings.catch_warnings(record=True) as wlist:
             warnings.simplefilter("always")
-            ft = sm.lmer(FORMULA, dt, dispersion=args.dispersion,
-                         transform="monotone-by-class" if args.stratified else "monotone")
+            ft = sm.lmer(args.formula, dt, dispersion=args.dispersion or None,
+                         transform="monotone-by-class" if args.stratified else "monotone",
+                         control=dict(strata=args.strata) if args.stratified else None)
         t_tr = time.perf_counter() - t0
         m_tr, m_tr_att = evaluate(ft, dt)
         m_g, m_g_att, t_g = np.nan, pd.Series(np.nan, index=m_tr_att.index), np.nan
