@@ -33,13 +33,14 @@ from scoremix.metrics import (
     rates_at,
 )
 from scoremix.simulate import Simulation, SimulationError, simulate_sv_trials, simulate_trials
-from scoremix.lme import LmerResult, NativeControl, anova, confint, lmer
+from scoremix.lme import LmerResult, NativeControl, anova, confint, lmer, ranova
 from scoremix.lme.model_frame import build_model_spec
 from scoremix.lme.backends.rutil import BackendUnavailableError
 from scoremix.bayes import BayesLmerResult, Prior, bayes_lmer
 from scoremix.lme.formula import parse_formula
 from scoremix.lme.errors import (
     ConvergenceWarning,
+    DdfError,
     FormulaError,
     GroupingError,
     MissingValueError,
@@ -94,9 +95,9 @@ __all__ = [
     # simulation
     "Simulation", "SimulationError", "simulate_sv_trials", "simulate_trials",
     # mixed models
-    "LmerResult", "NativeControl", "anova", "confint", "lmer", "BackendUnavailableError",
+    "LmerResult", "NativeControl", "anova", "confint", "lmer", "ranova", "BackendUnavailableError",
     "BayesLmerResult", "Prior", "bayes_lmer",
-    "build_model_spec", "parse_formula", "ConvergenceWarning", "FormulaError", "GroupingError",
+    "build_model_spec", "parse_formula", "ConvergenceWarning", "DdfError", "FormulaError", "GroupingError",
     "MissingValueError", "NewLevelError", "RankDeficiencyWarning", "ResponseError", "ScaleWarning",
     "SingularFitWarning", "UnknownColumnError",
     # nuisance, designs, model-based EER

@@ -12,11 +12,12 @@ from scoremix.lme.crossprod import (
     crossproducts,
     profiled_deviance,
 )
-from scoremix.lme.inference import anova, confint
+from scoremix.lme.anova_tables import anova, ranova
+from scoremix.lme.inference import confint
 from scoremix.lme.native import NativeControl
 from scoremix.lme.result import LmerResult
 
 __all__ = [
     "CrossProducts", "LmerResult", "NativeControl", "anova", "conditional_estimates", "confint",
-    "crossproducts", "fit_spec", "lmer", "profiled_deviance",
+    "crossproducts", "fit_spec", "lmer", "profiled_deviance", "ranova",
 ]

@@ -58,9 +58,9 @@ from scoremix.lme.errors import (
     rank_deficient_message,
 )
 from scoremix.lme.formula import ParsedFormula, TermSet, Variable, parse_dispersion, parse_formula
-from scoremix.lme.spec import ModelSpec, RandomTerm
+from scoremix.lme.spec import FixedTerms, ModelSpec, RandomTerm
 
-__all__ = ["build_model_spec", "badly_scaled", "rank_keep_columns", "RANK_TOL"]
+__all__ = ["build_model_spec", "badly_scaled", "fixed_terms_of", "rank_keep_columns", "RANK_TOL"]
 
 #: lme4's tolerance for ``qr(X, tol = 1e-7, LAPACK = FALSE)`` in ``chkRank.drop.cols``.
 RANK_TOL = 1e-7
@@ -786,4 +786,36 @@ def build_model_spec(
         dispersion_levels=disp_levels,
         fixed_design=fixed_design,
         random_design=random_design,
+        fixed_terms=fixed_terms_of(fdesign, frame, keep),
     )
+
+
+# --------------------------------------------------------------------------- terms (F tests)
+def fixed_terms_of(design: _Design, frame: _Frame, keep: np.ndarray) -> FixedTerms:
+    """R's ``terms`` of the fixed part and ``attr(X, "assign")`` of the kept columns
+    (see :class:`~scoremix.lme.spec.FixedTerms`)."""
+    ts = design.termset
+    labels = ts.term_labels()
+    assign = [0] if ts.intercept else []
+    for k, row in enumerate(design.coding, start=1):
+        width = 1
+        for label, code in row:
+            vc = design.codes[label]
+            if vc.kind == "factor":
+                assert vc.factor is not None
+                width *= vc.factor.n_levels - (1 if code == 1 else 0)
+        assign.extend([k] * width)
+    variables = [[ts.variables[i].label for i in t] for t in ts.terms]
+    numeric = {label: vc.kind == "numeric" for label, vc in design.codes.items()}
+
+    def term_matrix(label: str) -> tuple[np.ndarray, list[str]]:
+        """``model.matrix(~ 0 + label)`` on the model frame."""
+        if label not in labels:
+            raise FormulaError(f"{label!r} is not a fixed-effects term (terms: {labels})")
+        sub = TermSet(intercept=False, variables=ts.variables, terms=(ts.terms[labels.index(label)],))
+        X, names, _ = _design_matrix(sub, frame)
+        return X, names
+
+    return FixedTerms(labels=labels, intercept=ts.intercept, variables=variables, numeric=numeric,
+                      assign=np.asarray(assign, dtype=np.int64)[keep], treatment=True,
+                      term_matrix=term_matrix)

@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-__all__ = ["RandomTerm", "ModelSpec"]
+__all__ = ["RandomTerm", "ModelSpec", "FixedTerms"]
 
 
 @dataclass
@@ -108,6 +108,40 @@ class RandomTerm:
 
 
 @dataclass
+class FixedTerms:
+    """R's ``terms`` of the fixed part, as lmerTest's F tests use them.
+
+    Attributes
+    ----------
+    labels:
+        ``term.labels``: ``["Product", "Information", "Product:Information"]``.
+    intercept:
+        whether ``X`` has an intercept column.
+    variables:
+        per term, the labels of its variables.
+    numeric:
+        per variable label, whether R's ``dataClasses`` call it ``"numeric"`` (factors,
+        logicals and ``dummy()`` indicators are not).
+    assign:
+        per column of ``X`` (after rank-deficient columns are dropped, as lme4 subsets
+        ``attr(X, "assign")``): 0 for the intercept, ``k`` for ``labels[k-1]``.
+    treatment:
+        every factor of ``X`` is coded by treatment contrasts.
+    term_matrix:
+        ``label -> (matrix, names)``: ``model.matrix(~ 0 + label)`` on the model frame
+        (full indicator coding, R's column names).
+    """
+
+    labels: list[str]
+    intercept: bool
+    variables: list[list[str]]
+    numeric: dict[str, bool]
+    assign: np.ndarray
+    treatment: bool = True
+    term_matrix: Callable[[str], tuple[np.ndarray, list[str]]] | None = None
+
+
+@dataclass
 class ModelSpec:
     """Everything a backend needs to fit one linear mixed model.
 
@@ -145,6 +179,9 @@ class ModelSpec:
     random_design:
         ``newdata -> list[(codes, X_k)]`` per term, code ``-1`` for a level unseen in
         fitting (its random effect is then 0, as in lme4's ``allow.new.levels=TRUE``).
+    fixed_terms:
+        the fixed part's terms and the column → term map (:class:`FixedTerms`), used by
+        the F tests of :func:`scoremix.anova`; ``None`` for a spec built by hand.
     """
 
     formula: str
@@ -162,6 +199,7 @@ class ModelSpec:
     dispersion_levels: list[str] | None = None
     fixed_design: Callable[[pd.DataFrame], np.ndarray] | None = None
     random_design: Callable[[pd.DataFrame], list[tuple[np.ndarray, np.ndarray]]] | None = None
+    fixed_terms: FixedTerms | None = None
 
     @property
     def n(self) -> int:
