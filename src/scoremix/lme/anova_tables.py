@@ -159,14 +159,27 @@ def _type2(X: np.ndarray, cols: dict[str, np.ndarray], ft: FixedTerms) -> dict[s
     return out
 
 
+def _factor_columns_are_indicators(X: np.ndarray, ft: FixedTerms) -> bool:
+    """Treatment coding shows in ``X``: every column of a term made only of factors is a
+    0/1 indicator (``contr.poly``, ``contr.sum`` … columns are not)."""
+    for k, vars_ in enumerate(ft.variables, start=1):
+        if any(ft.numeric.get(v, False) for v in vars_):
+            continue
+        cols = X[:, ft.assign == k]
+        if cols.size and not np.all((cols == 0.0) | (cols == 1.0)):
+            return False
+    return True
+
+
 def _type3(X: np.ndarray, cols: dict[str, np.ndarray], ft: FixedTerms,
            names: list[str]) -> dict[str, np.ndarray]:
     p = X.shape[1]
     if p <= 1 or len(ft.labels) <= 1:
         return _type1(X, cols, ft)
-    if not ft.treatment:
+    if not (ft.treatment and _factor_columns_are_indicators(X, ft)):
         raise AnovaError("type III tests of factors coded by other than treatment contrasts "
-                         "are not implemented yet; use type=2 or type=1")
+                         "(e.g. contr.poly for ordered factors) are not implemented yet; use "
+                         "type=2 or type=1, or unordered factors")
     if ft.term_matrix is None:
         raise AnovaError("type III tests need the spec's term_matrix (build it with build_model_spec)")
     blocks, rd_names = [], []

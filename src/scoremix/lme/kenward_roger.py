@@ -49,6 +49,7 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg as sla
 
 from scoremix.lme.crossprod import theta_to_T
 from scoremix.lme.errors import DdfError
@@ -56,7 +57,7 @@ from scoremix.lme.errors import DdfError
 __all__ = ["KRInfo", "kr_info", "kr_ddf_1d", "kr_ftest", "MAX_ROWS"]
 
 #: largest number of rows for which the ``n × n`` computation is attempted
-MAX_ROWS = 8000
+MAX_ROWS = 6000
 
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -83,13 +84,15 @@ class KRInfo:
     W: np.ndarray
 
 
-def _g_matrices(m: "LmerResult") -> tuple[list[np.ndarray], np.ndarray]:
-    """The ``G_r`` (dense ``n × n``) and ``γ̂`` in pbkrtest's order."""
+def _g_factors(m: "LmerResult") -> tuple[list[tuple[np.ndarray, np.ndarray] | np.ndarray], np.ndarray]:
+    """The ``G_r`` in pbkrtest's order, each as ``(U, V)`` with ``G_r = U V'`` (random
+    terms, ``n × n_k`` or ``n × 2n_k``) or as the diagonal vector (residual), and ``γ̂``."""
     spec = m.spec
     n = spec.n
     term_p = [t.p for t in spec.terms]
     T = theta_to_T(m.theta.to_numpy(), term_p)
-    G, gam = [], []
+    G: list = []
+    gam = []
     for t, Tk in zip(spec.terms, T):
         S = m.sigma ** 2 * Tk @ Tk.T
         Zs = []
@@ -99,19 +102,29 @@ def _g_matrices(m: "LmerResult") -> tuple[list[np.ndarray], np.ndarray]:
             Zs.append(Z)
         for b in range(t.p):
             for a in range(b, t.p):
-                M = Zs[a] @ Zs[b].T
-                G.append(M if a == b else M + M.T)
+                if a == b:
+                    G.append((Zs[a], Zs[a]))
+                else:
+                    G.append((np.hstack([Zs[a], Zs[b]]), np.hstack([Zs[b], Zs[a]])))
                 gam.append(S[a, b])
     w = np.ones(n) if spec.weights is None else np.asarray(spec.weights, float)
     if m.sigma_by is not None and spec.dispersion_codes is not None:
         codes = np.asarray(spec.dispersion_codes)
         for d, s in enumerate(m.sigma_by.to_numpy()):
-            G.append(np.diag((codes == d) / w))
+            G.append((codes == d) / w)
             gam.append(s ** 2)
     else:
-        G.append(np.diag(1.0 / w))
+        G.append(1.0 / w)
         gam.append(m.sigma ** 2)
     return G, np.asarray(gam)
+
+
+def _g_times(Gr, M: np.ndarray) -> np.ndarray:
+    """``G_r M`` without forming ``G_r``."""
+    if isinstance(Gr, tuple):
+        U, V = Gr
+        return U @ (V.T @ M)
+    return Gr[:, None] * M
 
 
 def kr_info(m: "LmerResult") -> KRInfo:
@@ -134,16 +147,21 @@ def kr_info(m: "LmerResult") -> KRInfo:
     if n > MAX_ROWS:
         raise DdfError(f"Kenward-Roger works with dense n x n matrices; the model has {n} rows "
                        f"(limit {MAX_ROWS}); use ddf='Satterthwaite'")
-    G, gam = _g_matrices(m)
+    G, gam = _g_factors(m)
     X = np.asarray(m.spec.X, float)
     Phi = m.vcov.to_numpy()
-    Sigma = sum(g * Gr for g, Gr in zip(gam, G))
+    Sigma = np.zeros((n, n))
+    for g, Gr in zip(gam, G):
+        if isinstance(Gr, tuple):
+            Sigma += g * (Gr[0] @ Gr[1].T)
+        else:
+            Sigma[np.diag_indices(n)] += g * Gr
     C = np.linalg.cholesky(Sigma)
-    Cinv = np.linalg.inv(C)
+    Cinv = sla.solve_triangular(C, np.eye(n), lower=True)
     SigInv = Cinv.T @ Cinv
     TT = SigInv @ X
     k = len(G)
-    HH = [Gr @ SigInv for Gr in G]
+    HH = [_g_times(Gr, SigInv) for Gr in G]
     OO = [H @ X for H in HH]
     P = np.stack([-(O.T @ TT) for O in OO])
     P = (P + np.transpose(P, (0, 2, 1))) / 2
