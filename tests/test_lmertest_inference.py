@@ -279,3 +279,21 @@ def test_fstat_ddf_combines_rows_as_lmertest(fits):
     b = m.fixef.to_numpy()
     F = (L @ b) @ np.linalg.solve(L @ V @ L.T, L @ b) / 2
     assert res["F value"] == pytest.approx(F, rel=1e-10)
+
+
+def test_type3_refuses_codings_other_than_treatment():
+    """Factors coded by other contrasts (``contr.poly`` once ordered factors get it) would
+    need lmerTest's re-mapping through a treatment-coded X: refused by name, type II kept."""
+    import dataclasses
+    ref, df = load_reference("cake_unordered")
+    m = fit(ref, df)
+    ft = m.spec.fixed_terms
+    X = m.spec.X.copy()
+    cols = np.flatnonzero(ft.assign == 2)           # temperature: make it sum-to-zero coded
+    X[:, cols] = X[:, cols] - 1.0 / (len(cols) + 1)
+    m.spec = dataclasses.replace(m.spec, X=X)
+    with pytest.raises(AnovaError, match="other than treatment contrasts"):
+        sm.anova(m, type=3)
+    m.spec = dataclasses.replace(m.spec, fixed_terms=dataclasses.replace(ft, treatment=False))
+    with pytest.raises(AnovaError, match="contr.poly"):
+        sm.anova(m, type=3)

@@ -43,7 +43,7 @@ from scipy import stats
 from scoremix.lme.ddf import contest_md, normalize_ddf
 from scoremix.lme.errors import LmeError
 from scoremix.lme.formula import parse_formula
-from scoremix.lme.inference import anova as anova_models
+from scoremix.lme.anova import anova as anova_models
 from scoremix.lme.result import LmerResult
 from scoremix.lme.spec import FixedTerms
 

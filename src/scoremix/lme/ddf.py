@@ -43,7 +43,8 @@ import pandas as pd
 import scipy.linalg as sla
 from scipy import stats
 
-from scoremix.lme.crossprod import CrossProducts, crossproducts, factorize
+from scoremix.lme.crossprod import CrossProducts, crossproducts
+from scoremix.lme.factor import factorize
 from scoremix.lme.errors import DdfError
 from scoremix.lme.numderiv import richardson_hessian, richardson_jacobian
 
@@ -149,9 +150,8 @@ _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def model_crossproducts(m: "LmerResult") -> CrossProducts:
     """The fit's cross-products (kept by native fits, recomputed from the spec otherwise)."""
-    cp = getattr(m, "_cp", None)
-    if cp is not None:
-        return cp
+    if m.cp is not None:
+        return m.cp
     if m.spec is None:
         raise DdfError("degrees of freedom need the model spec; build the result with "
                        "LmerResult.from_dict(d, spec)")
@@ -220,7 +220,7 @@ def _qform(x: np.ndarray, A: np.ndarray) -> float:
 
 
 def _check_fit(m: "LmerResult") -> None:
-    if m.spec is None and getattr(m, "_cp", None) is None:
+    if m.spec is None and m.cp is None:
         raise DdfError("degrees of freedom need the model spec; build the result with "
                        "LmerResult.from_dict(d, spec)")
 

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 
-from scoremix.lme.crossprod import theta_to_T
+from scoremix.lme.relcov import theta_to_T
 from scoremix.lme.errors import DdfError
 
 __all__ = ["KRInfo", "kr_info", "kr_ddf_1d", "kr_ftest", "MAX_ROWS"]
