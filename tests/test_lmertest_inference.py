@@ -281,19 +281,22 @@ def test_fstat_ddf_combines_rows_as_lmertest(fits):
     assert res["F value"] == pytest.approx(F, rel=1e-10)
 
 
-def test_type3_refuses_codings_other_than_treatment():
-    """Factors coded by other contrasts (``contr.poly`` once ordered factors get it) would
-    need lmerTest's re-mapping through a treatment-coded X: refused by name, type II kept."""
+def test_type3_of_other_codings_maps_treatment_hypotheses():
+    """Factors coded by other contrasts (``contr.sum``, ``contr.poly``): lmerTest builds the
+    type III hypotheses on the treatment-coded ``X_t`` and maps them by ``X_t⁺X``.  The
+    model is the same, so every F test must be the same as with treatment contrasts (here
+    ``temperature`` recoded as ``d_j − 1/6``, a reparameterisation ``X' = X A``)."""
     import dataclasses
+    from scoremix.lme.api import fit_spec
     ref, df = load_reference("cake_unordered")
     m = fit(ref, df)
     ft = m.spec.fixed_terms
     X = m.spec.X.copy()
-    cols = np.flatnonzero(ft.assign == 2)           # temperature: make it sum-to-zero coded
+    cols = np.flatnonzero(ft.assign == 2)
     X[:, cols] = X[:, cols] - 1.0 / (len(cols) + 1)
-    m.spec = dataclasses.replace(m.spec, X=X)
-    with pytest.raises(AnovaError, match="other than treatment contrasts"):
-        sm.anova(m, type=3)
-    m.spec = dataclasses.replace(m.spec, fixed_terms=dataclasses.replace(ft, treatment=False))
-    with pytest.raises(AnovaError, match="contr.poly"):
-        sm.anova(m, type=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m2 = fit_spec(dataclasses.replace(m.spec, X=X), REML=True)
+    assert -2 * m2.loglik == pytest.approx(-2 * m.loglik, rel=1e-10)
+    want = table(ref["anova_3_satterthwaite"])
+    assert_table(sm.anova(m2, type=3), want, "type III, recoded temperature")

@@ -32,6 +32,7 @@ ordinary linear model, and its (REML) log-likelihood is ``logLik.lm``'s.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from typing import Sequence
@@ -43,6 +44,7 @@ from scipy import stats
 from scoremix.lme.ddf import contest_md, normalize_ddf
 from scoremix.lme.errors import LmeError
 from scoremix.lme.formula import parse_formula
+from scoremix.lme.model_frame import rank_keep_columns
 from scoremix.lme.anova import anova as anova_models
 from scoremix.lme.result import LmerResult
 from scoremix.lme.spec import FixedTerms
@@ -59,6 +61,10 @@ __all__ = [
 
 F_COLUMNS = ["Sum Sq", "Mean Sq", "NumDF", "DenDF", "F value", "Pr(>F)"]
 RANOVA_COLUMNS = ["npar", "logLik", "AIC", "LRT", "Df", "Pr(>Chisq)"]
+
+
+#: lmerTest's ``ensure_full_rank`` tolerance (``qr(X, tol = 1e-7)``)
+ENSURE_FULL_RANK_TOL = 1e-7
 
 
 class AnovaError(LmeError):
@@ -171,15 +177,9 @@ def _factor_columns_are_indicators(X: np.ndarray, ft: FixedTerms) -> bool:
     return True
 
 
-def _type3(X: np.ndarray, cols: dict[str, np.ndarray], ft: FixedTerms,
-           names: list[str]) -> dict[str, np.ndarray]:
-    p = X.shape[1]
-    if p <= 1 or len(ft.labels) <= 1:
-        return _type1(X, cols, ft)
-    if not (ft.treatment and _factor_columns_are_indicators(X, ft)):
-        raise AnovaError("type III tests of factors coded by other than treatment contrasts "
-                         "(e.g. contr.poly for ordered factors) are not implemented yet; use "
-                         "type=2 or type=1, or unordered factors")
+def _type3_treatment(X: np.ndarray, cols: dict[str, np.ndarray], ft: FixedTerms,
+                     names: list[str]) -> dict[str, np.ndarray]:
+    """lmerTest's ``extract_contrasts_type3`` for a treatment-coded ``X``."""
     if ft.term_matrix is None:
         raise AnovaError("type III tests need the spec's term_matrix (build it with build_model_spec)")
     blocks, rd_names = [], []
@@ -194,7 +194,7 @@ def _type3(X: np.ndarray, cols: dict[str, np.ndarray], ft: FixedTerms,
     missing = [rd_names[j] for j in range(rdX.shape[1]) if np.all(rdX[:, j] == 0)]
     if missing:
         warnings.warn(f"Missing cells for: {', '.join(missing)}. Interpret type III hypotheses "
-                      "with care.", UserWarning, stacklevel=3)
+                      "with care.", UserWarning, stacklevel=4)
     L = zapsmall((_pinv(X) @ rdX).T)        # rows: full-coding columns, columns: X's
     contained = _containment(ft)
     order = sorted(range(len(ft.labels)), key=lambda k: -len(ft.variables[k]))
@@ -218,6 +218,31 @@ def _type3(X: np.ndarray, cols: dict[str, np.ndarray], ft: FixedTerms,
         Lt = L[:, cols[t]].T
         out[t] = Lt[np.sum(np.abs(Lt), axis=1) > 1e-8]
     return out
+
+
+def _type3(X: np.ndarray, cols: dict[str, np.ndarray], ft: FixedTerms,
+           names: list[str]) -> dict[str, np.ndarray]:
+    """lmerTest's ``get_contrasts_type3``: directly for treatment contrasts; otherwise the
+    hypotheses of the treatment-coded ``X_t`` (rank-reduced as lmerTest's
+    ``ensure_full_rank``) mapped to ``X``'s coefficients by ``zapsmall(X_t⁺ X)``."""
+    p = X.shape[1]
+    if p <= 1 or len(ft.labels) <= 1:
+        return _type1(X, cols, ft)
+    if ft.treatment and _factor_columns_are_indicators(X, ft):
+        return _type3_treatment(X, cols, ft, names)
+    if ft.treatment_design is None:
+        raise AnovaError("type III tests of factors coded by other than treatment contrasts "
+                         "need the spec's treatment_design (build it with build_model_spec)")
+    Xt, names_t, assign_t = ft.treatment_design()
+    keep = rank_keep_columns(Xt, ENSURE_FULL_RANK_TOL)
+    Xt, names_t, assign_t = Xt[:, keep], [names_t[j] for j in keep], assign_t[keep]
+    ft_t = dataclasses.replace(ft, assign=assign_t)
+    cols_t = _col_terms(ft_t)
+    for t in ft.labels:
+        cols_t.setdefault(t, np.zeros(0, dtype=int))
+    Ls = _type3_treatment(Xt, cols_t, ft_t, names_t)
+    M = zapsmall(_pinv(Xt) @ X)
+    return {t: L @ M for t, L in Ls.items()}
 
 
 def term_contrasts(m: LmerResult, type: int | str = 3) -> dict[str, np.ndarray]:

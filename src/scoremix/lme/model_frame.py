@@ -796,15 +796,7 @@ def fixed_terms_of(design: _Design, frame: _Frame, keep: np.ndarray) -> FixedTer
     (see :class:`~scoremix.lme.spec.FixedTerms`)."""
     ts = design.termset
     labels = ts.term_labels()
-    assign = [0] if ts.intercept else []
-    for k, row in enumerate(design.coding, start=1):
-        width = 1
-        for label, code in row:
-            vc = design.codes[label]
-            if vc.kind == "factor":
-                assert vc.factor is not None
-                width *= vc.factor.n_levels - (1 if code == 1 else 0)
-        assign.extend([k] * width)
+    assign = _assign(design)
     variables = [[ts.variables[i].label for i in t] for t in ts.terms]
     numeric = {label: vc.kind == "numeric" for label, vc in design.codes.items()}
 
@@ -816,6 +808,25 @@ def fixed_terms_of(design: _Design, frame: _Frame, keep: np.ndarray) -> FixedTer
         X, names, _ = _design_matrix(sub, frame)
         return X, names
 
+    def treatment_design() -> tuple[np.ndarray, list[str], np.ndarray]:
+        """The fixed-effects matrix with treatment contrasts for every factor."""
+        X, names, d = _design_matrix(ts, frame)
+        return X, names, _assign(d)
+
     return FixedTerms(labels=labels, intercept=ts.intercept, variables=variables, numeric=numeric,
-                      assign=np.asarray(assign, dtype=np.int64)[keep], treatment=True,
-                      term_matrix=term_matrix)
+                      assign=assign[keep], treatment=True, term_matrix=term_matrix,
+                      treatment_design=treatment_design)
+
+
+def _assign(design: _Design) -> np.ndarray:
+    """R's ``attr(X, "assign")`` of a design: 0 for the intercept, ``k`` for term ``k``."""
+    assign = [0] if design.termset.intercept else []
+    for k, row in enumerate(design.coding, start=1):
+        width = 1
+        for label, code in row:
+            vc = design.codes[label]
+            if vc.kind == "factor":
+                assert vc.factor is not None
+                width *= vc.factor.n_levels - (1 if code == 1 else 0)
+        assign.extend([k] * width)
+    return np.asarray(assign, dtype=np.int64)

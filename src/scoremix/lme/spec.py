@@ -130,6 +130,10 @@ class FixedTerms:
     term_matrix:
         ``label -> (matrix, names)``: ``model.matrix(~ 0 + label)`` on the model frame
         (full indicator coding, R's column names).
+    treatment_design:
+        ``() -> (X_t, names, assign)``: the fixed-effects matrix with every factor coded by
+        treatment contrasts (lmerTest's ``get_model_matrix(type = "remake", contrasts =
+        "contr.treatment")``), before rank-deficient columns are dropped.
     """
 
     labels: list[str]
@@ -139,6 +143,7 @@ class FixedTerms:
     assign: np.ndarray
     treatment: bool = True
     term_matrix: Callable[[str], tuple[np.ndarray, list[str]]] | None = None
+    treatment_design: Callable[[], tuple[np.ndarray, list[str], np.ndarray]] | None = None
 
 
 @dataclass
