@@ -300,3 +300,10 @@ def test_type3_of_other_codings_maps_treatment_hypotheses():
     assert -2 * m2.loglik == pytest.approx(-2 * m.loglik, rel=1e-10)
     want = table(ref["anova_3_satterthwaite"])
     assert_table(sm.anova(m2, type=3), want, "type III, recoded temperature")
+
+
+def test_missing_cell_warns_as_lmertest(fits):
+    _, m = fits("ham_missing_cell")
+    assert "Product4:Information2" in m.spec.dropped_fixef
+    with pytest.warns(UserWarning, match="Missing cells for: Product4:Information2"):
+        sm.anova(m, type=3)
