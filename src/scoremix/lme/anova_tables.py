@@ -25,7 +25,8 @@ The F statistic, numerator and denominator df come from
 
 ``ranova`` drops each random term in turn (a term ``(1 + x | g)`` is reduced to ``(1 | g)``,
 i.e. each term of its left-hand side that no other contains is removed, as lmerTest's
-``reduce.terms = TRUE``), refits with the same REML/ML, and reports ``LRT = 2(ℓ − ℓ_0)`` on
+``reduce.terms = TRUE``), refits with the same REML/ML and the same fixed part (``y``,
+``X``, weights, offsets, dispersion of the original spec), and reports ``LRT = 2(ℓ − ℓ_0)`` on
 ``Df = npar − npar_0`` degrees of freedom.  When no random term is left the model is an
 ordinary linear model, and its (REML) log-likelihood is ``logLik.lm``'s.
 """
@@ -363,6 +364,9 @@ def _lm_loglik(m: LmerResult, reml: bool) -> tuple[int, float]:
     """``logLik.lm`` (REML or ML) of the fixed part alone: ``(df, logLik)``."""
     spec = m.spec
     X, y = np.asarray(spec.X, float), np.asarray(spec.y, float)
+    offset = getattr(spec, "offset", None)
+    if offset is not None:
+        y = y - np.asarray(offset, float)
     w = np.ones_like(y) if spec.weights is None else np.asarray(spec.weights, float)
     sw = np.sqrt(w)
     Q, R = np.linalg.qr(X * sw[:, None]) if X.shape[1] else (np.zeros((len(y), 0)), np.zeros((0, 0)))
@@ -373,6 +377,25 @@ def _lm_loglik(m: LmerResult, reml: bool) -> tuple[int, float]:
     if reml and p:
         val -= np.sum(np.log(np.abs(np.diag(R))))
     return p + 1, float(val)
+
+
+def _refit_random(m: LmerResult, lhs_text: str, fixed: str, terms: list[str],
+                  weights: np.ndarray | None) -> LmerResult:
+    """Refit ``m`` with other random terms and the same fixed part: the random terms are
+    built from ``lhs ~ 1 + (terms)`` on the model frame, everything else (``y``, ``X``,
+    weights, offsets, contrasts, dispersion) is the original spec's."""
+    from scoremix.lme.api import fit_spec
+    from scoremix.lme.model_frame import build_model_spec
+
+    spec = m.spec
+    bars = " + ".join(f"({t})" for t in terms)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        new = build_model_spec(f"{lhs_text} ~ 1 + {bars}", spec.data, weights=weights,
+                               dispersion=spec.dispersion_formula)
+        reduced = dataclasses.replace(spec, formula=f"{lhs_text} ~ {fixed} + {bars}",
+                                      terms=new.terms, random_design=new.random_design)
+        return fit_spec(reduced, REML=m.REML)
 
 
 def ranova(m: LmerResult, reduce_terms: bool = True, progress: bool = False) -> pd.DataFrame:
@@ -396,7 +419,6 @@ def ranova(m: LmerResult, reduce_terms: bool = True, progress: bool = False) -> 
         columns ``npar``, ``logLik``, ``AIC``, ``LRT``, ``Df``, ``Pr(>Chisq)``.
     """
     from tqdm.auto import tqdm
-    from scoremix.lme.api import lmer
 
     spec = m.spec
     if spec is None:
@@ -427,11 +449,7 @@ def ranova(m: LmerResult, reduce_terms: bool = True, progress: bool = False) -> 
         if not uniq:
             rows.append(_lm_loglik(m, m.REML))
             continue
-        form = f"{lhs_text} ~ {fixed} + " + " + ".join(f"({t})" for t in uniq)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fit = lmer(form, spec.data, REML=m.REML, weights=weights,
-                       dispersion=spec.dispersion_formula)
+        fit = _refit_random(m, lhs_text, fixed, uniq, weights)
         if fit.nobs != m.nobs:
             raise AnovaError("number of rows in use has changed: remove missing values?")
         rows.append((fit.npar, fit.loglik))
