@@ -54,6 +54,7 @@ __all__ = [
     "AnovaError",
     "anova",
     "anova_table",
+    "lme4_anova",
     "ranova",
     "term_contrasts",
     "doolittle",
@@ -281,7 +282,9 @@ def anova_table(m: LmerResult, type: int | str = 3, ddf: str = "Satterthwaite") 
     type:
         1, 2 or 3 (``"I"``, ``"II"``, ``"III"``).
     ddf:
-        ``"Satterthwaite"`` (default) or ``"Kenward-Roger"`` (REML fits only).
+        ``"Satterthwaite"`` (default), ``"Kenward-Roger"`` (REML fits only) or ``"lme4"``
+        (lme4's table without df, :func:`lme4_anova`; ``type`` is then ignored, as lmerTest
+        does).
 
     Returns
     -------
@@ -292,8 +295,7 @@ def anova_table(m: LmerResult, type: int | str = 3, ddf: str = "Satterthwaite") 
     """
     method = normalize_ddf(ddf)
     if method == "lme4":
-        raise ValueError("ddf='lme4' has no F tests with denominator df; use 'Satterthwaite' "
-                         "or 'Kenward-Roger' (or anova(m1, m2) for likelihood-ratio tests)")
+        return lme4_anova(m)
     if method == "Kenward-Roger" and not m.REML:
         raise AnovaError("Kenward-Roger's method is only available for REML model fits")
     tp = _normalize_type(type)
@@ -312,6 +314,40 @@ def anova_table(m: LmerResult, type: int | str = 3, ddf: str = "Satterthwaite") 
     word = "Satterthwaite's" if method == "Satterthwaite" else "Kenward-Roger's"
     tab.attrs["heading"] = f"Type {roman} Analysis of Variance Table with {word} method"
     tab.attrs["hypotheses"] = Ls
+    return tab
+
+
+def lme4_anova(m: LmerResult) -> pd.DataFrame:
+    """lme4's single-model ``anova(m)``: sequential sums of squares without df.
+
+    With ``R_X`` the fixed-effects block of the Cholesky factor (``R_X'R_X = X'V^{-1}X σ²``),
+    the effects ``e = R_X β̂`` are orthogonal; a term's ``Sum Sq`` is the sum of ``e_j²``
+    over its columns, ``Mean Sq = Sum Sq / npar`` and ``F value = Mean Sq / σ̂²``.
+    """
+    from scoremix.lme.ddf import model_crossproducts
+    from scoremix.lme.factor import factorize
+
+    ft = _terms(m)
+    cp = model_crossproducts(m)
+    rho = None
+    if m.sigma_by is not None and len(m.sigma_by) > 1:
+        rho = (m.sigma_by.to_numpy() / m.sigma) ** 2
+    f = factorize(m.theta.to_numpy(), cp, rho, need_lr1=False)
+    qr, p = f.q_rest, cp.p
+    LX = f.Lrr[qr: qr + p, qr: qr + p]
+    e2 = (LX.T @ m.fixef.to_numpy()) ** 2
+    rows, names = [], []
+    for k in np.unique(ft.assign):
+        if k == 0:
+            continue
+        sel = ft.assign == k
+        ss = float(e2[sel].sum())
+        npar = int(sel.sum())
+        rows.append({"npar": npar, "Sum Sq": ss, "Mean Sq": ss / npar,
+                     "F value": ss / npar / m.sigma ** 2})
+        names.append(ft.labels[k - 1])
+    tab = pd.DataFrame(rows, index=names, columns=["npar", "Sum Sq", "Mean Sq", "F value"])
+    tab.attrs["heading"] = "Analysis of Variance Table"
     return tab
 
 
