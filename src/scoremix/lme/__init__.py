@@ -19,11 +19,12 @@ from scoremix.lme.conditional import conditional_estimates
 from scoremix.lme.deviance import profiled_deviance, profiled_deviance_grad
 from scoremix.lme.anova_tables import anova, ranova
 from scoremix.lme.inference import confint
+from scoremix.lme.model_frame import model_matrix
 from scoremix.lme.optimizer import NativeControl
 from scoremix.lme.result import LmerResult
 
 __all__ = [
     "CrossProducts", "LmerResult", "NativeControl", "anova", "conditional_estimates", "confint",
-    "crossproducts", "fit_spec", "lmer", "profiled_deviance", "profiled_deviance_grad",
-    "ranova", "sum_crossproducts",
+    "crossproducts", "fit_spec", "lmer", "model_matrix", "profiled_deviance",
+    "profiled_deviance_grad", "ranova", "sum_crossproducts",
 ]
