@@ -9,6 +9,7 @@
 #   criterion (REML criterion or ML deviance), fixef, sigma, theta,
 #   coef_satterthwaite / coef_kenward_roger       (summary(m, ddf = ...)$coefficients)
 #   anova_<type>_<ddf> for type 1, 2, 3            (anova(m, type = , ddf = ))
+#   anova_lme4                                     (anova(m, ddf = "lme4"): lme4's table)
 #   ranova                                         (lmerTest::ranova(m))
 # Tables are {"rownames": [...], "columns": {name: [values]}} with NA written as null.
 # Kenward-Roger tables are written for REML fits only (pbkrtest refits ML fits by REML).
@@ -128,6 +129,7 @@ run_one <- function(name, spec) {
     if (REML) out[[sprintf("anova_%d_kenward_roger", type)]] <-
       table_json(anova(m, type = type, ddf = "Kenward-Roger"))
   }
+  out$anova_lme4 <- table_json(anova(m, ddf = "lme4"))
   out$ranova <- table_json(ranova(m))
   for (col in names(data)) if (is.factor(data[[col]])) data[[col]] <- as.character(data[[col]])
   utils::write.csv(data, file.path(outdir, paste0(name, ".csv")), row.names = FALSE)

@@ -102,6 +102,13 @@ def test_anova_tables_match_lmertest(name, type_, fits):
 
 
 @pytest.mark.parametrize("name", MODELS)
+def test_lme4_anova_matches(name, fits):
+    """``anova(m, ddf = "lme4")``: lme4's sequential table (npar, Sum Sq, Mean Sq, F value)."""
+    ref, m = fits(name)
+    assert_table(sm.anova(m, ddf="lme4"), table(ref["anova_lme4"]), f"{name} lme4 anova")
+
+
+@pytest.mark.parametrize("name", MODELS)
 def test_ranova_matches_lmertest(name, fits):
     ref, m = fits(name)
     assert_table(sm.ranova(m), table(ref["ranova"]), f"{name} ranova")
