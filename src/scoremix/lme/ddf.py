@@ -62,6 +62,8 @@ __all__ = [
     "contest_md",
     "coef_table",
     "normalize_ddf",
+    "model_crossproducts",
+    "varpar_hat",
 ]
 
 DDF_METHODS = ("Satterthwaite", "Kenward-Roger", "lme4")
