@@ -38,7 +38,7 @@ from battery_helpers import (
     load_ref,
     ref_table,
 )
-from scoremix import UnsupportedModelError, lmer
+from scoremix import LmerResult, UnsupportedModelError, lmer
 
 R_DIR = Path(__file__).resolve().parents[1] / "r_scripts"
 SLOW = {"insteval_sub_slope", "oxboys_quad", "chick_poly"}
@@ -161,6 +161,14 @@ def test_battery_model(model_id: str) -> None:
     assert "Random effects:" in text and "Fixed effects:" in text
     for name in res.fixef.index:
         assert name in text
+    # a result read back from its JSON (no spec: as saved by a study) prints as well, with
+    # the same terms, θ names and random effects
+    back = LmerResult.from_dict(res.to_dict())
+    def block(t: str) -> str:
+        return t.split("Random effects:")[1].split("Fixed effects:")[0]
+
+    assert block(back.summary()) == block(text)
+    assert list(back.theta.index) == list(res.theta.index)
     _check_coef_tables(res, ref)
     _check_anova_tables(res, ref)
 

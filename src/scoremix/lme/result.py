@@ -166,10 +166,7 @@ class LmerResult:
         if spec is not None:
             term_info = spec_terms_info(spec)
         else:
-            term_info = []
-            for g, r in d.get("ranef", {}).items():
-                term_info.append(dict(group=g, group_factor=g, term_names=_as_list(r["terms"]),
-                                      levels=[str(v) for v in _as_list(r["levels"])]))
+            term_info = _terms_from_varcorr(vc, d.get("ranef", {}))
         theta_names = []
         for t in term_info:
             p = len(t["term_names"])
@@ -472,6 +469,29 @@ def _as_list(v: Any) -> list:
 def spec_terms_info(spec: ModelSpec) -> list[dict]:
     return [dict(group=t.group, group_factor=t.group_factor, term_names=list(t.term_names),
                  levels=[str(v) for v in t.levels]) for t in spec.terms]
+
+
+def _terms_from_varcorr(vc: pd.DataFrame, ranef: dict[str, Any]) -> list[dict]:
+    """Random terms of a result without its spec, in VarCorr's order: one term per ``grp``
+    of ``as.data.frame(VarCorr(m))`` (``g``, ``g.1`` for the parts of ``(x || g)``), its
+    columns the variance rows; the grouping factor is ``grp`` without lme4's ``.k`` suffix
+    when that names a factor of ``ranef``.  Falls back to one term per ``ranef`` factor."""
+    terms: list[dict] = []
+    for grp in dict.fromkeys(vc["grp"]):
+        if grp == "Residual":
+            continue
+        rows = vc[(vc["grp"] == grp) & vc["var2"].isna()]
+        factor = grp
+        if factor not in ranef and "." in grp and grp.rsplit(".", 1)[0] in ranef \
+                and grp.rsplit(".", 1)[1].isdigit():
+            factor = grp.rsplit(".", 1)[0]
+        r = ranef.get(factor, {})
+        terms.append(dict(group=grp, group_factor=factor, term_names=[str(v) for v in rows["var1"]],
+                          levels=[str(v) for v in _as_list(r.get("levels", []))]))
+    if sum(len(t["term_names"]) for t in terms) != sum(len(_as_list(r["terms"])) for r in ranef.values()):
+        terms = [dict(group=g, group_factor=g, term_names=_as_list(r["terms"]),
+                      levels=[str(v) for v in _as_list(r["levels"])]) for g, r in ranef.items()]
+    return terms
 
 
 def _align_levels(have: list[str], want: list[str]) -> np.ndarray:
