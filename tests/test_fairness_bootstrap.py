@@ -60,7 +60,8 @@ def test_percentile_intervals_cover_truth():
     hits = np.zeros(2)
     n_sets = 200
     for seed in range(n_sets):
-        r = subgroup_dcf(_simulate(seed), ["g"], n_boot=200, random_state=seed, progress=False, eer=False)
+        r = subgroup_dcf(_simulate(seed), ["g"], n_boot=200, random_state=seed, progress=False, eer=False,
+                         interval="percentile")
         t = r.table
         hits += (t["ratio_overall_lo"].to_numpy() <= truth) & (np.asarray(truth) <= t["ratio_overall_hi"].to_numpy())
     cover = hits / n_sets
