@@ -71,7 +71,9 @@ class CoverageDesign:
         if min(self.sizes) < 1 or self.n_tar < 1 or self.n_non < 1:
             raise ValueError("sizes, n_tar and n_non must be >= 1")
         if not self.names:
-            object.__setattr__(self, "names", tuple(f"g{n:03d}" for n in self.sizes))
+            object.__setattr__(self, "names", tuple(f"g{g + 1}_n{n:03d}" for g, n in enumerate(self.sizes)))
+        if len(set(self.names)) != G:
+            raise ValueError(f"subgroup names must be distinct, got {self.names}")
 
     @property
     def class_sd(self) -> tuple[float, float]:

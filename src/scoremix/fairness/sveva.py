@@ -73,7 +73,8 @@ class SubgroupDCFResult:
     min_dcf, threshold:
         overall minDCF and its minimiser ``τ*``.
     fairness_index, fairness_index_ci:
-        FI and its percentile interval (``(nan, nan)`` without bootstrap).
+        FI and its interval (``(nan, nan)`` without bootstrap or when the interval is degenerate);
+        report FI with :attr:`n_subgroups` and :attr:`share_above_one`.
     overall:
         overall measures (``min_dcf, threshold, fpr, fnr, eer``) as a dict.
     replicates:
@@ -89,6 +90,20 @@ class SubgroupDCFResult:
     settings: dict[str, Any]
     replicates: dict[str, np.ndarray] | None = None
     _prepared: Prepared | None = field(default=None, repr=False)
+
+    @property
+    def n_subgroups(self) -> int:
+        """Subgroups with a finite ``ratio_overall`` (the terms the Fairness Index could sum)."""
+        return int(np.isfinite(self.table["ratio_overall"].to_numpy(float)).sum())
+
+    @property
+    def share_above_one(self) -> float:
+        """Share of those subgroups whose ``ratio_overall`` interval lies above 1 (NaN without
+        intervals).  The Fairness Index grows with the number of subgroups; this share does not."""
+        if "ratio_overall_lo" not in self.table.columns or self.n_subgroups == 0:
+            return float("nan")
+        lo = self.table["ratio_overall_lo"].to_numpy(float)
+        return float(np.sum(lo > 1) / self.n_subgroups)
 
     def plot_det(self, **kwargs: Any):
         """DET curves per subgroup; see :func:`scoremix.fairness.plots.plot_subgroup_det`."""
@@ -392,6 +407,8 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
         cols += [m, f"{m}_lo", f"{m}_hi"]
     cols += ["n_errors", "reliable", "note"]
     base["reliable"], base["note"] = flag_degenerate(base, MEASURES)
+    if not fi_ci[1] > fi_ci[0]:  # a zero-width interval is no interval
+        fi_ci = (np.nan, np.nan)
     st = {**result.settings, "n_boot": int(reps["fairness_index"].shape[-1]), "ci": ci, "interval": interval,
           **settings}
     return replace(result, table=base[cols], fairness_index_ci=fi_ci, settings=st, replicates=reps)

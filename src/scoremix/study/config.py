@@ -127,6 +127,12 @@ class MetricsConfig:
     by: list[list[str]] = field(default_factory=list)
     filters: dict[str, list[Any]] = field(default_factory=dict)
     negatives_by: list[str] = field(default_factory=list)
+    #: speaker-cluster bootstrap replicates for EER/minDCF intervals (0: none), level and seed
+    n_boot: int = 0
+    ci: float = 0.95
+    seed: int = 0
+    #: cluster column of that bootstrap (``[data].speaker``; absent column: every trial its own cluster)
+    speaker: str | None = None
 
 
 @dataclass
@@ -573,6 +579,10 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         m.by = s.groupings("by")
         m.filters = s.filters("filters")
         m.negatives_by = s.strlist("negatives_by")
+        m.n_boot = s.int("n_boot", 0, minimum=0) or 0
+        m.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+        m.seed = s.int("seed", 0) or 0
+        m.speaker = data.speaker
         used = {c for cols in m.by for c in cols}
         for i, c in enumerate(m.negatives_by):
             if c not in used:
