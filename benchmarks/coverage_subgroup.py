@@ -1,4 +1,4 @@
-"""Coverage of 95 % subgroup intervals (percentile vs bca-t) in simulations with known truth.
+"""Coverage of 95 % subgroup intervals (percentile vs expanded) in simulations with known truth.
 
 Usage::
 
@@ -16,7 +16,7 @@ trials per speaker, p_target 0.05;
 
 Every data set and every bootstrap has its own fixed seed, so the table is reproducible.
 Prints coverage per measure × subgroup size × scenario for both methods, the mean number
-of errors at τ* per size, and the per-size minimum of the bca-t coverage over the six
+of errors at τ* per size, and the per-size minimum of the expanded coverage over the six
 acceptance measures (the input of :mod:`scoremix.fairness.reliability`).
 """
 
@@ -64,21 +64,21 @@ def main() -> None:
     cov = res.pivot_table(index=["measure", "scenario"], columns=["method", "n_speakers"], values="covered",
                           aggfunc="mean")
     cov = cov.reindex(index=pd.MultiIndex.from_product([COVERAGE_MEASURES, list(SCENARIOS)]))
-    print("coverage (percentile = old, bca-t = new)")
+    print("coverage (percentile = old, expanded = new)")
     print(cov.round(3).to_string())
     err = res[res.measure == "fpr"].groupby(["scenario", "n_speakers"])["n_errors"].mean().unstack()
     print("\nmean errors at tau* per subgroup")
     print(err.round(0).to_string())
-    new = res[(res.method == "bca-t") & res.measure.isin(ACCEPT)]
+    new = res[(res.method == "expanded") & res.measure.isin(ACCEPT)]
     worst = new.groupby(["measure", "scenario", "n_speakers"])["covered"].mean().groupby("n_speakers").min()
-    print("\nbca-t: minimum coverage over the six acceptance measures and the scenarios, per size")
+    print("\nexpanded: minimum coverage over the six acceptance measures and the scenarios, per size")
     print(worst.round(3).to_string())
-    md = res[(res.method == "bca-t") & (res.measure == "min_dcf")].groupby("n_speakers")["covered"].mean()
-    print("\nbca-t min_dcf coverage per size (all scenarios)")
+    md = res[(res.method == "expanded") & (res.measure == "min_dcf")].groupby("n_speakers")["covered"].mean()
+    print("\nexpanded min_dcf coverage per size (all scenarios)")
     print(md.round(3).to_string())
     flagged = new[new.reliable].groupby(["measure", "scenario", "n_speakers"])["covered"].mean()
     print(f"\nreliable cells: min {flagged.min():.3f}, mean {flagged.mean():.3f} over {flagged.size} cells")
-    print(f"degenerate bca-t intervals: {int(res[res.method == 'bca-t'].degenerate.sum())}")
+    print(f"degenerate expanded intervals: {int(res[res.method == 'expanded'].degenerate.sum())}")
 
 
 if __name__ == "__main__":

@@ -87,17 +87,23 @@ def test_percentile_interval_equals_replicate_quantiles():
     assert np.allclose(lo, res.table["ratio_overall_lo"])
 
 
-def test_bca_t_is_default_and_reproducible():
+def test_expanded_is_default_and_equals_quantiles_at_t_levels():
     df = _table(6)
     a = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False)
     b = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False)
-    p = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False, interval="percentile")
-    assert a.settings["interval"] == "bca-t"
+    assert a.settings["interval"] == "expanded"
     pd.testing.assert_frame_equal(a.table, b.table)
-    reps = a.replicates["fpr"]
-    # bca-t ends are replicate quantiles at shifted levels: inside the replicate range, not the percentile ends
-    assert (a.table["fpr_lo"] >= reps.min(axis=1)).all() and (a.table["fpr_hi"] <= reps.max(axis=1)).all()
-    assert not np.allclose(a.table["fpr_lo"], p.table["fpr_lo"])
+    q = norm.cdf(-2.5705818 * np.sqrt(6 / 5))  # t_5(0.975) = 2.5705818: level 0.0080
+    for g in range(2):
+        reps = a.replicates["fpr"][g]
+        assert a.table["fpr_lo"].iloc[g] == pytest.approx(np.quantile(reps, q), rel=1e-6)
+        assert a.table["fpr_hi"].iloc[g] == pytest.approx(np.quantile(reps, 1 - q), rel=1e-6)
+        # min_dcf: shifted by twice the bootstrap bias
+        m = a.replicates["min_dcf"][g]
+        bias = m.mean() - a.table["min_dcf"].iloc[g]
+        assert a.table["min_dcf_lo"].iloc[g] == pytest.approx(np.quantile(m, q) - 2 * bias, rel=1e-6)
+    c = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False, interval="bca-t")
+    assert c.settings["interval"] == "bca-t" and not np.allclose(c.table["fpr_lo"], a.table["fpr_lo"])
     with pytest.raises(ValueError, match="interval must be one of"):
         subgroup_dcf(df, ["group"], n_boot=10, interval="basic", progress=False)
 
@@ -170,16 +176,17 @@ def test_true_measures_match_numerical_integration_over_speakers():
 
 
 @pytest.mark.slow
-def test_reduced_coverage_bca_t_beats_percentile_at_eight_speakers():
-    """50 data sets, subgroups of 8 and 30 speakers with speaker effects: the 95 % bca-t intervals
+def test_reduced_coverage_expanded_beats_percentile_at_eight_speakers():
+    """50 data sets, subgroups of 8 and 30 speakers with speaker effects: the 95 % expanded intervals
     of ratio_overall, fnr and dcf_at_overall cover in >= 0.85 of data sets (binomial SE ~0.03),
     and at 8 speakers at least as often as the percentile intervals."""
     d = CoverageDesign(sizes=(8, 30), shift_non=(0.2, 0.0), shift_tar=(-0.1, 0.0), sd_speaker=0.4)
     r = coverage_study(d, 50, n_boot=300, seed=5, progress=False,
                        measures=("ratio_overall", "fnr", "dcf_at_overall"))
     cov = r.groupby(["method", "measure", "n_speakers"])["covered"].mean()
-    assert (cov.loc["bca-t"] >= 0.85).all(), cov
-    assert cov.loc["bca-t"].xs(8, level="n_speakers").mean() >= cov.loc["percentile"].xs(8, level="n_speakers").mean()
+    assert (cov.loc["expanded"] >= 0.85).all(), cov
+    assert cov.loc["expanded"].xs(8, level="n_speakers").mean() >= \
+        cov.loc["percentile"].xs(8, level="n_speakers").mean()
 
 
 # ----------------------------------------------------------------------------- metric intervals
@@ -213,20 +220,21 @@ def test_metric_values_unchanged_without_bootstrap():
 
 
 def test_cluster_bootstrap_replicates_are_speaker_resamples():
-    """Independent re-implementation: the same multiplicities, trials repeated per speaker."""
+    """Independent re-implementation: the same multiplicities (speakers numbered in the sorted
+    order of their string form), trials repeated per speaker, expanded-percentile ends."""
     s, y, spk = _spk_scores(1)
     est = sm.metrics.cluster_bootstrap(lambda a, b: float(np.mean(a[b == 1])), s, y, speaker=spk, n_boot=64,
                                        seed=9)
+    names = sorted({str(v) for v in spk})
     M = draw_cluster_weights(np.zeros(25, np.int64), 64, np.random.default_rng(9)).astype(int)
     reps = []
     for b in range(64):
-        idx = np.concatenate([np.flatnonzero(spk == c).repeat(M[c, b]) for c in range(25)])
-        reps.append(np.mean(s[idx][y[idx] == 1]))
-    reps = np.array(reps)
-    assert est.lo >= reps.min() - 1e-12 and est.hi <= reps.max() + 1e-12
-    # the interval ends are quantiles of exactly these replicates
-    ranks = [np.mean(reps <= v + 1e-12) for v in (est.lo, est.hi)]
-    assert 0.0 < ranks[0] < 0.2 and 0.8 < ranks[1] <= 1.0
+        idx = np.concatenate([np.flatnonzero(spk.astype(str) == nm).repeat(M[c, b]) for c, nm in enumerate(names)])
+        reps.append(np.mean(s[np.sort(idx)][y[np.sort(idx)] == 1]))
+    q = norm.cdf(-2.0638986 * np.sqrt(25 / 24))  # t_24(0.975) = 2.0638986
+    assert est.lo == pytest.approx(np.quantile(reps, q), rel=1e-6)
+    assert est.hi == pytest.approx(np.quantile(reps, 1 - q), rel=1e-6)
+    assert est.interval == "expanded" and est.n_clusters == 25
 
 
 def test_cli_eer_with_intervals(tmp_path, capsys):

@@ -62,7 +62,7 @@ class Estimate(float):
 
     Attributes: ``lo``, ``hi`` (interval ends, NaN when not computed), ``ci`` (level),
     ``n_boot`` (replicates), ``n_clusters`` (speakers, or trials without a speaker column)
-    and ``interval`` (the method, ``"bca-t"``: see :mod:`scoremix.fairness.resampling`).
+    and ``interval`` (the method, ``"expanded"``: see :mod:`scoremix.fairness.resampling`).
     Arithmetic returns plain floats; ``float(e)`` is the point estimate.
     """
 
@@ -74,7 +74,7 @@ class Estimate(float):
     interval: str
 
     def __new__(cls, value: float, lo: float = np.nan, hi: float = np.nan, ci: float = 0.95, n_boot: int = 0,
-                n_clusters: int = 0, interval: str = "bca-t") -> "Estimate":
+                n_clusters: int = 0, interval: str = "expanded") -> "Estimate":
         obj = super().__new__(cls, value)
         obj.lo, obj.hi, obj.ci = float(lo), float(hi), float(ci)
         obj.n_boot, obj.n_clusters, obj.interval = int(n_boot), int(n_clusters), str(interval)
@@ -95,19 +95,20 @@ class Estimate(float):
 
 def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, n_boot: int = 1000,
                       seed: int | np.random.Generator | None = None, ci: float = 0.95,
-                      max_jackknife: int = 400) -> Estimate:
+                      minimum: bool = False) -> Estimate:
     r"""Speaker-cluster bootstrap interval of any metric ``stat(scores, labels) -> float``.
 
     Replicate ``b`` draws the ``C`` speakers (clusters; every trial its own cluster when
     ``speaker`` is None) with replacement and evaluates ``stat`` on the trials of the drawn
     speakers, each repeated as often as its speaker was drawn.  The interval is the
-    ``"bca-t"`` interval (bias-corrected, accelerated, expanded with ``t_{C-1}``; see
-    :mod:`scoremix.fairness.resampling`) with the acceleration from a delete-one-speaker
-    jackknife (delete-a-group with ``max_jackknife`` random groups when ``C`` is larger).
-    Replicates in which ``stat`` fails (e.g. one class only) are dropped.
+    *expanded percentile* interval of :mod:`scoremix.fairness.resampling` (levels
+    :math:`Φ(\mp\sqrt{C/(C-1)}\,t_{C-1}(1-α/2))`); with ``minimum=True`` (a minimum over
+    thresholds such as minDCF) it is shifted by twice the bootstrap bias.  Replicates in
+    which ``stat`` fails (e.g. one class only) are dropped.  Speakers are numbered in the
+    sorted order of their string form (that fixes which speaker gets which draw of ``seed``).
     """
     from scoremix.fairness.bootstrap import draw_cluster_weights
-    from scoremix.fairness.resampling import bca_t_interval
+    from scoremix.fairness.resampling import expanded_percentile_interval, shift_t_interval
 
     if int(n_boot) < 1:
         raise MetricInputError(f"n_boot must be >= 1 for an interval, got {n_boot}")
@@ -128,24 +129,20 @@ def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, 
         cl = np.unique(spk.astype(str), return_inverse=True)[1]
     C = int(cl.max()) + 1
     point = float(stat(s, y))
-    rng = np.random.default_rng(seed)
-
-    def safe(idx: np.ndarray) -> float:
-        try:
-            return float(stat(s[idx], y[idx]))
-        except TrialTableError:
-            return np.nan
-
-    M = draw_cluster_weights(np.zeros(C, np.int64), int(n_boot), rng).astype(np.int64)
+    M = draw_cluster_weights(np.zeros(C, np.int64), int(n_boot), np.random.default_rng(seed)).astype(np.int64)
     reps = np.empty(int(n_boot))
     for b in range(int(n_boot)):
-        reps[b] = safe(np.repeat(np.arange(n), M[cl, b]))
-    groups = cl if C <= max_jackknife else rng.permutation(C)[cl] % max_jackknife
-    G = int(groups.max()) + 1
-    jack = np.array([safe(np.flatnonzero(groups != g)) for g in range(G)])
-    lo, hi = bca_t_interval(np.array([point]), reps[None, :], jack[None, :], np.zeros(G, np.int64),
-                            np.array([float(C)]), ci)
-    return Estimate(point, float(lo[0]), float(hi[0]), ci, int(n_boot), C)
+        idx = np.repeat(np.arange(n), M[cl, b])
+        try:
+            reps[b] = float(stat(s[idx], y[idx]))
+        except TrialTableError:
+            reps[b] = np.nan
+    nn = np.array([float(C)])
+    if minimum:
+        lo, hi = shift_t_interval(np.array([point]), reps[None, :], nn, ci)
+    else:
+        lo, hi = expanded_percentile_interval(reps[None, :], nn, ci)
+    return Estimate(point, float(lo[0]), float(hi[0]), ci, int(n_boot), C, "expanded")
 
 
 def _maybe_interval(value: float, stat: Any, scores: Any, labels: Any, n_boot: int, speaker: Any,
@@ -686,7 +683,7 @@ def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1,
     if n_boot:
         point = min_dcf(scores, labels, p_target, c_miss, c_fa, normalize)
         est = cluster_bootstrap(lambda a, b: min_dcf(a, b, p_target, c_miss, c_fa, normalize).value, scores,
-                                labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci)
+                                labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci, minimum=True)
         return MinDCF(point.value, point.threshold, point.p_miss, point.p_fa, point.p_target, point.c_miss,
                       point.c_fa, point.normalize, est.lo, est.hi, est.ci, est.n_boot)
     if speaker is not None:

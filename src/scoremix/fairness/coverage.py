@@ -155,14 +155,14 @@ def coverage_study(design: CoverageDesign, n_datasets: int, n_boot: int = 1000, 
         df = simulate_subgroup_trials(design, seed=np.random.default_rng([seed, k]))
         res = subgroup_dcf(df, ["group"], p_target=p_target, n_boot=n_boot, ci=ci,
                            random_state=np.random.default_rng([seed, k, 1]), progress=False, eer=False,
-                           interval="bca-t")
+                           interval="expanded")
         tab = res.table.set_index("subgroup")
         for m in measures:
             t = truth.loc[tab.index, m].to_numpy()
             est = tab[m].to_numpy()
             p_lo, p_hi = percentile_interval(res.replicates[m], ci)
-            for method, lo, hi in (("percentile", p_lo, p_hi), ("bca-t", tab[f"{m}_lo"].to_numpy(),
-                                                                  tab[f"{m}_hi"].to_numpy())):
+            for method, lo, hi in (("percentile", p_lo, p_hi), ("expanded", tab[f"{m}_lo"].to_numpy(),
+                                                                     tab[f"{m}_hi"].to_numpy())):
                 with np.errstate(invalid="ignore"):
                     cov = (lo <= t) & (t <= hi)
                 out.append(pd.DataFrame({

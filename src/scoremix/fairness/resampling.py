@@ -4,7 +4,7 @@ Layer: below the user-facing functions (:mod:`~scoremix.fairness.sveva`,
 :mod:`~scoremix.fairness.compare`, :mod:`~scoremix.fairness.breakdown`), above the
 counting engine (:mod:`~scoremix.fairness.engine`).  Nothing here knows about tables.
 
-Two interval methods are offered for a statistic :math:`\hat\theta` of clusters (speakers)
+Three interval methods are offered for a statistic :math:`\hat\theta` of clusters (speakers)
 drawn within strata (subgroups), from bootstrap replicates :math:`\hat\theta^*_1, …,
 \hat\theta^*_B` and delete-one-cluster jackknife values :math:`\hat\theta_{(i)}`:
 
@@ -12,7 +12,16 @@ drawn within strata (subgroups), from bootstrap replicates :math:`\hat\theta^*_1
     :math:`[Q_{α/2}(\hat\theta^*), Q_{1-α/2}(\hat\theta^*)]` (the method of SVEva and of
     scoremix up to 0.x; it under-covers with few speakers and for minima over thresholds).
 
-``"bca-t"`` (default)
+``"expanded"`` (default)
+    Hesterberg's (2015) *expanded percentile* interval: the percentile interval at levels
+    :math:`q_\pm = Φ(\pm z'_{1-α/2})` with the small-sample quantile
+    :math:`z'_{q} = \sqrt{n/(n-1)}\; t_{n-1}(q)` (see below) instead of :math:`α/2`, so that
+    the bootstrap's :math:`(n-1)/n` variance and its normal tails are replaced by those of a
+    Student ``t`` with ``n − 1`` degrees of freedom.  Minima over thresholds get the
+    bias-shifted ``"shift-t"`` interval below.  Its coverage, measured against closed-form
+    truth, is in ``docs/intervals.md``.
+
+``"bca-t"``
     bias-corrected and accelerated percentiles (Efron 1987) whose normal quantile is
     replaced by the small-sample *expanded* quantile of Hesterberg (2015),
 
@@ -30,14 +39,14 @@ drawn within strata (subgroups), from bootstrap replicates :math:`\hat\theta^*_1
     :math:`q_\pm = Φ\big(\hat z_0 + (\hat z_0 + z'_\pm)/(1 - \hat a(\hat z_0 + z'_\pm))\big)`.
     ``n`` is the number of speakers of the subgroup the measure belongs to (its variance
     is dominated by them); :math:`\bar\theta_{(s)}` is the mean of the jackknife values of
-    the clusters of stratum ``s``.  :math:`\hat z_0` removes the median bias that a
-    minimum over thresholds (``min_dcf``, ``ratio_own``) and a ratio of rates carry;
-    :math:`\hat a` corrects for skewness; the expansion replaces the bootstrap's
-    :math:`(n-1)/n` variance and its normal tails by those of a Student ``t`` with
-    ``n − 1`` degrees of freedom, which matters at 5–15 speakers.
+    the clusters of stratum ``s``.  :math:`\hat z_0` targets median bias and
+    :math:`\hat a` skewness; in the coverage benchmark this was no better than
+    ``"expanded"`` at 5–30 speakers and worse at 60 (measures read at the estimated
+    threshold τ* are not smooth, so their jackknife and :math:`\hat z_0` are erratic),
+    hence it is an option, not the default.
 
-    For a *minimum over thresholds* (``min_dcf``) the median-bias correction is not
-    enough: the estimate is optimistic (the minimiser is chosen on the same data), and
+``"shift-t"`` (for ``min_dcf`` under both of the above)
+    For a *minimum over thresholds* the estimate is optimistic (the minimiser is chosen on the same data), and
     the bootstrap replicates, minimised again on resampled data, are optimistic relative
     to it by about the same amount :math:`\hat b = \overline{\theta^*} - \hat\theta < 0`.
     The percentile interval inherits that optimism twice, so these measures get the
@@ -58,9 +67,9 @@ from scoremix.fairness.bootstrap import draw_cluster_weights
 from scoremix.fairness.engine import Engine, quiet_runtime_warnings
 
 __all__ = ["INTERVAL_METHODS", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
-           "percentile_interval", "jackknife_weights", "jackknife_measures", "shift_t_interval", "expanded_z", "bca_t_levels", "bca_t_interval"]
+           "percentile_interval", "expanded_percentile_interval", "jackknife_weights", "jackknife_measures", "shift_t_interval", "expanded_z", "bca_t_levels", "bca_t_interval"]
 
-INTERVAL_METHODS = ("bca-t", "percentile")
+INTERVAL_METHODS = ("expanded", "bca-t", "percentile")
 
 
 def as_list(x: Any) -> list[Any]:
@@ -213,6 +222,14 @@ def expanded_z(n: np.ndarray, ci: float) -> np.ndarray:
     df = np.where(n >= 2, n - 1, np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.sqrt(n / df) * student_t.ppf(0.5 + ci / 2.0, df)
+
+
+def expanded_percentile_interval(reps: np.ndarray, n: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:
+    """Hesterberg's expanded percentile interval ``[Q_{Φ(-z')}, Q_{Φ(z')}]`` of the replicates
+    (``z'`` = :func:`expanded_z` of each row's ``n``); ``(lo (G,), hi (G,))``, NaN for ``n < 2``."""
+    reps = np.atleast_2d(np.asarray(reps, float))
+    q = norm.cdf(-expanded_z(n, ci))
+    return _row_quantiles(reps, q), _row_quantiles(reps, 1.0 - q)
 
 
 def shift_t_interval(point: np.ndarray, reps: np.ndarray, n: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:

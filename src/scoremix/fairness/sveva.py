@@ -34,13 +34,13 @@ from scoremix.fairness.engine import MEASURES, CostSpec, Engine
 from scoremix.fairness.prepare import Prepared, prepare_trials
 from scoremix.fairness.reliability import flag_degenerate, flag_rows
 from scoremix.fairness.resampling import (INTERVAL_METHODS, bca_t_interval, bootstrap_pieces, concat_replicates,
-                                          jackknife_measures, percentile_interval, run_bootstrap,
-                                          shift_t_interval)
+                                          expanded_percentile_interval, jackknife_measures, percentile_interval,
+                                          run_bootstrap, shift_t_interval)
 
 __all__ = ["SubgroupDCFResult", "subgroup_dcf", "fairness_index", "prepare_trials", "DEFAULT_MIN_ERRORS",
            "subgroup_dcf_replicates", "concat_replicates", "bootstrap_intervals", "with_bootstrap"]
 
-#: minima over thresholds: their ``"bca-t"`` interval is the bias-shifted ``"shift-t"`` one
+#: minima over thresholds: their ``"expanded"`` (and ``"bca-t"``) interval is the bias-shifted ``"shift-t"`` one
 MINIMA = ("min_dcf",)
 
 #: Doddington's rule of 30: fewer errors than this make a rate unreliable
@@ -141,7 +141,7 @@ def _point_table(prep: Prepared, point: dict[str, np.ndarray], min_speakers: int
     return tab
 
 
-def _validate(n_boot: int, ci: float, compat: str | None, interval: str = "bca-t") -> None:
+def _validate(n_boot: int, ci: float, compat: str | None, interval: str = "expanded") -> None:
     if interval not in INTERVAL_METHODS:
         raise ValueError(f"interval must be one of {INTERVAL_METHODS}, got {interval!r}")
     if n_boot < 0:
@@ -163,7 +163,7 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
                  test_speaker: str | None = None, test_groups: Sequence[str] | None = None,
                  speaker_table: pd.DataFrame | None = None, cluster: str | None = None,
                  min_errors: int = DEFAULT_MIN_ERRORS, eer: bool = True,
-                 interval: str = "bca-t") -> SubgroupDCFResult:
+                 interval: str = "expanded") -> SubgroupDCFResult:
     """SVEva Fair subgroup measures with optional speaker-level cluster-bootstrap intervals.
 
     Parameters
@@ -187,9 +187,11 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
         replacement; all trials of a drawn speaker enter with its multiplicity, and
         ``τ*`` is re-estimated in every replicate.
     interval:
-        ``"bca-t"`` (default: bias-corrected, accelerated, small-sample expanded; its
-        coverage is measured in ``docs/intervals.md``) or ``"percentile"`` (the SVEva
-        method, which under-covers with few speakers); see
+        ``"expanded"`` (default: percentile interval at levels expanded with Student's
+        ``t_{n-1}`` for a subgroup of ``n`` speakers, shifted by twice the bootstrap bias for
+        ``min_dcf``; its coverage is measured in ``docs/intervals.md``), ``"bca-t"`` (the same
+        expansion on bias-corrected, accelerated levels; needs a jackknife pass) or
+        ``"percentile"`` (the SVEva method, which under-covers with few speakers); see
         :mod:`scoremix.fairness.resampling`.
     compat:
         ``None`` (exact counting) or ``"sveva"`` (the SVEva Fair library's reading of
@@ -298,6 +300,9 @@ def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, 
     of the finite ones (``numpy.nanquantile``, linear interpolation), over *all* ``B``
     replicates of all pieces.
 
+    ``method="expanded"``: the expanded percentile interval (bias-shifted for ``min_dcf``) of
+    :mod:`scoremix.fairness.resampling`; needs ``point`` and ``n_speakers``.
+
     ``method="bca-t"``: the bias-corrected, accelerated, small-sample expanded interval of
     :mod:`scoremix.fairness.resampling` (for the minimum ``min_dcf``: the expanded percentile
     interval shifted by twice the bootstrap bias); needs the point estimates ``point`` (engine output
@@ -316,14 +321,21 @@ def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, 
         iv = {m: percentile_interval(reps[m], ci) for m in measures}
         lo, hi = percentile_interval(reps["fairness_index"][None, :], ci)
         return iv, (float(lo[0]), float(hi[0]))
-    if point is None or jackknife is None or strata is None or n_speakers is None:
-        raise ValueError("method='bca-t' needs point, jackknife, strata and n_speakers")
+    if point is None or n_speakers is None:
+        raise ValueError(f"method={method!r} needs point and n_speakers")
     n = np.asarray(n_speakers, float)
-    iv = {m: (shift_t_interval(point[m][:, 0], reps[m], n, ci) if m in MINIMA
-              else bca_t_interval(point[m][:, 0], reps[m], jackknife[m], strata, n, ci)) for m in measures}
     r = point["ratio_overall"][:, 0]
     over = np.isfinite(r) & (r > 1)
     n_fi = float(n[over].min()) if over.any() else float(n[n > 0].min()) if (n > 0).any() else np.nan
+    if method == "expanded":
+        iv = {m: (shift_t_interval(point[m][:, 0], reps[m], n, ci) if m in MINIMA
+                  else expanded_percentile_interval(reps[m], n, ci)) for m in measures}
+        lo, hi = expanded_percentile_interval(reps["fairness_index"][None, :], np.array([n_fi]), ci)
+        return iv, (float(lo[0]), float(hi[0]))
+    if jackknife is None or strata is None:
+        raise ValueError("method='bca-t' needs jackknife and strata")
+    iv = {m: (shift_t_interval(point[m][:, 0], reps[m], n, ci) if m in MINIMA
+              else bca_t_interval(point[m][:, 0], reps[m], jackknife[m], strata, n, ci)) for m in measures}
     lo, hi = bca_t_interval(point["fairness_index"], reps["fairness_index"][None, :],
                             jackknife["fairness_index"][None, :], strata, np.array([n_fi]), ci)
     return iv, (float(lo[0]), float(hi[0]))
@@ -358,7 +370,8 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
     ci:
         interval level (default: ``result.settings["ci"]``).
     interval:
-        ``"bca-t"`` or ``"percentile"`` (default: ``result.settings["interval"]``, else ``"bca-t"``).
+        ``"expanded"``, ``"bca-t"`` or ``"percentile"`` (default: ``result.settings["interval"]``,
+        else ``"expanded"``).
         ``"bca-t"`` evaluates the delete-one-speaker jackknife (one engine pass with as
         many columns as speakers).
     engine:
@@ -375,7 +388,7 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
     if result.settings.get("compat") == "sveva":
         raise ValueError("compat='sveva' results are point estimates only; bootstrap with compat=None")
     ci = float(result.settings.get("ci", 0.95) if ci is None else ci)
-    interval = str(result.settings.get("interval", "bca-t") if interval is None else interval)
+    interval = str(result.settings.get("interval", "expanded") if interval is None else interval)
     _validate(0, ci, None, interval)
     reps = concat_replicates(replicates)
     G = len(result.table)
@@ -393,6 +406,11 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
         n_cl = np.bincount(prep.strata[prep.strata >= 0], minlength=G)[:G]
         iv, fi_ci = bootstrap_intervals(reps, ci, method="bca-t", point=point, jackknife=jack,
                                         strata=prep.strata, n_speakers=n_cl)
+    elif interval == "expanded":
+        t = result.table
+        point = {m: t[m].to_numpy(float)[:, None] for m in MEASURES}
+        iv, fi_ci = bootstrap_intervals(reps, ci, method="expanded", point=point,
+                                        n_speakers=t["n_speakers"].to_numpy(float))
     else:
         iv, fi_ci = bootstrap_intervals(reps, ci)
     old_iv = {f"{m}_{e}" for m in MEASURES for e in ("lo", "hi")}

@@ -156,6 +156,8 @@ class FairnessConfig:
     n_boot: int = 200
     boot_chunk: int = 250
     ci: float = 0.95
+    #: interval method of :func:`scoremix.fairness.subgroup_dcf` ("expanded", "bca-t" or "percentile")
+    interval: str = "expanded"
     p_target: float = 0.05
     c_miss: float = 1.0
     c_fa: float = 1.0
@@ -608,6 +610,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         f.n_boot = s.int("n_boot", 200, minimum=0) or 0
         f.boot_chunk = s.int("boot_chunk", 250, minimum=0) or 0
         f.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+        f.interval = s.str("interval", "expanded", choices=("expanded", "bca-t", "percentile")) or "expanded"
         f.p_target = s.float("p_target", 0.05, 0.0, 1.0, open_lo=True, open_hi=True) or 0.05
         f.c_miss = s.float("c_miss", 1.0, 0.0, open_lo=True) or 1.0
         f.c_fa = s.float("c_fa", 1.0, 0.0, open_lo=True) or 1.0

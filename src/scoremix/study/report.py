@@ -53,15 +53,17 @@ def _true_eer_table(res: StudyResult) -> pd.DataFrame | None:
     from scoremix.metrics import eer
 
     t = res.data.table
+    meth = _eer_definition(res)
+    emp = f"empirical EER % ({meth})"
     rows = [{"subgroup": "all", "n_trials": len(t), "true EER %": 100 * sim.true_eer(),
-             "empirical EER %": 100 * float(eer(t["score"].to_numpy(float), t["y"].to_numpy()))}]
+             emp: 100 * float(eer(t["score"].to_numpy(float), t["y"].to_numpy(), method=meth))}]
     for g in sorted(map(str, pd.unique(t["subgroup"].astype(str)))):
         sel = (t["subgroup"].astype(str) == g).to_numpy()
         yy = t["y"].to_numpy()[sel]
         if yy.min() == yy.max() or min(yy.sum(), (1 - yy).sum()) < 20:
             continue
         rows.append({"subgroup": g, "n_trials": int(sel.sum()), "true EER %": 100 * sim.true_eer(subgroup=g),
-                     "empirical EER %": 100 * float(eer(t["score"].to_numpy(float)[sel], yy))})
+                     emp: 100 * float(eer(t["score"].to_numpy(float)[sel], yy, method=meth))})
     tab = pd.DataFrame(rows)
     me = _concat_model_eer(res)
     if me is not None:
@@ -167,7 +169,7 @@ def _metrics_section(res: StudyResult) -> rh.Section | None:
     tab = pd.concat([m["table"] for m in res.metrics.values()], ignore_index=True)
     cfg = res.config.analyses.metrics
     show, cols = _metric_columns(tab, cfg)
-    iv = (f" Intervals: {100 * cfg.ci:g} % speaker-cluster bootstrap (bca-t, {cfg.n_boot} replicates, seed "
+    iv = (f" Intervals: {100 * cfg.ci:g} % speaker-cluster bootstrap (expanded percentile, {cfg.n_boot} replicates, seed "
           f"{cfg.seed}); a zero-width interval is left blank." if getattr(cfg, "n_boot", 0) else
           " No intervals (set analyses.metrics.n_boot for speaker-cluster bootstrap intervals).")
     blocks: list[rh.Block] = [
@@ -325,8 +327,8 @@ def _fairness_section(res: StudyResult) -> rh.Section | None:
             f"worse off); ratio_own = minDCF^g / C_det^g(τ*) (< 1: an own threshold helps); Fairness Index = sum "
             f"of ratio_overall over subgroups above 1, shown with the number of subgroups it sums over and the "
             f"share of subgroups whose ratio interval lies above 1. Intervals: {cfg.n_boot} speaker-cluster "
-            f"bootstrap replicates, {100 * cfg.ci:g} % bca-t intervals (bias-corrected, accelerated, "
-            f"t-expanded; see docs/intervals.md; none when n_boot = 0); a zero-width interval is left blank and "
+            f"bootstrap replicates, {100 * cfg.ci:g} % {cfg.interval} intervals (percentile levels "
+            f"expanded with Student's t for few speakers, bias-shifted for minDCF; see docs/intervals.md; none when n_boot = 0); a zero-width interval is left blank and "
             f"its row flagged. " + _reliability_sentence() + " Costs and rates are fractions; "
             + ("EER is left out here: this report's EER definition is " + _eer_definition(res) + "."
                if _eer_definition(res) != "rocch" else "EER % (rocch) is the ROC-convex-hull EER in %.")

@@ -371,7 +371,7 @@ def fairness_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, speaker: s
     from scoremix.fairness import subgroup_dcf
 
     res = subgroup_dcf(df, cfg.groups, n_boot=cfg.n_boot, ci=cfg.ci, random_state=seed, min_speakers=min_speakers,
-                       progress=False, **_sveva_kwargs(cfg, speaker))
+                       progress=False, interval=cfg.interval, **_sveva_kwargs(cfg, speaker))
     return _fairness_outputs(system, res, cfg, png_of(res.plot_det()), png_of(res.plot_scores()), n_chunks=1)
 
 
@@ -383,7 +383,7 @@ def fairness_point_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, spea
     from scoremix.fairness import subgroup_dcf
 
     res = subgroup_dcf(df, cfg.groups, n_boot=0, ci=cfg.ci, min_speakers=min_speakers, progress=False,
-                       **_sveva_kwargs(cfg, speaker))
+                       interval=cfg.interval, **_sveva_kwargs(cfg, speaker))
     return {"result": res, "det_png": png_of(res.plot_det()), "scores_png": png_of(res.plot_scores())}
 
 
@@ -398,11 +398,12 @@ def fairness_boot_task(df: pd.DataFrame, cfg: FairnessConfig, speaker: str, seed
 
 def fairness_combine(system: str, point: dict[str, Any], parts: list[dict[str, np.ndarray]], cfg: FairnessConfig,
                      seeds: list[int]) -> dict[str, Any]:
-    """Percentile intervals from all chunks' replicates (:func:`scoremix.fairness.with_bootstrap`)
+    """Intervals (``cfg.interval``) from all chunks' replicates (:func:`scoremix.fairness.with_bootstrap`)
     on the point table of :func:`fairness_point_task`; the same outputs as :func:`fairness_task`."""
     from scoremix.fairness import with_bootstrap
 
-    res = with_bootstrap(point["result"], parts, cfg.ci, random_state=None, boot_seeds=list(seeds))
+    res = with_bootstrap(point["result"], parts, cfg.ci, interval=cfg.interval, random_state=None,
+                         boot_seeds=list(seeds))
     return _fairness_outputs(system, res, cfg, point["det_png"], point["scores_png"], n_chunks=len(parts))
 
 
