@@ -240,7 +240,8 @@ def shift_t_interval(point: np.ndarray, reps: np.ndarray, n: np.ndarray, ci: flo
     reps = np.where(np.isfinite(reps), reps, np.nan)
     z = expanded_z(n, ci)
     with np.errstate(invalid="ignore"), quiet_runtime_warnings():
-        bias = np.nanmean(reps, axis=1) - point
+        # sorted first: the mean does not depend on the order of the replicates (pieces)
+        bias = np.nanmean(np.sort(reps, axis=1), axis=1) - point
     ok = np.isfinite(point) & np.isfinite(z)
     q = np.where(ok, norm.cdf(-z), np.nan)
     lo = _row_quantiles(reps, q) - 2.0 * bias
