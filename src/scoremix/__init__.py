@@ -19,6 +19,7 @@ from scoremix.trials import (
 )
 from scoremix.metrics import (
     DetCurve,
+    Estimate,
     MinDCF,
     act_dcf,
     cllr,
@@ -91,7 +92,7 @@ __all__ = [
     "LabelError", "TrialTableError", "label_to_binary", "load_trials", "read_asvspoof_cm",
     "read_kaldi_trials",
     # metrics
-    "DetCurve", "MinDCF", "act_dcf", "cllr", "dcf", "det_axis_ticks", "det_curve", "eer",
+    "DetCurve", "Estimate", "MinDCF", "act_dcf", "cllr", "dcf", "det_axis_ticks", "det_curve", "eer",
     "eer_threshold", "min_cllr", "min_dcf", "probit", "rates_at",
     # simulation
     "Simulation", "SimulationError", "simulate_sv_trials", "simulate_trials",
