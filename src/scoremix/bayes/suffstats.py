@@ -110,18 +110,21 @@ def blocked_suffstats(spec) -> BlockedSuffStats:
     """Compute :class:`BlockedSuffStats` of a :class:`~scoremix.lme.spec.ModelSpec`.
 
     Uses the spec's prior ``weights`` (all ones when ``None``) and its
-    ``dispersion_codes`` (one dispersion level when ``None``).  The cross-products come
+    ``dispersion_codes`` (one dispersion level when ``None``); a spec without rows (Dask
+    input, :class:`scoremix.distributed.spec.DaskModelSpec`) brings its summed cross-products
+    as ``spec.cp``.  The cross-products come
     from the native engine's :func:`scoremix.lme.crossprod.crossproducts` (same blocked
     layout, bincount-based); a model without random terms, or an installation without
     that module, uses :func:`blocked_suffstats_sparse`.
     """
+    given = getattr(spec, "cp", None)  # a spec without rows (Dask) carries summed cross-products
     if spec.terms:
         try:
             from scoremix.lme.crossprod import crossproducts
         except ImportError:  # pragma: no cover - crossprod ships with scoremix
             crossproducts = None
-        if crossproducts is not None:
-            cp = crossproducts(spec)
+        if given is not None or crossproducts is not None:
+            cp = given if given is not None else crossproducts(spec)
             L, m, q1 = cp.Ar1.shape
             n1, p1 = cp.term_nlev[0], cp.term_p[0]
             B = np.ascontiguousarray(cp.Ar1.transpose(0, 2, 1)).reshape(L, n1, p1, m)

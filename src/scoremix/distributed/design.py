@@ -87,9 +87,9 @@ def prototype_frame(meta: pd.DataFrame, parsed: ParsedFormula, scan: LevelScan,
     for c in used:
         dt = meta[c].dtype
         if isinstance(dt, pd.CategoricalDtype):
-            cats = dt.categories if getattr(meta[c].cat, "known", True) and len(dt.categories) else None
-            if cats is None or not set(pd.unique(out[c])) <= set(cats):
-                cats = pd.Index(sorted(pd.unique(out[c]), key=str))
+            cats = scan.categories.get(c) or list(dt.categories)
+            if not set(pd.unique(out[c])) <= set(cats):
+                cats = sorted(pd.unique(out[c]), key=str)
             out[c] = pd.Categorical(out[c], categories=cats, ordered=dt.ordered)
         elif pd.api.types.is_bool_dtype(dt):
             out[c] = out[c].astype(bool)

@@ -39,6 +39,9 @@ class LevelScan:
         per factor column (outside interaction groupings): its distinct values.
     tuples:
         distinct rows of the interaction-grouping columns (``None`` without such groupings).
+    categories:
+        per categorical column, the union of the partitions' categories in first-seen order
+        (Dask may not know them from the metadata, e.g. after reading parquet).
     """
 
     n_rows: int
@@ -46,6 +49,7 @@ class LevelScan:
     na_counts: dict[str, int]
     values: dict[str, np.ndarray] = field(default_factory=dict)
     tuples: pd.DataFrame | None = None
+    categories: dict[str, list] = field(default_factory=dict)
 
 
 def _union(arrays: list[np.ndarray]) -> np.ndarray:
@@ -59,8 +63,10 @@ def _scan_partition(part: pd.DataFrame, used: list[str], factors: list[str],
     sub = part.loc[complete]
     values = {c: pd.unique(sub[c].to_numpy()) for c in factors if c not in inter}
     tuples = sub[inter].drop_duplicates() if inter else None
+    cats = {c: list(part[c].cat.categories) for c in factors
+            if isinstance(part[c].dtype, pd.CategoricalDtype)}
     return LevelScan(len(part), int(complete.sum()), {c: int(v) for c, v in na.sum().items()},
-                     values, tuples)
+                     values, tuples, cats)
 
 
 def _merge(scans: list[LevelScan]) -> LevelScan:
@@ -70,8 +76,10 @@ def _merge(scans: list[LevelScan]) -> LevelScan:
     tuples = None
     if first.tuples is not None:
         tuples = pd.concat([s.tuples for s in scans], ignore_index=True).drop_duplicates()
+    cats = {c: list(dict.fromkeys(v for s in scans for v in s.categories[c]))
+            for c in first.categories}
     return LevelScan(sum(s.n_rows for s in scans), sum(s.n_complete for s in scans), na, values,
-                     tuples)
+                     tuples, cats)
 
 
 def scan_levels(ddf: Any, used: list[str], factors: list[str], inter: list[str],
