@@ -202,3 +202,35 @@ def test_metric_errors(table):
         sm.min_dcf(one.score, one.y)
     with pytest.raises(DaskInputError, match="partitions"):
         sm.eer(dd.from_pandas(table, npartitions=2).score, dd.from_pandas(table, npartitions=3).y)
+
+
+@pytest.mark.slow
+def test_bayes_lmer_dask_same_posterior(table):
+    """Reproducible sums make the statistics bit-identical however the rows are split, so
+    NUTS with the same seed draws the same chains."""
+    t = table.head(3000)
+    f = "score ~ label + (1|speaker)"
+    kw = dict(draws=60, tune=60, chains=1, cores=1, random_seed=7, progressbar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        b0 = sm.bayes_lmer(f, t, **kw)
+        b1 = sm.bayes_lmer(f, dd.from_pandas(t, npartitions=4), **kw)
+    for v in b0.idata.posterior.data_vars:
+        assert np.array_equal(b0.idata.posterior[v].values, b1.idata.posterior[v].values), v
+    assert b1.spec.n == 3000 and b1.param_names == b0.param_names
+
+
+def test_study_reads_parquet_glob(table, tmp_path):
+    from scoremix.study import load_study
+    from scoremix.study.data import StudyDataError, load_study_data
+
+    dd.from_pandas(table[["score", "label", "speaker", "attack", "x"]], npartitions=3).to_parquet(
+        str(tmp_path / "trials"), write_index=False)
+    toml = tmp_path / "s.toml"
+    toml.write_text('[study]\nname = "g"\n[data]\nfiles = ["trials/*.parquet"]\n', encoding="utf-8")
+    data = load_study_data(load_study(toml).data)
+    assert len(data.table) == len(table)
+    np.testing.assert_array_equal(np.sort(data.table["score"]), np.sort(table["score"]))
+    toml.write_text('[study]\nname = "g"\n[data]\nfiles = ["nothing/*.parquet"]\n', encoding="utf-8")
+    with pytest.raises(StudyDataError, match="no data file matches"):
+        load_study_data(load_study(toml).data)

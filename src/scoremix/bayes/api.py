@@ -336,7 +336,7 @@ def bayes_lmer(
         spec = formula
     elif is_dask_collection(data) or is_parquet_path(data):
         # Dask rows: the collapsed likelihood needs only cross-products summed over partitions
-        from scoremix.distributed.spec import build_dask_model_spec
+        from scoremix.distributed.spec import add_bayes_statistics, build_dask_model_spec
 
         if method != "collapsed" and likelihood == "rows":
             raise ValueError("likelihood='rows' needs the rows in memory; Dask input works with "
@@ -344,7 +344,8 @@ def bayes_lmer(
         if posterior_predictive:
             raise ValueError("posterior_predictive=True would materialise a replicate of every "
                              "row; not available for Dask input")
-        spec = build_dask_model_spec(formula, data, weights=weights, dispersion=dispersion)
+        spec = add_bayes_statistics(build_dask_model_spec(formula, data, weights=weights,
+                                                          dispersion=dispersion))
     else:
         try:
             from scoremix.lme.model_frame import build_model_spec

@@ -204,21 +204,16 @@ class PriorSet:
 def data_moments(spec) -> dict[str, Any]:
     """What the default priors read from the rows: ``ybar`` (mean of ``y``), ``y_sd``
     (``ddof=1``), ``x_sd`` (SD of every ``X`` column, ``ddof=1``) and ``term_rms`` (per term,
-    ``sqrt(mean(x²))`` of every column).  A spec without rows (Dask input,
-    :class:`scoremix.distributed.spec.DaskModelSpec`) carries them, summed over partitions,
-    as ``spec.moments``."""
+    ``sqrt(mean(x²))`` of every column), from reproducible sums
+    (:func:`scoremix.bayes.reprosum.spec_moments`), so that the same rows give the same priors
+    however they are split.  A spec without rows (Dask input,
+    :class:`scoremix.distributed.spec.DaskModelSpec`) carries them as ``spec.moments``."""
     given = getattr(spec, "moments", None)
     if given:
         return given
-    y = np.asarray(spec.y, dtype=np.float64)
-    X = np.asarray(spec.X, dtype=np.float64)
-    return dict(
-        ybar=float(np.mean(y)),
-        y_sd=float(np.std(y, ddof=1)) if y.size > 1 else 1.0,
-        x_sd=np.array([float(np.std(X[:, j], ddof=1)) if X.shape[0] > 1 else 0.0
-                       for j in range(X.shape[1])]),
-        term_rms=[np.array([float(np.sqrt(np.mean(np.asarray(t.X[:, a], dtype=np.float64) ** 2)))
-                            for a in range(t.p)]) for t in spec.terms])
+    from scoremix.bayes.reprosum import spec_moments
+
+    return spec_moments(spec)
 
 
 def default_priors(spec) -> PriorSet:

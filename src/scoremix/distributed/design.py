@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from scoremix.bayes.reprosum import FoldedStats, RowBounds, folded_stats, row_bounds
 from scoremix.distributed.inputs import DaskInputError
 from scoremix.distributed.levels import LevelScan, is_factor_dtype
 from scoremix.lme.crossprod import CrossProducts, crossproducts
@@ -36,7 +37,8 @@ from scoremix.lme.formula import ParsedFormula
 from scoremix.lme.model_frame import build_model_spec
 from scoremix.lme.spec import ModelSpec, RandomTerm
 
-__all__ = ["PartialSums", "PartitionEncoder", "prototype_frame", "prototype_spec", "add_partials"]
+__all__ = ["PartialSums", "PartitionEncoder", "prototype_frame", "prototype_spec", "add_partials",
+           "add_folded", "crossproducts_from_sums"]
 
 _MAX_PROTOTYPE_ROWS = 2_000_000
 
@@ -132,6 +134,27 @@ class PartialSums:
     ysum: float
     ysq: float
     term_sq: list[np.ndarray] = field(default_factory=list)
+    xabs: np.ndarray | None = None
+    other_abs: float = 1.0
+    wabs: float = 1.0
+    logwabs: float = 0.0
+
+    def bounds(self, keep: np.ndarray) -> RowBounds:
+        """:class:`~scoremix.bayes.reprosum.RowBounds` of the rows with the kept ``X``
+        columns (equal to ``row_bounds`` of the same rows in memory: maxima are exact)."""
+        col = max([self.other_abs] + [float(v) for v in np.asarray(self.xabs)[keep]])
+        return RowBounds(col, self.wabs, self.logwabs)
+
+
+def add_folded(parts: list[FoldedStats | None]) -> FoldedStats | None:
+    """Exact sum of fold statistics (``None`` = a partition without rows)."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    out = parts[0]
+    for p in parts[1:]:
+        out = out + p
+    return out
 
 
 def add_partials(parts: list[PartialSums | None]) -> PartialSums | None:
@@ -144,7 +167,9 @@ def add_partials(parts: list[PartialSums | None]) -> PartialSums | None:
         out = PartialSums(out.n + p.n, out.A11 + p.A11, out.Ar1 + p.Ar1, out.Arr + p.Arr,
                           out.n_by + p.n_by, out.sum_log_w + p.sum_log_w, out.xtx + p.xtx,
                           out.xsum + p.xsum, out.x01 & p.x01, out.ysum + p.ysum, out.ysq + p.ysq,
-                          [a + b for a, b in zip(out.term_sq, p.term_sq)])
+                          [a + b for a, b in zip(out.term_sq, p.term_sq)],
+                          np.maximum(out.xabs, p.xabs), max(out.other_abs, p.other_abs),
+                          max(out.wabs, p.wabs), max(out.logwabs, p.logwabs))
     return out
 
 
@@ -242,8 +267,22 @@ class PartitionEncoder:
         sum_log_w = 0.0 if w is None else float(np.sum(np.log(w)))
         x01 = np.all((X == 0.0) | (X == 1.0), axis=0)
         term_sq = [np.einsum("ij,ij->j", Xk, Xk) for _, Xk in design]
+        xabs = np.max(np.abs(X), axis=0) if n else np.zeros(X.shape[1])
+        rb = row_bounds(y, np.zeros((n, 0)), design, w)
         return PartialSums(n, A11, Ar1, Arr, n_by, sum_log_w, X.T @ X, X.sum(axis=0), x01,
-                           float(y.sum()), float(y @ y), term_sq)
+                           float(y.sum()), float(y @ y), term_sq, xabs, rb.col, rb.w, rb.logw)
+
+    def folded(self, part: pd.DataFrame, index: int, keep: np.ndarray, n_total: int,
+               bounds: RowBounds) -> FoldedStats | None:
+        """Exact fold sums of the Bayesian statistics of the partition (kept ``X`` columns,
+        global ``n_total`` and ``bounds``; see :mod:`scoremix.bayes.reprosum`)."""
+        y, X, design, w, dcodes = self.encode(part, index)
+        if y.shape[0] == 0:
+            return None
+        return folded_stats(y, np.ascontiguousarray(X[:, keep]), design,
+                            [len(t[3]) for t in self.terms], w,
+                            None if self.disp_values is None else dcodes, self.n_disp, n_total,
+                            bounds)
 
 
 def crossproducts_from_sums(total: PartialSums, term_p: list[int], term_nlev: list[int],

@@ -31,6 +31,7 @@ from scoremix.distributed.checks import (
 )
 from scoremix.distributed.design import (
     PartialSums,
+    add_folded,
     PartitionEncoder,
     add_partials,
     crossproducts_from_sums,
@@ -53,7 +54,7 @@ from scoremix.lme.errors import (
 from scoremix.lme.formula import parse_dispersion, parse_formula
 from scoremix.lme.spec import ModelSpec, RandomTerm
 
-__all__ = ["DaskModelSpec", "build_dask_model_spec"]
+__all__ = ["DaskModelSpec", "build_dask_model_spec", "add_bayes_statistics"]
 
 
 @dataclass
@@ -74,9 +75,14 @@ class DaskModelSpec(ModelSpec):
         prototype ``X`` columns kept after the rank check.
     cp:
         the summed :class:`~scoremix.lme.crossprod.CrossProducts`.
-    moments:
-        ``ybar``, ``y_sd`` (``ddof=1``), ``x_sd`` per kept ``X`` column and ``term_rms`` per
-        term column: what the Bayesian default priors read from the rows.
+    bounds:
+        maxima of the used values (for the reproducible sums of the Bayesian statistics).
+    has_weights:
+        whether prior weights are used.
+    folded, moments:
+        set by :func:`add_bayes_statistics`: the exact fold sums of the Bayesian sufficient
+        statistics (:class:`scoremix.bayes.reprosum.FoldedStats`) and the moments the default
+        priors read (``ybar``, ``y_sd``, ``x_sd``, ``term_rms``).
     """
 
     n_rows: int = 0
@@ -84,6 +90,9 @@ class DaskModelSpec(ModelSpec):
     encoder: PartitionEncoder | None = None
     keep: np.ndarray | None = None
     cp: CrossProducts | None = None
+    bounds: Any = None
+    has_weights: bool = False
+    folded: Any = None
     moments: dict = field(default_factory=dict)
 
     @property
@@ -212,13 +221,6 @@ def build_dask_model_spec(formula: str, data: Any, *, weights: str | None = None
     cp = crossproducts_from_sums(total, [t.p for t in pspec.terms],
                                  [t.n_levels for t in pspec.terms], q_rest, keep)
 
-    # ---- moments for the Bayesian default priors
-    ybar = total.ysum / n
-    y_sd = float(np.sqrt(max(total.ysq - n * ybar ** 2, 0.0) / (n - 1))) if n > 1 else 1.0
-    xvar = (xsq - total.xsum ** 2 / n) / max(n - 1, 1)
-    moments = dict(ybar=float(ybar), y_sd=y_sd, x_sd=np.sqrt(np.maximum(xvar[keep], 0.0)),
-                   term_rms=[np.sqrt(s / n) for s in total.term_sq])
-
     frame = ddf.dropna(subset=used) if n_dropped else ddf
     p = len(keep)
     terms = [RandomTerm(group=t.group, group_factor=t.group_factor, term_names=list(t.term_names),
@@ -238,7 +240,7 @@ def build_dask_model_spec(formula: str, data: Any, *, weights: str | None = None
         dispersion_formula=dispersion, dispersion_codes=None,
         dispersion_levels=pspec.dispersion_levels, fixed_design=fixed_design,
         random_design=pspec.random_design, n_rows=n, frame=frame, encoder=enc, keep=keep,
-        cp=cp, moments=moments)
+        cp=cp, bounds=total.bounds(keep), has_weights=weights is not None)
 
 
 def _values_for_levels(values: pd.Series, levels: list[str]) -> list:
@@ -252,3 +254,18 @@ def _values_for_levels(values: pd.Series, levels: list[str]) -> list:
             raise DaskInputError(f"dispersion level {lv!r} has no value in the data")
         out.append(hit[0])
     return out
+
+
+def add_bayes_statistics(spec: DaskModelSpec, split_every: int = 8) -> DaskModelSpec:
+    """A third pass: the exact (reproducible) fold sums of the Bayesian sufficient statistics
+    and prior moments, summed over partitions (``spec.folded``, ``spec.moments``)."""
+    import dask
+    from dask import delayed
+
+    enc = spec.encoder
+    leaves = [delayed(enc.folded)(p, i, spec.keep, spec.n, spec.bounds)
+              for i, p in enumerate(spec.frame.to_delayed())]
+    (fs,) = dask.compute(tree_reduce(leaves, add_folded, split_every))
+    spec.folded = fs
+    spec.moments = fs.moments()
+    return spec
