@@ -234,3 +234,23 @@ def test_study_reads_parquet_glob(table, tmp_path):
     toml.write_text('[study]\nname = "g"\n[data]\nfiles = ["nothing/*.parquet"]\n', encoding="utf-8")
     with pytest.raises(StudyDataError, match="no data file matches"):
         load_study_data(load_study(toml).data)
+
+
+@pytest.mark.slow
+def test_real_local_cluster(table):
+    """Two worker processes: everything a task returns must travel between processes."""
+    distributed = pytest.importorskip("dask.distributed")
+    t = table.head(6000)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  memory_limit="1GB", dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        d = dd.from_pandas(t, npartitions=4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SingularFitWarning)
+            m1 = sm.lmer(CM, d)
+            m0 = sm.lmer(CM, t)
+        _assert_same_fit(m0, m1)
+        assert sm.eer(d.score, d.label) == sm.eer(t.score, t.label)
+        assert sm.min_dcf(d.score, d.label) == sm.min_dcf(t.score, t.label)
+        assert abs(sm.model_eer(m1) - sm.model_eer(m0)) < 1e-9
+        np.testing.assert_allclose(m1.fitted.compute().to_numpy(), m0.fitted.to_numpy(), atol=1e-7)

@@ -16,7 +16,7 @@ collected.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,24 +27,12 @@ from scoremix.trials import NonFiniteScoreError, SingleClassError, label_to_bina
 __all__ = ["ScoreCounts", "score_counts", "merge_counts", "count_partition"]
 
 
-class ScoreCounts(tuple):
-    """``(scores, n_pos, n_neg)``: distinct scores ascending and the trials of each class
-    at each score."""
+class ScoreCounts(NamedTuple):
+    """Distinct scores ascending and the trials of each class at each score."""
 
-    def __new__(cls, scores: np.ndarray, n_pos: np.ndarray, n_neg: np.ndarray):
-        return super().__new__(cls, (scores, n_pos, n_neg))
-
-    @property
-    def scores(self) -> np.ndarray:
-        return self[0]
-
-    @property
-    def n_pos(self) -> np.ndarray:
-        return self[1]
-
-    @property
-    def n_neg(self) -> np.ndarray:
-        return self[2]
+    scores: np.ndarray
+    n_pos: np.ndarray
+    n_neg: np.ndarray
 
 
 def count_partition(s: Any, labels: Any, positive: Any = None, index: int = 0) -> ScoreCounts:
