@@ -101,15 +101,23 @@ def fit_dask(folder: Path, workers: int, memory_limit: str) -> dict:
             m = sm.lmer(FORMULA, ddf)
         t_fit = time.perf_counter() - t0
         rss_fit = _peak_rss_gb()
+        worker_rss_fit = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20)
         t0 = time.perf_counter()
-        e = sm.eer(ddf.score, ddf.label)
-        d = sm.min_dcf(ddf.score, ddf.label)
+        e = dcf_value = dcf_thr = None
+        metrics_error = None
+        try:
+            e = sm.eer(ddf.score, ddf.label)
+            d = sm.min_dcf(ddf.score, ddf.label)
+            dcf_value, dcf_thr = float(d.value), d.threshold
+        except Exception as exc:  # report the fit even if the metrics fail
+            metrics_error = f"{type(exc).__name__}: {exc}"[:300]
         t_metrics = time.perf_counter() - t0
         worker_rss = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20)
         return dict(wall_fit=t_fit, wall_metrics=t_metrics, client_rss_fit=rss_fit,
-                    client_rss=_peak_rss_gb(), worker_rss=max(worker_rss.values()),
-                    loglik=m.loglik, fixef=m.fixef.to_dict(), eer=e, min_dcf=float(d.value),
-                    min_dcf_thr=d.threshold, nobs=m.nobs, partitions=int(ddf.npartitions))
+                    client_rss=_peak_rss_gb(), worker_rss_fit=max(worker_rss_fit.values()),
+                    worker_rss=max(worker_rss.values()), metrics_error=metrics_error,
+                    loglik=m.loglik, fixef=m.fixef.to_dict(), eer=e, min_dcf=dcf_value,
+                    min_dcf_thr=dcf_thr, nobs=m.nobs, partitions=int(ddf.npartitions))
     finally:
         client.close()
         cluster.close()
@@ -201,7 +209,9 @@ def main() -> None:
               f"RSS {gen['client_rss']:.2f} GB)")
         print(f"  dask     : fit {dk['wall_fit']:7.1f} s  eer+minDCF {dk['wall_metrics']:6.1f} s  "
               f"peak client RSS fit {dk['client_rss_fit']:.2f} GB (with metrics {dk['client_rss']:.2f} GB)  "
-              f"peak worker RSS {dk['worker_rss']:.2f} GB")
+              f"peak worker RSS fit {dk['worker_rss_fit']:.2f} GB (with metrics {dk['worker_rss']:.2f} GB)")
+        if dk["metrics_error"]:
+            print(f"  dask metrics failed: {dk['metrics_error']}")
         if mem is not None:
             print(f"  in-memory: fit {mem['wall_fit']:7.1f} s  eer+minDCF {mem['wall_metrics']:6.1f} s  "
                   f"peak RSS {mem['client_rss']:.2f} GB (read {mem['wall_read']:.1f} s)")

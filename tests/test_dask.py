@@ -254,3 +254,12 @@ def test_real_local_cluster(table):
         assert sm.min_dcf(d.score, d.label) == sm.min_dcf(t.score, t.label)
         assert abs(sm.model_eer(m1) - sm.model_eer(m0)) < 1e-9
         np.testing.assert_allclose(m1.fitted.compute().to_numpy(), m0.fitted.to_numpy(), atol=1e-7)
+
+
+def test_refit_and_profile_from_crossproducts(table, ddf):
+    m0, m1 = _fit_pair("score ~ label + (1|speaker) + (1|attack)", table, ddf)
+    ml0, ml1 = m0.refit(REML=False), m1.refit(REML=False)
+    assert abs(ml1.loglik - ml0.loglik) <= 1e-10 * abs(ml0.loglik)
+    ci0 = sm.confint(m0, parm=["labelbonafide"], progress=False)
+    ci1 = sm.confint(m1, parm=["labelbonafide"], progress=False)
+    np.testing.assert_allclose(ci1.to_numpy(), ci0.to_numpy(), rtol=1e-6)

@@ -26,9 +26,11 @@ from scoremix.metrics import (
     det_axis_ticks,
     det_curve,
     eer,
+    eer_from_counts,
     eer_threshold,
     min_cllr,
     min_dcf,
+    min_dcf_from_counts,
     probit,
     rates_at,
 )
@@ -69,6 +71,7 @@ from scoremix.model_eer import (
     model_eer_from_moments,
 )
 from scoremix.study import load_study, run_study
+from scoremix.distributed import DaskInputError, DaskLmerResult
 from scoremix.fairness import (
     SubgroupError,
     bootstrap_intervals,
@@ -90,7 +93,8 @@ __all__ = [
     "read_kaldi_trials",
     # metrics
     "DetCurve", "MinDCF", "act_dcf", "cllr", "dcf", "det_axis_ticks", "det_curve", "eer",
-    "eer_threshold", "min_cllr", "min_dcf", "probit", "rates_at",
+    "eer_threshold", "min_cllr", "min_dcf", "probit", "rates_at", "eer_from_counts",
+    "min_dcf_from_counts",
     # simulation
     "Simulation", "SimulationError", "simulate_sv_trials", "simulate_trials",
     # mixed models
@@ -106,6 +110,8 @@ __all__ = [
     "model_eer_from_moments", "PosteriorEER",
     # studies
     "load_study", "run_study",
+    # Dask input
+    "DaskInputError", "DaskLmerResult",
     # subgroup fairness
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",

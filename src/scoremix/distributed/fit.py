@@ -148,8 +148,16 @@ class DaskLmerResult(LmerResult):
         plain.spec = None
         return plain.summary()
 
-    def refit(self, *args: Any, **kwargs: Any) -> LmerResult:
-        raise DaskInputError("refit is not available for a Dask fit: call sm.lmer on the data again")
+    def refit(self, REML: bool | None = None, y: Any = None, **control: Any) -> "DaskLmerResult":
+        """Refit from the summed cross-products (e.g. ``REML=False``); a new response needs
+        the rows and is refused."""
+        if y is not None:
+            raise DaskInputError("refit(y=...) needs the rows; fit the new response with sm.lmer")
+        res = native_fit(self.spec, REML=self.REML if REML is None else REML,
+                         control=control or None, cp=self.spec.cp)
+        out = DaskLmerResult.from_result(res)
+        out.fit_info["dask"] = dict(self.fit_info.get("dask", {}))
+        return out
 
     # ------------------------------------------------------------------ model-based EER
     def _sd_by(self) -> np.ndarray:

@@ -56,12 +56,21 @@ def _union(arrays: list[np.ndarray]) -> np.ndarray:
     return pd.unique(np.concatenate(arrays)) if arrays else np.array([])
 
 
+def _distinct(s: pd.Series) -> np.ndarray:
+    """Distinct values of a column (categoricals through their codes: no object array)."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        codes = s.cat.codes.to_numpy()
+        present = np.bincount(codes[codes >= 0], minlength=len(s.cat.categories)) > 0
+        return np.asarray(s.cat.categories[present], dtype=object)
+    return pd.unique(s).to_numpy() if hasattr(pd.unique(s), "to_numpy") else np.asarray(pd.unique(s))
+
+
 def _scan_partition(part: pd.DataFrame, used: list[str], factors: list[str],
                     inter: list[str]) -> LevelScan:
     na = part[used].isna()
     complete = ~na.any(axis=1).to_numpy()
     sub = part.loc[complete]
-    values = {c: pd.unique(sub[c].to_numpy()) for c in factors if c not in inter}
+    values = {c: _distinct(sub[c]) for c in factors if c not in inter}
     tuples = sub[inter].drop_duplicates() if inter else None
     cats = {c: list(part[c].cat.categories) for c in factors
             if isinstance(part[c].dtype, pd.CategoricalDtype)}
