@@ -263,3 +263,16 @@ def test_refit_and_profile_from_crossproducts(table, ddf):
     ci0 = sm.confint(m0, parm=["labelbonafide"], progress=False)
     ci1 = sm.confint(m1, parm=["labelbonafide"], progress=False)
     np.testing.assert_allclose(ci1.to_numpy(), ci0.to_numpy(), rtol=1e-6)
+
+
+def test_offset_response_expression_and_contrasts(table, ddf):
+    m0, m1 = _fit_pair("score ~ label + (1|speaker) + (1|attack)", table, ddf, offset="x")
+    _assert_same_fit(m0, m1)
+    np.testing.assert_allclose(m1.fitted.compute().to_numpy(), m0.fitted.to_numpy(), atol=1e-7)
+    m0, m1 = _fit_pair("log(score + 20) ~ label + offset(x) + (1|speaker)", table, ddf)
+    _assert_same_fit(m0, m1)
+    np.testing.assert_allclose(m1.residuals.compute().to_numpy(), m0.residuals.to_numpy(), atol=1e-7)
+    m0, m1 = _fit_pair("score ~ label + (1|speaker)", table, ddf, contrasts={"label": "contr.sum"})
+    _assert_same_fit(m0, m1)
+    with pytest.raises(DaskInputError, match=r"scale\(\)"):
+        sm.lmer("score ~ label + scale(x) + (1|speaker)", ddf)

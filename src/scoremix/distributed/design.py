@@ -31,11 +31,12 @@ import pandas as pd
 from scoremix.bayes.reprosum import FoldedStats, RowBounds, folded_stats, row_bounds
 from scoremix.distributed.inputs import DaskInputError
 from scoremix.distributed.levels import LevelScan, is_factor_dtype
-from scoremix.lme.crossprod import CrossProducts, crossproducts
+from scoremix.lme.crossprod import CrossProducts, crossproducts, sum_crossproducts
 from scoremix.lme.errors import RankDeficiencyWarning, ResponseError, ScaleWarning
 from scoremix.lme.formula import ParsedFormula
 from scoremix.lme.model_frame import build_model_spec
 from scoremix.lme.spec import ModelSpec, RandomTerm
+from scoremix.lme.transforms import evaluate
 
 __all__ = ["PartialSums", "PartitionEncoder", "prototype_frame", "prototype_spec", "add_partials",
            "add_folded", "crossproducts_from_sums"]
@@ -101,14 +102,18 @@ def prototype_frame(meta: pd.DataFrame, parsed: ParsedFormula, scan: LevelScan,
 
 
 def prototype_spec(formula: str, proto: pd.DataFrame, weight_col: str | None,
-                   dispersion: str | None) -> ModelSpec:
+                   dispersion: str | None, contrasts: dict[str, str] | None = None,
+                   offset_col: str | None = None) -> ModelSpec:
     """The engine's spec of the prototype (rank and scale warnings are the global checks'
     business, so they are silenced here); its encoders code any partition."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RankDeficiencyWarning)
         warnings.simplefilter("ignore", ScaleWarning)
+        extra = {} if offset_col is None else dict(offset=offset_col)
+        if contrasts:
+            extra["contrasts"] = contrasts
         spec = build_model_spec(formula, proto, weights=weight_col, dispersion=dispersion,
-                                na_action="fail")
+                                na_action="fail", **extra)
     if spec.dropped_fixef:
         raise DaskInputError(
             f"could not build a full-rank prototype of the fixed effects {spec.dropped_fixef}; "
@@ -118,16 +123,13 @@ def prototype_spec(formula: str, proto: pd.DataFrame, weight_col: str | None,
 
 @dataclass
 class PartialSums:
-    """Sums over some rows: cross-products with every prototype column of ``X`` (one slice
-    per dispersion level), unweighted ``X'X``, column sums, ``Σy``, ``Σy²``, the sums of
+    """Sums over some rows: the engine's cross-products with every prototype column of ``X``
+    (one slice per dispersion level; summed with
+    :func:`scoremix.lme.crossprod.sum_crossproducts`), unweighted ``X'X``, column sums, ``Σy``, ``Σy²``, the sums of
     squares of every random-term column and whether each ``X`` column is only 0/1."""
 
     n: int
-    A11: np.ndarray
-    Ar1: np.ndarray
-    Arr: np.ndarray
-    n_by: np.ndarray
-    sum_log_w: float
+    cp: CrossProducts
     xtx: np.ndarray
     xsum: np.ndarray
     x01: np.ndarray
@@ -164,8 +166,7 @@ def add_partials(parts: list[PartialSums | None]) -> PartialSums | None:
         return None
     out = parts[0]
     for p in parts[1:]:
-        out = PartialSums(out.n + p.n, out.A11 + p.A11, out.Ar1 + p.Ar1, out.Arr + p.Arr,
-                          out.n_by + p.n_by, out.sum_log_w + p.sum_log_w, out.xtx + p.xtx,
+        out = PartialSums(out.n + p.n, sum_crossproducts([out.cp, p.cp]), out.xtx + p.xtx,
                           out.xsum + p.xsum, out.x01 & p.x01, out.ysum + p.ysum, out.ysq + p.ysq,
                           [a + b for a, b in zip(out.term_sq, p.term_sq)],
                           np.maximum(out.xabs, p.xabs), max(out.other_abs, p.other_abs),
@@ -188,6 +189,9 @@ class PartitionEncoder:
         term_names, levels)``.
     weight_col, disp_col, disp_values:
         weights column, dispersion column and its level values (global order).
+    offset_design:
+        the prototype spec's offset encoder (``offset()`` terms, ``offset=`` column), or
+        ``None``; the model is fitted to ``y - offset`` as in memory.
     """
 
     formula: str
@@ -200,6 +204,15 @@ class PartitionEncoder:
     weight_col: str | None = None
     disp_col: str | None = None
     disp_values: pd.Index | None = None
+    offset_design: Callable[[pd.DataFrame], np.ndarray] | None = None
+    response_expr: Any = None
+
+    def response_values(self, part: pd.DataFrame) -> np.ndarray:
+        """The response of the rows: the column, or R's expression of it (``log(y)``)."""
+        if self.response_expr is None:
+            return part[self.response].to_numpy(dtype=np.float64)
+        return evaluate(self.response_expr, lambda c: part[c].to_numpy(dtype=np.float64), {}, True,
+                        len(part)).values[:, 0]
 
     @property
     def n_disp(self) -> int:
@@ -210,12 +223,14 @@ class PartitionEncoder:
                           np.ndarray | None, np.ndarray]:
         """``(y, X, [(codes, X_k)], weights, dispersion codes)`` of the complete rows."""
         part = part.dropna(subset=self.used)
-        y = part[self.response].to_numpy(dtype=np.float64)
+        y = self.response_values(part)
         bad = ~np.isfinite(y)
         if bad.any():
             raise ResponseError(f"response {self.response!r} has {int(bad.sum())} non-finite "
                                 f"value(s) (inf) in partition {index} (rows "
                                 f"{[str(v) for v in part.index[bad][:5]]})")
+        if self.offset_design is not None:
+            y = y - np.asarray(self.offset_design(part), dtype=np.float64)
         X = np.asarray(self.fixed_design(part), dtype=np.float64)
         design = self.random_design(part)
         for (codes, _), t in zip(design, self.terms):
@@ -265,11 +280,14 @@ class PartitionEncoder:
             A11[d], Ar1[d], Arr[d] = cp.A11[0], cp.Ar1[0], cp.Arr[0]
             n_by[d] = spec_d.n
         sum_log_w = 0.0 if w is None else float(np.sum(np.log(w)))
+        cp_part = CrossProducts(n=n, p=X.shape[1], term_p=[Xk.shape[1] for _, Xk in design],
+                                term_nlev=[len(t[3]) for t in self.terms], A11=A11, Ar1=Ar1,
+                                Arr=Arr, n_by=n_by.astype(np.int64), sum_log_w=sum_log_w)
         x01 = np.all((X == 0.0) | (X == 1.0), axis=0)
         term_sq = [np.einsum("ij,ij->j", Xk, Xk) for _, Xk in design]
         xabs = np.max(np.abs(X), axis=0) if n else np.zeros(X.shape[1])
         rb = row_bounds(y, np.zeros((n, 0)), design, w)
-        return PartialSums(n, A11, Ar1, Arr, n_by, sum_log_w, X.T @ X, X.sum(axis=0), x01,
+        return PartialSums(n, cp_part, X.T @ X, X.sum(axis=0), x01,
                            float(y.sum()), float(y @ y), term_sq, xabs, rb.col, rb.w, rb.logw)
 
     def folded(self, part: pd.DataFrame, index: int, keep: np.ndarray, n_total: int,
@@ -292,7 +310,8 @@ def crossproducts_from_sums(total: PartialSums, term_p: list[int], term_nlev: li
     p_all = total.xtx.shape[0]
     rows = np.concatenate([np.arange(q_rest), q_rest + np.asarray(keep, dtype=np.int64),
                            [q_rest + p_all]])
+    c = total.cp
     return CrossProducts(n=int(total.n), p=int(len(keep)), term_p=list(term_p),
-                         term_nlev=list(term_nlev), A11=total.A11, Ar1=total.Ar1[:, rows, :],
-                         Arr=total.Arr[:, rows][:, :, rows], n_by=total.n_by.astype(np.int64),
-                         sum_log_w=float(total.sum_log_w))
+                         term_nlev=list(term_nlev), A11=c.A11, Ar1=c.Ar1[:, rows, :],
+                         Arr=c.Arr[:, rows][:, :, rows], n_by=np.asarray(c.n_by, dtype=np.int64),
+                         sum_log_w=float(c.sum_log_w))

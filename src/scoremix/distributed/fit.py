@@ -47,12 +47,16 @@ def fitted_partition(part: pd.DataFrame, enc: PartitionEncoder, keep: np.ndarray
     """Fitted values ``x_i'β + Σ_k z_ik' b_{k,g_k(i)}`` of the complete rows of one partition."""
     part = part.dropna(subset=enc.used)
     out = predict_rows(part, enc.fixed_design, enc.random_design, keep, beta, b, population)
+    if enc.offset_design is not None:
+        out = out + np.asarray(enc.offset_design(part), dtype=np.float64)
     return pd.Series(out, index=part.index, name="fitted")
 
 
 def _predict_partition(part: pd.DataFrame, fixed_design: Any, random_design: Any, beta: np.ndarray,
-                       b: list[np.ndarray], population: bool) -> pd.Series:
+                       b: list[np.ndarray], population: bool, offset_design: Any = None) -> pd.Series:
     out = predict_rows(part, fixed_design, random_design, None, beta, b, population)
+    if offset_design is not None:
+        out = out + np.asarray(offset_design(part), dtype=np.float64)
     return pd.Series(out, index=part.index, name="predicted")
 
 
@@ -77,7 +81,7 @@ def moment_cells(part: pd.DataFrame, enc: PartitionEncoder, keep: np.ndarray, be
     cols.update(y=np.asarray(label_to_binary(part[label], positive=positive), dtype=np.int8),
                 mean=mean, sd=np.sqrt(var))
     if score:
-        cols["score"] = part[enc.response].to_numpy(dtype=np.float64)
+        cols["score"] = enc.response_values(part)
     df = pd.DataFrame(cols)
     keys = list(df.columns)
     return df.groupby(keys, sort=False, dropna=False).size().rename("n").reset_index()
@@ -121,7 +125,11 @@ class DaskLmerResult(LmerResult):
     @property
     def residuals(self) -> Any:  # type: ignore[override]
         """Lazy ``y − fitted`` (a Dask Series)."""
-        y = self.spec.frame[self.spec.response].astype(np.float64)
+        enc = self.spec.encoder
+        y = self.spec.frame.map_partitions(
+            lambda part: pd.Series(enc.response_values(part.dropna(subset=enc.used)),
+                                   index=part.dropna(subset=enc.used).index),
+            meta=pd.Series(dtype=np.float64))
         return (y - self._lazy()).rename("residuals")
 
     def predict(self, newdata: Any = None, re_form: str | None = None,
@@ -137,7 +145,7 @@ class DaskLmerResult(LmerResult):
             return newdata.map_partitions(
                 _predict_partition, self.spec.fixed_design, self.spec.random_design,
                 self.fixef.to_numpy().copy(), [np.asarray(x) for x in self._b], population,
-                meta=pd.Series(dtype=np.float64, name="predicted"))
+                self.spec.encoder.offset_design, meta=pd.Series(dtype=np.float64, name="predicted"))
         return super().predict(newdata, re_form, allow_new_levels)
 
     def summary(self) -> str:
@@ -232,6 +240,7 @@ class DaskLmerResult(LmerResult):
 
 def lmer_dask(formula: str, data: Any, REML: bool = True, weights: str | None = None,
               dispersion: str | None = None, na_action: str = "omit", control: Any = None,
+              contrasts: dict[str, str] | None = None, offset: str | None = None,
               split_every: int = 8) -> DaskLmerResult:
     """:func:`scoremix.lmer` for a Dask DataFrame or a parquet path/glob (native engine).
 
@@ -240,7 +249,8 @@ def lmer_dask(formula: str, data: Any, REML: bool = True, weights: str | None = 
     native optimiser then runs on the client on the summed cross-products.
     """
     spec = build_dask_model_spec(formula, data, weights=weights, dispersion=dispersion,
-                                 na_action=na_action, split_every=split_every)
+                                 na_action=na_action, contrasts=contrasts, offset=offset,
+                                 split_every=split_every)
     res = native_fit(spec, REML=REML, control=control, cp=spec.cp)
     out = DaskLmerResult.from_result(res)
     out.fit_info["dask"] = dict(npartitions=int(spec.frame.npartitions), n_dropped=spec.n_dropped)

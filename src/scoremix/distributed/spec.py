@@ -17,6 +17,7 @@ and the encoders needed to compute per-row quantities on request.
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,8 +112,12 @@ def _check_columns(meta: pd.DataFrame, used: list[str]) -> None:
                                      c, cols)
 
 
+_STATEFUL = re.compile(r"\b(scale|poly)\s*\(")
+
+
 def build_dask_model_spec(formula: str, data: Any, *, weights: str | None = None,
                           dispersion: str | None = None, na_action: str = "omit",
+                          contrasts: dict[str, str] | None = None, offset: str | None = None,
                           split_every: int = 8) -> DaskModelSpec:
     """Build the :class:`DaskModelSpec` (with summed cross-products) of ``formula`` on Dask
     ``data`` (a Dask DataFrame or a parquet path/glob).
@@ -133,18 +138,27 @@ def build_dask_model_spec(formula: str, data: Any, *, weights: str | None = None
     if weights is not None and not isinstance(weights, str):
         raise DaskInputError("with Dask input, weights must name a column of the data "
                              f"(got a {type(weights).__name__})")
+    if offset is not None and not isinstance(offset, str):
+        raise DaskInputError("with Dask input, offset must name a column of the data "
+                             f"(got a {type(offset).__name__})")
+    hit = _STATEFUL.search(formula)
+    if hit:
+        raise DaskInputError(f"{hit.group(1)}() in {formula!r} is estimated from the whole column "
+                             "(centre/scale or orthogonal basis); with Dask input compute it as a "
+                             "column first (e.g. ddf.assign(xs=(ddf.x - m) / s))")
     parsed = parse_formula(formula)
     disp_col = parse_dispersion(dispersion) if dispersion is not None else None
     used = list(parsed.columns)
-    for extra in (disp_col, weights):
+    for extra in (disp_col, weights, offset):
         if extra is not None and extra not in used:
             used.append(extra)
     ddf = as_dask_frame(data)
     meta = ddf._meta if hasattr(ddf, "_meta") else ddf.head(0)
     _check_columns(meta, used)
-    if is_factor_dtype(meta[parsed.response].dtype):
-        raise ResponseError(f"response {parsed.response!r} must be numeric, got dtype "
-                            f"{meta[parsed.response].dtype}")
+    for col in getattr(parsed, "response_columns", [parsed.response]):
+        if is_factor_dtype(meta[col].dtype):
+            raise ResponseError(f"response {parsed.response!r} must be numeric, but column {col!r} "
+                                f"has dtype {meta[col].dtype}")
     if disp_col is not None and not is_factor_dtype(meta[disp_col].dtype):
         raise FormulaError(f"dispersion formula {dispersion!r}: column {disp_col!r} must be a factor "
                            f"(string/category/bool), got dtype {meta[disp_col].dtype}")
@@ -175,7 +189,7 @@ def build_dask_model_spec(formula: str, data: Any, *, weights: str | None = None
     pspec = None
     for _ in range(6):
         try:
-            pspec = prototype_spec(formula, proto, weights, dispersion)
+            pspec = prototype_spec(formula, proto, weights, dispersion, contrasts, offset)
             break
         except Exception as exc:  # too few prototype rows for the random effects: grow it
             if "number of" not in str(exc):
@@ -191,7 +205,8 @@ def build_dask_model_spec(formula: str, data: Any, *, weights: str | None = None
         formula=formula, response=parsed.response, used=used, fixed_design=pspec.fixed_design,
         random_design=pspec.random_design, fixef_names=list(pspec.fixef_names),
         terms=[(t.group, t.group_factor, list(t.term_names), list(t.levels)) for t in pspec.terms],
-        weight_col=weights, disp_col=disp_col, disp_values=disp_values)
+        weight_col=weights, disp_col=disp_col, disp_values=disp_values,
+        offset_design=pspec.offset_design, response_expr=getattr(parsed, "response_expr", None))
 
     # ---- pass 2: cross-products per partition, summed
     leaves = [delayed(enc.sums)(p, i) for i, p in enumerate(ddf.to_delayed())]
@@ -213,8 +228,8 @@ def build_dask_model_spec(formula: str, data: Any, *, weights: str | None = None
     if badly_scaled_from_moments(n, total.xsum[keep], xsq[keep], total.x01[keep]):
         warnings.warn(SCALE_MESSAGE, ScaleWarning, stacklevel=3)
     check_groupings(n, [(t.group, t.group_factor, t.n_levels, t.p) for t in pspec.terms])
-    for d in range(len(total.n_by)):
-        if total.n_by[d] == 0:
+    for d in range(len(total.cp.n_by)):
+        if total.cp.n_by[d] == 0:
             lev = pspec.dispersion_levels[d] if pspec.dispersion_levels else d
             raise ValueError(f"dispersion level {lev!r} has no rows")
     q_rest = int(sum(t.p * t.n_levels for t in pspec.terms[1:]))

@@ -86,7 +86,7 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
             raise ValueError(f"Dask input is fitted by the native engine only, not {backend!r}")
         from scoremix.distributed.fit import lmer_dask
         return lmer_dask(formula, data, REML=REML, weights=weights, dispersion=dispersion,
-                         na_action=na_action, control=control)
+                         na_action=na_action, control=control, contrasts=contrasts, offset=offset)
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     if backend == "lme4" and (offset is not None or contrasts is not None):
