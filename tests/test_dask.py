@@ -276,3 +276,10 @@ def test_offset_response_expression_and_contrasts(table, ddf):
     _assert_same_fit(m0, m1)
     with pytest.raises(DaskInputError, match=r"scale\(\)"):
         sm.lmer("score ~ label + scale(x) + (1|speaker)", ddf)
+
+
+def test_subgroup_dcf_dask_input(table, ddf):
+    a = sm.subgroup_dcf(table, ["sex"], progress=False)
+    b = sm.subgroup_dcf(ddf, ["sex"], progress=False)
+    pd.testing.assert_frame_equal(a.table.reset_index(drop=True), b.table.reset_index(drop=True))
+    assert a.min_dcf == b.min_dcf and a.fairness_index == b.fairness_index

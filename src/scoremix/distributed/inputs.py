@@ -18,7 +18,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-__all__ = ["DaskInputError", "is_dask_collection", "is_parquet_path", "as_dask_frame", "tree_reduce"]
+__all__ = ["DaskInputError", "is_dask_collection", "is_parquet_path", "as_dask_frame", "tree_reduce",
+           "collect_columns"]
 
 
 class DaskInputError(ValueError):
@@ -75,3 +76,10 @@ def tree_reduce(leaves: list, combine: Callable[[list], Any], split_every: int =
         level = [delayed(combine)(level[i:i + k]) if len(level[i:i + k]) > 1 else level[i]
                  for i in range(0, len(level), k)]
     return level[0]
+
+
+def collect_columns(ddf: Any, columns: Sequence[str | None]) -> Any:
+    """The named columns of a Dask DataFrame (those it has; ``None`` skipped) as one pandas
+    DataFrame with a fresh ``RangeIndex`` (rows in partition order)."""
+    cols = [c for c in dict.fromkeys(columns) if c is not None and c in ddf.columns]
+    return ddf[cols].compute().reset_index(drop=True)
