@@ -27,9 +27,11 @@ from scoremix.metrics import (
     det_axis_ticks,
     det_curve,
     eer,
+    eer_from_counts,
     eer_threshold,
     min_cllr,
     min_dcf,
+    min_dcf_from_counts,
     probit,
     rates_at,
 )
@@ -81,6 +83,8 @@ from scoremix.transform import (
     TransformError,
     TransformLmerResult,
 )
+
+from scoremix.distributed import DaskInputError, DaskLmerResult
 from scoremix.fairness import (
     SubgroupError,
     bootstrap_intervals,
@@ -102,7 +106,8 @@ __all__ = [
     "read_kaldi_trials",
     # metrics
     "DetCurve", "Estimate", "MinDCF", "act_dcf", "cllr", "dcf", "det_axis_ticks", "det_curve", "eer",
-    "eer_threshold", "min_cllr", "min_dcf", "probit", "rates_at",
+    "eer_threshold", "min_cllr", "min_dcf", "probit", "rates_at", "eer_from_counts",
+    "min_dcf_from_counts",
     # simulation
     "Simulation", "SimulationError", "simulate_sv_trials", "simulate_trials",
     # mixed models
@@ -121,6 +126,9 @@ __all__ = [
     # transformation (latent-Gaussian) mixed models
     "MonotoneTransform", "TransformLmerResult", "TransformControl", "TransformError",
     "AllScoresTiedError", "TooFewDistinctScoresError", "SingleClassError",
+
+    # Dask input
+    "DaskInputError", "DaskLmerResult",
     # subgroup fairness
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",

@@ -37,9 +37,11 @@ __all__ = [
     "det_axis_ticks",
     "rates_at",
     "eer",
+    "eer_from_counts",
     "eer_threshold",
     "dcf",
     "min_dcf",
+    "min_dcf_from_counts",
     "act_dcf",
     "bayes_threshold",
     "cllr",
@@ -504,11 +506,52 @@ _EER = {"rocch": _eer_rocch, "interp": _eer_interp, "asvspoof": _eer_asvspoof,
         "voxceleb": _eer_voxceleb}
 
 
+def _points_from_counts(scores: Any, n_pos: Any, n_neg: Any) -> _Points:
+    """Operating points from trial counts per distinct score (ascending, unique)."""
+    t = np.asarray(scores, dtype=np.float64)
+    cp = np.asarray(n_pos, dtype=np.int64)
+    cn = np.asarray(n_neg, dtype=np.int64)
+    if not (t.shape == cp.shape == cn.shape) or t.ndim != 1:
+        raise MetricInputError(f"scores, n_pos and n_neg must be 1-D of one length, got "
+                               f"{t.shape}, {cp.shape}, {cn.shape}")
+    if t.size > 1 and not np.all(t[1:] > t[:-1]):
+        raise MetricInputError("scores of a count table must be distinct and ascending")
+    if np.any(np.isnan(t)) or np.any(cp < 0) or np.any(cn < 0):
+        raise MetricInputError("count tables need non-NaN scores and non-negative counts")
+    pb = np.concatenate(([0], np.cumsum(cp)))
+    nb = np.concatenate(([0], np.cumsum(cn)))
+    if pb[-1] == 0 or nb[-1] == 0:
+        raise SingleClassError("the count table has only one class; the metric needs both")
+    return _Points(t, pb[:-1], nb[:-1], int(pb[-1]), int(nb[-1]))
+
+
+def _is_dask(x: Any) -> bool:
+    return hasattr(x, "__dask_graph__") and hasattr(x, "npartitions")
+
+
+def _points_any(scores: Any, labels: Any, allow_posinf: bool) -> _Points:
+    """Operating points of in-memory input, or of Dask input from exact per-partition
+    score counts merged on the cluster (:func:`scoremix.distributed.scores.score_counts`)."""
+    if _is_dask(scores) or _is_dask(labels):
+        from scoremix.distributed.scores import score_counts
+        return _points_from_counts(*score_counts(scores, labels, allow_posinf=allow_posinf))
+    s, y = _prepare(scores, labels, allow_posinf=allow_posinf)
+    return _points(s, y)
+
+
 def _eer_point(scores: Any, labels: Any, method: str) -> tuple[float, float]:
     if method not in _EER:
         raise MetricInputError(f"unknown EER method {method!r}; choose one of {EER_METHODS}")
-    s, y = _prepare(scores, labels, allow_posinf=False)
-    return _EER[method](_points(s, y))
+    return _EER[method](_points_any(scores, labels, allow_posinf=False))
+
+
+def eer_from_counts(scores: Any, n_pos: Any, n_neg: Any, method: EerMethod = "rocch") -> float:
+    """:func:`eer` of trials given as counts: ``n_pos[k]`` positive and ``n_neg[k]`` negative
+    trials score ``scores[k]`` (distinct, ascending). Equal to :func:`eer` of the expanded
+    trials."""
+    if method not in _EER:
+        raise MetricInputError(f"unknown EER method {method!r}; choose one of {EER_METHODS}")
+    return _EER[method](_points_from_counts(scores, n_pos, n_neg))[0]
 
 
 def eer(scores: Any, labels: Any, method: EerMethod = "rocch", *, n_boot: int = 0, speaker: Any = None,
@@ -688,8 +731,20 @@ def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1,
                       point.c_fa, point.normalize, est.lo, est.hi, est.ci, est.n_boot)
     if speaker is not None:
         raise MetricInputError("speaker= is only used with n_boot > 0 (the speaker-cluster bootstrap)")
-    s, y = _prepare(scores, labels, allow_posinf=False)
-    p = _with_reject_all(_points(s, y))
+    return _min_dcf_of(_points_any(scores, labels, allow_posinf=False), p_target, c_miss, c_fa,
+                       normalize)
+
+
+def min_dcf_from_counts(scores: Any, n_pos: Any, n_neg: Any, p_target: float = 0.05,
+                        c_miss: float = 1, c_fa: float = 1, normalize: bool = False) -> MinDCF:
+    """:func:`min_dcf` of trials given as counts per distinct score (see
+    :func:`eer_from_counts`)."""
+    _check_costs(p_target, c_miss, c_fa)
+    return _min_dcf_of(_points_from_counts(scores, n_pos, n_neg), p_target, c_miss, c_fa, normalize)
+
+
+def _min_dcf_of(p: _Points, p_target: float, c_miss: float, c_fa: float, normalize: bool) -> MinDCF:
+    p = _with_reject_all(p)
     pm = p.pos_below / p.n_pos
     pf = (p.n_neg - p.neg_below) / p.n_neg
     cost = _cost(pm, pf, p_target, c_miss, c_fa, normalize)

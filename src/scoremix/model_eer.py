@@ -513,7 +513,9 @@ def model_eer(
     Parameters
     ----------
     fit:
-        an ``LmerResult`` or a ``BayesLmerResult``.
+        an ``LmerResult`` or a ``BayesLmerResult``; a fit on Dask input
+        (:class:`scoremix.distributed.fit.DaskLmerResult`) is evaluated on the cluster from
+        merged counts of the distinct per-trial Gaussians (no row is collected).
     by:
         ``None`` (one EER), a column name or list of names of ``fit.spec.data``, or an
         array/Series aligned with the model frame's rows: one EER per subgroup.
@@ -551,6 +553,12 @@ def model_eer(
     """
     from scoremix.metrics import eer
 
+    dask_eer = getattr(fit, "dask_model_eer", None)
+    if callable(dask_eer):  # a fit on Dask rows: merged per-partition cells, no rows collected
+        if by is not None and not (isinstance(by, str) or (isinstance(by, (list, tuple))
+                                                          and all(isinstance(b, str) for b in by))):
+            raise ModelEERError("for a Dask fit, by must name column(s) of the data")
+        return dask_eer(by=by, conditional=conditional, label=label, positive=positive)
     if _is_bayes_fit(fit):
         return _bayes_model_eer(fit, by, conditional, label, positive, data, method, hdi_prob,
                                 max_draws, progress)

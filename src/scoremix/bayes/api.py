@@ -287,7 +287,9 @@ def bayes_lmer(
         lme4 formula (``"score ~ label + (1|speaker) + (0 + dummy(label, 'spoof')|attack)"``),
         or a ready :class:`~scoremix.lme.spec.ModelSpec` (then ``data`` is ignored).
     data:
-        the trial table.
+        the trial table; or a ``dask.dataframe.DataFrame`` / parquet path or glob, reduced to
+        summed cross-products and moments on the cluster (same posterior as in memory for
+        the same seed; ``observed_data`` then holds no rows, see ``docs/dask.md``).
     priors:
         overrides of the default priors, keyed by parameter name (``"sigma"``,
         ``"sd_speaker__(Intercept)"``, ``"labelspoof"``, ``"cor_<grp>"``); values are
@@ -328,8 +330,22 @@ def bayes_lmer(
     """
     from scoremix.lme.spec import ModelSpec
 
+    from scoremix.distributed.inputs import is_dask_collection, is_parquet_path
+
     if isinstance(formula, ModelSpec):
         spec = formula
+    elif is_dask_collection(data) or is_parquet_path(data):
+        # Dask rows: the collapsed likelihood needs only cross-products summed over partitions
+        from scoremix.distributed.spec import add_bayes_statistics, build_dask_model_spec
+
+        if method != "collapsed" and likelihood == "rows":
+            raise ValueError("likelihood='rows' needs the rows in memory; Dask input works with "
+                             "likelihood='suffstats'")
+        if posterior_predictive:
+            raise ValueError("posterior_predictive=True would materialise a replicate of every "
+                             "row; not available for Dask input")
+        spec = add_bayes_statistics(build_dask_model_spec(formula, data, weights=weights,
+                                                          dispersion=dispersion))
     else:
         try:
             from scoremix.lme.model_frame import build_model_spec

@@ -34,7 +34,16 @@ def prepare_trials(trials: pd.DataFrame, groups: Sequence[str], *, score: str = 
                    speaker: str = "speaker", positive: Any = None, membership: str = "enrol",
                    test_speaker: str | None = None, test_groups: Sequence[str] | None = None,
                    speaker_table: pd.DataFrame | None = None, cluster: str | None = None) -> Prepared:
-    """Validate a trial table and build subgroups and cluster codes (see :func:`subgroup_dcf`)."""
+    """Validate a trial table and build subgroups and cluster codes (see :func:`subgroup_dcf`).
+
+    A Dask DataFrame is reduced to the columns used here and collected (exact measures;
+    client memory then scales with the number of trials times those few columns)."""
+    if hasattr(trials, "__dask_graph__") and hasattr(trials, "columns"):
+        from scoremix.distributed.inputs import collect_columns
+
+        gs = [groups] if isinstance(groups, str) else list(groups)
+        trials = collect_columns(trials, [score, label, speaker, test_speaker, cluster, *gs,
+                                          *(test_groups or [])])
     if not isinstance(trials, pd.DataFrame):
         raise TypeError(f"trials must be a pandas DataFrame, got {type(trials).__name__}")
     for col, what in ((score, "score"), (label, "label")):
