@@ -20,7 +20,9 @@ from scoremix.trials import (
 from scoremix.metrics import (
     DetCurve,
     MinDCF,
+    ScoreDirectionWarning,
     act_dcf,
+    auc,
     cllr,
     dcf,
     det_axis_ticks,
@@ -50,6 +52,7 @@ from scoremix.lme.errors import (
     SingularFitWarning,
     UnknownColumnError,
 )
+from scoremix.lme.input_checks import ConstantResponseError, EmptyDataError, ResponseScaleError
 from scoremix.nuisance import NuisanceLLR, NuisanceModel, nuisance_model
 from scoremix.design import (
     CONFIGURATIONS,
@@ -89,7 +92,8 @@ __all__ = [
     "LabelError", "TrialTableError", "label_to_binary", "load_trials", "read_asvspoof_cm",
     "read_kaldi_trials",
     # metrics
-    "DetCurve", "MinDCF", "act_dcf", "cllr", "dcf", "det_axis_ticks", "det_curve", "eer",
+    "DetCurve", "MinDCF", "ScoreDirectionWarning", "auc", "act_dcf", "cllr", "dcf", "det_axis_ticks", "det_curve",
+    "eer",
     "eer_threshold", "min_cllr", "min_dcf", "probit", "rates_at",
     # simulation
     "Simulation", "SimulationError", "simulate_sv_trials", "simulate_trials",
@@ -98,6 +102,7 @@ __all__ = [
     "BayesLmerResult", "Prior", "bayes_lmer",
     "build_model_spec", "parse_formula", "ConvergenceWarning", "FormulaError", "GroupingError",
     "MissingValueError", "NewLevelError", "RankDeficiencyWarning", "ResponseError", "ScaleWarning",
+    "ConstantResponseError", "ResponseScaleError", "EmptyDataError",
     "SingularFitWarning", "UnknownColumnError",
     # nuisance, designs, model-based EER
     "NuisanceLLR", "NuisanceModel", "nuisance_model", "CONFIGURATIONS", "Configuration",

@@ -16,6 +16,7 @@ in [0, 1].
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -27,6 +28,9 @@ from scoremix.trials import NonFiniteScoreError, SingleClassError, TrialTableErr
 
 __all__ = [
     "MetricInputError",
+    "ScoreDirectionWarning",
+    "auc",
+    "check_direction",
     "DetCurve",
     "MinDCF",
     "Rates",
@@ -54,17 +58,46 @@ class MetricInputError(TrialTableError):
     """Scores / labels / cost parameters that a metric cannot use."""
 
 
+class ScoreDirectionWarning(UserWarning):
+    """The positive class scores *lower* than the negative class (AUC < 0.5): the scores
+    probably run the other way (lower = positive), and every error rate computed under
+    accept = score >= threshold is then meaningless."""
+
+
 # ----------------------------------------------------------------------------- inputs
+def _as_scores(scores: Any) -> np.ndarray:
+    """One-dimensional float64 scores; strings and 2-D arrays are named errors."""
+    try:
+        s = np.asarray(scores, dtype=np.float64)
+    except (ValueError, TypeError):
+        import pandas as pd
+
+        raw = np.asarray(scores, dtype=object)
+        if raw.ndim != 1:
+            raise MetricInputError(f"scores must be a one-dimensional array of numbers (one per trial), "
+                                   f"got shape {raw.shape}") from None
+        num = pd.to_numeric(pd.Series(raw), errors="coerce")
+        bad = np.flatnonzero(num.isna().to_numpy() & pd.Series(raw).notna().to_numpy())
+        first = int(bad[0]) if bad.size else 0
+        raise MetricInputError(
+            f"scores must be numbers: {bad.size} value(s) are not, the first at position {first} "
+            f"({raw[first]!r}); convert the score column with pd.to_numeric or pick the numeric column"
+        ) from None
+    if s.ndim != 1:
+        hint = " (one column: pass scores.ravel())" if s.ndim == 2 and 1 in s.shape else ""
+        raise MetricInputError(f"scores must be one-dimensional (one score per trial), got an array of "
+                               f"shape {s.shape}{hint}")
+    return s
+
+
 def _prepare(scores: Any, labels: Any, allow_posinf: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Validated ``(scores float64, labels int8)``; both classes must be present.
 
     NaN is always an error; ``+inf`` too unless ``allow_posinf`` (no threshold can
     reject a score of ``+inf`` under accept ``s >= τ``, so curves would lack their
-    reject-all end).
+    reject-all end). Scores must be numbers in a one-dimensional array.
     """
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim != 1:
-        s = s.ravel()
+    s = _as_scores(scores)
     y = label_to_binary(labels, column="labels")
     if s.shape[0] != y.shape[0]:
         raise MetricInputError(f"scores has {s.shape[0]} values but labels has {y.shape[0]}")
@@ -132,6 +165,48 @@ def _with_reject_all(p: _Points) -> _Points:
         p.n_pos,
         p.n_neg,
     )
+
+
+# ----------------------------------------------------------------------------- direction
+def _auc(s: np.ndarray, y: np.ndarray) -> float:
+    from scipy.stats import rankdata
+
+    r = rankdata(s)  # average ranks: ties count one half
+    n1 = int(np.count_nonzero(y))
+    n0 = y.shape[0] - n1
+    return float((r[y == 1].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+def auc(scores: Any, labels: Any) -> float:
+    r"""Area under the ROC curve, :math:`P(s^+ > s^-) + \tfrac12 P(s^+ = s^-)` over all
+    positive/negative pairs (the Mann–Whitney statistic, from average ranks in
+    :math:`O(N \log N)`). 0.5: no separation; below 0.5: positives score lower."""
+    s, y = _prepare(scores, labels)
+    return _auc(s, y)
+
+
+def _direction_message(a: float, where: str) -> str:
+    return (f"{where}scores look reversed: the positive class scores lower than the negative class "
+            f"(AUC = {a:.3f} < 0.5), but accept = score >= threshold assumes higher = positive. If lower "
+            f"scores mean positive, pass higher_is_positive=False (or negate the score column, e.g. "
+            f"[data] negate in a study); error rates are computed as if higher = positive")
+
+
+def check_direction(scores: Any, labels: Any, where: str = "", stacklevel: int = 2) -> float:
+    """Warn :class:`ScoreDirectionWarning` when AUC < 0.5 (see :func:`auc`); returns the AUC.
+
+    ``where`` prefixes the message (e.g. ``"system LA01: "``)."""
+    a = auc(scores, labels)
+    if a < 0.5:
+        warnings.warn(_direction_message(a, where), ScoreDirectionWarning, stacklevel=stacklevel + 1)
+    return a
+
+
+def _warn_if_reversed(s: np.ndarray, y: np.ndarray, stacklevel: int) -> None:
+    """:class:`ScoreDirectionWarning` when the (already oriented) scores give AUC < 0.5."""
+    a = _auc(s, y)
+    if a < 0.5:
+        warnings.warn(_direction_message(a, ""), ScoreDirectionWarning, stacklevel=stacklevel + 1)
 
 
 # ----------------------------------------------------------------------------- DET curve
@@ -402,14 +477,16 @@ _EER = {"rocch": _eer_rocch, "interp": _eer_interp, "asvspoof": _eer_asvspoof,
         "voxceleb": _eer_voxceleb}
 
 
-def _eer_point(scores: Any, labels: Any, method: str) -> tuple[float, float]:
+def _eer_point(scores: Any, labels: Any, method: str, higher_is_positive: bool) -> tuple[float, float]:
     if method not in _EER:
         raise MetricInputError(f"unknown EER method {method!r}; choose one of {EER_METHODS}")
-    s, y = _prepare(scores, labels, allow_posinf=False)
-    return _EER[method](_points(s, y))
+    s, y = _prepare(scores if higher_is_positive else -_as_scores(scores), labels, allow_posinf=False)
+    _warn_if_reversed(s, y, stacklevel=3)
+    rate, tau = _EER[method](_points(s, y))
+    return rate, (tau if higher_is_positive else -tau)
 
 
-def eer(scores: Any, labels: Any, method: EerMethod = "rocch") -> float:
+def eer(scores: Any, labels: Any, method: EerMethod = "rocch", higher_is_positive: bool = True) -> float:
     r"""Equal error rate, the rate where :math:`P_\text{miss} = P_\text{fa}`.
 
     Empirical curves are step functions, so the crossing must be defined:
@@ -449,16 +526,20 @@ def eer(scores: Any, labels: Any, method: EerMethod = "rocch") -> float:
     labels : array-like
         1/0, bool, or anything :func:`scoremix.trials.label_to_binary` accepts.
     method : {"rocch", "interp", "asvspoof", "voxceleb"}
+    higher_is_positive : bool
+        ``False`` for scores where lower means positive (distances, some spoofing scores):
+        the metric is computed on :math:`-s`. When the positive class scores lower than the
+        negative class after this (AUC < 0.5) a :class:`ScoreDirectionWarning` is raised.
 
     Returns
     -------
     float
         EER as a fraction in [0, 1].
     """
-    return _eer_point(scores, labels, method)[0]
+    return _eer_point(scores, labels, method, higher_is_positive)[0]
 
 
-def eer_threshold(scores: Any, labels: Any, method: EerMethod = "rocch") -> float:
+def eer_threshold(scores: Any, labels: Any, method: EerMethod = "rocch", higher_is_positive: bool = True) -> float:
     r"""A decision threshold (accept :math:`s \ge \tau`) at the EER of :func:`eer`.
 
     ``"rocch"``: the threshold of the nearer of the two hull vertices bracketing the
@@ -467,9 +548,10 @@ def eer_threshold(scores: Any, labels: Any, method: EerMethod = "rocch") -> floa
     script's threshold converted to accept :math:`s \ge \tau` (the next float above it);
     when the script's point lies inside a group of tied scores no threshold reaches it
     exactly. ``"voxceleb"``: ``thresholds[i]`` of ``roc_curve`` (:math:`+\infty` for its
-    added start point).
+    added start point). With ``higher_is_positive=False`` the threshold is on the original
+    scores with accept :math:`s \le \tau`.
     """
-    return _eer_point(scores, labels, method)[1]
+    return _eer_point(scores, labels, method, higher_is_positive)[1]
 
 
 # ----------------------------------------------------------------------------- DCF
@@ -539,21 +621,27 @@ class MinDCF:
 
 
 def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1,
-            normalize: bool = False) -> MinDCF:
+            normalize: bool = False, higher_is_positive: bool = True) -> MinDCF:
     r"""Minimum of :math:`C(\tau)` (see :func:`dcf`) over every distinct threshold.
 
     The minimum over all real :math:`\tau` is attained at a distinct score or at
     :math:`+\infty` (reject all), because :math:`C` is constant between consecutive
     scores; all of them are evaluated at once from cumulative counts.
+
+    ``higher_is_positive=False``: computed on :math:`-s`; the returned threshold is on the
+    original scores with accept :math:`s \le \tau`. A :class:`ScoreDirectionWarning` is
+    raised when the positive class scores lower (AUC < 0.5) in the direction used.
     """
     _check_costs(p_target, c_miss, c_fa)
-    s, y = _prepare(scores, labels, allow_posinf=False)
+    s, y = _prepare(scores if higher_is_positive else -_as_scores(scores), labels, allow_posinf=False)
+    _warn_if_reversed(s, y, stacklevel=2)
     p = _with_reject_all(_points(s, y))
     pm = p.pos_below / p.n_pos
     pf = (p.n_neg - p.neg_below) / p.n_neg
     cost = _cost(pm, pf, p_target, c_miss, c_fa, normalize)
     k = int(np.argmin(cost))
-    return MinDCF(float(cost[k]), float(p.thresholds[k]), float(pm[k]), float(pf[k]),
+    tau = float(p.thresholds[k]) if higher_is_positive else -float(p.thresholds[k])
+    return MinDCF(float(cost[k]), tau, float(pm[k]), float(pf[k]),
                   float(p_target), float(c_miss), float(c_fa), bool(normalize))
 
 

@@ -551,6 +551,9 @@ def model_eer(
     """
     from scoremix.metrics import eer
 
+    if not (_is_bayes_fit(fit) or hasattr(fit, "spec")):
+        raise ModelEERError(f"model_eer needs a fitted model (the LmerResult of scoremix.lmer or the "
+                            f"BayesLmerResult of scoremix.bayes_lmer), got {type(fit).__name__} {fit!r:.60}")
     if _is_bayes_fit(fit):
         return _bayes_model_eer(fit, by, conditional, label, positive, data, method, hdi_prob,
                                 max_draws, progress)

@@ -67,10 +67,12 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
     -------
     LmerResult
     """
+    from scoremix.lme.input_checks import check_model_input
     from scoremix.lme.model_frame import build_model_spec
 
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    check_model_input(formula, data)
     spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion,
                             na_action=na_action)
     return fit_spec(spec, REML=REML, backend=backend, control=control)
