@@ -162,6 +162,8 @@ def test_readme_command(tmp_path, command, setup):
         on_disk = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
         assert listed == on_disk  # the manifest lists every file
         assert "report.html" in listed
+        if "scoremix demo" in cmd:
+            assert "metrics.json" in listed  # written by the demo after the study, still in the manifest
     elif cmd.startswith("scoremix fit"):
         assert (repo / "fit.json").is_file() and "Random effects" in proc.stdout
     elif cmd.startswith("scoremix eer"):
