@@ -248,6 +248,9 @@ def run_tasks(tasks: Sequence[Task], jobs: int = 1, dask: str | None = None, pro
               ignore_warnings: tuple[type[Warning], ...] = ()) -> list[Any]:
     """Run ``tasks`` and return their results in the order given.
 
+    An interrupt (``KeyboardInterrupt``, or the command line's SIGTERM handler) stops the
+    workers (:func:`stop_workers`; a Dask cluster is closed) before it propagates.
+
     Parameters
     ----------
     tasks:
@@ -265,9 +268,6 @@ def run_tasks(tasks: Sequence[Task], jobs: int = 1, dask: str | None = None, pro
         return a :class:`TaskFailure` for a task that raises instead of stopping at it.
     ignore_warnings:
         warning categories silenced while the tasks run (in every worker).
-
-    An interrupt (``KeyboardInterrupt``, or the study's SIGTERM handler) stops the workers
-    (:func:`stop_workers`; the Dask cluster is closed) before it propagates.
     """
     if not tasks:
         return []
