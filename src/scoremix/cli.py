@@ -435,7 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-trials", type=int, default=20000, help="number of trials (default 20000)")
     p.add_argument("--n-boot", type=int, default=200, help="bootstrap replicates of the fairness table (default 200)")
     p.add_argument("--bayes", action="store_true", help="also fit the model with PyMC (slower)")
-    p.add_argument("--bayes-draws", type=int, default=200, help="posterior draws per chain with --bayes (default 200)")
+    p.add_argument("--bayes-draws", type=int, default=1000,
+                   help="posterior draws (and tuning steps) per chain with --bayes (default 1000: bulk and tail "
+                        "ESS above the 400 that the convergence check asks for)")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel worker processes (default 1)")
     p.add_argument("--dask", default=None, metavar="ADDRESS", help="Dask scheduler address or 'local'")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
