@@ -36,7 +36,9 @@ def fit_spec(spec: ModelSpec, REML: bool = True, backend: str = "native",
 
 def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "native",
          weights: np.ndarray | pd.Series | str | None = None, dispersion: str | None = None,
-         na_action: str = "omit", control: dict | Any | None = None) -> LmerResult:
+         na_action: str = "omit", control: dict | Any | None = None,
+         contrasts: dict[str, str] | None = None,
+         offset: np.ndarray | pd.Series | str | None = None) -> LmerResult:
     """Fit ``y = Xβ + Zb + ε`` given by an lme4 formula (REML or ML), like ``lme4::lmer``.
 
     The model is ``y = Xβ + Zb + ε`` with ``b ~ N(0, Σ_θ)`` (one unstructured covariance per
@@ -62,6 +64,12 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
         ``"omit"`` (drop rows with NA in a used column) or ``"fail"``.
     control:
         native optimiser options (:class:`scoremix.lme.native.NativeControl` fields).
+    contrasts:
+        fixed-effect factor codings, as lme4's ``contrasts=`` (``{"recipe": "contr.sum"}``;
+        ordered factors default to ``contr.poly``).
+    offset:
+        a known term added to the linear predictor (column name or array), as lme4's
+        ``offset=``; ``offset()`` terms in the formula are also understood.
 
     Returns
     -------
@@ -73,6 +81,11 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     check_model_input(formula, data)
+    if backend == "lme4" and (offset is not None or contrasts is not None):
+        from scoremix.lme.errors import UnsupportedModelError
+        raise UnsupportedModelError(
+            "the lme4 backend re-fits the formula in R and does not pass offset= or contrasts=; "
+            "write offset(column) in the formula, or use backend='native'")
     spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion,
-                            na_action=na_action)
+                            na_action=na_action, contrasts=contrasts, offset=offset)
     return fit_spec(spec, REML=REML, backend=backend, control=control)
