@@ -22,8 +22,7 @@ import scoremix as sm
 from conftest import REPO_ROOT
 from scoremix.cli import main
 from scoremix.metrics import MetricInputError, ScoreDirectionWarning
-from scoremix.study import StudyConfigError, load_study, parse_study, run_study
-from scoremix.study.outdir import StudyOutputError
+from scoremix.study import load_study, parse_study, run_study
 from scoremix.trials import CorruptFileError, SeparatorError
 
 SRC = REPO_ROOT / "src"
