@@ -21,7 +21,9 @@ from scoremix.metrics import (
     DetCurve,
     Estimate,
     MinDCF,
+    ScoreDirectionWarning,
     act_dcf,
+    auc,
     cllr,
     dcf,
     det_axis_ticks,
@@ -55,6 +57,7 @@ from scoremix.lme.errors import (
     UnknownColumnError,
     UnsupportedModelError,
 )
+from scoremix.lme.input_checks import ConstantResponseError, EmptyDataError, ResponseScaleError
 from scoremix.nuisance import NuisanceLLR, NuisanceModel, nuisance_model
 from scoremix.design import (
     CONFIGURATIONS,
@@ -105,9 +108,9 @@ __all__ = [
     "LabelError", "TrialTableError", "label_to_binary", "load_trials", "read_asvspoof_cm",
     "read_kaldi_trials",
     # metrics
-    "DetCurve", "Estimate", "MinDCF", "act_dcf", "cllr", "dcf", "det_axis_ticks", "det_curve", "eer",
-    "eer_threshold", "min_cllr", "min_dcf", "probit", "rates_at", "eer_from_counts",
-    "min_dcf_from_counts",
+    "DetCurve", "Estimate", "MinDCF", "ScoreDirectionWarning", "auc", "act_dcf", "cllr", "dcf",
+    "det_axis_ticks", "det_curve", "eer", "eer_threshold", "min_cllr", "min_dcf", "probit",
+    "rates_at", "eer_from_counts", "min_dcf_from_counts",
     # simulation
     "Simulation", "SimulationError", "simulate_sv_trials", "simulate_trials",
     # mixed models
@@ -115,6 +118,7 @@ __all__ = [
     "BayesLmerResult", "Prior", "bayes_lmer",
     "build_model_spec", "model_matrix", "parse_formula", "ConvergenceWarning", "DdfError", "FormulaError", "GroupingError",
     "MissingValueError", "NewLevelError", "RankDeficiencyWarning", "ResponseError", "ScaleWarning",
+    "ConstantResponseError", "ResponseScaleError", "EmptyDataError",
     "SingularFitWarning", "UnknownColumnError", "UnsupportedModelError",
     # nuisance, designs, model-based EER
     "NuisanceLLR", "NuisanceModel", "nuisance_model", "CONFIGURATIONS", "Configuration",

@@ -26,7 +26,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 from pathlib import Path
 
@@ -51,10 +52,38 @@ def _one_line(exc: BaseException) -> str:
 
 def _fail(command: str, where: str | None, exc: BaseException) -> int:
     prefix = f"scoremix {command}: error: "
-    if where:
+    msg = _one_line(exc)
+    if where and not msg.startswith(f"{where}: "):  # messages that name their file already
         prefix += f"{where}: "
-    print(prefix + _one_line(exc), file=sys.stderr)
+    print(prefix + msg, file=sys.stderr)
     return EXIT_INPUT_ERROR
+
+
+@contextmanager
+def _direction_warnings(command: str, where: str | None, hint: str) -> Iterator[None]:
+    """Print each distinct :class:`~scoremix.metrics.ScoreDirectionWarning` raised inside as one
+    line ``scoremix <command>: warning: <where>: <message> <hint>`` on stderr; other warnings pass
+    through unchanged."""
+    import warnings
+
+    from scoremix.metrics import ScoreDirectionWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ScoreDirectionWarning)
+        try:
+            yield
+        finally:
+            seen: set[str] = set()
+            for w in caught:
+                if issubclass(w.category, ScoreDirectionWarning):
+                    text = " ".join(str(w.message).split())
+                    if text not in seen:
+                        seen.add(text)
+                        prefix = f"{where}: " if where else ""
+                        print(f"scoremix {command}: warning: {prefix}ScoreDirectionWarning: {text}{hint}",
+                              file=sys.stderr)
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 # ---------------------------------------------------------------------------------------
@@ -68,6 +97,7 @@ def _cmd_eer(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.exists():
         return _fail("eer", str(path), FileNotFoundError("no such file"))
+    higher = not args.lower_is_positive
     try:
         trials = load_trials(path, score=args.score, label=args.label, positive=args.positive)
         scores = trials["score"].to_numpy()
@@ -80,9 +110,11 @@ def _cmd_eer(args: argparse.Namespace) -> int:
                     raise KeyError(f"speaker column {args.speaker!r} not in {path} (columns: {list(trials.columns)})")
                 spk = trials[args.speaker].to_numpy()
             boot = dict(n_boot=args.n_boot, speaker=spk, seed=args.seed, ci=args.ci)
-        eer = metrics.eer(scores, y, method=args.method, **boot)
-        md = metrics.min_dcf(scores, y, p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa,
-                             normalize=args.normalize, **boot)
+        hint = "" if args.lower_is_positive else " (command line: --lower-is-positive)"
+        with _direction_warnings("eer", str(path), hint):
+            eer = metrics.eer(scores, y, method=args.method, higher_is_positive=higher, **boot)
+            md = metrics.min_dcf(scores, y, p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa,
+                                 normalize=args.normalize, higher_is_positive=higher, **boot)
     except (ValueError, KeyError, OSError) as exc:
         return _fail("eer", str(path), exc)
     n_pos = int(y.sum())
@@ -93,6 +125,7 @@ def _cmd_eer(args: argparse.Namespace) -> int:
         "p_miss": float(md.p_miss), "p_fa": float(md.p_fa),
         "p_target": args.p_target, "c_miss": args.c_miss, "c_fa": args.c_fa, "normalized": args.normalize,
         "min_dcf_normalized": float(md.normalized), "min_dcf_unnormalized": float(md.unnormalized),
+        "higher_is_positive": higher,
     }
     if args.n_boot:
         result.update({"eer_lo": eer.lo, "eer_hi": eer.hi, "min_dcf_lo": md.lo, "min_dcf_hi": md.hi,
@@ -119,7 +152,7 @@ def _cmd_eer(args: argparse.Namespace) -> int:
     print(f"minDCF (p_target={args.p_target:g}, c_miss={args.c_miss:g}, c_fa={args.c_fa:g}, {norm}): "
           f"{md.value:.6f}{iv(md.lo, md.hi, 1.0, '.6f')}; {other}: "
           f"{(md.unnormalized if args.normalize else md.normalized):.6f}")
-    print(f"minDCF threshold: {md.threshold:.6g} (accept = score >= threshold; "
+    print(f"minDCF threshold: {md.threshold:.6g} (accept = score {'>=' if higher else '<='} threshold; "
           f"P_miss {100 * md.p_miss:.4f} %, P_fa {100 * md.p_fa:.4f} %)")
     return 0
 
@@ -192,8 +225,9 @@ def _cmd_study(args: argparse.Namespace) -> int:
         print(f"scoremix study: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     try:
-        res = run_study(cfg, out_dir=args.out, jobs=args.jobs, dask=args.dask, progress=not args.no_progress,
-                        report=not args.no_report, overwrite=args.overwrite)
+        with _direction_warnings("study", None, ""):
+            res = run_study(cfg, out_dir=args.out, jobs=args.jobs, dask=args.dask, progress=not args.no_progress,
+                            report=not args.no_report, overwrite=args.overwrite)
     except (StudyDataError, DaskUnavailableError, StudyOutputError) as exc:
         return _fail("study", None, exc)
     except StudyConfigError as exc:
@@ -247,6 +281,13 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.exists():
         return _fail("fit", str(path), FileNotFoundError("no such file"))
+    out = Path(args.json) if args.json else None
+    if out is not None:
+        # before the fit: a results file that cannot be written fails now, not after the summary
+        try:
+            _check_writable(out)
+        except OSError as exc:
+            return _fail("fit", str(out), exc)
     try:
         if args.score is not None or args.label is not None:
             df = load_trials(path, score=args.score or "score", label=args.label or "label", positive=args.positive)
@@ -259,12 +300,30 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     except (LmeError, ValueError, KeyError, OSError, ImportError) as exc:
         return _fail("fit", str(path), exc)
     print(fit.summary())
-    if args.json:
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(fit.to_json(indent=2), encoding="utf-8")
+    if out is not None:
+        try:
+            out.write_text(fit.to_json(indent=2), encoding="utf-8")
+        except OSError as exc:
+            return _fail("fit", str(out), exc)
         print(f"wrote {out}")
     return 0
+
+
+def _check_writable(path: Path) -> None:
+    """Raise ``OSError`` (with a readable message) when ``path`` cannot be created or replaced."""
+    import tempfile
+
+    if path.is_dir():
+        raise IsADirectoryError(f"is a folder; give a file name such as {path / 'fit.json'}")
+    for parent in [path.parent, *path.parent.parents]:
+        if parent.exists() and not parent.is_dir():
+            raise NotADirectoryError(f"cannot write there: {parent} is a file, not a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".scoremix-write-test-"):
+            pass
+    except OSError as exc:
+        raise OSError(f"cannot write into folder {path.parent}: {exc.strerror or exc}") from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -272,7 +331,10 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------
 
 def _cmd_fairness(args: argparse.Namespace) -> int:
+    import warnings
+
     from scoremix.fairness import SubgroupError, subgroup_dcf
+    from scoremix.metrics import ScoreDirectionWarning, check_direction
     from scoremix.trials import load_trials
 
     path = Path(args.file)
@@ -280,9 +342,13 @@ def _cmd_fairness(args: argparse.Namespace) -> int:
         return _fail("fairness", str(path), FileNotFoundError("no such file"))
     try:
         df = load_trials(path, score=args.score, label=args.label, positive=args.positive)
-        res = subgroup_dcf(df, args.groups, score="score", label="y", speaker=args.speaker,
-                           p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa, normalize=args.normalize,
-                           n_boot=args.n_boot, ci=args.ci, random_state=args.seed, progress=not args.no_progress)
+        with _direction_warnings("fairness", str(path), " (negate the score column of the file)"):
+            check_direction(df["score"].to_numpy(float), df["y"].to_numpy())
+        with warnings.catch_warnings():  # checked once above, not again per subgroup
+            warnings.simplefilter("ignore", ScoreDirectionWarning)
+            res = subgroup_dcf(df, args.groups, score="score", label="y", speaker=args.speaker,
+                               p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa, normalize=args.normalize,
+                               n_boot=args.n_boot, ci=args.ci, random_state=args.seed, progress=not args.no_progress)
     except (SubgroupError, ValueError, KeyError, OSError) as exc:
         return _fail("fairness", str(path), exc)
     import pandas as pd
@@ -354,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("eer", help="EER, minDCF and threshold of a score table",
-                       description="EER (%%), minDCF and its threshold of a trial table "
+                       description="EER (in percent), minDCF and its threshold of a trial table "
                                    "(CSV, TSV, .gz or parquet). Accept = score >= threshold.")
     p.add_argument("file", metavar="FILE", help="trial table")
     p.add_argument("--score", default="score", metavar="COL", help="score column (default: score)")
@@ -367,6 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--c-miss", type=float, default=1.0, help="cost of a miss (default 1)")
     p.add_argument("--c-fa", type=float, default=1.0, help="cost of a false acceptance (default 1)")
     p.add_argument("--normalize", action="store_true", help="normalised detection cost")
+    p.add_argument("--lower-is-positive", action="store_true",
+                   help="lower scores mean positive (distances, some countermeasures): accept = score <= threshold")
     p.add_argument("--n-boot", type=int, default=0,
                    help="speaker-cluster bootstrap replicates for intervals (default 0: none)")
     p.add_argument("--speaker", default=None, metavar="COL",
@@ -406,7 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-trials", type=int, default=20000, help="number of trials (default 20000)")
     p.add_argument("--n-boot", type=int, default=200, help="bootstrap replicates of the fairness table (default 200)")
     p.add_argument("--bayes", action="store_true", help="also fit the model with PyMC (slower)")
-    p.add_argument("--bayes-draws", type=int, default=200, help="posterior draws per chain with --bayes (default 200)")
+    p.add_argument("--bayes-draws", type=int, default=1000,
+                   help="posterior draws (and tuning steps) per chain with --bayes (default 1000: bulk and tail "
+                        "ESS above the 400 that the convergence check asks for)")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel worker processes (default 1)")
     p.add_argument("--dask", default=None, metavar="ADDRESS", help="Dask scheduler address or 'local'")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")

@@ -16,6 +16,7 @@ in [0, 1].
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -27,6 +28,9 @@ from scoremix.trials import NonFiniteScoreError, SingleClassError, TrialTableErr
 
 __all__ = [
     "MetricInputError",
+    "ScoreDirectionWarning",
+    "auc",
+    "check_direction",
     "DetCurve",
     "MinDCF",
     "Rates",
@@ -56,6 +60,12 @@ EER_METHODS: tuple[str, ...] = ("rocch", "interp", "asvspoof", "voxceleb")
 
 class MetricInputError(TrialTableError):
     """Scores / labels / cost parameters that a metric cannot use."""
+
+
+class ScoreDirectionWarning(UserWarning):
+    """The positive class scores *lower* than the negative class (AUC < 0.5): the scores
+    probably run the other way (lower = positive), and every error rate computed under
+    accept = score >= threshold is then meaningless."""
 
 
 # ----------------------------------------------------------------------------- intervals
@@ -147,6 +157,16 @@ def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, 
     return Estimate(point, float(lo[0]), float(hi[0]), ci, int(n_boot), C, "expanded")
 
 
+def _quietly(stat: Any) -> Any:
+    """``stat`` without :class:`ScoreDirectionWarning` (bootstrap replicates repeat the point's check)."""
+    def run(a: Any, b: Any) -> float:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ScoreDirectionWarning)
+            return stat(a, b)
+
+    return run
+
+
 def _maybe_interval(value: float, stat: Any, scores: Any, labels: Any, n_boot: int, speaker: Any,
                     seed: Any, ci: float) -> float:
     """``value`` unchanged without a bootstrap, else an :class:`Estimate` of ``stat``."""
@@ -159,16 +179,39 @@ def _maybe_interval(value: float, stat: Any, scores: Any, labels: Any, n_boot: i
 
 
 # ----------------------------------------------------------------------------- inputs
+def _as_scores(scores: Any) -> np.ndarray:
+    """One-dimensional float64 scores; strings and 2-D arrays are named errors."""
+    try:
+        s = np.asarray(scores, dtype=np.float64)
+    except (ValueError, TypeError):
+        import pandas as pd
+
+        raw = np.asarray(scores, dtype=object)
+        if raw.ndim != 1:
+            raise MetricInputError(f"scores must be a one-dimensional array of numbers (one per trial), "
+                                   f"got shape {raw.shape}") from None
+        num = pd.to_numeric(pd.Series(raw), errors="coerce")
+        bad = np.flatnonzero(num.isna().to_numpy() & pd.Series(raw).notna().to_numpy())
+        first = int(bad[0]) if bad.size else 0
+        raise MetricInputError(
+            f"scores must be numbers: {bad.size} value(s) are not, the first at position {first} "
+            f"({raw[first]!r}); convert the score column with pd.to_numeric or pick the numeric column"
+        ) from None
+    if s.ndim != 1:
+        hint = " (one column: pass scores.ravel())" if s.ndim == 2 and 1 in s.shape else ""
+        raise MetricInputError(f"scores must be one-dimensional (one score per trial), got an array of "
+                               f"shape {s.shape}{hint}")
+    return s
+
+
 def _prepare(scores: Any, labels: Any, allow_posinf: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Validated ``(scores float64, labels int8)``; both classes must be present.
 
     NaN is always an error; ``+inf`` too unless ``allow_posinf`` (no threshold can
     reject a score of ``+inf`` under accept ``s >= τ``, so curves would lack their
-    reject-all end).
+    reject-all end). Scores must be numbers in a one-dimensional array.
     """
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim != 1:
-        s = s.ravel()
+    s = _as_scores(scores)
     y = label_to_binary(labels, column="labels")
     if s.shape[0] != y.shape[0]:
         raise MetricInputError(f"scores has {s.shape[0]} values but labels has {y.shape[0]}")
@@ -236,6 +279,48 @@ def _with_reject_all(p: _Points) -> _Points:
         p.n_pos,
         p.n_neg,
     )
+
+
+# ----------------------------------------------------------------------------- direction
+def _auc(s: np.ndarray, y: np.ndarray) -> float:
+    from scipy.stats import rankdata
+
+    r = rankdata(s)  # average ranks: ties count one half
+    n1 = int(np.count_nonzero(y))
+    n0 = y.shape[0] - n1
+    return float((r[y == 1].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+def auc(scores: Any, labels: Any) -> float:
+    r"""Area under the ROC curve, :math:`P(s^+ > s^-) + \tfrac12 P(s^+ = s^-)` over all
+    positive/negative pairs (the Mann–Whitney statistic, from average ranks in
+    :math:`O(N \log N)`). 0.5: no separation; below 0.5: positives score lower."""
+    s, y = _prepare(scores, labels)
+    return _auc(s, y)
+
+
+def _direction_message(a: float, where: str) -> str:
+    return (f"{where}scores look reversed: the positive class scores lower than the negative class "
+            f"(AUC = {a:.3f} < 0.5), but accept = score >= threshold assumes higher = positive. If lower "
+            f"scores mean positive, pass higher_is_positive=False (or negate the score column, e.g. "
+            f"[data] negate in a study); error rates are computed as if higher = positive")
+
+
+def check_direction(scores: Any, labels: Any, where: str = "", stacklevel: int = 2) -> float:
+    """Warn :class:`ScoreDirectionWarning` when AUC < 0.5 (see :func:`auc`); returns the AUC.
+
+    ``where`` prefixes the message (e.g. ``"system LA01: "``)."""
+    a = auc(scores, labels)
+    if a < 0.5:
+        warnings.warn(_direction_message(a, where), ScoreDirectionWarning, stacklevel=stacklevel + 1)
+    return a
+
+
+def _warn_if_reversed(s: np.ndarray, y: np.ndarray, stacklevel: int) -> None:
+    """:class:`ScoreDirectionWarning` when the (already oriented) scores give AUC < 0.5."""
+    a = _auc(s, y)
+    if a < 0.5:
+        warnings.warn(_direction_message(a, ""), ScoreDirectionWarning, stacklevel=stacklevel + 1)
 
 
 # ----------------------------------------------------------------------------- DET curve
@@ -539,10 +624,20 @@ def _points_any(scores: Any, labels: Any, allow_posinf: bool) -> _Points:
     return _points(s, y)
 
 
-def _eer_point(scores: Any, labels: Any, method: str) -> tuple[float, float]:
+def _eer_point(scores: Any, labels: Any, method: str, higher_is_positive: bool = True) -> tuple[float, float]:
     if method not in _EER:
         raise MetricInputError(f"unknown EER method {method!r}; choose one of {EER_METHODS}")
-    return _EER[method](_points_any(scores, labels, allow_posinf=False))
+    if _is_dask(scores) or _is_dask(labels):
+        # exact per-partition score counts merged on the cluster (no direction check: that needs
+        # the rows; scoremix.auc on a sample does it)
+        rate, tau = _EER[method](_points_any(scores if higher_is_positive else -scores, labels,
+                                             allow_posinf=False))
+    else:
+        s, y = _prepare(scores if higher_is_positive else -_as_scores(scores), labels,
+                        allow_posinf=False)
+        _warn_if_reversed(s, y, stacklevel=3)
+        rate, tau = _EER[method](_points(s, y))
+    return rate, (tau if higher_is_positive else -tau)
 
 
 def eer_from_counts(scores: Any, n_pos: Any, n_neg: Any, method: EerMethod = "rocch") -> float:
@@ -554,8 +649,9 @@ def eer_from_counts(scores: Any, n_pos: Any, n_neg: Any, method: EerMethod = "ro
     return _EER[method](_points_from_counts(scores, n_pos, n_neg))[0]
 
 
-def eer(scores: Any, labels: Any, method: EerMethod = "rocch", *, n_boot: int = 0, speaker: Any = None,
-        seed: int | np.random.Generator | None = None, ci: float = 0.95) -> float:
+def eer(scores: Any, labels: Any, method: EerMethod = "rocch", higher_is_positive: bool = True, *,
+        n_boot: int = 0, speaker: Any = None, seed: int | np.random.Generator | None = None,
+        ci: float = 0.95) -> float:
     r"""Equal error rate, the rate where :math:`P_\text{miss} = P_\text{fa}`.
 
     Empirical curves are step functions, so the crossing must be defined:
@@ -595,6 +691,10 @@ def eer(scores: Any, labels: Any, method: EerMethod = "rocch", *, n_boot: int = 
     labels : array-like
         1/0, bool, or anything :func:`scoremix.trials.label_to_binary` accepts.
     method : {"rocch", "interp", "asvspoof", "voxceleb"}
+    higher_is_positive : bool
+        ``False`` for scores where lower means positive (distances, some spoofing scores):
+        the metric is computed on :math:`-s`. When the positive class scores lower than the
+        negative class after this (AUC < 0.5) a :class:`ScoreDirectionWarning` is raised.
 
     n_boot, speaker, seed, ci : optional
         with ``n_boot > 0``: a speaker-cluster bootstrap interval (``speaker``: one id per
@@ -606,12 +706,12 @@ def eer(scores: Any, labels: Any, method: EerMethod = "rocch", *, n_boot: int = 
         EER as a fraction in [0, 1]; an :class:`Estimate` (a float with ``lo``, ``hi``)
         when ``n_boot > 0``.
     """
-    value = _eer_point(scores, labels, method)[0]
-    return _maybe_interval(value, lambda a, b: _eer_point(a, b, method)[0], scores, labels, n_boot, speaker,
-                           seed, ci)
+    value = _eer_point(scores, labels, method, higher_is_positive)[0]
+    return _maybe_interval(value, _quietly(lambda a, b: _eer_point(a, b, method, higher_is_positive)[0]), scores,
+                           labels, n_boot, speaker, seed, ci)
 
 
-def eer_threshold(scores: Any, labels: Any, method: EerMethod = "rocch") -> float:
+def eer_threshold(scores: Any, labels: Any, method: EerMethod = "rocch", higher_is_positive: bool = True) -> float:
     r"""A decision threshold (accept :math:`s \ge \tau`) at the EER of :func:`eer`.
 
     ``"rocch"``: the threshold of the nearer of the two hull vertices bracketing the
@@ -620,9 +720,10 @@ def eer_threshold(scores: Any, labels: Any, method: EerMethod = "rocch") -> floa
     script's threshold converted to accept :math:`s \ge \tau` (the next float above it);
     when the script's point lies inside a group of tied scores no threshold reaches it
     exactly. ``"voxceleb"``: ``thresholds[i]`` of ``roc_curve`` (:math:`+\infty` for its
-    added start point).
+    added start point). With ``higher_is_positive=False`` the threshold is on the original
+    scores with accept :math:`s \le \tau`.
     """
-    return _eer_point(scores, labels, method)[1]
+    return _eer_point(scores, labels, method, higher_is_positive)[1]
 
 
 # ----------------------------------------------------------------------------- DCF
@@ -711,7 +812,7 @@ class MinDCF:
 
 
 def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1,
-            normalize: bool = False, *, n_boot: int = 0, speaker: Any = None,
+            normalize: bool = False, higher_is_positive: bool = True, *, n_boot: int = 0, speaker: Any = None,
             seed: int | np.random.Generator | None = None, ci: float = 0.95) -> MinDCF:
     r"""Minimum of :math:`C(\tau)` (see :func:`dcf`) over every distinct threshold.
 
@@ -719,20 +820,31 @@ def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1,
     :math:`+\infty` (reject all), because :math:`C` is constant between consecutive
     scores; all of them are evaluated at once from cumulative counts.
 
+    ``higher_is_positive=False``: computed on :math:`-s`; the returned threshold is on the
+    original scores with accept :math:`s \le \tau`. A :class:`ScoreDirectionWarning` is
+    raised when the positive class scores lower (AUC < 0.5) in the direction used.
+
     With ``n_boot > 0`` the result's ``lo``, ``hi`` hold a speaker-cluster bootstrap
     interval of ``value`` (see :func:`cluster_bootstrap`; ``speaker``: one id per trial).
     """
     _check_costs(p_target, c_miss, c_fa)
     if n_boot:
-        point = min_dcf(scores, labels, p_target, c_miss, c_fa, normalize)
-        est = cluster_bootstrap(lambda a, b: min_dcf(a, b, p_target, c_miss, c_fa, normalize).value, scores,
+        point = min_dcf(scores, labels, p_target, c_miss, c_fa, normalize, higher_is_positive)
+        est = cluster_bootstrap(_quietly(lambda a, b: min_dcf(a, b, p_target, c_miss, c_fa, normalize,
+                                                              higher_is_positive).value), scores,
                                 labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci, minimum=True)
         return MinDCF(point.value, point.threshold, point.p_miss, point.p_fa, point.p_target, point.c_miss,
                       point.c_fa, point.normalize, est.lo, est.hi, est.ci, est.n_boot)
     if speaker is not None:
         raise MetricInputError("speaker= is only used with n_boot > 0 (the speaker-cluster bootstrap)")
-    return _min_dcf_of(_points_any(scores, labels, allow_posinf=False), p_target, c_miss, c_fa,
-                       normalize)
+    if _is_dask(scores) or _is_dask(labels):
+        p = _points_any(scores if higher_is_positive else -scores, labels, allow_posinf=False)
+    else:
+        s, y = _prepare(scores if higher_is_positive else -_as_scores(scores), labels,
+                        allow_posinf=False)
+        _warn_if_reversed(s, y, stacklevel=2)
+        p = _points(s, y)
+    return _min_dcf_of(p, p_target, c_miss, c_fa, normalize, higher_is_positive)
 
 
 def min_dcf_from_counts(scores: Any, n_pos: Any, n_neg: Any, p_target: float = 0.05,
@@ -743,13 +855,15 @@ def min_dcf_from_counts(scores: Any, n_pos: Any, n_neg: Any, p_target: float = 0
     return _min_dcf_of(_points_from_counts(scores, n_pos, n_neg), p_target, c_miss, c_fa, normalize)
 
 
-def _min_dcf_of(p: _Points, p_target: float, c_miss: float, c_fa: float, normalize: bool) -> MinDCF:
+def _min_dcf_of(p: _Points, p_target: float, c_miss: float, c_fa: float, normalize: bool,
+                higher_is_positive: bool = True) -> MinDCF:
     p = _with_reject_all(p)
     pm = p.pos_below / p.n_pos
     pf = (p.n_neg - p.neg_below) / p.n_neg
     cost = _cost(pm, pf, p_target, c_miss, c_fa, normalize)
     k = int(np.argmin(cost))
-    return MinDCF(float(cost[k]), float(p.thresholds[k]), float(pm[k]), float(pf[k]),
+    tau = float(p.thresholds[k]) if higher_is_positive else -float(p.thresholds[k])
+    return MinDCF(float(cost[k]), tau, float(pm[k]), float(pf[k]),
                   float(p_target), float(c_miss), float(c_fa), bool(normalize))
 
 

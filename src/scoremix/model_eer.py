@@ -553,6 +553,9 @@ def model_eer(
     """
     from scoremix.metrics import eer
 
+    if not (_is_bayes_fit(fit) or hasattr(fit, "spec")):
+        raise ModelEERError(f"model_eer needs a fitted model (the LmerResult of scoremix.lmer or the "
+                            f"BayesLmerResult of scoremix.bayes_lmer), got {type(fit).__name__} {fit!r:.60}")
     dask_eer = getattr(fit, "dask_model_eer", None)
     if callable(dask_eer):  # a fit on Dask rows: merged per-partition cells, no rows collected
         if by is not None and not (isinstance(by, str) or (isinstance(by, (list, tuple))

@@ -332,6 +332,9 @@ def bayes_lmer(
 
     from scoremix.distributed.inputs import is_dask_collection, is_parquet_path
 
+    for name, value, least in (("draws", draws, 1), ("tune", tune, 0), ("chains", chains, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise ValueError(f"bayes_lmer: {name} must be an integer >= {least}, got {value!r}")
     if isinstance(formula, ModelSpec):
         spec = formula
     elif is_dask_collection(data) or is_parquet_path(data):
@@ -354,6 +357,9 @@ def bayes_lmer(
                               "pass a ModelSpec instead") from exc
         if data is None:
             raise ValueError("data is required with a formula")
+        from scoremix.lme.input_checks import check_model_input
+
+        check_model_input(formula, data)
         spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion)
     return bayes_lmer_spec(spec, priors=priors, draws=draws, tune=tune, chains=chains, sampler=sampler,
                            method=method, likelihood=likelihood, random_seed=random_seed,

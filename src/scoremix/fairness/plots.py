@@ -184,11 +184,17 @@ def plot_score_distributions(result: Any, subgroups: Sequence[str] | None = None
             if v.size:
                 ax.hist(v, bins=edges, density=True, histtype="step", color=col, label=lab)
         if np.isfinite(result.threshold):
-            ax.axvline(result.threshold, color="black", ls=":", lw=1)
+            ax.axvline(result.threshold, color="black", ls=":", lw=1, label="τ* (overall minDCF threshold)")
         rel = bool(tab.loc[g, "reliable"])
         ax.set_title(name + ("" if rel else " (unreliable)"), fontsize=9)
+        ax.set_ylabel("density", fontsize=8)
     for ax in axes.ravel()[len(names):]:
         ax.axis("off")
+    for ax in axes[-1]:  # bottom row (shared x axis)
+        ax.set_xlabel("score", fontsize=8)
+    if len(names) > ncols:  # a panel above an empty one in the last row shows its tick labels
+        for ax in axes.ravel()[len(names) - ncols:len(names)]:
+            ax.set_xlabel("score", fontsize=8)
     axes.ravel()[0].legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -99,6 +99,7 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
     LmerResult
     """
     from scoremix.distributed.inputs import is_dask_collection, is_parquet_path
+    from scoremix.lme.input_checks import check_model_input
     from scoremix.lme.model_frame import build_model_spec
 
     if is_dask_collection(data) or is_parquet_path(data):
@@ -126,6 +127,9 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
         return TRANSFORMS[transform](formula, data, weights=weights, dispersion=dispersion,
                                      na_action=na_action, control=control,
                                      contrasts=contrasts, offset=offset)
+    # (after the transform dispatch: a transformation model accepts ±inf / saturated scores
+    # and has its own named errors for tied scores)
+    check_model_input(formula, data)
     if backend == "lme4" and (offset is not None or contrasts is not None):
         from scoremix.lme.errors import UnsupportedModelError
         raise UnsupportedModelError(

@@ -2,7 +2,9 @@
 
 :func:`load_study` reads a study file (``tomllib``), applies ``--set``-style overrides, expands
 ``${VAR}`` / ``${VAR:-default}`` in paths, resolves paths relative to the file and validates
-every key.  Every problem raises :class:`StudyConfigError` naming the offending key, e.g.
+every key.  A relative path that starts with a variable set in the environment is resolved
+from the current folder (that is where ``export VAR=relative/path`` was typed); a ``:-default``
+and any other relative path is resolved from the study file's folder.  Every problem raises :class:`StudyConfigError` naming the offending key, e.g.
 ``models[1].backend: unknown backend 'lme5'; choose one of native, statsmodels, lme4, bayes``.
 
 The result is a :class:`StudyConfig` of plain dataclasses; :meth:`StudyConfig.to_dict` gives the
@@ -441,7 +443,14 @@ def _path(value: Any, key: str, base: Path, source: Path | None) -> Path:
         raise StudyConfigError(key, f"environment variable {exc.args[0]} is not set (write "
                                     f"${{{exc.args[0]}:-default}} to give a default)", source) from None
     p = Path(os.path.expanduser(text))
-    return p if p.is_absolute() else (base / p).resolve()
+    if p.is_absolute():
+        return p
+    lead = _VAR_RE.match(value)
+    if lead is not None and os.environ.get(lead.group(1)):
+        # the path starts with a variable set in the environment: a relative value was typed
+        # relative to where the command runs (``export SCOREMIX_SHARED_DATA=../shared/data``)
+        base = Path.cwd()
+    return (base / p).resolve()
 
 
 # ---------------------------------------------------------------------------------------

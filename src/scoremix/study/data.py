@@ -78,14 +78,18 @@ def apply_filters(df: pd.DataFrame, filters: dict[str, list[Any]], where: str) -
 
 
 def read_data_file(path: Path) -> pd.DataFrame:
-    """Read one score table: parquet by extension, else CSV/TSV (optionally gzipped)."""
+    """Read one score table: parquet by extension, else CSV/TSV (optionally gzipped), with the
+    named errors of :func:`scoremix.trials.read_table` (corrupt gzip, non-UTF-8 bytes, a wrong
+    separator) turned into :class:`StudyDataError`."""
+    from scoremix.trials import TrialTableError, read_table
+
     if not path.is_file():
         raise StudyDataError(f"{path}: no such data file")
+    sep = "\t" if any(s in path.name for s in (".tsv", ".tab")) else None
     try:
-        if path.suffix in (".parquet", ".pq"):
-            return pd.read_parquet(path)
-        sep = "\t" if any(s in path.name for s in (".tsv", ".tab")) else ","
-        return pd.read_csv(path, sep=sep, low_memory=False)
+        return read_table(path, sep=sep, low_memory=False)
+    except TrialTableError as exc:
+        raise StudyDataError(str(exc)) from None
     except (OSError, ValueError, ImportError) as exc:
         raise StudyDataError(f"{path}: cannot read ({exc})") from None
 

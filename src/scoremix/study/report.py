@@ -12,6 +12,7 @@ nuisance LLR model; recovered vs true parameters for simulated data; how to re-f
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,11 @@ import pandas as pd
 from scoremix import report_html as rh
 from scoremix.study.figures import (MAX_CATERPILLAR_LEVELS, agg_pyplot, caterpillar_figure, forest_figure,
                                     png_of)
+from scoremix.study.data import ALL_SYSTEMS
 from scoremix.study.results import StudyResult, recovered_vs_true
 
-__all__ = ["build_sections", "write_report", "recovered_vs_true", "forest_figure", "caterpillar_figure",
-           "MAX_CATERPILLAR_LEVELS"]
+__all__ = ["build_sections", "write_report", "levels_with_data", "recovered_vs_true", "forest_figure",
+           "caterpillar_figure", "MAX_CATERPILLAR_LEVELS"]
 
 #: Caterpillar plots show at most this many systems per model (the CSV holds all).
 MAX_CATERPILLAR_SYSTEMS = 3
@@ -227,6 +229,7 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
                         "estimate": c["estimate"], "lo": c["estimate"] - 1.96 * c["se"],
                         "hi": c["estimate"] + 1.96 * c["se"]}))
             vc = f["varcorr"].copy()
+            vc = vc.astype(object).where(vc.notna(), "")  # empty cells (var2 of a variance), not "None"
             vc.insert(0, "system", f["system"])
             vc_rows.append(vc)
         fe_all = pd.concat(fe_rows, ignore_index=True)
@@ -252,6 +255,7 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
             if re_ is None or not len(re_):
                 continue
             for (grp, term), g in re_.groupby(["group", "term"], sort=False):
+                g = levels_with_data(res, f["system"], grp, term, g)
                 if len(g) < 2:
                     continue
                 blocks.append(rh.Figure(png_of(caterpillar_figure(g, f"{f['system']}: {grp} — {term}")),
@@ -262,6 +266,26 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
                                        "random_effects.csv holds all."))
         out.append(rh.Section(f"Model {cfg.name}", blocks))
     return out
+
+
+_DUMMY = re.compile(r'^dummy\((\w+),\s*"([^"]*)"\)$')
+
+
+def levels_with_data(res: StudyResult, system: str, group: str, term: str, effects: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``effects`` (one per level of ``group``) whose level has data for ``term``.
+
+    A ``dummy(col, "v")`` term is 0 on every row of a level without ``col == v`` (the
+    ``bonafide`` "attack" under ``dummy(label, "spoof")``): its conditional mode is 0 by
+    construction, and plotting it suggests an effect that the data say nothing about.
+    """
+    m = _DUMMY.match(term)
+    table = res.data.table if system == ALL_SYSTEMS else res.data.subset(system)
+    if m is None or group not in table.columns or m.group(1) not in table.columns:
+        return effects
+    col, value = m.groups()
+    rows = table[table[col].astype(str) == value]
+    keep = set(rows[group].astype(str))
+    return effects[effects["level"].astype(str).isin(keep)]
 
 
 def _model_eer_section(res: StudyResult) -> rh.Section | None:
@@ -382,12 +406,17 @@ def _simple_section(title: str, df: pd.DataFrame | None, text: str) -> rh.Sectio
 def _truth_section(res: StudyResult) -> rh.Section | None:
     if res.recovered is None and res.data.simulation is None:
         return None
+    sim_table = res.data.simulation.table
+    few = ""
+    if "attack" in sim_table.columns:  # countermeasure data: attacks are the grouping factor with few levels
+        n_attacks = int(sim_table.loc[sim_table["y"] == 0, "attack"].nunique())
+        few = f" ({n_attacks} attacks)"
     blocks: list[rh.Block] = [rh.Paragraph(
         "The data are simulated, so the truth is known: the tables set the fitted parameters next to the values "
         f"that generated the data (model: {res.data.simulation.truth.get('formula', '')}). z = (estimate − "
         "true)/SE; |z| > 3 would point at a problem. For standard deviations, 'true' is the population value "
         "the effects were drawn from and 'realised' the SD of the effects (or residuals) actually drawn for the "
-        "levels in the data: with few levels (13 attacks) the two can differ a lot, and a fit can only recover "
+        f"levels in the data: with few levels{few} the two can differ a lot, and a fit can only recover "
         "the realised one. Subgroup shifts built into the data move the intercept and class effect of a model "
         "that does not include them.")]
     if res.recovered is not None:
