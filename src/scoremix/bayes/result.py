@@ -391,13 +391,7 @@ class BayesLmerResult:
         Returns the draws (``groups`` columns, ``draw``, ``eer``) or, with ``summary=True``,
         per subgroup ``mean``, ``sd`` and the HDI bounds of the EER.
         """
-        try:
-            from scoremix.model_eer import gaussian_eer
-        except ImportError:  # pragma: no cover - the module ships with scoremix
-            from scipy.special import ndtr
-
-            def gaussian_eer(m0, m1, s0, s1):
-                return ndtr(-(np.asarray(m1) - m0) / (np.asarray(s0) + s1))
+        from scoremix.predictive.mixture import gaussian_eer
 
         gcols = [groups] if isinstance(groups, str) else list(groups or [])
         mom = self.class_moments(groups=gcols, data=data, label=label, positive=positive,

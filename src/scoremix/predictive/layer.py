@@ -383,10 +383,11 @@ def _binary(values: pd.Series, positive: Any, label: str) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- builders
 def _point_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame | None, label: str,
-                      positive: Any, marg: tuple[str, ...], conditional: bool) -> Predictive:
+                      positive: Any, marg: tuple[str, ...], conditional: bool, split: Sequence[str] = ()
+                      ) -> Predictive:
     all_groups = _group_factors(fit)
     if trials is None:
-        rows = model_frame_with(fit, data, [label])
+        rows = model_frame_with(fit, data, [label, *split])
         spec = fit.spec
         if not marg:
             mean = np.asarray(fit.predict(None, re_form=None), dtype=np.float64)
@@ -528,8 +529,9 @@ def predictive(
         the others are conditioned on.  Point fits only; a posterior fit marginalises all
         random effects or none.
     split:
-        posterior fits: columns whose cells are kept apart (components never straddle them);
-        point fits ignore it (components are exact).
+        columns carried in :attr:`Predictive.frame` (from ``data`` when outside the model
+        frame); for posterior fits their cells are kept apart (components never straddle
+        them).  Point-fit components are exact either way.
     max_draws:
         posterior fits: at most this many evenly spaced draws.
 
@@ -549,4 +551,4 @@ def predictive(
     if getattr(fit, "spec", None) is None and trials is None:
         raise PredictiveError("pass trials=: the fit carries no model frame")
     marg = _marginal_set(fit, conditional, marginal_over)
-    return _point_predictive(fit, trials, data, label, positive, marg, conditional)
+    return _point_predictive(fit, trials, data, label, positive, marg, conditional, list(split))
