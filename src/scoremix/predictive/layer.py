@@ -111,9 +111,16 @@ class Predictive:
         return self.frame.index
 
     def to_latent(self, tau: Any) -> np.ndarray:
-        """Score thresholds → latent thresholds ``h(τ)`` (identity for a Gaussian fit)."""
+        """Score thresholds → latent thresholds (identity for a Gaussian fit).
+
+        Accepting ``s ≥ τ``, the latent threshold is the transform's left limit
+        ``h⁻(τ)`` (``transform.lower``, so tied scores at τ are accepted, as the empirical
+        rates count them); a transform without ``lower`` is called, ``h(τ)``."""
         tau = np.asarray(tau, dtype=np.float64)
-        return tau if self.transform is None else np.asarray(self.transform(tau), dtype=np.float64)
+        if self.transform is None:
+            return tau
+        lower = getattr(self.transform, "lower", None)
+        return np.asarray(lower(tau) if callable(lower) else self.transform(tau), dtype=np.float64)
 
     def to_score(self, t: Any) -> np.ndarray:
         """Latent thresholds → score thresholds ``h⁻¹(t)`` (identity for a Gaussian fit)."""
