@@ -328,8 +328,8 @@ def _bayes_model_eer(
         flags = warn_if_misfit(fit, summary, by=names, stacklevel=4)
         summary["fit_ok"] = ~flags
     summary = summary.drop(columns="se_logit")
-    if names:
-        note = subgroup_term_note(fit, [n for n in names if isinstance(n, str)])
+    if names and (isinstance(by, str) or isinstance(by, (list, tuple))):
+        note = subgroup_term_note(fit, names)
         if note:
             summary.attrs["note"] = note
     return PosteriorEER(draws=long, summary=summary, hdi_prob=hdi_prob, method=method,
@@ -462,7 +462,8 @@ def model_eer(
     else:
         out = out.drop(columns=["eer_empirical_lo", "eer_empirical_hi"])
     out = out.drop(columns="se_logit")
-    note = subgroup_term_note(fit, [n for n in names if isinstance(n, str)])
-    if note:
-        out.attrs["note"] = note
+    if isinstance(by, str) or isinstance(by, (list, tuple)):  # column names (not an array of codes)
+        note = subgroup_term_note(fit, names)
+        if note:
+            out.attrs["note"] = note
     return out

@@ -54,6 +54,10 @@ class BayesLmerResult:
         :class:`~scoremix.bayes.diagnostics.Diagnostics` of the scalar parameters.
     wall_time:
         seconds spent sampling (compilation included).
+    transform:
+        ``bayes_lmer(..., transform="monotone")``: the score → latent map ``h`` (fixed at its
+        ML estimate, see :mod:`scoremix.bayes.transform`); everything else is on the latent
+        scale.  ``None`` for the Gaussian model.
     """
 
     idata: Any
@@ -65,6 +69,8 @@ class BayesLmerResult:
     diagnostics: Diagnostics
     wall_time: float = float("nan")
     centred: list[bool] = field(default_factory=list)
+    #: the fixed score → latent map of a transformation model (``None``: Gaussian model)
+    transform: Any = None
 
     # ------------------------------------------------------------------ names
     @property
