@@ -10,13 +10,11 @@ import pytest
 import scipy.sparse as sp
 
 import lme_native_helpers as H
-from scoremix.lme import native
-from scoremix.lme.crossprod import (
-    conditional_estimates,
-    crossproducts,
-    profiled_deviance,
-    theta_to_T,
-)
+from scoremix.lme import native, optimizer
+from scoremix.lme.conditional import conditional_estimates
+from scoremix.lme.crossprod import crossproducts
+from scoremix.lme.deviance import profiled_deviance
+from scoremix.lme.relcov import theta_to_T
 from scoremix.lme.errors import ConvergenceWarning, SingularFitWarning
 from scoremix.lme.spec import ModelSpec, RandomTerm
 
@@ -295,8 +293,7 @@ def test_sparse_downdate_and_analytic_gradient_match_dense_and_finite_difference
     estimates; the analytic gradient (scalar terms) matches central differences."""
     import pandas as pd
     from pathlib import Path
-    from scoremix.lme.crossprod import (conditional_estimates, crossproducts,
-                                        profiled_deviance, profiled_deviance_grad)
+    from scoremix.lme.deviance import profiled_deviance_grad
     from scoremix.lme.model_frame import build_model_spec
     ref = Path(__file__).parent / "data" / "reference"
     pen = pd.read_csv(ref / "Penicillin.csv")
@@ -339,7 +336,7 @@ def test_scaled_gradient_is_lme4s_solve_chol_hessian_gradient():
         return float(g @ x + 0.5 * x @ Hm @ x)
 
     lb = np.full(2, -np.inf)
-    msgs = native._check_conv(f, np.zeros(2), lb, native.NativeControl())
+    msgs = optimizer.check_conv(f, np.zeros(2), lb, optimizer.NativeControl())
     assert len(msgs) == 1
     assert msgs[0].startswith("Model failed to converge with max|grad| = 0.05 (tol = 0.002, component 1)")
 
@@ -361,7 +358,7 @@ def test_check_hess_follows_lme4(evals, is_theta, expected):
     Q = np.array([[c, -s], [s, c]]) if is_theta is None else np.eye(2)
     Hm = Q @ np.diag(evals) @ Q.T
     mask = None if is_theta is None else np.array(is_theta)
-    assert native._check_hess(Hm, 1e-6, mask) == expected
+    assert optimizer.check_hess(Hm, 1e-6, mask) == expected
 
 
 def test_badly_scaled_slope_gets_lme4_advice_and_the_right_optimum():

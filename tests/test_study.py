@@ -297,7 +297,7 @@ def test_failed_fit_does_not_stop_the_study(tmp_path):
     res = run_study(parse_study(raw), out_dir=tmp_path / "o", progress=False, report=True)
     assert [f["model"] for f in res.failed] == ["broken"] and "trial_id" in res.failed[0]["error"]
     assert [m["model"] for m in res.models] == ["crossed"]
-    assert "Model fits that failed" in (tmp_path / "o" / "report.html").read_text(encoding="utf-8")
+    assert "Steps that failed" in (tmp_path / "o" / "report.html").read_text(encoding="utf-8")
 
 
 @pytest.mark.slow

@@ -32,10 +32,12 @@ from pathlib import Path
 
 from scoremix._version import __version__
 
-__all__ = ["main", "build_parser", "EXIT_INPUT_ERROR"]
+__all__ = ["main", "build_parser", "EXIT_INPUT_ERROR", "EXIT_ANALYSIS_FAILED"]
 
 #: Exit status for invalid input (same as argparse's usage errors).
 EXIT_INPUT_ERROR = 2
+#: Exit status when a model fit, an analysis or the report of a study failed (the rest ran).
+EXIT_ANALYSIS_FAILED = 1
 
 EER_METHODS = ("rocch", "interp", "asvspoof", "voxceleb")
 
@@ -102,14 +104,17 @@ def _cmd_eer(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from scoremix.demo import run_demo
-    from scoremix.study import DaskUnavailableError, StudyDataError
     from scoremix.simulate import SimulationError
+    from scoremix.study import DaskUnavailableError, StudyConfigError, StudyDataError
+    from scoremix.study.outdir import StudyOutputError
 
     try:
         res = run_demo(args.out, seed=args.seed, n_trials=args.n_trials, progress=not args.no_progress,
                        n_boot=args.n_boot, bayes=args.bayes, bayes_draws=args.bayes_draws, jobs=args.jobs,
-                       dask=args.dask)
+                       dask=args.dask, overwrite=args.overwrite)
     except (SimulationError, StudyDataError, DaskUnavailableError) as exc:
+        return _fail("demo", None, exc)
+    except (StudyOutputError, StudyConfigError) as exc:
         return _fail("demo", None, exc)
     except OSError as exc:
         return _fail("demo", str(args.out), exc)
@@ -130,11 +135,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print(f"Outputs in {res['out_dir']}:")
     _print_files(res["files"])
     print(f"Open {res['files'].get('report.html')} in a browser.")
-    return 0
+    return EXIT_ANALYSIS_FAILED if res["study"].failed else 0
 
 
 def _print_files(files: dict) -> None:
-    from scoremix.study.runner import FILE_DESCRIPTIONS
+    from scoremix.study.results import FILE_DESCRIPTIONS
 
     for name, path in files.items():
         desc = FILE_DESCRIPTIONS.get(name, "model fit" if name.startswith("models/") else
@@ -148,8 +153,9 @@ def _print_files(files: dict) -> None:
 
 def _cmd_study(args: argparse.Namespace) -> int:
     from scoremix.lme.errors import LmeError
-    from scoremix.study import DaskUnavailableError, StudyConfigError, StudyDataError, load_study, run_study
     from scoremix.fairness import SubgroupError
+    from scoremix.study import DaskUnavailableError, StudyConfigError, StudyDataError, load_study, run_study
+    from scoremix.study.outdir import StudyOutputError
 
     path = Path(args.study)
     if not path.exists():
@@ -161,9 +167,12 @@ def _cmd_study(args: argparse.Namespace) -> int:
         return EXIT_INPUT_ERROR
     try:
         res = run_study(cfg, out_dir=args.out, jobs=args.jobs, dask=args.dask, progress=not args.no_progress,
-                        report=not args.no_report)
-    except (StudyDataError, DaskUnavailableError) as exc:
+                        report=not args.no_report, overwrite=args.overwrite)
+    except (StudyDataError, DaskUnavailableError, StudyOutputError) as exc:
         return _fail("study", None, exc)
+    except StudyConfigError as exc:
+        print(f"scoremix study: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
     except (LmeError, SubgroupError, KeyError, ValueError) as exc:
         return _fail("study", str(path), exc)
     except OSError as exc:
@@ -173,6 +182,10 @@ def _cmd_study(args: argparse.Namespace) -> int:
           f"({res.timings.get('total', 0):.1f} s).")
     print(f"Outputs in {res.out_dir}:")
     _print_files(res.files)
+    if res.failed:
+        # each failure was printed on stderr by run_study, one line each
+        print(f"scoremix study: {len(res.failed)} step(s) failed (listed above and in report.html)", file=sys.stderr)
+        return EXIT_ANALYSIS_FAILED
     return 0
 
 
@@ -300,7 +313,7 @@ def _cmd_fairness(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from scoremix.demo import to_jsonable
+    from scoremix.jsonable import to_jsonable
     from scoremix.simulate import SimulationError, simulate_sv_trials, simulate_trials
 
     try:
@@ -368,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a study key, e.g. --set analyses.fairness.n_boot=50 (repeatable)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing non-empty output folder (once the new run is complete)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=_cmd_study)
 
@@ -377,6 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "fairness with bootstrap intervals, recovered vs true parameters; all "
                                    "outputs of 'scoremix study' in DIR. Needs no R and no shared data.")
     p.add_argument("--out", default="demo-report", metavar="DIR", help="output folder (default: demo-report)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing non-empty output folder (once the new run is complete)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--n-trials", type=int, default=20000, help="number of trials (default 20000)")
     p.add_argument("--n-boot", type=int, default=200, help="bootstrap replicates of the fairness table (default 200)")
@@ -441,21 +458,68 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Stop(BaseException):
+    """Raised in the main thread by the SIGTERM/SIGINT handler of :func:`main`."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    _ignore_further_signals()  # a second Ctrl-C must not interrupt the clean-up
+    raise _Stop(signum)
+
+
+def _ignore_further_signals() -> None:
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):  # not the main thread
+            pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 2 input error)."""
+    """Run the command line; returns the exit status (0 ok, 1 a study step failed, 2 input error,
+    128 + signal number when stopped by SIGINT or SIGTERM).
+
+    SIGTERM and SIGINT stop the command: the study's staging folder is deleted, every worker
+    process (joblib/loky, Dask) is stopped, and one line is printed instead of a traceback."""
+    import signal
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return EXIT_INPUT_ERROR
+    previous: dict[int, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            previous[sig] = signal.signal(sig, _on_signal)
+        except ValueError:  # not the main thread: leave signals alone
+            break
     try:
         return int(args.func(args))
+    except (KeyboardInterrupt, _Stop) as exc:
+        _ignore_further_signals()
+        from scoremix.study.parallel import stop_workers
+
+        stop_workers()
+        signum = exc.signum if isinstance(exc, _Stop) else int(signal.SIGINT)
+        print(f"scoremix {args.command}: interrupted by {signal.Signals(signum).name}; stopped, "
+              "no partial output left behind", file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:
         # Output piped into e.g. `head` that closed early: not an error of ours. Point stdout
         # at /dev/null so the interpreter's final flush does not raise again.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

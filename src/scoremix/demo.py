@@ -24,14 +24,13 @@ given the realised random effects (:meth:`scoremix.simulate.Simulation.true_rate
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from scoremix.jsonable import to_jsonable
 
 __all__ = ["DEMO_STUDY_TOML", "DEMO_SUBGROUP_SHIFT", "DEMO_P_TARGET", "demo_study", "run_demo", "to_jsonable"]
 
@@ -47,34 +46,6 @@ DEMO_C_FA: float = 1.0
 
 #: Subgroups with fewer trials of either class than this get NaN measures in the table.
 MIN_CLASS_TRIALS: int = 20
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Convert numpy/pandas values (Series → dict, DataFrame → {row: {col: v}}) for ``json``.
-
-    Non-finite floats become ``None`` (JSON has no NaN/inf).
-    """
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, pd.Series):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, pd.DataFrame):
-        return {str(i): {str(c): to_jsonable(v) for c, v in row.items()}
-                for i, row in obj.to_dict(orient="index").items()}
-    if isinstance(obj, np.ndarray):
-        return [to_jsonable(v) for v in obj.tolist()]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        v = float(obj)
-        return v if math.isfinite(v) else None
-    if isinstance(obj, (np.bool_,)):
-        return bool(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
 
 
 def _metrics_module() -> Any:
@@ -165,42 +136,8 @@ def demo_study(seed: int = 0, n_trials: int = 20000, n_boot: int = 200, bayes: b
     return parse_study(raw, base_dir=".", source="<scoremix demo>")
 
 
-def run_demo(out_dir: str | Path, seed: int = 0, n_trials: int = 20000, progress: bool = True,
-             n_boot: int = 200, bayes: bool = False, bayes_draws: int = 200, jobs: int = 1,
-             dask: str | None = None) -> dict[str, Any]:
-    """Run the demo study (:func:`demo_study`) through the study runner.
-
-    Writes everything :func:`scoremix.study.run_study` writes (``trials.csv``, ``truth.json``,
-    ``fixed_effects.csv``, ``fairness.csv``, ``recovered_vs_true.csv``, ``report.html``, …) plus
-    ``metrics.json``: the overall empirical EER/minDCF next to their true values (expected rates
-    of the data-generating process), and per subgroup.
-
-    Parameters
-    ----------
-    out_dir:
-        output folder (created if needed).
-    seed, n_trials:
-        simulation seed and size (1000 speakers, 13 attacks).
-    progress:
-        progress bars and stage messages.
-    n_boot:
-        speaker-bootstrap replicates of the fairness table.
-    bayes, bayes_draws:
-        also fit the crossed model with PyMC (``bayes_draws`` draws and tuning steps, 2 chains).
-    jobs, dask:
-        parallel execution of the study tasks (see :func:`scoremix.study.run_study`).
-
-    Returns
-    -------
-    dict
-        ``{"out_dir": Path, "files": {name: Path}, "metrics": dict, "sections": [titles],
-        "messages": [str], "study": StudyResult}``.
-    """
-    from scoremix.study import run_study
-
-    out = Path(out_dir)
-    cfg = demo_study(seed=seed, n_trials=n_trials, n_boot=n_boot, bayes=bayes, bayes_draws=bayes_draws)
-    res = run_study(cfg, out_dir=out, jobs=jobs, dask=dask, progress=progress)
+def _demo_metrics(res: Any) -> dict[str, Any]:
+    """The overall empirical EER/minDCF of the demo next to their true values, and per subgroup."""
     sim = res.data.simulation
     table = res.data.table
     scores, y = table["score"].to_numpy(float), table["y"].to_numpy()
@@ -223,10 +160,56 @@ def run_demo(out_dir: str | Path, seed: int = 0, n_trials: int = 20000, progress
     metrics["subgroups"] = subgroups
     if res.recovered is not None:
         metrics["recovered_vs_true"] = res.recovered.to_dict(orient="records")
-    metrics_path = out / "metrics.json"
-    metrics_path.write_text(json.dumps(to_jsonable(metrics), indent=2), encoding="utf-8")
+    return metrics
+
+
+def run_demo(out_dir: str | Path, seed: int = 0, n_trials: int = 20000, progress: bool = True,
+             n_boot: int = 200, bayes: bool = False, bayes_draws: int = 200, jobs: int = 1,
+             dask: str | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """Run the demo study (:func:`demo_study`) through the study runner.
+
+    Writes everything :func:`scoremix.study.run_study` writes (``trials.csv``, ``truth.json``,
+    ``fixed_effects.csv``, ``fairness.csv``, ``recovered_vs_true.csv``, ``report.html``, …) plus
+    ``metrics.json`` (listed in the manifest like every other file): the overall empirical
+    EER/minDCF next to their true values (expected rates of the data-generating process), and
+    per subgroup.
+
+    Parameters
+    ----------
+    out_dir:
+        output folder (created if needed).
+    seed, n_trials:
+        simulation seed and size (1000 speakers, 13 attacks).
+    progress:
+        progress bars and stage messages.
+    n_boot:
+        speaker-bootstrap replicates of the fairness table.
+    bayes, bayes_draws:
+        also fit the crossed model with PyMC (``bayes_draws`` draws and tuning steps, 2 chains).
+    jobs, dask:
+        parallel execution of the study tasks (see :func:`scoremix.study.run_study`).
+    overwrite:
+        replace an existing non-empty ``out_dir`` (otherwise it is refused).
+
+    Returns
+    -------
+    dict
+        ``{"out_dir": Path, "files": {name: Path}, "metrics": dict, "sections": [titles],
+        "messages": [str], "study": StudyResult}``.
+    """
+    from scoremix.study import run_study
+
+    out = Path(out_dir)
+    cfg = demo_study(seed=seed, n_trials=n_trials, n_boot=n_boot, bayes=bayes, bayes_draws=bayes_draws)
+    metrics: dict[str, Any] = {}
+
+    def demo_metrics(res: Any) -> dict[str, tuple[Any, str]]:
+        metrics.update(_demo_metrics(res))
+        return {"metrics.json": (metrics, "demo measures vs truth")}
+
+    res = run_study(cfg, out_dir=out, jobs=jobs, dask=dask, progress=progress, overwrite=overwrite,
+                    extra_outputs=demo_metrics)
     files = dict(res.files)
-    files["metrics.json"] = metrics_path
     messages = []
     rec = res.recovered
     if rec is not None:

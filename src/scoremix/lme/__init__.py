@@ -1,22 +1,28 @@
 """Linear mixed-effects models with lme4 formulas (see :func:`scoremix.lmer`).
 
-Pipeline (as in lme4): formula → :func:`~scoremix.lme.model_frame.build_model_spec` (model
-frame, fixed and random design) → :func:`~scoremix.lme.crossprod.crossproducts` (cross-products
-of ``[Z X y]`` formed once) → profiled deviance over θ → optimizer → :class:`LmerResult`.
+The engine flows one way (as lme4 and MixedModels.jl):
+
+formula (:mod:`~scoremix.lme.formula`) → model frame
+(:func:`~scoremix.lme.model_frame.build_model_spec`) → cross-products of ``[Z X y]`` formed
+once (:mod:`~scoremix.lme.crossprod`) → blocked Cholesky factorisation at ``θ``
+(:mod:`~scoremix.lme.factor`, with :mod:`~scoremix.lme.relcov` and :mod:`~scoremix.lme.pairs`)
+→ profiled deviance and its gradient (:mod:`~scoremix.lme.deviance`) → optimiser
+(:mod:`~scoremix.lme.optimizer`) → conditional estimates (:mod:`~scoremix.lme.conditional`)
+→ :class:`LmerResult` (:mod:`~scoremix.lme.engine`, :mod:`~scoremix.lme.result`,
+:mod:`~scoremix.lme.native`, :mod:`~scoremix.lme.api`), with inference on top
+(:mod:`~scoremix.lme.confint`, :mod:`~scoremix.lme.anova`).
 """
 
 from scoremix.lme.api import fit_spec, lmer
-from scoremix.lme.crossprod import (
-    CrossProducts,
-    conditional_estimates,
-    crossproducts,
-    profiled_deviance,
-)
+from scoremix.lme.crossprod import CrossProducts, crossproducts, sum_crossproducts
+from scoremix.lme.conditional import conditional_estimates
+from scoremix.lme.deviance import profiled_deviance, profiled_deviance_grad
 from scoremix.lme.inference import anova, confint
-from scoremix.lme.native import NativeControl
+from scoremix.lme.optimizer import NativeControl
 from scoremix.lme.result import LmerResult
 
 __all__ = [
     "CrossProducts", "LmerResult", "NativeControl", "anova", "conditional_estimates", "confint",
-    "crossproducts", "fit_spec", "lmer", "profiled_deviance",
+    "crossproducts", "fit_spec", "lmer", "profiled_deviance", "profiled_deviance_grad",
+    "sum_crossproducts",
 ]

@@ -1,4 +1,4 @@
-"""Weighted cross-products of ``[Z X y]`` and the profiled deviance of a linear mixed model.
+"""Weighted cross-products of ``[Z X y]`` of a linear mixed model, formed once.
 
 The model (lme4's formulation, Bates et al. 2015, *J. Stat. Softw.* 67(1)) is
 
@@ -10,32 +10,14 @@ The model (lme4's formulation, Bates et al. 2015, *J. Stat. Softw.* 67(1)) is
 with ``W = diag(w_i / ρ_{d(i)})``: prior weights ``w`` and, for a class-specific residual
 variance, a relative variance ``ρ_d`` per dispersion level (``ρ_0 = 1``).
 
-For fixed ``θ`` let ``L_θ`` be the Cholesky factor of the augmented system
+Everything the engine needs from the rows is ``[Z X y]' W_d [Z X y]`` per dispersion level
+``d``, blocked per random term as in MixedModels.jl: term 1 (the one with most levels) is kept
+as ``n_1`` diagonal ``p_1 × p_1`` blocks, everything else (``Z_2 … Z_K``, ``X``, ``y``) as one
+dense "rest" block whose size does not grow with the number of rows.  The factorisation at
+each ``θ`` is :mod:`scoremix.lme.factor`, the criterion :mod:`scoremix.lme.deviance`.
 
-.. math::
-
-    \\begin{pmatrix} \\Lambda'Z'WZ\\Lambda + I & \\Lambda'Z'WX & \\Lambda'Z'Wy\\\\
-    X'WZ\\Lambda & X'WX & X'Wy\\\\ y'WZ\\Lambda & y'WX & y'Wy\\end{pmatrix}
-    = \\begin{pmatrix} L_Z & & \\\\ L_{XZ} & R_X & \\\\ c_u' & c_\\beta' & r_\\theta
-    \\end{pmatrix}\\begin{pmatrix} L_Z & & \\\\ L_{XZ} & R_X & \\\\ c_u' & c_\\beta' &
-    r_\\theta\\end{pmatrix}'.
-
-``r_θ²`` is the penalised weighted residual sum of squares at the conditional estimates, and
-the profiled deviances are (``n`` rows, ``p`` fixed effects)
-
-.. math::
-
-    -2\\ell_{ML}(\\theta) = \\log|L_Z|^2 + n\\left(1 + \\log\\frac{2\\pi r_\\theta^2}{n}\\right)
-    - \\sum_i \\log W_{ii},
-
-    -2\\ell_{REML}(\\theta) = \\log|L_Z|^2 + \\log|R_X|^2 + (n-p)\\left(1 +
-    \\log\\frac{2\\pi r_\\theta^2}{n-p}\\right) - \\sum_i \\log W_{ii}.
-
-The cross-products are formed once (:func:`crossproducts`), blocked per random term as in
-MixedModels.jl: term 1 (the one with most levels) is kept as ``n_1`` diagonal ``p_1 × p_1``
-blocks, everything else (``Z_2 … Z_K``, ``X``, ``y``) as one dense "rest" block whose size does
-not grow with the number of rows.  Each θ evaluation then costs a batched ``p_1 × p_1``
-Cholesky plus one dense Cholesky of the rest block.
+Cross-products are sums over rows, so the cross-products of row partitions (with the same
+levels and dispersion levels) add up: :func:`sum_crossproducts`.
 """
 
 from __future__ import annotations
@@ -44,23 +26,11 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
-import scipy.linalg as sla
 
+from scoremix.lme.pairs import PairStructure
 from scoremix.lme.spec import ModelSpec
 
-__all__ = [
-    "CrossProducts",
-    "crossproducts",
-    "theta_to_T",
-    "Factorization",
-    "factorize",
-    "profiled_deviance",
-    "ConditionalEstimates",
-    "conditional_estimates",
-    "conditional_variances",
-    "has_analytic_gradient",
-    "profiled_deviance_grad",
-]
+__all__ = ["CrossProducts", "crossproducts", "sum_crossproducts"]
 
 _DENSE_BINCOUNT_LIMIT = 50_000_000
 _SPARSE_MIN_SIZE = 200_000
@@ -112,15 +82,15 @@ class CrossProducts:
     #: use the sparse Schur-complement path (``None`` = decide from the density of ``Ar1``)
     sparse_ar1: bool | None = field(default=None, repr=False)
     _ar1_sp: list | None = field(default=None, repr=False)
-    _pairs: "_PairStructure | None | bool" = field(default=None, repr=False)
+    _pairs: "PairStructure | None | bool" = field(default=None, repr=False)
 
-    def pair_structure(self) -> "_PairStructure | None":
-        """Cached :class:`_PairStructure` of the sparse ``Ar1`` for scalar-term,
+    def pair_structure(self) -> "PairStructure | None":
+        """Cached :class:`PairStructure` of the sparse ``Ar1`` for scalar-term,
         homoscedastic models on the sparse path (``None`` otherwise)."""
         if self._pairs is None:
             ok = (self.n_disp == 1 and all(p == 1 for p in self.term_p)
                   and self.ar1_sparse() is not None)
-            self._pairs = _PairStructure.build(self.ar1_sparse()[0]) if ok else False
+            self._pairs = PairStructure.build(self.ar1_sparse()[0]) if ok else False
             if self._pairs is None:
                 self._pairs = False
         return self._pairs or None
@@ -167,6 +137,9 @@ class CrossProducts:
         """A copy whose ``y`` parts (``Z'Wy``, ``X'Wy``, ``y'Wy``) are recomputed for a new
         response of the same design (used by the parametric bootstrap)."""
         y = np.asarray(y, dtype=float)
+        if not self._codes:
+            raise ValueError("these cross-products keep no rows (e.g. a sum of partitions); "
+                             "form them with crossproducts(spec) to change the response")
         if y.shape != (self.n,):
             raise ValueError(f"new response has shape {y.shape}, expected ({self.n},)")
         out = CrossProducts(self.n, self.p, self.term_p, self.term_nlev, self.A11,
@@ -198,58 +171,6 @@ class CrossProducts:
         return CrossProducts(self.n, self.p - 1, self.term_p, self.term_nlev, self.A11, Ar1,
                              Arr, self.n_by, self.sum_log_w, sparse_ar1=self.sparse_ar1)
 
-
-_PAIR_MAX_NNZ = 30_000_000
-
-
-@dataclass
-class _PairStructure:
-    """Sparsity "pair structure" of ``A D A'`` for a sparse ``m × q_1`` matrix ``A`` and a
-    diagonal ``D = diag(c)``.
-
-    The lower triangle of ``A D A'`` is ``(A D A')_{ij} = Σ_s A_{is} A_{js} c_s`` (``i ≥ j``);
-    with ``P_{(ij), s} = A_{is} A_{js}`` (one row per structurally non-zero pair) all its
-    entries are the sparse mat-vec ``P c``.  ``rows``/``cols`` give the pairs, ``flat`` their
-    positions ``i·m + j`` in a C-ordered ``m × m`` array.
-    """
-
-    P: object
-    rows: np.ndarray
-    cols: np.ndarray
-    flat: np.ndarray
-    m: int
-
-    @classmethod
-    def build(cls, A) -> "_PairStructure | None":
-        import scipy.sparse as sp
-        m, q1 = A.shape
-        Ac = sp.csc_matrix(A)
-        Ac.sort_indices()
-        counts = np.diff(Ac.indptr)
-        if int(np.sum(counts * (counts + 1) // 2)) > _PAIR_MAX_NNZ:
-            return None
-        I, J, V, S = [], [], [], []
-        for k in np.unique(counts):
-            if k == 0:
-                continue
-            colsk = np.flatnonzero(counts == k)
-            pos = Ac.indptr[colsk][:, None] + np.arange(k)[None, :]
-            r = Ac.indices[pos]
-            v = Ac.data[pos]
-            ti, tj = np.tril_indices(k)   # rows sorted ascending: r[:, ti] >= r[:, tj]
-            I.append(r[:, ti].ravel())
-            J.append(r[:, tj].ravel())
-            V.append((v[:, ti] * v[:, tj]).ravel())
-            S.append(np.repeat(colsk, ti.size))
-        if not I:
-            return None
-        I = np.concatenate(I).astype(np.int64)
-        J = np.concatenate(J).astype(np.int64)
-        keys = I * m + J
-        flat, inv = np.unique(keys, return_inverse=True)
-        P = sp.csr_matrix((np.concatenate(V), (inv.ravel(), np.concatenate(S))),
-                          shape=(flat.size, q1))
-        return cls(P=P, rows=flat // m, cols=flat % m, flat=flat, m=m)
 
 
 def _weights_by_level(spec: ModelSpec, weights: np.ndarray | None) -> tuple[list[np.ndarray], np.ndarray]:
@@ -459,535 +380,40 @@ def _rest_cross_fast(cols: list[tuple], X: np.ndarray, y: np.ndarray, w: np.ndar
     return out
 
 
-def theta_to_T(theta: np.ndarray, term_p: Sequence[int]) -> list[np.ndarray]:
-    """Split ``θ`` into the lower-triangular relative factors ``T_k`` (column-major lower
-    triangle per term, lme4's order)."""
-    theta = np.atleast_1d(np.asarray(theta, dtype=float))
-    out = []
-    pos = 0
-    for p in term_p:
-        T = np.zeros((p, p))
-        for j in range(p):
-            for i in range(j, p):
-                T[i, j] = theta[pos]
-                pos += 1
-        out.append(T)
-    if pos != len(theta):
-        raise ValueError(f"theta has {len(theta)} elements, the terms need {pos}")
-    return out
+def sum_crossproducts(parts: Sequence[CrossProducts]) -> CrossProducts:
+    """Cross-products of the union of disjoint row partitions: the blockwise sum.
 
-
-@dataclass
-class Factorization:
-    """The blocked Cholesky factor of the augmented system at one ``θ`` (and ``ρ``).
-
-    ``L11`` are the ``n_1`` diagonal ``p_1 × p_1`` blocks of term 1, ``L11inv`` their
-    inverses, ``Lr1 = C L_11^{-T}`` the rows ``[Z_2 … X y]`` below them (``None`` when
-    :func:`factorize` was called with ``need_lr1=False`` on the sparse path) and ``Lrr`` the
-    dense Cholesky factor of the Schur complement of the rest block.
-    """
-
-    T: list[np.ndarray]
-    L11: np.ndarray
-    L11inv: np.ndarray
-    Lr1: np.ndarray
-    Lrr: np.ndarray
-    q_rest: int
-    p: int
-    n: int
-    ldW: float
-
-    @property
-    def ldL2(self) -> float:
-        """``log|L_Z|²``."""
-        d1 = np.einsum("lii->li", self.L11)
-        dr = np.diag(self.Lrr)[: self.q_rest]
-        return float(2 * np.sum(np.log(d1)) + 2 * np.sum(np.log(dr)))
-
-    @property
-    def ldRX2(self) -> float:
-        """``log|R_X|²``."""
-        d = np.diag(self.Lrr)[self.q_rest: self.q_rest + self.p]
-        return float(2 * np.sum(np.log(d)))
-
-    @property
-    def pwrss(self) -> float:
-        """``r_θ²``: penalised weighted residual sum of squares."""
-        return float(self.Lrr[-1, -1] ** 2)
-
-    def deviance(self, reml: bool) -> float:
-        """Profiled deviance (ML) or REML criterion, see the module docstring."""
-        n, p = self.n, self.p
-        r2 = self.pwrss
-        if r2 <= 0:
-            return np.inf
-        if reml:
-            nmp = n - p
-            return self.ldL2 + self.ldRX2 + nmp * (1 + np.log(2 * np.pi * r2 / nmp)) - self.ldW
-        return self.ldL2 + n * (1 + np.log(2 * np.pi * r2 / n)) - self.ldW
-
-
-def _combine(cp: CrossProducts, rho: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    if cp.n_disp == 1:
-        if rho is not None and len(rho) not in (0, 1):
-            raise ValueError("relative variances given for a homoscedastic model")
-        return cp.A11[0], cp.Ar1[0], cp.Arr[0], cp.sum_log_w
-    if rho is None or len(rho) != cp.n_disp:
-        raise ValueError(f"the model has {cp.n_disp} dispersion levels; give that many relative variances")
-    inv = 1.0 / np.asarray(rho, float)
-    A11 = np.tensordot(inv, cp.A11, axes=1)
-    Ar1 = np.tensordot(inv, cp.Ar1, axes=1)
-    Arr = np.tensordot(inv, cp.Arr, axes=1)
-    ldW = cp.sum_log_w - float(np.dot(cp.n_by, np.log(rho)))
-    return A11, Ar1, Arr, ldW
-
-
-def _scale_rows(M: np.ndarray, T: list[np.ndarray], cp: CrossProducts) -> np.ndarray:
-    """Apply ``Λ_rest'`` to the rows of the ``[Z_2 … Z_K]`` part of ``M`` (in place copy)."""
-    M = M.copy()
-    pos = 0
-    for k in range(1, len(cp.term_p)):
-        pk, nk = cp.term_p[k], cp.term_nlev[k]
-        sl = slice(pos, pos + pk * nk)
-        if pk == 1:
-            M[sl] *= T[k][0, 0]
-        else:
-            blk = M[sl].reshape(nk, pk, -1)
-            M[sl] = np.einsum("ba,lbc->lac", T[k], blk).reshape(pk * nk, -1)
-        pos += pk * nk
-    return M
-
-
-def _downdate_sparse(cp: CrossProducts, rho: np.ndarray | None, T1: np.ndarray,
-                     A11: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """``Ar1 · blockdiag(T_1 (T_1'A11_l T_1 + I)^{-1} T_1') · Ar1'`` (dense ``m × m``) with the
-    cached sparse ``Ar1``, plus ``L11`` and its inverse; ``None`` when the dense path is
-    used."""
-    mats = cp.ar1_sparse()
-    if mats is None:
-        return None
-    import scipy.sparse as sp
-    if cp.n_disp == 1:
-        A = mats[0]
-    else:
-        inv = 1.0 / np.asarray(rho, float)
-        A = mats[0] * inv[0]
-        for d in range(1, cp.n_disp):
-            A = A + mats[d] * inv[d]
-        A = A.tocsr()
-    p1, n1 = cp.term_p[0], cp.term_nlev[0]
-    if p1 == 1:
-        t = T1[0, 0]
-        dd = A11[:, 0, 0] * t * t + 1.0
-        L11 = np.sqrt(dd)[:, None, None]
-        L11inv = 1.0 / L11
-        B = A.multiply((t * t / dd)[None, :]).tocsr()
-    else:
-        S11 = np.einsum("ba,lbc,cd->lad", T1, A11, T1) + np.eye(p1)
-        L11 = np.linalg.cholesky(S11)
-        L11inv = np.linalg.inv(L11)
-        F = np.einsum("ab,lcb->lac", T1, L11inv)  # T_1 L_l^{-T}
-        blocks = np.einsum("lab,lcb->lac", F, F)   # T_1 S11_l^{-1} T_1'
-        M = sp.bsr_matrix((blocks, np.arange(n1), np.arange(n1 + 1)), shape=(n1 * p1, n1 * p1))
-        B = (A @ M).tocsr()
-    G = (B @ A.T.tocsr()).toarray()
-    return G, L11, L11inv
-
-
-def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = None,
-              need_lr1: bool = True) -> Factorization:
-    """Blocked Cholesky factorisation of the augmented system at ``θ`` (and relative
-    residual variances ``ρ`` for a dispersion model).
-
-    Parameters
-    ----------
-    need_lr1:
-        also form the dense off-diagonal block ``Lr1`` (needed for the conditional
-        estimates; the criterion only needs ``L11`` and ``Lrr``).  With a sparse ``Ar1``
-        (see :meth:`CrossProducts.ar1_sparse`) and ``need_lr1=False``, ``Lr1`` is ``None``.
-
-    Raises
-    ------
-    numpy.linalg.LinAlgError
-        when the rest block is not positive definite (e.g. a perfect fit).
-    """
-    theta = np.atleast_1d(np.asarray(theta, dtype=float))
-    T = theta_to_T(theta, cp.term_p)
-    p1, n1 = cp.term_p[0], cp.term_nlev[0]
-    T1 = T[0]
-    qr = cp.q_rest
-    ps = cp.pair_structure()
-    if ps is not None:
-        return _factorize_pairs(theta, T, cp, ps, rho, need_lr1)
-    if cp.n_disp == 1 or cp.ar1_sparse() is None:
-        A11, Ar1, Arr, ldW = _combine(cp, rho)
-    else:  # combine A11, Arr densely; Ar1 is combined sparsely
-        A11, Arr, ldW = _combine_small(cp, rho)
-        Ar1 = None
-    sparse_out = _downdate_sparse(cp, rho, T1, A11)
-    if sparse_out is not None:
-        # Schur complement: Λr'(Arr − Ar1 D Ar1')Λr + I, with the sparse downdate
-        G, L11, L11inv = sparse_out
-        S = _scale_rows(_scale_rows(Arr - G, T, cp).T, T, cp).T
-        S[np.arange(qr), np.arange(qr)] += 1.0
-        Lrr = np.linalg.cholesky(S)
-        Lr1 = None
-        if need_lr1:
-            if Ar1 is None:
-                Ar1 = _combine(cp, rho)[1]
-            Lr1 = _scale_rows(_lr1_dense(Ar1, T1, L11, L11inv, n1, p1), T, cp)
-        return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=Lr1, Lrr=Lrr, q_rest=qr, p=cp.p,
-                             n=cp.n, ldW=ldW)
-    # term 1: T1' A11_l T1 + I, batched
-    if p1 == 1:
-        t = T1[0, 0]
-        d = A11[:, 0, 0] * t * t + 1.0
-        L11 = np.sqrt(d)[:, None, None]
-        L11inv = 1.0 / L11
-    else:
-        S11 = np.einsum("ba,lbc,cd->lad", T1, A11, T1) + np.eye(p1)
-        L11 = np.linalg.cholesky(S11)
-        L11inv = np.linalg.inv(L11)
-    Lr1 = _scale_rows(_lr1_dense(Ar1, T1, L11, L11inv, n1, p1), T, cp)
-    S = _scale_rows(_scale_rows(Arr, T, cp).T, T, cp).T
-    S[np.arange(qr), np.arange(qr)] += 1.0
-    S -= Lr1 @ Lr1.T
-    Lrr = np.linalg.cholesky(S)
-    return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=Lr1, Lrr=Lrr, q_rest=qr, p=cp.p,
-                         n=cp.n, ldW=ldW)
-
-
-def _rest_scale(theta: np.ndarray, cp: CrossProducts) -> np.ndarray:
-    """``diag(Λ_rest, I_{p+1})`` as a vector (scalar random terms only)."""
-    m = cp.Arr.shape[1]
-    lam = np.ones(m)
-    pos = 0
-    for k in range(1, len(cp.term_p)):
-        lam[pos: pos + cp.term_nlev[k]] = theta[k]
-        pos += cp.term_nlev[k]
-    return lam
-
-
-def _factorize_pairs(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts,
-                     ps: _PairStructure, rho: np.ndarray | None, need_lr1: bool) -> Factorization:
-    """:func:`factorize` for scalar random terms with a sparse ``Ar1``: the downdate
-    ``Ar1 diag(θ_1²/l_j²) Ar1'`` is the pair mat-vec ``P c`` (see :class:`_PairStructure`)
-    scattered into the lower triangle, ``Λ_rest`` a diagonal scaling, and the Schur
-    complement factored in place by LAPACK ``dpotrf``."""
-    A11, Ar1, Arr, ldW = _combine(cp, rho)
-    qr = cp.q_rest
-    t = T[0][0, 0]
-    dd = A11[:, 0, 0] * t * t + 1.0
-    L11 = np.sqrt(dd)[:, None, None]
-    L11inv = 1.0 / L11
-    lam = _rest_scale(theta, cp)
-    S = Arr.copy()
-    S.flat[ps.flat] -= ps.P @ (t * t / dd)
-    S *= lam[:, None]
-    S *= lam[None, :]
-    S.flat[:qr * (S.shape[1] + 1):S.shape[1] + 1] += 1.0
-    # S is C-ordered: its transpose is Fortran-ordered with S's lower triangle as its upper
-    U, info = sla.lapack.dpotrf(S.T, lower=0, overwrite_a=1, clean=1)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"Schur complement not positive definite (dpotrf info={info})")
-    Lrr = U.T
-    Lr1 = None
-    if need_lr1:
-        Lr1 = _lr1_dense(Ar1, T[0], L11, L11inv, cp.term_nlev[0], 1) * lam[:, None]
-    return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=Lr1, Lrr=Lrr, q_rest=qr, p=cp.p,
-                         n=cp.n, ldW=ldW)
-
-
-def _lr1_dense(Ar1: np.ndarray, T1: np.ndarray, L11: np.ndarray, L11inv: np.ndarray,
-               n1: int, p1: int) -> np.ndarray:
-    """``Ar1 · blockdiag(T_1 L_l^{-T})`` (before ``Λ_rest'`` is applied to its rows)."""
-    if p1 == 1:
-        return Ar1 * (T1[0, 0] / L11[:, 0, 0])[None, :]
-    C = np.einsum("mlb,bd->mld", Ar1.reshape(Ar1.shape[0], n1, p1), T1)
-    return np.einsum("mla,lba->mlb", C, L11inv).reshape(Ar1.shape[0], n1 * p1)
-
-
-def _combine_small(cp: CrossProducts, rho: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float]:
-    if rho is None or len(rho) != cp.n_disp:
-        raise ValueError(f"the model has {cp.n_disp} dispersion levels; give that many relative variances")
-    inv = 1.0 / np.asarray(rho, float)
-    A11 = np.tensordot(inv, cp.A11, axes=1)
-    Arr = np.tensordot(inv, cp.Arr, axes=1)
-    ldW = cp.sum_log_w - float(np.dot(cp.n_by, np.log(rho)))
-    return A11, Arr, ldW
-
-
-def profiled_deviance(theta: np.ndarray, cp: CrossProducts, reml: bool,
-                      rho: np.ndarray | None = None) -> float:
-    """Profiled deviance ``-2ℓ_ML(θ)`` or REML criterion ``-2ℓ_REML(θ)`` (σ² and β profiled
-    out), see the module docstring for the formulas.
-
-    Parameters
-    ----------
-    theta:
-        relative covariance parameters in lme4's order.
-    cp:
-        cross-products from :func:`crossproducts`.
-    reml:
-        REML criterion (``True``) or ML deviance (``False``).
-    rho:
-        relative residual variances per dispersion level (``ρ_0 = 1``); ``None`` for a
-        homoscedastic model.
-
-    Returns
-    -------
-    float
-        the criterion; ``inf`` where the system is numerically singular.
-    """
-    try:
-        return factorize(theta, cp, rho, need_lr1=False).deviance(reml)
-    except np.linalg.LinAlgError:
-        return np.inf
-
-
-@dataclass
-class ConditionalEstimates:
-    """Conditional estimates of ``(β, b)`` given ``θ`` (and ``ρ``), and their distribution.
-
-    With a flat prior on ``β``, ``(u, β) | θ, σ, y ~ N(v, σ² (L L')^{-1})`` where ``L`` is
-    the factor of the augmented system without the ``y`` row and ``v`` solves
-    ``L' v = (c_u, c_β)``; ``b = Λ_θ u``.
-
-    Attributes
-    ----------
-    beta:
-        ``(p,)`` conditional estimate of ``β`` (the GLS estimate given θ).
-    u:
-        ``(q,)`` spherical random effects (level-major within term, terms in order).
-    b:
-        list of ``(n_k, p_k)`` arrays: random effects per term.
-    pwrss, ldL2, ldRX2:
-        as in :class:`Factorization`.
-    factor:
-        the :class:`Factorization`.
-    """
-
-    beta: np.ndarray
-    u: np.ndarray
-    b: list[np.ndarray]
-    pwrss: float
-    ldL2: float
-    ldRX2: float
-    factor: Factorization
-
-    def _solve_upper(self, z: np.ndarray) -> np.ndarray:
-        """Solve ``L' x = z`` for ``(q + p, k)`` right-hand sides."""
-        f = self.factor
-        q1 = f.L11.shape[0] * f.L11.shape[1]
-        Lrrz = f.Lrr[:-1, :-1]
-        Lr1z = f.Lr1[:-1]
-        x_rest = sla.solve_triangular(Lrrz, z[q1:], trans="T", lower=True)
-        rhs = z[:q1] - Lr1z.T @ x_rest
-        n1, p1 = f.L11.shape[0], f.L11.shape[1]
-        x1 = np.einsum("lba,lbk->lak", f.L11inv, rhs.reshape(n1, p1, -1)).reshape(q1, -1)
-        return np.vstack([x1, x_rest])
-
-    def sample(self, sigma: float, size: int, rng: np.random.Generator | int | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Draw ``(β, u)`` from their conditional distribution given ``θ`` and ``σ``.
-
-        Returns
-        -------
-        beta:
-            ``(size, p)``.
-        u:
-            ``(size, q)`` spherical random effects; ``b = Λ_θ u`` (see :meth:`u_to_b`).
-        """
-        rng = np.random.default_rng(rng)
-        f = self.factor
-        q = f.L11.shape[0] * f.L11.shape[1] + f.q_rest
-        z = rng.standard_normal((q + f.p, size))
-        x = self._solve_upper(z) * sigma
-        draws = x + np.concatenate([self.u, self.beta])[:, None]
-        return draws[q:].T.copy(), draws[:q].T.copy()
-
-    def u_to_b(self, u: np.ndarray, term_nlev: Sequence[int]) -> list[np.ndarray]:
-        """Map spherical ``u`` (``(q,)``) to the list of ``(n_k, p_k)`` random effects."""
-        return _u_to_b(u, self.factor.T, term_nlev)
-
-    def covariance(self, sigma: float) -> np.ndarray:
-        """Dense ``Cov((u, β) | θ, σ, y) = σ² (L L')^{-1}`` (only for small ``q``)."""
-        f = self.factor
-        q = f.L11.shape[0] * f.L11.shape[1] + f.q_rest
-        Linv_t = self._solve_upper(np.eye(q + f.p))
-        return sigma ** 2 * Linv_t @ Linv_t.T
-
-
-def _u_to_b(u: np.ndarray, T: list[np.ndarray], term_nlev: Sequence[int]) -> list[np.ndarray]:
-    out = []
-    pos = 0
-    for Tk, nk in zip(T, term_nlev):
-        pk = Tk.shape[0]
-        uk = u[pos: pos + pk * nk].reshape(nk, pk)
-        out.append(uk @ Tk.T)
-        pos += pk * nk
-    return out
-
-
-def conditional_estimates(theta: np.ndarray, cp: CrossProducts,
-                          rho: np.ndarray | None = None) -> ConditionalEstimates:
-    """Conditional estimates ``β̂(θ)``, ``û(θ)``, ``b̂ = Λ_θ û`` and the factor needed to
-    draw ``(β, b) | θ, σ, y`` (see :class:`ConditionalEstimates`)."""
-    f = factorize(theta, cp, rho)
-    q1 = f.L11.shape[0] * f.L11.shape[1]
-    c = np.concatenate([f.Lr1[-1], f.Lrr[-1, :-1]])
-    ce = ConditionalEstimates(beta=np.zeros(cp.p), u=np.zeros(q1 + f.q_rest), b=[],
-                              pwrss=f.pwrss, ldL2=f.ldL2, ldRX2=f.ldRX2, factor=f)
-    v = ce._solve_upper(c[:, None])[:, 0]
-    q = q1 + f.q_rest
-    ce.u = v[:q]
-    ce.beta = v[q:]
-    ce.b = _u_to_b(ce.u, f.T, cp.term_nlev)
-    return ce
-
-
-def conditional_variances(ce: ConditionalEstimates, term_nlev: Sequence[int], sigma: float
-                          ) -> list[np.ndarray]:
-    """lme4's conditional covariances of the random effects (``ranef(condVar=TRUE)``):
-    ``σ² Λ_k [ (L_Z L_Z')^{-1} ]_{kk} Λ_k'`` per level (β treated as known).
-
-    Returns
-    -------
-    list of ``(n_k, p_k, p_k)`` arrays, one per term.
-    """
-    f = ce.factor
-    n1, p1 = f.L11.shape[0], f.L11.shape[1]
-    qr = f.q_rest
-    Lzz = f.Lrr[:qr, :qr]
-    Lz1 = f.Lr1[:qr]
-    # term 1 blocks: L11inv' L11inv + G' G, G = Lzz^{-1} (Lz1 L11^{-1})
-    V1 = np.einsum("lba,lbc->lac", f.L11inv, f.L11inv)
-    if qr:
-        H = np.einsum("mlb,lbc->mlc", Lz1.reshape(qr, n1, p1), f.L11inv).reshape(qr, n1 * p1)
-        G = sla.solve_triangular(Lzz, H, lower=True).reshape(qr, n1, p1)
-        V1 = V1 + np.einsum("mla,mlc->lac", G, G)
-    out = [V1]
-    if qr:
-        Linv = sla.solve_triangular(Lzz, np.eye(qr), lower=True)
-        pos = 0
-        for k in range(1, len(f.T)):
-            pk, nk = f.T[k].shape[0], term_nlev[k]
-            cols = Linv[:, pos: pos + pk * nk].reshape(qr, nk, pk)
-            out.append(np.einsum("mla,mlc->lac", cols, cols))
-            pos += pk * nk
-    res = []
-    for Vk, Tk in zip(out, f.T):
-        res.append(sigma ** 2 * np.einsum("ab,lbc,dc->lad", Tk, Vk, Tk))
-    return res
-
-
-def has_analytic_gradient(cp: CrossProducts) -> bool:
-    """Whether :func:`profiled_deviance_grad` applies: every random term is scalar
-    (``p_k = 1``) and the residual variance is homoscedastic."""
-    return cp.n_disp == 1 and all(p == 1 for p in cp.term_p)
-
-
-def profiled_deviance_grad(theta: np.ndarray, cp: CrossProducts, reml: bool
-                           ) -> tuple[float, np.ndarray]:
-    """Profiled criterion and its analytic gradient for models with scalar random terms.
-
-    With ``Λ = ⊕_k θ_k I_{q_k}`` and ``θ_k > 0`` the criterion's derivatives are
-
-    .. math::
-
-        \\frac{\\partial d}{\\partial\\theta_k} = \\frac{2}{\\theta_k}\\left(q_k -
-        \\operatorname{tr}_k(\\mathcal A^{-1}) - \\nu\\,\\frac{\\lVert\\hat u_k\\rVert^2}
-        {r^2_\\theta}\\right),
-
-    where ``tr_k`` is the trace of the term-``k`` diagonal block of the inverse of
-    ``𝒜 = Λ'Z'WZΛ + I`` (ML, ``ν = n``) or of the augmented ``[[𝒜, Λ'Z'WX], [X'WZΛ,
-    X'WX]]`` (REML, ``ν = n − p``), and ``û_k`` the conditional modes of term ``k``.  (The
-    log-determinant part follows from ``∂𝒜/∂θ_k = θ_k^{-1}(E_k(𝒜 − J) + (𝒜 − J)E_k)``; the
-    ``r²`` part from the envelope theorem and the normal equations
-    ``Λ'Z'W r = û``.)  The traces use ``diag(L⁻ᵀL⁻¹)`` of the blocked factor: for term 1,
-    ``Σ_j l_j^{-2} + tr(S^{-1} L_{r1} D^{-2} L_{r1}')``, for the other terms the diagonal of
-    ``S^{-1}``, ``S`` the rest block's Schur complement.
+    ``[Z X y]' W_d [Z X y] = Σ_r [Z_r X_r y_r]' W_{d,r} [Z_r X_r y_r]`` over partitions
+    ``r``, so ``A11``, ``Ar1``, ``Arr``, the row counts per dispersion level and
+    ``Σ log w_i`` add up.  Every part must come from
+    :func:`crossproducts` of a spec with the *same* random terms (same levels in the same
+    order, e.g. built with the full data's levels), the same fixed-effect columns and the same
+    dispersion levels; a partition may lack rows of a level (its blocks are then zero).
+    The sum keeps no rows, so :meth:`CrossProducts.with_response` is not available on it;
+    fit it with ``scoremix.lme.native.fit(spec, cp=sum_crossproducts(parts))``.
 
     Raises
     ------
     ValueError
-        when the model is not covered (see :func:`has_analytic_gradient`) or a ``θ_k ≤ 0``.
+        when there are no parts or their shapes differ (naming the first mismatch).
     """
-    theta = np.atleast_1d(np.asarray(theta, dtype=float))
-    if not has_analytic_gradient(cp):
-        raise ValueError("the analytic gradient needs scalar random terms and no dispersion model")
-    if np.any(theta <= 0):
-        raise ValueError("the analytic gradient needs every θ_k > 0")
-    f = factorize(theta, cp, need_lr1=False)
-    crit = f.deviance(reml)
-    n1, qr, p = cp.term_nlev[0], cp.q_rest, cp.p
-    l = f.L11[:, 0, 0]
-    t1 = theta[0]
-    Ar1 = cp.Ar1[0]
-    m = Ar1.shape[0]
-    lam = np.ones(m)
-    pos = 0
-    for k in range(1, len(cp.term_p)):
-        lam[pos: pos + cp.term_nlev[k]] = theta[k]
-        pos += cp.term_nlev[k]
-    mz = qr + p  # rows of the factor without the y row
-    R = f.Lrr[:mz, :mz]
-    # conditional modes: solve L' v = c (c = the y row of the factor)
-    c_rest = f.Lrr[-1, :mz]
-    x_rest = sla.solve_triangular(R, c_rest, trans="T", lower=True)
-    c1 = Ar1[-1] * (t1 / l)
-    Bt_x = (t1 / l) * (Ar1[:mz].T @ (lam[:mz] * x_rest))
-    u1 = (c1 - Bt_x) / l
-    r2 = f.pwrss
-    # traces of the inverse
-    md = mz if reml else qr
-    w4 = t1 * t1 / l ** 4
-    ps = cp.pair_structure()
-    tr = np.empty(len(cp.term_p))
-    tr[0] = float(np.sum(1.0 / l ** 2))
-    if md:
-        if ps is not None:
-            # tr(S⁻¹K) over the structurally non-zero pairs of K (lower triangle, i ≥ j, i < md)
-            Kv = ps.P @ w4
-            sel = ps.rows < md
-            ri, ci = ps.rows[sel], ps.cols[sel]
-            Kv = Kv[sel] * lam[ri] * lam[ci]
-            Kv[ri != ci] *= 2.0
-            # Lrr[:md,:md]' is upper triangular; dpotri gives the upper triangle of S⁻¹
-            Sinv, info = sla.lapack.dpotri(np.array(f.Lrr[:md, :md].T, order="F"), lower=0,
-                                           overwrite_c=1)
-            if info != 0:
-                raise np.linalg.LinAlgError("dpotri failed")
-            dS = np.diag(Sinv).copy()
-            tr[0] += float(np.dot(Sinv[ci, ri], Kv))
-        else:
-            sparse = cp.ar1_sparse()
-            if sparse is not None:
-                A = sparse[0]
-                K = (A.multiply(w4[None, :]).tocsr() @ A.T.tocsr()).toarray()[:md, :md]
-            else:
-                K = (Ar1[:md] * w4[None, :]) @ Ar1[:md].T
-            K *= lam[:md, None] * lam[None, :md]
-            Rm = np.ascontiguousarray(f.Lrr[:md, :md])
-            Sinv, info = sla.lapack.dpotri(Rm, lower=1)
-            if info != 0:
-                raise np.linalg.LinAlgError("dpotri failed")
-            Sinv = np.tril(Sinv)
-            dS = np.diag(Sinv).copy()
-            Sinv = Sinv + Sinv.T - np.diag(dS)
-            tr[0] += float(np.sum(Sinv * K))
-        pos = 0
-        for k in range(1, len(cp.term_p)):
-            tr[k] = float(np.sum(dS[pos: pos + cp.term_nlev[k]]))
-            pos += cp.term_nlev[k]
-    nu = (cp.n - p) if reml else cp.n
-    usq = np.empty(len(cp.term_p))
-    usq[0] = float(u1 @ u1)
-    pos = 0
-    for k in range(1, len(cp.term_p)):
-        uk = x_rest[pos: pos + cp.term_nlev[k]]
-        usq[k] = float(uk @ uk)
-        pos += cp.term_nlev[k]
-    q = np.asarray(cp.term_nlev, float)
-    g = 2.0 / theta * (q - tr - nu * usq / r2)
-    return crit, g
+    parts = list(parts)
+    if not parts:
+        raise ValueError("sum_crossproducts needs at least one CrossProducts")
+    first = parts[0]
+    for i, c in enumerate(parts[1:], start=1):
+        for name in ("p", "term_p", "term_nlev"):
+            if getattr(c, name) != getattr(first, name):
+                raise ValueError(f"part {i} has {name}={getattr(c, name)!r}, part 0 has "
+                                 f"{getattr(first, name)!r}")
+        for name in ("A11", "Ar1", "Arr"):
+            if getattr(c, name).shape != getattr(first, name).shape:
+                raise ValueError(f"part {i} has {name} of shape {getattr(c, name).shape}, "
+                                 f"part 0 has {getattr(first, name).shape}")
+    n_by = np.sum([c.n_by for c in parts], axis=0)
+    return CrossProducts(
+        n=int(sum(c.n for c in parts)), p=first.p, term_p=list(first.term_p),
+        term_nlev=list(first.term_nlev),
+        A11=np.sum([c.A11 for c in parts], axis=0), Ar1=np.sum([c.Ar1 for c in parts], axis=0),
+        Arr=np.sum([c.Arr for c in parts], axis=0), n_by=n_by,
+        sum_log_w=float(sum(c.sum_log_w for c in parts)))

@@ -24,7 +24,7 @@ __all__ = ["r2_nakagawa", "variance_components"]
 
 def variance_components(m) -> dict[str, float]:
     """``var_fixed``, ``var_random`` and ``var_residual`` used by :func:`r2_nakagawa`."""
-    spec = m._need_spec("r2")
+    spec = m.require_spec("r2")
     eta = spec.X @ m.fixef.to_numpy()
     var_f = float(np.var(eta, ddof=1)) if eta.size > 1 else 0.0
     var_r = 0.0

@@ -24,17 +24,15 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix.lme.crossprod import CrossProducts
+from scoremix.lme.engine import NativeFit, fit_native
 from scoremix.lme.errors import NewLevelError
+from scoremix.lme.relcov import theta_to_T
 from scoremix.lme.spec import ModelSpec
 
 __all__ = ["LmerResult", "SCHEMA"]
 
 SCHEMA = "scoremix.lmer/1"
-
-
-def _theta_to_T(theta: np.ndarray, term_p: Sequence[int]) -> list[np.ndarray]:
-    from scoremix.lme.crossprod import theta_to_T
-    return theta_to_T(theta, term_p)
 
 
 class LmerResult:
@@ -68,6 +66,11 @@ class LmerResult:
         optimiser convergence (all lme4 checks passed) and ``isSingular(m, tol = 1e-4)``.
     fit_info : dict
         backend details (timings, number of evaluations, messages).
+    condvar : list of numpy.ndarray or None
+        native fits: conditional covariances ``(n_k, p_k, p_k)`` of the random effects per
+        term (lme4's ``postVar``).
+    cp : CrossProducts or None
+        native fits: the cross-products, re-used by refits (``confint``, ``anova``).
     """
 
     def __init__(self, spec: ModelSpec | None, *, backend: str, REML: bool, fixef: pd.Series,
@@ -78,7 +81,8 @@ class LmerResult:
                  formula: str | None = None, dispersion: str | None = None,
                  nobs: int | None = None, ngrps: dict[str, int] | None = None,
                  term_info: list[dict] | None = None, fit_info: dict | None = None,
-                 aic: float | None = None, bic: float | None = None):
+                 aic: float | None = None, bic: float | None = None,
+                 condvar: list[np.ndarray] | None = None, cp: CrossProducts | None = None):
         self.spec = spec
         self.backend = backend
         self.REML = bool(REML)
@@ -106,13 +110,14 @@ class LmerResult:
         self.fit_info = dict(fit_info or {})
         self._aic = aic
         self._bic = bic
+        self.condvar = condvar
+        self.cp = cp
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def _from_native(cls, spec: ModelSpec, cp, opt, REML: bool) -> "LmerResult":
-        from scoremix.lme.native import estimates_at
-
-        est = estimates_at(spec, cp, opt.theta, REML, opt.rho)
+    def from_native(cls, nf: NativeFit) -> "LmerResult":
+        """The result of a native fit (:func:`scoremix.lme.engine.fit_native`)."""
+        spec, opt, REML, est = nf.spec, nf.opt, nf.REML, nf.estimates
         names = list(spec.fixef_names)
         fixef = pd.Series(est["beta"], index=names, name="Estimate")
         vcov = pd.DataFrame(est["vcov"], index=names, columns=names)
@@ -130,9 +135,8 @@ class LmerResult:
                   sigma=sigma, loglik=-crit / 2, varcorr=varcorr, ranef_values=est["b"],
                   ranef_condsd=condsd, converged=opt.converged, singular=opt.singular,
                   sigma_by=sigma_by,
-                  fit_info=dict(rho=None if opt.rho is None else opt.rho.tolist()))
-        res._condvar = est["condvar"]
-        res._cp = cp
+                  fit_info=dict(rho=None if opt.rho is None else opt.rho.tolist(), **nf.info),
+                  condvar=est["condvar"], cp=nf.cp)
         return res
 
     @classmethod
@@ -253,7 +257,7 @@ class LmerResult:
 
     def cov_re(self) -> list[np.ndarray]:
         """Covariance matrix ``Σ_k = σ² T_k T_k'`` of every random term (lme4 order)."""
-        T = _theta_to_T(self.theta.to_numpy(), [len(t["term_names"]) for t in self._terms])
+        T = theta_to_T(self.theta.to_numpy(), [len(t["term_names"]) for t in self._terms])
         return [self.sigma ** 2 * Tk @ Tk.T for Tk in T]
 
     # ------------------------------------------------------------------ random effects
@@ -277,7 +281,9 @@ class LmerResult:
         return self._group_frames(self._condsd)
 
     # ------------------------------------------------------------------ fitted values
-    def _need_spec(self, what: str) -> ModelSpec:
+    def require_spec(self, what: str) -> ModelSpec:
+        """The fitted model's spec; a :class:`ValueError` naming ``what`` needs it when the
+        result was built without one."""
         if self.spec is None:
             raise ValueError(f"{what} needs the model spec; build the result with from_dict(d, spec)")
         return self.spec
@@ -295,14 +301,14 @@ class LmerResult:
     @property
     def fitted(self) -> pd.Series:
         """``Xβ̂ + Zb̂`` for the rows used in fitting (index of the model frame)."""
-        spec = self._need_spec("fitted")
+        spec = self.require_spec("fitted")
         f = spec.X @ self.fixef.to_numpy() + self._zb([(t.codes, t.X) for t in spec.terms])
         return pd.Series(f, index=spec.data.index, name="fitted")
 
     @property
     def residuals(self) -> pd.Series:
         """Response residuals ``y - fitted`` (lme4's ``residuals(m)``)."""
-        spec = self._need_spec("residuals")
+        spec = self.require_spec("residuals")
         return pd.Series(spec.y - self.fitted.to_numpy(), index=spec.data.index, name="residuals")
 
     def predict(self, newdata: pd.DataFrame | None = None, re_form: str | None = None,
@@ -315,7 +321,7 @@ class LmerResult:
         silently (lme4's ``allow.new.levels = TRUE``), and the default ``None`` accepts them
         with a warning that names the grouping factor and the first unseen levels.
         """
-        spec = self._need_spec("predict")
+        spec = self.require_spec("predict")
         population = re_form is not None and str(re_form).replace(" ", "") in ("~0", "NA", "~1-1")
         if re_form is not None and not population:
             raise ValueError(f"re_form must be None (all random effects) or '~0', not {re_form!r}")
@@ -337,7 +343,7 @@ class LmerResult:
     def _check_new_levels(self, newdata: pd.DataFrame, design: list[tuple[np.ndarray, np.ndarray]],
                           allow_new_levels: bool | None) -> None:
         """Warn about (``None``) or refuse (``False``) grouping levels unseen in fitting."""
-        spec = self._need_spec("predict")
+        spec = self.require_spec("predict")
         seen: set[str] = set()
         for term, (codes, _) in zip(spec.terms, design):
             new = np.flatnonzero(np.asarray(codes) < 0)
@@ -364,18 +370,23 @@ class LmerResult:
     def confint(self, method: str = "profile", level: float = 0.95, parm: Sequence[str] | None = None,
                 n_boot: int = 500, seed: int | None = None, progress: bool = True) -> pd.DataFrame:
         """Confidence intervals (see :func:`scoremix.lme.inference.confint`)."""
-        from scoremix.lme.inference import confint
+        from scoremix.lme.confint import confint
         return confint(self, method=method, level=level, parm=parm, n_boot=n_boot, seed=seed,
                        progress=progress)
 
     def refit(self, REML: bool | None = None, y: np.ndarray | None = None, **control: Any) -> "LmerResult":
-        """Refit the same model natively (optionally with ML/REML switched or a new response)."""
-        from scoremix.lme import native
-        spec = self._need_spec("refit")
+        """Refit the same model natively (optionally with ML/REML switched or a new response).
+
+        The cross-products of a native fit are re-used when the response is unchanged."""
+        spec = self.require_spec("refit")
+        cp = self.cp
         if y is not None:
             import dataclasses
             spec = dataclasses.replace(spec, y=np.asarray(y, float))
-        return native.fit(spec, REML=self.REML if REML is None else REML, control=control or None)
+            cp = None
+        nf = fit_native(spec, REML=self.REML if REML is None else REML, control=control or None,
+                        cp=cp)
+        return LmerResult.from_native(nf)
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Task", "task_seed", "boot_chunks", "chunk_seeds", "run_tasks", "DaskUnavailableError", "dask_available"]
+__all__ = ["Task", "TaskFailure", "task_seed", "boot_chunks", "chunk_seeds", "run_tasks", "DaskUnavailableError",
+           "dask_available", "stop_workers", "child_processes"]
 
 
 class DaskUnavailableError(ImportError):
@@ -32,6 +34,16 @@ class Task:
 
     def __call__(self) -> Any:
         return self.fn(*self.args, **self.kwargs)
+
+
+@dataclass
+class TaskFailure:
+    """What a task that raised returns under ``run_tasks(..., capture_errors=True)``: its key and
+    the exception as one line (``"KeyError: 'x'"``), so that the other tasks still finish and
+    the caller reports every failure by name."""
+
+    key: str
+    error: str
 
 
 def task_seed(study_seed: int, key: str) -> int:
@@ -91,13 +103,103 @@ def _call(task: Task) -> Any:
     return task()
 
 
-def _run_dask(tasks: Sequence[Task], address: str, jobs: int, progress: bool) -> list[Any]:
+def _call_captured(task: Task) -> Any:
+    """``task()``, with an ``Exception`` turned into a :class:`TaskFailure` (interrupts and
+    other ``BaseException`` still propagate)."""
+    try:
+        return task()
+    except Exception as exc:  # noqa: BLE001 - reported by name by the caller
+        msg = " ".join((str(exc) or "").split())
+        return TaskFailure(task.key, f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__)
+
+
+def child_processes(pid: int | None = None) -> list[int]:
+    """Process ids of every descendant of ``pid`` (default: this process), read from ``/proc``
+    (Linux); empty where ``/proc`` is missing."""
+    import os
+
+    root = os.getpid() if pid is None else int(pid)
+    parent: dict[int, int] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 1:
+            parent[int(d.name)] = int(fields[1])
+    out, frontier = [], [root]
+    while frontier:
+        nxt = [c for c, pp in parent.items() if pp in frontier]
+        out.extend(nxt)
+        frontier = nxt
+    return out
+
+
+def _is_resource_tracker(pid: int) -> bool:
+    try:
+        return b"resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def stop_workers(grace: float = 1.0, keep: set[int] | frozenset[int] = frozenset()) -> None:
+    """Stop the worker processes this process started (joblib/loky workers and their resource
+    tracker, Dask nannies and workers): SIGTERM to every descendant not in ``keep`` (those that
+    existed before the tasks started), then SIGKILL after ``grace`` seconds.
+
+    loky keeps its workers alive between calls (a reusable executor) and a resource-tracker
+    process beside them; after an interrupt they would outlive the study and hold its
+    stdout/stderr pipes open.  The resource tracker is left alone: it exits by itself once this
+    process and the workers are gone (killing it makes loky relaunch it and print warnings).
+    Safe to call when none were started."""
+    import os
+    import signal
+    import time
+
+    kids = [pid for pid in child_processes() if pid not in keep and not _is_resource_tracker(pid)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in kids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 0.5)
+        while time.monotonic() < deadline:
+            for pid in kids:  # reap the ones that are our own children
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+            kids = [pid for pid in kids if Path(f"/proc/{pid}").exists() and not _zombie(pid)]
+            if not kids:
+                return
+            time.sleep(0.05)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2:].split()[:1] == ["Z"]
+
+
+def _run_dask(tasks: Sequence[Task], address: str, jobs: int, progress: bool,
+              call: Callable[[Task], Any] = _call) -> list[Any]:
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError as exc:
         raise DaskUnavailableError('--dask needs dask.distributed: pip install "dask[distributed]"') from exc
     from tqdm.auto import tqdm
 
+    before = set(child_processes())
     cluster = None
     if address == "local":
         cluster = LocalCluster(n_workers=max(1, jobs), threads_per_worker=1, processes=True,
@@ -105,8 +207,9 @@ def _run_dask(tasks: Sequence[Task], address: str, jobs: int, progress: bool) ->
         client = Client(cluster)
     else:
         client = Client(address)
+    interrupted = False
     try:
-        futures = [client.submit(_call, t, key=f"scoremix-{i}-{t.key}", pure=False) for i, t in enumerate(tasks)]
+        futures = [client.submit(call, t, key=f"scoremix-{i}-{t.key}", pure=False) for i, t in enumerate(tasks)]
         index = {f.key: i for i, f in enumerate(futures)}
         results: list[Any] = [None] * len(tasks)
         with tqdm(total=len(tasks), desc="study tasks (dask)", disable=not progress) as bar:
@@ -114,14 +217,24 @@ def _run_dask(tasks: Sequence[Task], address: str, jobs: int, progress: bool) ->
                 results[index[fut.key]] = fut.result()
                 bar.update(1)
         return results
+    except BaseException as exc:
+        interrupted = not isinstance(exc, Exception)
+        raise
     finally:
-        client.close()
+        if interrupted:
+            # stopping: kill the LocalCluster's processes first, so that closing cannot wait on
+            # them (and silence distributed's warnings about the workers it then finds dead)
+            import logging
+
+            logging.getLogger("distributed").setLevel(logging.CRITICAL)
+            stop_workers(keep=before)
+        client.close(timeout=5 if interrupted else None)
         if cluster is not None:
-            cluster.close()
+            cluster.close(timeout=5 if interrupted else None)
 
 
 def run_tasks(tasks: Sequence[Task], jobs: int = 1, dask: str | None = None, progress: bool = True,
-              desc: str = "study tasks") -> list[Any]:
+              desc: str = "study tasks", capture_errors: bool = False) -> list[Any]:
     """Run ``tasks`` and return their results in the order given.
 
     Parameters
@@ -137,20 +250,29 @@ def run_tasks(tasks: Sequence[Task], jobs: int = 1, dask: str | None = None, pro
         address such as ``"tcp://10.0.0.5:8786"``.
     progress:
         show a tqdm bar of finished tasks.
+    capture_errors:
+        return a :class:`TaskFailure` for a task that raises instead of stopping at it.
+
+    An interrupt (``KeyboardInterrupt``, or the study's SIGTERM handler) stops the workers
+    (:func:`stop_workers`; the Dask cluster is closed) before it propagates.
     """
     if not tasks:
         return []
+    call = _call_captured if capture_errors else _call
     if dask:
-        return _run_dask(tasks, dask, jobs, progress)
+        return _run_dask(tasks, dask, jobs, progress, call)
     from tqdm.auto import tqdm
 
     if jobs <= 1:
-        out = []
-        for t in tqdm(tasks, desc=desc, disable=not progress):
-            out.append(t())
-        return out
+        return [call(t) for t in tqdm(tasks, desc=desc, disable=not progress)]
     from joblib import Parallel, delayed
 
+    before = set(child_processes())
     par = Parallel(n_jobs=jobs, return_as="generator")
-    gen = par(delayed(_call)(t) for t in tasks)
-    return list(tqdm(gen, total=len(tasks), desc=desc, disable=not progress))
+    try:
+        gen = par(delayed(call)(t) for t in tasks)
+        return list(tqdm(gen, total=len(tasks), desc=desc, disable=not progress))
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # interrupted: loky would keep its workers alive
+            stop_workers(keep=before)
+        raise

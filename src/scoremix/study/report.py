@@ -13,92 +13,25 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from scoremix import report_html as rh
-from scoremix.study.tasks import png_of
+from scoremix.study.figures import (MAX_CATERPILLAR_LEVELS, agg_pyplot, caterpillar_figure, forest_figure,
+                                    png_of)
+from scoremix.study.results import StudyResult, recovered_vs_true
 
-if TYPE_CHECKING:
-    from scoremix.study.runner import StudyResult
-
-__all__ = ["build_sections", "write_report", "recovered_vs_true", "forest_figure", "caterpillar_figure"]
+__all__ = ["build_sections", "write_report", "recovered_vs_true", "forest_figure", "caterpillar_figure",
+           "MAX_CATERPILLAR_LEVELS"]
 
 #: Caterpillar plots show at most this many systems per model (the CSV holds all).
 MAX_CATERPILLAR_SYSTEMS = 3
-#: Levels drawn per caterpillar plot (the most extreme ones when there are more).
-MAX_CATERPILLAR_LEVELS = 80
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-# ---------------------------------------------------------------------------------------
-# figures
-# ---------------------------------------------------------------------------------------
-
-def forest_figure(fe: pd.DataFrame, title: str, ref: float = 0.0, xlabel: str = "estimate (95 % interval)") -> Any:
-    """Forest plot: one row per term, one marker (± 95 % interval) per system/backend series.
-
-    ``fe`` has columns ``series``, ``term``, ``estimate``, ``lo``, ``hi``.
-    """
-    plt = _plt()
-    terms = list(dict.fromkeys(fe["term"]))
-    series = list(dict.fromkeys(fe["series"]))
-    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.38 * len(terms) * max(1, min(len(series), 4))))
-    step = 0.8 / max(len(series), 1)
-    colors = plt.cm.tab10(np.arange(len(series)) % 10)
-    for k, s in enumerate(series):
-        d = fe[fe["series"] == s].set_index("term").reindex(terms)
-        ypos = np.arange(len(terms)) - 0.4 + step * (k + 0.5)
-        est = d["estimate"].to_numpy(float)
-        lo, hi = d["lo"].to_numpy(float), d["hi"].to_numpy(float)
-        # percentile intervals need not contain the point estimate: clip the bar lengths at 0
-        xerr = np.clip(np.nan_to_num(np.vstack([est - lo, hi - est])), 0.0, None)
-        ax.errorbar(est, ypos, xerr=xerr, fmt="o", ms=4, color=colors[k], label=s,
-                    capsize=2)
-    ax.set_yticks(np.arange(len(terms)), terms, fontsize=8)
-    ax.invert_yaxis()
-    ax.axvline(ref, color="grey", lw=0.7)
-    ax.set_xlabel(xlabel)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, loc="best")
-    ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    return fig
-
-
-def caterpillar_figure(re_: pd.DataFrame, title: str) -> Any:
-    """Caterpillar plot: sorted random effects with ± 1.96 conditional SD (posterior SD)."""
-    plt = _plt()
-    d = re_.sort_values("estimate").reset_index(drop=True)
-    if len(d) > MAX_CATERPILLAR_LEVELS:
-        k = MAX_CATERPILLAR_LEVELS // 2
-        d = pd.concat([d.iloc[:k], d.iloc[-k:]]).reset_index(drop=True)
-        title += f" (the {2 * k} most extreme of {len(re_)} levels)"
-    fig, ax = plt.subplots(figsize=(7, 1.0 + 0.16 * len(d)))
-    y = np.arange(len(d))
-    err = 1.96 * d["condsd"].fillna(0).to_numpy(float)
-    ax.errorbar(d["estimate"], y, xerr=err, fmt="o", ms=3, color="tab:blue", ecolor="tab:gray", capsize=0)
-    ax.set_yticks(y, d["level"], fontsize=6 if len(d) > 30 else 8)
-    ax.axvline(0, color="k", lw=0.7)
-    ax.set_xlabel("random effect (± 1.96 conditional SD)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    return fig
 
 
 def _eer_scatter(me: pd.DataFrame) -> Any:
-    plt = _plt()
+    plt = agg_pyplot()
     fig, ax = plt.subplots(figsize=(5, 5))
     for (model, by), g in me.groupby(["model", "by"], sort=False):
         ax.plot(100 * g["eer_empirical"], 100 * g["eer_model"], "o", ms=4, label=f"{model} / {by}")
@@ -113,98 +46,7 @@ def _eer_scatter(me: pd.DataFrame) -> Any:
     return fig
 
 
-# ---------------------------------------------------------------------------------------
-# recovered vs true
-# ---------------------------------------------------------------------------------------
-
-_FIXEF_TRUTH = {"(Intercept)": "mu", "y": "d", "x": "beta_x", "same_sex": "beta_same_sex",
-                "same_nationality": "beta_same_nationality"}
-_GROUP_TRUTH = {"speaker": "sd_speaker", "enrol_speaker": "sd_speaker", "attack": "sd_attack"}
-
-
-def _realised_sd(sim: Any, key: str, grp: str) -> float:
-    r"""SD of the effects (or residuals) the simulation actually drew, over the levels in the data.
-
-    Random-effect SDs: the sample SD (``ddof=1``) of the realised effects of the levels of
-    ``grp`` present in the table (attacks: on spoof trials).  Residual SD (countermeasure
-    simulations with one residual SD for both classes): the SD of the realised noise
-    :math:`\varepsilon_i = s_i - E[s_i \mid \text{effects}] - \beta_{x,y_i} x_i`.  NaN where
-    the truth does not determine it.
-    """
-    truth, table = sim.truth, sim.table
-    if key in ("sd_speaker", "sd_attack"):
-        eff = truth.get("speaker_effects" if key == "sd_speaker" else "attack_effects")
-        if eff is None:
-            return math.nan
-        eff = pd.Series(eff) if not isinstance(eff, pd.Series) else eff
-        eff.index = eff.index.astype(str)
-        if grp in table.columns:
-            rows = table if key == "sd_speaker" else table[table["y"] == 0]
-            present = set(rows[grp].astype(str))
-            eff = eff[eff.index.isin(present)]
-        vals = eff.to_numpy(float)
-        return float(np.std(vals, ddof=1)) if len(vals) > 1 else math.nan
-    if (key == "sigma" and truth.get("model") == "cm" and truth.get("sigma") == truth.get("sigma_pos")
-            and {"x", "y", "score"} <= set(table.columns) and getattr(sim, "cond_mean", None) is not None):
-        y = table["y"].to_numpy()
-        slope = np.where(y == 1, truth["beta_x_pos"], truth["beta_x_neg"])
-        eps = table["score"].to_numpy(float) - np.asarray(sim.cond_mean, float) - slope * table["x"].to_numpy(float)
-        return float(np.std(eps, ddof=1))
-    return math.nan
-
-
-def recovered_vs_true(res: "StudyResult") -> pd.DataFrame | None:
-    """Estimates of every model next to the simulation's true parameters.
-
-    Fixed effects are matched by name (``(Intercept)`` ↔ ``mu``, ``y`` ↔ ``d``, ``x`` ↔
-    ``beta_x``, ``same_sex``, ``same_nationality``), SDs of the random intercepts by grouping
-    factor (``speaker``/``enrol_speaker`` ↔ ``sd_speaker``, ``attack`` ↔ ``sd_attack``) and the
-    residual SD to ``sigma``.  Columns: ``model, backend, parameter, true, estimate, se``
-    (``se`` = standard error, or posterior SD for Bayesian fits), ``realised`` (for SDs: the SD of
-    the effects — or residuals — the simulation actually drew, see :func:`_realised_sd`; with 13
-    attacks the realised SD can be far from the population value, and that is what a fit can
-    recover) and ``z = (estimate − true)/se``.
-    """
-    sim = res.data.simulation
-    if sim is None:
-        return None
-    truth = sim.truth
-    rows = []
-    for m in res.models:
-        fe = m.get("fixef")
-        if fe is not None:
-            est_col = "estimate" if "estimate" in fe.columns else "mean"
-            se_col = "se" if "se" in fe.columns else "sd"
-            for _, r in fe.iterrows():
-                key = _FIXEF_TRUTH.get(str(r["term"]))
-                if key is not None and truth.get(key) is not None:
-                    rows.append({"model": m["model"], "backend": m["backend"], "parameter": f"{key} [{r['term']}]",
-                                 "true": float(truth[key]), "estimate": float(r[est_col]), "se": float(r[se_col])})
-        vc = m.get("varcorr")
-        if vc is not None:
-            for _, r in vc.iterrows():
-                if r["grp"] == "Residual":
-                    key = "sigma"
-                elif (r["var2"] is None or (isinstance(r["var2"], float) and math.isnan(r["var2"]))):
-                    key = _GROUP_TRUTH.get(str(r["grp"]))
-                else:
-                    key = None
-                if key is not None and truth.get(key) is not None:
-                    realised = _realised_sd(sim, key, str(r["grp"]))
-                    rows.append({"model": m["model"], "backend": m["backend"],
-                                 "parameter": f"{key} [SD of {r['grp']}]" if key != "sigma" else "sigma [residual SD]",
-                                 "true": float(truth[key]), "estimate": float(r["sdcor"]), "se": math.nan,
-                                 "realised": realised})
-    if not rows:
-        return None
-    df = pd.DataFrame(rows)
-    if "realised" not in df.columns:
-        df["realised"] = math.nan
-    df["z"] = (df["estimate"] - df["true"]) / df["se"]
-    return df
-
-
-def _true_eer_table(res: "StudyResult") -> pd.DataFrame | None:
+def _true_eer_table(res: StudyResult) -> pd.DataFrame | None:
     sim = res.data.simulation
     if sim is None or "subgroup" not in sim.table.columns:
         return None
@@ -230,7 +72,7 @@ def _true_eer_table(res: "StudyResult") -> pd.DataFrame | None:
     return tab
 
 
-def _concat_model_eer(res: "StudyResult") -> pd.DataFrame | None:
+def _concat_model_eer(res: StudyResult) -> pd.DataFrame | None:
     frames = []
     for m in res.models:
         if m.get("model_eer") is not None:
@@ -245,26 +87,36 @@ def _concat_model_eer(res: "StudyResult") -> pd.DataFrame | None:
 # sections
 # ---------------------------------------------------------------------------------------
 
-def _overview(res: "StudyResult") -> rh.Section:
+def _overview(res: StudyResult) -> rh.Section:
     cfg = res.config
     blocks: list[rh.Block] = []
     if cfg.study.description:
         blocks.append(rh.Paragraph(cfg.study.description))
-    src = "simulated (" + cfg.data.simulate.kind + ")" if cfg.data.simulate else ", ".join(map(str, cfg.data.files))
+    # file names only: the report is shared, and absolute paths say where it was made, not what it shows
+    src = ("simulated (" + cfg.data.simulate.kind + ")" if cfg.data.simulate
+           else ", ".join(p.name for p in cfg.data.files))
     blocks.append(rh.Paragraph(
         f"Data: {src}; {len(res.data.table)} trials after filters; systems: {', '.join(res.data.systems)}. "
         f"Score column '{cfg.data.score}' (higher = more positive; accept = score >= threshold), label "
         f"'{cfg.data.label}'. Seed {cfg.study.seed}. Analyses: {', '.join(cfg.analyses.enabled()) or 'none'}; "
         f"models: {', '.join(m.name + ' [' + m.backend + ']' for m in cfg.models) or 'none'}."))
     if res.failed:
-        blocks.append(rh.Table(pd.DataFrame(res.failed)[["model", "system", "nobs", "error"]],
-                               caption="Model fits that failed (the rest of the study ran)"))
-    files = pd.DataFrame({"file": list(res.files), "path": [str(p) for p in res.files.values()]})
+        blocks.append(rh.Table(pd.DataFrame(res.failed).reindex(columns=["step", "system", "error"]),
+                               caption="Steps that failed (the rest of the study ran)"))
+    files = pd.DataFrame({"file": list(res.files), "path": [_relative(p, res.out_dir) for p in res.files.values()]})
     blocks.append(rh.Table(files, caption="Files written by this study (see manifest.json)"))
     return rh.Section("Overview", blocks)
 
 
-def _data_section(res: "StudyResult") -> rh.Section:
+def _relative(path: Path, folder: Path) -> str:
+    """``path`` relative to the output folder (the report moves with its folder)."""
+    try:
+        return path.relative_to(folder).as_posix()
+    except ValueError:
+        return path.name
+
+
+def _data_section(res: StudyResult) -> rh.Section:
     ds = res.data_summary
     blocks: list[rh.Block] = [rh.Paragraph(
         f"Trial counts per system and subgroup. A row is flagged unreliable when it has fewer than "
@@ -279,7 +131,7 @@ def _data_section(res: "StudyResult") -> rh.Section:
     return rh.Section("Data summary", blocks)
 
 
-def _metrics_section(res: "StudyResult") -> rh.Section | None:
+def _metrics_section(res: StudyResult) -> rh.Section | None:
     if not res.metrics:
         return None
     tab = pd.concat([m["table"] for m in res.metrics.values()], ignore_index=True)
@@ -309,7 +161,7 @@ def _metrics_section(res: "StudyResult") -> rh.Section | None:
     return rh.Section("Empirical error rates", blocks)
 
 
-def _model_sections(res: "StudyResult") -> list[rh.Section]:
+def _model_sections(res: StudyResult) -> list[rh.Section]:
     out = []
     by_model: dict[str, list[dict[str, Any]]] = {}
     for m in res.models:
@@ -381,7 +233,7 @@ def _model_sections(res: "StudyResult") -> list[rh.Section]:
     return out
 
 
-def _model_eer_section(res: "StudyResult") -> rh.Section | None:
+def _model_eer_section(res: StudyResult) -> rh.Section | None:
     me = _concat_model_eer(res)
     if me is None:
         return None
@@ -433,7 +285,7 @@ def goodness_of_fit_notes(tab: pd.DataFrame) -> list[rh.Block]:
     return out
 
 
-def det_overlay_section(res: "StudyResult") -> rh.Section | None:
+def det_overlay_section(res: StudyResult) -> rh.Section | None:
     """Model-implied (dashed) vs empirical DET curves per model and system."""
     figs = [m for m in res.models if m.get("det_png")]
     if not figs:
@@ -448,7 +300,7 @@ def det_overlay_section(res: "StudyResult") -> rh.Section | None:
     return rh.Section("Model vs empirical DET curves", blocks)
 
 
-def _fairness_section(res: "StudyResult") -> rh.Section | None:
+def _fairness_section(res: StudyResult) -> rh.Section | None:
     if not res.fairness:
         return None
     cfg = res.config.analyses.fairness
@@ -490,7 +342,7 @@ def _fairness_section(res: "StudyResult") -> rh.Section | None:
     return rh.Section("Subgroup fairness", blocks)
 
 
-def _compare_section(res: "StudyResult") -> rh.Section | None:
+def _compare_section(res: StudyResult) -> rh.Section | None:
     c = res.compare
     if c is None:
         return None
@@ -514,7 +366,7 @@ def _simple_section(title: str, df: pd.DataFrame | None, text: str) -> rh.Sectio
     return rh.Section(title, [rh.Paragraph(text), rh.Table(df)])
 
 
-def _truth_section(res: "StudyResult") -> rh.Section | None:
+def _truth_section(res: StudyResult) -> rh.Section | None:
     if res.recovered is None and res.data.simulation is None:
         return None
     blocks: list[rh.Block] = [rh.Paragraph(
@@ -534,7 +386,7 @@ def _truth_section(res: "StudyResult") -> rh.Section | None:
     return rh.Section("Recovered vs true (simulation)", blocks)
 
 
-def _reproduce_section(res: "StudyResult") -> rh.Section:
+def _reproduce_section(res: StudyResult) -> rh.Section:
     text = ("Every frequentist model can be re-fitted in R with lme4 (glmmTMB for dispersion models): "
             "Rscript refit_lme4.R <this folder>  → lme4_refit.json, to compare with fixed_effects.csv. "
             if "refit_lme4.R" in res.files else "")
@@ -542,7 +394,7 @@ def _reproduce_section(res: "StudyResult") -> rh.Section:
     return rh.Section("Reproduce", [rh.Paragraph(text + f"Timings: {timing}.")])
 
 
-def build_sections(res: "StudyResult") -> list[rh.Section]:
+def build_sections(res: StudyResult) -> list[rh.Section]:
     """All report sections of a study, in order (missing analyses are skipped)."""
     secs: list[rh.Section | None] = [_overview(res), _data_section(res), _metrics_section(res)]
     secs += _model_sections(res)
@@ -557,7 +409,7 @@ def build_sections(res: "StudyResult") -> list[rh.Section]:
     return [s for s in secs if s is not None]
 
 
-def write_report(res: "StudyResult", path: str | Path) -> Path:
+def write_report(res: StudyResult, path: str | Path) -> Path:
     """Write the self-contained ``report.html`` of a study."""
     cfg = res.config
     sections = build_sections(res)

@@ -32,66 +32,22 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from scoremix.jsonable import to_jsonable
+from scoremix.study import tasks as T
 from scoremix.study.config import StudyConfig, load_study
 from scoremix.study.data import ALL_SYSTEMS, StudyData, apply_filters, load_study_data
-from scoremix.study.parallel import Task, boot_chunks, chunk_seeds, run_tasks, task_seed
+from scoremix.study.outdir import check_output_dir, discard, list_files, publish, staging_dir
+from scoremix.study.parallel import Task, TaskFailure, boot_chunks, chunk_seeds, run_tasks, task_seed
+from scoremix.study.results import FILE_DESCRIPTIONS, StudyResult, recovered_vs_true
+from scoremix.study.validate import check_columns, check_formulas
 
 __all__ = ["StudyResult", "run_study", "FILE_DESCRIPTIONS"]
-
-FILE_DESCRIPTIONS: dict[str, str] = {
-    "study.json": "resolved study configuration",
-    "data_summary.csv": "trials, classes and speakers per system and subgroup, with reliability flags",
-    "metrics.csv": "empirical EER and minDCF per system and cell",
-    "fixed_effects.csv": "fixed effects of every model fit",
-    "variance_components.csv": "variance components of every model fit",
-    "random_effects.csv": "conditional modes (posterior means) of the random effects",
-    "model_eer.csv": "model-based vs empirical EER",
-    "bayes_vs_freq.csv": "Bayesian vs frequentist estimates side by side",
-    "fairness.csv": "SVEva subgroup measures with bootstrap intervals",
-    "fairness_summary.json": "overall minDCF, threshold and Fairness Index per system",
-    "fairness_model.csv": "model-based and posterior subgroup measures",
-    "breakdown.csv": "breakdown per attribute value",
-    "compare.csv": "paired two-system comparison per subgroup",
-    "compare_summary.json": "Fairness Index of both systems and their difference",
-    "nuisance.csv": "nuisance LLR two-Gaussian model",
-    "recovered_vs_true.csv": "estimated vs true parameters of the simulation",
-    "trials.csv": "the simulated trial table",
-    "truth.json": "true parameters and realised effects of the simulation",
-    "data_for_r.csv.gz": "data for the lme4 re-fit script",
-    "refit_lme4.R": "R script re-fitting the frequentist models with lme4",
-    "report.html": "self-contained HTML report",
-    "manifest.json": "every output file with its description",
-}
-
-
-@dataclass
-class StudyResult:
-    """Everything a study computed, plus the files it wrote."""
-
-    config: StudyConfig
-    data: StudyData
-    out_dir: Path
-    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
-    models: list[dict[str, Any]] = field(default_factory=list)
-    failed: list[dict[str, Any]] = field(default_factory=list)
-    fairness: dict[str, dict[str, Any]] = field(default_factory=dict)
-    breakdown: pd.DataFrame | None = None
-    compare: dict[str, Any] | None = None
-    nuisance: pd.DataFrame | None = None
-    data_summary: pd.DataFrame | None = None
-    recovered: pd.DataFrame | None = None
-    files: dict[str, Path] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    messages: list[str] = field(default_factory=list)
-    section_titles: list[str] = field(default_factory=list)
-
 
 def _data_summary(cfg: StudyConfig, data: StudyData) -> pd.DataFrame:
     d = cfg.data
@@ -120,8 +76,6 @@ def _data_summary(cfg: StudyConfig, data: StudyData) -> pd.DataFrame:
 
 
 def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
-    from scoremix.study import tasks as T
-
     seed = cfg.study.seed
     an = cfg.analyses
     speaker = cfg.data.speaker
@@ -182,8 +136,6 @@ BOOT_PREFIX = "boot:"
 def _combine_chunks(tasks: list[Task], results: list[Any]) -> tuple[list[Task], list[Any]]:
     """Join bootstrap-chunk results to their point task (in chunk order, whatever order the
     chunks ran in) and return the tasks and results with one combined entry per analysis."""
-    from scoremix.study import tasks as T
-
     chunks: dict[str, list[tuple[int, int, Any]]] = {}
     for t, r in zip(tasks, results):
         if t.key.startswith(BOOT_PREFIX):
@@ -194,10 +146,13 @@ def _combine_chunks(tasks: list[Task], results: list[Any]) -> tuple[list[Task], 
     for t, r in zip(tasks, results):
         if t.key.startswith(BOOT_PREFIX):
             continue
-        if t.key in chunks:
+        if t.key in chunks and not isinstance(r, TaskFailure):
             parts = sorted(chunks[t.key], key=lambda c: c[0])
             reps, seeds = [p[2] for p in parts], [p[1] for p in parts]
-            if t.fn is T.fairness_point_task:
+            failed = [x for x in reps if isinstance(x, TaskFailure)]
+            if failed:
+                r = TaskFailure(t.key, f"bootstrap chunk failed: {failed[0].error}")
+            elif t.fn is T.fairness_point_task:
                 r = T.fairness_combine(t.args[0], r, reps, t.args[2], seeds)
             elif t.fn is T.compare_point_task:
                 r = T.compare_combine(r, reps, t.args[2])
@@ -217,8 +172,6 @@ def _write_csv(res: StudyResult, name: str, df: pd.DataFrame | None) -> None:
 
 
 def _write_json(res: StudyResult, name: str, obj: Any) -> None:
-    from scoremix.demo import to_jsonable
-
     path = res.out_dir / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(to_jsonable(obj), indent=2), encoding="utf-8")
@@ -239,10 +192,25 @@ def _with(df: pd.DataFrame | None, **cols: Any) -> pd.DataFrame | None:
     return df
 
 
+def _failure(res: StudyResult, step: str, system: str | None, error: str, **extra: Any) -> None:
+    """Record a failed model, analysis or report step (one line each on stderr; exit status 1)."""
+    where = f"{step} on {system}" if system and system != ALL_SYSTEMS else step
+    res.failed.append({"step": step, "system": system, "error": error, **extra})
+    res.messages.append(f"{where} failed: {error}")
+
+
 def _collect(res: StudyResult, tasks: list[Task], results: list[Any]) -> None:
     for t, r in zip(tasks, results):
         kind = t.key.split("/")[0]
-        if kind == "metrics":
+        if isinstance(r, TaskFailure):
+            parts = t.key.split("/")
+            if kind == "model":
+                m = t.args[0]
+                _failure(res, f"model {m.name}", t.args[1], r.error, model=m.name, backend=m.backend,
+                         nobs=int(len(t.args[2])))
+            else:
+                _failure(res, f"analysis {kind}", parts[1] if len(parts) > 1 else None, r.error)
+        elif kind == "metrics":
             res.metrics[t.args[0]] = r
         elif kind == "fairness":
             res.fairness[t.args[0]] = r
@@ -252,8 +220,8 @@ def _collect(res: StudyResult, tasks: list[Task], results: list[Any]) -> None:
             res.nuisance = _concat([res.nuisance, r["table"]])
         elif kind == "model":
             if "error" in r:
-                res.failed.append(r)
-                res.messages.append(f"model {r['model']} on {r['system']} failed: {r['error']}")
+                _failure(res, f"model {r['model']}", r["system"], r["error"], model=r["model"],
+                         backend=r["backend"], nobs=r["nobs"])
             else:
                 res.models.append(r)
         elif kind == "compare":
@@ -320,8 +288,16 @@ def _write_r(res: StudyResult) -> None:
 def run_study(study: StudyConfig | str | Path, out_dir: str | Path | None = None, jobs: int = 1,
               dask: str | None = None, progress: bool = True,
               overrides: Mapping[str, Any] | Sequence[str] | None = None, report: bool = True,
-              log: Any = None) -> StudyResult:
+              log: Any = None, overwrite: bool = False,
+              extra_outputs: Callable[[StudyResult], Mapping[str, tuple[Any, str]]] | None = None) -> StudyResult:
     """Run a study end to end and write its outputs.
+
+    The outputs are written into a fresh staging folder beside ``out_dir`` and moved into
+    place only when complete (:mod:`scoremix.study.outdir`): the folder holds one complete run
+    or nothing new.  Every formula is parsed before the data are loaded and every column a
+    model or analysis names is checked before any task runs.  A model, analysis or report step
+    that fails does not stop the others: it is listed in :attr:`StudyResult.failed`, printed as
+    one line on stderr (whatever ``progress``) and shown in the report.
 
     Parameters
     ----------
@@ -341,7 +317,14 @@ def run_study(study: StudyConfig | str | Path, out_dir: str | Path | None = None
     report:
         write ``report.html``.
     log:
-        callable receiving progress messages (default: print to stderr when ``progress``).
+        callable receiving progress messages and failure lines (default: progress messages to
+        stderr when ``progress``, failure lines to stderr always).
+    overwrite:
+        replace an existing non-empty ``out_dir`` (otherwise it is refused with
+        :class:`~scoremix.study.outdir.StudyOutputError` before any work).
+    extra_outputs:
+        called with the result before the manifest is written; returns ``{file name: (object,
+        description)}`` of further JSON files to write into the run (the demo's ``metrics.json``).
 
     Returns
     -------
@@ -354,11 +337,36 @@ def run_study(study: StudyConfig | str | Path, out_dir: str | Path | None = None
         def log(msg: str) -> None:
             if progress:
                 print(msg, file=sys.stderr)
+
+        def log_failure(msg: str) -> None:
+            print(msg, file=sys.stderr)
+    else:
+        log_failure = log
     out = Path(out_dir) if out_dir is not None else (cfg.study.output or Path(f"{cfg.study.name}-results"))
-    out.mkdir(parents=True, exist_ok=True)
+    check_output_dir(out, overwrite)
+    check_formulas(cfg)
     t0 = time.perf_counter()
     log(f"[scoremix study] {cfg.study.name}: loading data")
     data = load_study_data(cfg.data, seed=cfg.study.seed)
+    check_columns(cfg, data)
+    stage = staging_dir(out)
+    try:
+        res = _run(cfg, data, stage, jobs, dask, progress, report, log, t0, extra_outputs)
+        publish(stage, out, overwrite)
+    except BaseException:
+        discard(stage)
+        raise
+    res.out_dir = out
+    res.files = {name: out / p.relative_to(stage) for name, p in res.files.items()}
+    for msg in res.messages:
+        log_failure(f"scoremix study: error: {msg}")
+    log(f"[scoremix study] done in {res.timings['total']:.1f} s; outputs in {out}")
+    return res
+
+
+def _run(cfg: StudyConfig, data: StudyData, out: Path, jobs: int, dask: str | None, progress: bool, report: bool,
+         log: Any, t0: float, extra_outputs: Any) -> StudyResult:
+    """Everything after loading the data, written into ``out`` (the staging folder)."""
     res = StudyResult(config=cfg, data=data, out_dir=out)
     res.timings["load"] = time.perf_counter() - t0
     log(f"[scoremix study] {len(data.table)} trials, systems: {', '.join(data.systems)}")
@@ -375,30 +383,37 @@ def run_study(study: StudyConfig | str | Path, out_dir: str | Path | None = None
     log(f"[scoremix study] running {len(tasks)} tasks "
         f"({'dask ' + dask if dask else f'{jobs} job(s)'})")
     t1 = time.perf_counter()
-    results = run_tasks(tasks, jobs=jobs, dask=dask, progress=progress)
+    results = run_tasks(tasks, jobs=jobs, dask=dask, progress=progress, capture_errors=True)
     tasks, results = _combine_chunks(tasks, results)
     res.timings["tasks"] = time.perf_counter() - t1
     _collect(res, tasks, results)
     if data.simulation is not None:
-        from scoremix.study.report import recovered_vs_true
-
         res.recovered = recovered_vs_true(res)
         _write_csv(res, "recovered_vs_true.csv", res.recovered)
     _write_outputs(res)
     _write_r(res)
+    if extra_outputs is not None:
+        for name, (obj, desc) in extra_outputs(res).items():
+            _write_json(res, name, obj)
+            res.descriptions[name] = desc
     if report:
         from scoremix.study.report import write_report
 
         t2 = time.perf_counter()
-        res.files["report.html"] = write_report(res, out / "report.html")
+        try:
+            res.files["report.html"] = write_report(res, out / "report.html")
+        except Exception as exc:  # noqa: BLE001 - reported by name, exit status 1
+            _failure(res, "report", None, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+            (out / "report.html").unlink(missing_ok=True)
         res.timings["report"] = time.perf_counter() - t2
     res.timings["total"] = time.perf_counter() - t0
-    res.files["manifest.json"] = out / "manifest.json"
-    _write_json(res, "manifest.json", {name: {"path": str(p.relative_to(out)) if p.is_relative_to(out) else str(p),
-                                              "description": FILE_DESCRIPTIONS.get(
-                                                  name, "model fit" if name.startswith("models/") else "")}
-                                       for name, p in res.files.items()})
-    for msg in res.messages:
-        log(f"[scoremix study] warning: {msg}")
-    log(f"[scoremix study] done in {res.timings['total']:.1f} s; outputs in {out}")
+    names = {p.relative_to(out).as_posix(): name for name, p in res.files.items()}
+    manifest = {}
+    for rel in list_files(out) + ["manifest.json"]:
+        name = names.get(rel, rel)
+        desc = res.descriptions.get(name) or FILE_DESCRIPTIONS.get(
+            name, "model fit" if name.startswith("models/") else "")
+        manifest[name] = {"path": rel, "description": desc}
+        res.files[name] = out / rel
+    _write_json(res, "manifest.json", manifest)
     return res

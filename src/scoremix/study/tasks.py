@@ -12,22 +12,11 @@ import pandas as pd
 
 from scoremix.study.config import (BreakdownConfig, CompareConfig, FairnessConfig, MetricsConfig,
                                    ModelConfig, ModelEERConfig, NuisanceConfig)
+from scoremix.study.figures import forest_figure, png_of
 
 __all__ = ["metrics_task", "model_task", "fit_model", "fairness_task", "fairness_point_task", "fairness_boot_task",
            "fairness_combine", "breakdown_task", "compare_task", "compare_point_task", "compare_boot_task",
            "compare_combine", "nuisance_task", "png_of"]
-
-
-def png_of(fig: Any) -> bytes:
-    """Render a matplotlib figure to PNG bytes and close it."""
-    import matplotlib.pyplot as plt
-
-    from scoremix.report_html import figure_to_png
-
-    try:
-        return figure_to_png(fig)
-    finally:
-        plt.close(fig)
 
 
 def _agg() -> None:
@@ -471,7 +460,6 @@ def _fairness_outputs(system: str, res: Any, cfg: FairnessConfig, det_png: bytes
                "fairness_index_hi": res.fairness_index_ci[1], "n_boot": int(res.settings.get("n_boot", 0)),
                "boot_chunks": int(n_chunks) if res.settings.get("n_boot", 0) else 0,
                **{f"overall_{k}": v for k, v in res.overall.items()}}
-    from scoremix.study.report import forest_figure
 
     forest = None
     if "ratio_overall_lo" in tab.columns:

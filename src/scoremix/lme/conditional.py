@@ -1,0 +1,168 @@
+"""Conditional estimates at a given ``θ``: ``β̂(θ)``, ``û(θ)``, ``b̂ = Λ_θ û``, ``σ̂``,
+``Var(β̂)`` and the conditional covariances of the random effects.
+
+With a flat prior on ``β``, ``(u, β) | θ, σ, y ~ N(v, σ² (L L')^{-1})`` where ``L`` is the
+factor of the augmented system (:mod:`scoremix.lme.factor`) without the ``y`` row and ``v``
+solves ``L' v = (c_u, c_β)``.  ``σ̂² = r_θ²/(n − p)`` (REML) or ``r_θ²/n`` (ML) and
+``Var(β̂) = σ̂² (R_X R_X')^{-1}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import scipy.linalg as sla
+
+from scoremix.lme.crossprod import CrossProducts
+from scoremix.lme.factor import Factorization, factorize
+from scoremix.lme.relcov import u_to_b
+
+__all__ = ["ConditionalEstimates", "conditional_estimates", "conditional_variances",
+           "estimates_at"]
+
+
+@dataclass
+class ConditionalEstimates:
+    """Conditional estimates of ``(β, b)`` given ``θ`` (and ``ρ``), and their distribution.
+
+    With a flat prior on ``β``, ``(u, β) | θ, σ, y ~ N(v, σ² (L L')^{-1})`` where ``L`` is
+    the factor of the augmented system without the ``y`` row and ``v`` solves
+    ``L' v = (c_u, c_β)``; ``b = Λ_θ u``.
+
+    Attributes
+    ----------
+    beta:
+        ``(p,)`` conditional estimate of ``β`` (the GLS estimate given θ).
+    u:
+        ``(q,)`` spherical random effects (level-major within term, terms in order).
+    b:
+        list of ``(n_k, p_k)`` arrays: random effects per term.
+    pwrss, ldL2, ldRX2:
+        as in :class:`Factorization`.
+    factor:
+        the :class:`Factorization`.
+    """
+
+    beta: np.ndarray
+    u: np.ndarray
+    b: list[np.ndarray]
+    pwrss: float
+    ldL2: float
+    ldRX2: float
+    factor: Factorization
+
+    def _solve_upper(self, z: np.ndarray) -> np.ndarray:
+        """Solve ``L' x = z`` for ``(q + p, k)`` right-hand sides."""
+        f = self.factor
+        q1 = f.L11.shape[0] * f.L11.shape[1]
+        Lrrz = f.Lrr[:-1, :-1]
+        Lr1z = f.Lr1[:-1]
+        x_rest = sla.solve_triangular(Lrrz, z[q1:], trans="T", lower=True)
+        rhs = z[:q1] - Lr1z.T @ x_rest
+        n1, p1 = f.L11.shape[0], f.L11.shape[1]
+        x1 = np.einsum("lba,lbk->lak", f.L11inv, rhs.reshape(n1, p1, -1)).reshape(q1, -1)
+        return np.vstack([x1, x_rest])
+
+    def sample(self, sigma: float, size: int, rng: np.random.Generator | int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``(β, u)`` from their conditional distribution given ``θ`` and ``σ``.
+
+        Returns
+        -------
+        beta:
+            ``(size, p)``.
+        u:
+            ``(size, q)`` spherical random effects; ``b = Λ_θ u`` (see :meth:`u_to_b`).
+        """
+        rng = np.random.default_rng(rng)
+        f = self.factor
+        q = f.L11.shape[0] * f.L11.shape[1] + f.q_rest
+        z = rng.standard_normal((q + f.p, size))
+        x = self._solve_upper(z) * sigma
+        draws = x + np.concatenate([self.u, self.beta])[:, None]
+        return draws[q:].T.copy(), draws[:q].T.copy()
+
+    def u_to_b(self, u: np.ndarray, term_nlev: Sequence[int]) -> list[np.ndarray]:
+        """Map spherical ``u`` (``(q,)``) to the list of ``(n_k, p_k)`` random effects."""
+        return u_to_b(u, self.factor.T, term_nlev)
+
+    def covariance(self, sigma: float) -> np.ndarray:
+        """Dense ``Cov((u, β) | θ, σ, y) = σ² (L L')^{-1}`` (only for small ``q``)."""
+        f = self.factor
+        q = f.L11.shape[0] * f.L11.shape[1] + f.q_rest
+        Linv_t = self._solve_upper(np.eye(q + f.p))
+        return sigma ** 2 * Linv_t @ Linv_t.T
+
+
+
+
+def conditional_estimates(theta: np.ndarray, cp: CrossProducts,
+                          rho: np.ndarray | None = None) -> ConditionalEstimates:
+    """Conditional estimates ``β̂(θ)``, ``û(θ)``, ``b̂ = Λ_θ û`` and the factor needed to
+    draw ``(β, b) | θ, σ, y`` (see :class:`ConditionalEstimates`)."""
+    f = factorize(theta, cp, rho)
+    q1 = f.L11.shape[0] * f.L11.shape[1]
+    c = np.concatenate([f.Lr1[-1], f.Lrr[-1, :-1]])
+    ce = ConditionalEstimates(beta=np.zeros(cp.p), u=np.zeros(q1 + f.q_rest), b=[],
+                              pwrss=f.pwrss, ldL2=f.ldL2, ldRX2=f.ldRX2, factor=f)
+    v = ce._solve_upper(c[:, None])[:, 0]
+    q = q1 + f.q_rest
+    ce.u = v[:q]
+    ce.beta = v[q:]
+    ce.b = u_to_b(ce.u, f.T, cp.term_nlev)
+    return ce
+
+
+def conditional_variances(ce: ConditionalEstimates, term_nlev: Sequence[int], sigma: float
+                          ) -> list[np.ndarray]:
+    """lme4's conditional covariances of the random effects (``ranef(condVar=TRUE)``):
+    ``σ² Λ_k [ (L_Z L_Z')^{-1} ]_{kk} Λ_k'`` per level (β treated as known).
+
+    Returns
+    -------
+    list of ``(n_k, p_k, p_k)`` arrays, one per term.
+    """
+    f = ce.factor
+    n1, p1 = f.L11.shape[0], f.L11.shape[1]
+    qr = f.q_rest
+    Lzz = f.Lrr[:qr, :qr]
+    Lz1 = f.Lr1[:qr]
+    # term 1 blocks: L11inv' L11inv + G' G, G = Lzz^{-1} (Lz1 L11^{-1})
+    V1 = np.einsum("lba,lbc->lac", f.L11inv, f.L11inv)
+    if qr:
+        H = np.einsum("mlb,lbc->mlc", Lz1.reshape(qr, n1, p1), f.L11inv).reshape(qr, n1 * p1)
+        G = sla.solve_triangular(Lzz, H, lower=True).reshape(qr, n1, p1)
+        V1 = V1 + np.einsum("mla,mlc->lac", G, G)
+    out = [V1]
+    if qr:
+        Linv = sla.solve_triangular(Lzz, np.eye(qr), lower=True)
+        pos = 0
+        for k in range(1, len(f.T)):
+            pk, nk = f.T[k].shape[0], term_nlev[k]
+            cols = Linv[:, pos: pos + pk * nk].reshape(qr, nk, pk)
+            out.append(np.einsum("mla,mlc->lac", cols, cols))
+            pos += pk * nk
+    res = []
+    for Vk, Tk in zip(out, f.T):
+        res.append(sigma ** 2 * np.einsum("ab,lbc,dc->lad", Tk, Vk, Tk))
+    return res
+
+
+def estimates_at(cp: CrossProducts, theta: np.ndarray, REML: bool,
+                 rho: np.ndarray | None = None) -> dict[str, Any]:
+    """All estimates at a given ``θ`` (and ``ρ``): ``beta``, ``sigma``, ``vcov``, ``b`` (per
+    term), ``condvar`` (per term), ``criterion`` and the relative factors ``T``."""
+    ce = conditional_estimates(theta, cp, rho)
+    f = ce.factor
+    n, p = cp.n, cp.p
+    sigma2 = ce.pwrss / (n - p if REML else n)
+    sigma = float(np.sqrt(sigma2))
+    qr = f.q_rest
+    RX = f.Lrr[qr: qr + p, qr: qr + p]
+    RXinv = sla.solve_triangular(RX, np.eye(p), lower=True)
+    vcov = sigma2 * RXinv.T @ RXinv
+    condvar = conditional_variances(ce, cp.term_nlev, sigma)
+    return dict(beta=ce.beta, sigma=sigma, vcov=vcov, b=ce.b, condvar=condvar,
+                criterion=f.deviance(REML), T=f.T)

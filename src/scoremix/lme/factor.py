@@ -1,0 +1,264 @@
+"""Blocked Cholesky factorisation of the augmented mixed-model system at one ``θ`` (and ``ρ``).
+
+For fixed ``θ`` let ``L_θ`` be the Cholesky factor of the augmented system
+
+.. math::
+
+    \\begin{pmatrix} \\Lambda'Z'WZ\\Lambda + I & \\Lambda'Z'WX & \\Lambda'Z'Wy\\\\
+    X'WZ\\Lambda & X'WX & X'Wy\\\\ y'WZ\\Lambda & y'WX & y'Wy\\end{pmatrix}
+    = \\begin{pmatrix} L_Z & & \\\\ L_{XZ} & R_X & \\\\ c_u' & c_\\beta' & r_\\theta
+    \\end{pmatrix}\\begin{pmatrix} L_Z & & \\\\ L_{XZ} & R_X & \\\\ c_u' & c_\\beta' &
+    r_\\theta\\end{pmatrix}'.
+
+``r_θ²`` is the penalised weighted residual sum of squares at the conditional estimates, and
+the profiled deviances are (``n`` rows, ``p`` fixed effects)
+
+.. math::
+
+    -2\\ell_{ML}(\\theta) = \\log|L_Z|^2 + n\\left(1 + \\log\\frac{2\\pi r_\\theta^2}{n}\\right)
+    - \\sum_i \\log W_{ii},
+
+    -2\\ell_{REML}(\\theta) = \\log|L_Z|^2 + \\log|R_X|^2 + (n-p)\\left(1 +
+    \\log\\frac{2\\pi r_\\theta^2}{n-p}\\right) - \\sum_i \\log W_{ii}.
+
+The factor is blocked as the cross-products (:mod:`scoremix.lme.crossprod`): term 1 gives
+``n_1`` diagonal ``p_1 × p_1`` blocks ``L_11`` (a batched Cholesky), the rest rows
+``[Z_2 … Z_K X y]`` give ``L_r1 = Λ_r' A_r1 blockdiag(T_1 L_l^{-T})`` and the dense Cholesky
+``L_rr`` of the Schur complement ``Λ_r'(A_rr − A_r1 D A_r1')Λ_r + I_q``.  A sparse ``A_r1``
+(:meth:`~scoremix.lme.crossprod.CrossProducts.ar1_sparse`) forms the downdate sparsely, with
+the pair structure of :mod:`scoremix.lme.pairs` for scalar terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+
+from scoremix.lme.crossprod import CrossProducts
+from scoremix.lme.pairs import PairStructure
+from scoremix.lme.relcov import rest_scale, scale_rest_rows, theta_to_T
+
+__all__ = ["Factorization", "factorize", "combine_dispersion"]
+
+
+@dataclass
+class Factorization:
+    """The blocked Cholesky factor of the augmented system at one ``θ`` (and ``ρ``).
+
+    ``L11`` are the ``n_1`` diagonal ``p_1 × p_1`` blocks of term 1, ``L11inv`` their
+    inverses, ``Lr1 = C L_11^{-T}`` the rows ``[Z_2 … X y]`` below them (``None`` when
+    :func:`factorize` was called with ``need_lr1=False`` on the sparse path) and ``Lrr`` the
+    dense Cholesky factor of the Schur complement of the rest block.
+    """
+
+    T: list[np.ndarray]
+    L11: np.ndarray
+    L11inv: np.ndarray
+    Lr1: np.ndarray
+    Lrr: np.ndarray
+    q_rest: int
+    p: int
+    n: int
+    ldW: float
+
+    @property
+    def ldL2(self) -> float:
+        """``log|L_Z|²``."""
+        d1 = np.einsum("lii->li", self.L11)
+        dr = np.diag(self.Lrr)[: self.q_rest]
+        return float(2 * np.sum(np.log(d1)) + 2 * np.sum(np.log(dr)))
+
+    @property
+    def ldRX2(self) -> float:
+        """``log|R_X|²``."""
+        d = np.diag(self.Lrr)[self.q_rest: self.q_rest + self.p]
+        return float(2 * np.sum(np.log(d)))
+
+    @property
+    def pwrss(self) -> float:
+        """``r_θ²``: penalised weighted residual sum of squares."""
+        return float(self.Lrr[-1, -1] ** 2)
+
+    def deviance(self, reml: bool) -> float:
+        """Profiled deviance (ML) or REML criterion, see the module docstring."""
+        n, p = self.n, self.p
+        r2 = self.pwrss
+        if r2 <= 0:
+            return np.inf
+        if reml:
+            nmp = n - p
+            return self.ldL2 + self.ldRX2 + nmp * (1 + np.log(2 * np.pi * r2 / nmp)) - self.ldW
+        return self.ldL2 + n * (1 + np.log(2 * np.pi * r2 / n)) - self.ldW
+
+
+def combine_dispersion(cp: CrossProducts, rho: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    if cp.n_disp == 1:
+        if rho is not None and len(rho) not in (0, 1):
+            raise ValueError("relative variances given for a homoscedastic model")
+        return cp.A11[0], cp.Ar1[0], cp.Arr[0], cp.sum_log_w
+    if rho is None or len(rho) != cp.n_disp:
+        raise ValueError(f"the model has {cp.n_disp} dispersion levels; give that many relative variances")
+    inv = 1.0 / np.asarray(rho, float)
+    A11 = np.tensordot(inv, cp.A11, axes=1)
+    Ar1 = np.tensordot(inv, cp.Ar1, axes=1)
+    Arr = np.tensordot(inv, cp.Arr, axes=1)
+    ldW = cp.sum_log_w - float(np.dot(cp.n_by, np.log(rho)))
+    return A11, Ar1, Arr, ldW
+
+
+
+def _downdate_sparse(cp: CrossProducts, rho: np.ndarray | None, T1: np.ndarray,
+                     A11: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``Ar1 · blockdiag(T_1 (T_1'A11_l T_1 + I)^{-1} T_1') · Ar1'`` (dense ``m × m``) with the
+    cached sparse ``Ar1``, plus ``L11`` and its inverse; ``None`` when the dense path is
+    used."""
+    mats = cp.ar1_sparse()
+    if mats is None:
+        return None
+    import scipy.sparse as sp
+    if cp.n_disp == 1:
+        A = mats[0]
+    else:
+        inv = 1.0 / np.asarray(rho, float)
+        A = mats[0] * inv[0]
+        for d in range(1, cp.n_disp):
+            A = A + mats[d] * inv[d]
+        A = A.tocsr()
+    p1, n1 = cp.term_p[0], cp.term_nlev[0]
+    if p1 == 1:
+        t = T1[0, 0]
+        dd = A11[:, 0, 0] * t * t + 1.0
+        L11 = np.sqrt(dd)[:, None, None]
+        L11inv = 1.0 / L11
+        B = A.multiply((t * t / dd)[None, :]).tocsr()
+    else:
+        S11 = np.einsum("ba,lbc,cd->lad", T1, A11, T1) + np.eye(p1)
+        L11 = np.linalg.cholesky(S11)
+        L11inv = np.linalg.inv(L11)
+        F = np.einsum("ab,lcb->lac", T1, L11inv)  # T_1 L_l^{-T}
+        blocks = np.einsum("lab,lcb->lac", F, F)   # T_1 S11_l^{-1} T_1'
+        M = sp.bsr_matrix((blocks, np.arange(n1), np.arange(n1 + 1)), shape=(n1 * p1, n1 * p1))
+        B = (A @ M).tocsr()
+    G = (B @ A.T.tocsr()).toarray()
+    return G, L11, L11inv
+
+
+def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = None,
+              need_lr1: bool = True) -> Factorization:
+    """Blocked Cholesky factorisation of the augmented system at ``θ`` (and relative
+    residual variances ``ρ`` for a dispersion model).
+
+    Parameters
+    ----------
+    need_lr1:
+        also form the dense off-diagonal block ``Lr1`` (needed for the conditional
+        estimates; the criterion only needs ``L11`` and ``Lrr``).  With a sparse ``Ar1``
+        (see :meth:`CrossProducts.ar1_sparse`) and ``need_lr1=False``, ``Lr1`` is ``None``.
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError
+        when the rest block is not positive definite (e.g. a perfect fit).
+    """
+    theta = np.atleast_1d(np.asarray(theta, dtype=float))
+    T = theta_to_T(theta, cp.term_p)
+    p1, n1 = cp.term_p[0], cp.term_nlev[0]
+    T1 = T[0]
+    qr = cp.q_rest
+    ps = cp.pair_structure()
+    if ps is not None:
+        return _factorize_pairs(theta, T, cp, ps, rho, need_lr1)
+    if cp.n_disp == 1 or cp.ar1_sparse() is None:
+        A11, Ar1, Arr, ldW = combine_dispersion(cp, rho)
+    else:  # combine A11, Arr densely; Ar1 is combined sparsely
+        A11, Arr, ldW = _combine_small(cp, rho)
+        Ar1 = None
+    sparse_out = _downdate_sparse(cp, rho, T1, A11)
+    if sparse_out is not None:
+        # Schur complement: Λr'(Arr − Ar1 D Ar1')Λr + I, with the sparse downdate
+        G, L11, L11inv = sparse_out
+        S = _scale_both(Arr - G, T, cp)
+        S[np.arange(qr), np.arange(qr)] += 1.0
+        Lrr = np.linalg.cholesky(S)
+        Lr1 = None
+        if need_lr1:
+            if Ar1 is None:
+                Ar1 = combine_dispersion(cp, rho)[1]
+            Lr1 = scale_rest_rows(_lr1_dense(Ar1, T1, L11, L11inv, n1, p1), T, cp.term_p, cp.term_nlev)
+        return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=Lr1, Lrr=Lrr, q_rest=qr, p=cp.p,
+                             n=cp.n, ldW=ldW)
+    # term 1: T1' A11_l T1 + I, batched
+    if p1 == 1:
+        t = T1[0, 0]
+        d = A11[:, 0, 0] * t * t + 1.0
+        L11 = np.sqrt(d)[:, None, None]
+        L11inv = 1.0 / L11
+    else:
+        S11 = np.einsum("ba,lbc,cd->lad", T1, A11, T1) + np.eye(p1)
+        L11 = np.linalg.cholesky(S11)
+        L11inv = np.linalg.inv(L11)
+    Lr1 = scale_rest_rows(_lr1_dense(Ar1, T1, L11, L11inv, n1, p1), T, cp.term_p, cp.term_nlev)
+    S = _scale_both(Arr, T, cp)
+    S[np.arange(qr), np.arange(qr)] += 1.0
+    S -= Lr1 @ Lr1.T
+    Lrr = np.linalg.cholesky(S)
+    return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=Lr1, Lrr=Lrr, q_rest=qr, p=cp.p,
+                         n=cp.n, ldW=ldW)
+
+
+
+def _factorize_pairs(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts,
+                     ps: PairStructure, rho: np.ndarray | None, need_lr1: bool) -> Factorization:
+    """:func:`factorize` for scalar random terms with a sparse ``Ar1``: the downdate
+    ``Ar1 diag(θ_1²/l_j²) Ar1'`` is the pair mat-vec ``P c`` (see :class:`PairStructure`)
+    scattered into the lower triangle, ``Λ_rest`` a diagonal scaling, and the Schur
+    complement factored in place by LAPACK ``dpotrf``."""
+    A11, Ar1, Arr, ldW = combine_dispersion(cp, rho)
+    qr = cp.q_rest
+    t = T[0][0, 0]
+    dd = A11[:, 0, 0] * t * t + 1.0
+    L11 = np.sqrt(dd)[:, None, None]
+    L11inv = 1.0 / L11
+    lam = rest_scale(theta, cp.term_nlev, cp.Arr.shape[1])
+    S = Arr.copy()
+    S.flat[ps.flat] -= ps.P @ (t * t / dd)
+    S *= lam[:, None]
+    S *= lam[None, :]
+    S.flat[:qr * (S.shape[1] + 1):S.shape[1] + 1] += 1.0
+    # S is C-ordered: its transpose is Fortran-ordered with S's lower triangle as its upper
+    U, info = sla.lapack.dpotrf(S.T, lower=0, overwrite_a=1, clean=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"Schur complement not positive definite (dpotrf info={info})")
+    Lrr = U.T
+    Lr1 = None
+    if need_lr1:
+        Lr1 = _lr1_dense(Ar1, T[0], L11, L11inv, cp.term_nlev[0], 1) * lam[:, None]
+    return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=Lr1, Lrr=Lrr, q_rest=qr, p=cp.p,
+                         n=cp.n, ldW=ldW)
+
+
+def _lr1_dense(Ar1: np.ndarray, T1: np.ndarray, L11: np.ndarray, L11inv: np.ndarray,
+               n1: int, p1: int) -> np.ndarray:
+    """``Ar1 · blockdiag(T_1 L_l^{-T})`` (before ``Λ_rest'`` is applied to its rows)."""
+    if p1 == 1:
+        return Ar1 * (T1[0, 0] / L11[:, 0, 0])[None, :]
+    C = np.einsum("mlb,bd->mld", Ar1.reshape(Ar1.shape[0], n1, p1), T1)
+    return np.einsum("mla,lba->mlb", C, L11inv).reshape(Ar1.shape[0], n1 * p1)
+
+
+def _combine_small(cp: CrossProducts, rho: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float]:
+    if rho is None or len(rho) != cp.n_disp:
+        raise ValueError(f"the model has {cp.n_disp} dispersion levels; give that many relative variances")
+    inv = 1.0 / np.asarray(rho, float)
+    A11 = np.tensordot(inv, cp.A11, axes=1)
+    Arr = np.tensordot(inv, cp.Arr, axes=1)
+    ldW = cp.sum_log_w - float(np.dot(cp.n_by, np.log(rho)))
+    return A11, Arr, ldW
+
+
+def _scale_both(M: np.ndarray, T: list[np.ndarray], cp: CrossProducts) -> np.ndarray:
+    """``Λ_rest' M Λ_rest`` for a symmetric rest block ``M``."""
+    return scale_rest_rows(scale_rest_rows(M, T, cp.term_p, cp.term_nlev).T, T, cp.term_p,
+                           cp.term_nlev).T

@@ -1,0 +1,407 @@
+"""The optimiser of the native engine: minimise the profiled deviance over ``θ`` (and ``log ρ``).
+
+For each candidate ``θ`` the engine evaluates the profiled criterion of
+:mod:`scoremix.lme.deviance` (a batched ``p_1 × p_1`` Cholesky and one small dense Cholesky;
+nothing that grows with the number of rows) and minimises it with L-BFGS-B under lme4's
+bounds (``θ_ii ≥ 0``), with the analytic gradient for models whose random terms are all
+scalar (:func:`~scoremix.lme.deviance.profiled_deviance_grad`) and central
+finite-difference gradients otherwise.  A class-specific residual
+variance ``Var(ε_i) = σ² ρ_{d(i)}`` (``ρ_0 = 1``) adds ``log ρ_d`` (``d ≥ 1``) to the
+parameters.  After the optimisation lme4's checks are applied:
+
+* singular fit (``isSingular``): a ``θ`` element with lower bound 0 below ``1e-4``
+  → :class:`~scoremix.lme.errors.SingularFitWarning`
+  ``"boundary (singular) fit: see help('isSingular')"``;
+* convergence (``checkConv``, skipped for singular fits as in lme4): with the gradient ``g``
+  and Hessian ``H = R'R`` of the criterion over the interior parameters, lme4's scaled
+  gradient ``R^{-1}g`` (R's ``solve(chol(H), g)``); if ``max(min(|R^{-1}g|, |g|)) > 0.002``
+  → :class:`~scoremix.lme.errors.ConvergenceWarning`
+  ``"Model failed to converge with max|grad| = … (tol = 0.002, component k)"`` (``k`` is the
+  offending component; lme4 always prints 1), and lme4's ``checkHess`` on ``H``: negative
+  eigenvalues → ``"Model failed to converge: degenerate  Hessian with k negative
+  eigenvalues"``, a zero eigenvalue → ``"Hessian is numerically singular: parameters are not
+  uniquely determined"``, and on the ``θ`` block (lme4 has no ``ρ``) an eigenvalue above
+  ``1e6`` or an eigenvalue ratio below ``1e-6`` → ``"Model is nearly unidentifiable: very
+  large eigenvalue\n - Rescale variables?"`` / ``"… large eigenvalue ratio\n - Rescale
+  variables?"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg as sla
+from scipy.optimize import minimize
+
+from scoremix.lme.crossprod import CrossProducts
+from scoremix.lme.deviance import has_analytic_gradient, profiled_deviance, profiled_deviance_grad
+
+__all__ = ["NativeControl", "OptimResult", "optimize_theta", "fd_grad", "fd_hess", "check_conv",
+           "check_hess"]
+
+
+@dataclass
+class NativeControl:
+    """Options of the native optimiser (pass as ``control=dict(...)`` to :func:`scoremix.lmer`).
+
+    Attributes
+    ----------
+    maxiter:
+        maximum L-BFGS-B iterations.
+    ftol, gtol:
+        L-BFGS-B tolerances (relative reduction of the criterion, projected gradient).
+    fd_step:
+        relative step of the central finite-difference gradient.
+    check_conv_tol:
+        lme4's ``check.conv.grad`` tolerance on the scaled gradient.
+    singular_tol:
+        lme4's ``isSingular`` tolerance.
+    check_conv:
+        run the convergence checks (gradient and Hessian).
+    theta_start:
+        starting ``θ`` (default lme4's: 1 on diagonals, 0 off them).
+    warn:
+        issue the singular-fit and convergence warnings.
+    analytic_gradient:
+        use the analytic gradient of the profiled criterion where it applies (scalar random
+        terms, no dispersion model, every ``θ_k ≥ 1e-4``; see
+        :func:`scoremix.lme.deviance.profiled_deviance_grad`); finite differences otherwise.
+    """
+
+    maxiter: int = 5000
+    ftol: float = 1e-15
+    gtol: float = 1e-10
+    fd_step: float = 1e-6
+    check_conv_tol: float = 2e-3
+    singular_tol: float = 1e-4
+    check_conv: bool = True
+    theta_start: np.ndarray | None = None
+    warn: bool = True
+    analytic_gradient: bool = True
+
+    @classmethod
+    def from_any(cls, control: "NativeControl | dict | None") -> "NativeControl":
+        if control is None:
+            return cls()
+        if isinstance(control, NativeControl):
+            return control
+        if isinstance(control, dict):
+            known = set(cls.__dataclass_fields__)
+            bad = sorted(set(control) - known)
+            if bad:
+                raise ValueError(f"unknown control option(s) {bad}; known: {sorted(known)}")
+            return cls(**control)
+        raise TypeError(f"control must be a dict or NativeControl, not {type(control).__name__}")
+
+
+@dataclass
+class OptimResult:
+    """Outcome of :func:`optimize_theta`.
+
+    ``theta`` and ``rho`` are the optimum, ``criterion`` the profiled deviance / REML
+    criterion there, ``n_eval`` the number of criterion evaluations, ``messages`` lme4-style
+    convergence messages (empty when the checks pass).
+    """
+
+    theta: np.ndarray
+    rho: np.ndarray | None
+    criterion: float
+    converged: bool
+    singular: bool
+    n_eval: int
+    messages: list[str] = field(default_factory=list)
+    optimizer_message: str = ""
+
+
+def fd_grad(f, x: np.ndarray, lb: np.ndarray, h: float, f0: float | None = None) -> np.ndarray:
+    g = np.empty_like(x)
+    for i in range(x.size):
+        hi = h * max(1.0, abs(x[i]))
+        if x[i] - hi < lb[i]:
+            # forward difference at (or next to) a bound
+            xp = x.copy(); xp[i] += hi
+            xpp = x.copy(); xpp[i] += 2 * hi
+            fx = f(x) if f0 is None else f0
+            g[i] = (-3 * fx + 4 * f(xp) - f(xpp)) / (2 * hi)
+        else:
+            xp = x.copy(); xp[i] += hi
+            xm = x.copy(); xm[i] -= hi
+            g[i] = (f(xp) - f(xm)) / (2 * hi)
+    return g
+
+
+def fd_hess(f, x: np.ndarray, idx: np.ndarray, h: float) -> np.ndarray:
+    k = idx.size
+    H = np.empty((k, k))
+    f0 = f(x)
+    for a in range(k):
+        i = idx[a]
+        hi = h * max(1.0, abs(x[i]))
+        xp = x.copy(); xp[i] += hi
+        xm = x.copy(); xm[i] -= hi
+        H[a, a] = (f(xp) - 2 * f0 + f(xm)) / hi ** 2
+        for b in range(a):
+            j = idx[b]
+            hj = h * max(1.0, abs(x[j]))
+            v = []
+            for si, sj in ((1, 1), (1, -1), (-1, 1), (-1, -1)):
+                xx = x.copy(); xx[i] += si * hi; xx[j] += sj * hj
+                v.append(f(xx))
+            H[a, b] = H[b, a] = (v[0] - v[1] - v[2] + v[3]) / (4 * hi * hj)
+    return H
+
+
+def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.ndarray,
+                   control: NativeControl | None = None, n_rho: int = 0,
+                   rho_start: np.ndarray | None = None, fixed: dict[int, float] | None = None
+                   ) -> OptimResult:
+    """Minimise the profiled criterion over ``θ`` (and ``log ρ_1 … log ρ_{D-1}``).
+
+    Parameters
+    ----------
+    cp:
+        cross-products.
+    reml:
+        REML criterion or ML deviance.
+    lower:
+        lower bounds of ``θ`` (0 on diagonals, ``-inf`` elsewhere).
+    start:
+        starting ``θ``.
+    control:
+        optimiser options.
+    n_rho:
+        number of free relative residual variances (``D - 1``).
+    rho_start:
+        starting ``ρ_1 … ρ_{D-1}`` (default 1).
+    fixed:
+        ``{index: value}`` of parameters (in the ``[θ, log ρ]`` vector) held fixed.
+
+    Returns
+    -------
+    OptimResult
+    """
+    ctl = control or NativeControl()
+    nth = len(start)
+    x0_full = np.concatenate([np.asarray(start, float),
+                              np.log(rho_start) if rho_start is not None else np.zeros(n_rho)])
+    lb_full = np.concatenate([np.asarray(lower, float), np.full(n_rho, -30.0)])
+    ub_full = np.concatenate([np.full(nth, np.inf), np.full(n_rho, 30.0)])
+    fixed = fixed or {}
+    free = np.array([i for i in range(x0_full.size) if i not in fixed], dtype=int)
+    n_eval = [0]
+
+    def full(xf: np.ndarray) -> np.ndarray:
+        x = x0_full.copy()
+        for i, v in fixed.items():
+            x[i] = v
+        x[free] = xf
+        return x
+
+    def crit_full(x: np.ndarray) -> float:
+        n_eval[0] += 1
+        th = x[:nth]
+        rho = np.concatenate([[1.0], np.exp(x[nth:])]) if n_rho else None
+        return profiled_deviance(th, cp, reml, rho)
+
+    def f(xf: np.ndarray) -> float:
+        return crit_full(full(xf))
+
+    analytic = ctl.analytic_gradient and n_rho == 0 and has_analytic_gradient(cp)
+
+    def grad_analytic(xf: np.ndarray) -> tuple[float, np.ndarray] | None:
+        """Criterion and analytic gradient (scalar terms, all θ_k ≥ 1e-4), else ``None``."""
+        if not analytic:
+            return None
+        key = np.asarray(xf, float).tobytes()
+        if key in _memo:  # the optimum is re-evaluated by the convergence check
+            hit = _memo[key]
+            return None if hit is None else (hit[0], hit[1].copy())
+        out = _grad_analytic(xf)
+        _memo.clear()
+        _memo[key] = out
+        return None if out is None else (out[0], out[1].copy())
+
+    _memo: dict[bytes, tuple[float, np.ndarray] | None] = {}
+
+    def _grad_analytic(xf: np.ndarray) -> tuple[float, np.ndarray] | None:
+        x = full(xf)
+        if np.any(x[:nth] < 1e-4):
+            return None
+        n_eval[0] += 1
+        try:
+            fx, g = profiled_deviance_grad(x[:nth], cp, reml)
+        except np.linalg.LinAlgError:
+            return None
+        if not np.isfinite(fx):
+            return None
+        return fx, g[free]
+
+    lbf = lb_full[free]
+    ubf = ub_full[free]
+    x0 = np.clip(x0_full[free], lbf, ubf)
+    messages: list[str] = []
+    if free.size == 0:
+        xopt = x0
+        fopt = f(x0)
+        opt_msg = "no free parameters"
+        ok = True
+    else:
+        def fg(xf: np.ndarray) -> tuple[float, np.ndarray]:
+            out = grad_analytic(xf)
+            if out is not None:
+                return out
+            f0 = f(xf)
+            return f0, fd_grad(f, xf, lbf, ctl.fd_step, f0)
+
+        bounds = list(zip(np.where(np.isfinite(lbf), lbf, None), np.where(np.isfinite(ubf), ubf, None)))
+        # an exact gradient converges on the projected gradient; the extremely tight ftol
+        # only makes the line search thrash at the optimum (ABNORMAL) with finite differences
+        ftol, gtol = (max(ctl.ftol, 1e-13), max(ctl.gtol, 1e-6)) if analytic else (ctl.ftol, ctl.gtol)
+        near_bound = False
+        if analytic:
+            # stage 1: keep θ_k ≥ 1e-4 so that every step has the exact gradient; a component
+            # that ends on that bound is polished below with the true bound 0 (and the
+            # finite-difference gradient there)
+            lb1 = np.where(np.isfinite(lbf) & (lbf == 0.0), 1e-4, lbf)
+            b1 = list(zip(np.where(np.isfinite(lb1), lb1, None), np.where(np.isfinite(ubf), ubf, None)))
+            res = minimize(fg, np.maximum(x0, lb1), jac=True, method="L-BFGS-B", bounds=b1,
+                           options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+            near_bound = bool(np.any((lbf == 0.0) & (res.x <= 1e-4 * (1 + 1e-8))))
+            if near_bound:
+                ftol, gtol = ctl.ftol, ctl.gtol
+        else:
+            res = minimize(fg, x0, jac=True, method="L-BFGS-B", bounds=bounds,
+                           options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+        xopt, fopt = res.x, float(res.fun)
+        # restart once from the optimum: L-BFGS-B's line search can stop early on a flat ridge
+        # (not needed when an exact gradient met the projected-gradient test)
+        opt_msg = str(res.message)
+        if not (analytic and not near_bound and res.success):
+            res2 = minimize(fg, xopt, jac=True, method="L-BFGS-B", bounds=bounds,
+                            options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+            if res2.fun <= fopt:
+                xopt, fopt = res2.x, float(res2.fun)
+            opt_msg = str(res2.message)
+        # a diagonal θ on its bound has a zero derivative there (the criterion is even in a
+        # 1×1 θ), so a gradient method can stop at a saddle: probe away from the bound and
+        # restart when that improves the criterion.
+        for _ in range(3):
+            at_bound = [i for i in range(xopt.size) if np.isfinite(lbf[i]) and lbf[i] == 0.0
+                        and xopt[i] < ctl.singular_tol]
+            best = None
+            for i in at_bound:
+                for v in (1e-3, 1e-2, 0.05, 0.2, 0.5, 1.0, 2.0):
+                    xt = xopt.copy()
+                    xt[i] = v
+                    ft = f(xt)
+                    if ft < fopt - 1e-10 and (best is None or ft < best[1]):
+                        best = (xt, ft)
+            if best is None:
+                break
+            r3 = minimize(fg, best[0], jac=True, method="L-BFGS-B", bounds=bounds,
+                          options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+            if r3.fun < fopt:
+                xopt, fopt = r3.x, float(r3.fun)
+                opt_msg = str(r3.message)
+            else:
+                break
+        ok = bool(np.isfinite(fopt))
+        if not ok:
+            messages.append("optimizer returned a non-finite criterion")
+    x = full(xopt)
+    theta = x[:nth]
+    # lme4's isSingular
+    diag_mask = np.asarray(lower, float) == 0.0
+    singular = bool(np.any(theta[diag_mask] < ctl.singular_tol))
+    if ctl.check_conv and free.size and ok and not singular:  # lme4 skips checkConv when singular
+        messages += check_conv(f, xopt, lbf, ctl, grad_analytic if analytic else None,
+                                is_theta=free < nth)
+    rho = np.concatenate([[1.0], np.exp(x[nth:])]) if n_rho else None
+    return OptimResult(theta=theta, rho=rho, criterion=fopt, converged=ok and not messages,
+                       singular=singular, n_eval=n_eval[0], messages=messages,
+                       optimizer_message=opt_msg)
+
+
+def check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None,
+                is_theta: np.ndarray | None = None) -> list[str]:
+    """lme4's ``checkConv`` (gradient and Hessian) on the parameters off their bounds.
+
+    With an analytic gradient ``fg`` (returning ``(f, g)`` or ``None``) the gradient is
+    exact and the Hessian the central difference of the gradient; otherwise both are finite
+    differences of ``f``.  ``is_theta`` marks the ``θ`` parameters (the others are
+    ``log ρ``); lme4's eigenvalue-size checks apply to the ``θ`` block only."""
+    interior = np.flatnonzero(~(np.isfinite(lb) & (x - lb < 1e-4 * np.maximum(1.0, np.abs(lb)))))
+    if interior.size == 0:
+        return []
+    h = 1e-4
+    H = None
+    fgx = fg(x) if fg is not None else None
+    if fgx is not None:
+        g_all = fgx[1]
+        H = np.empty((interior.size, interior.size))
+        for a, i in enumerate(interior):
+            hi = h * max(1.0, abs(x[i]))
+            xp = x.copy(); xp[i] += hi
+            xm = x.copy(); xm[i] -= hi
+            gp, gm = fg(xp), fg(xm)
+            if gp is None or gm is None:
+                H = None
+                break
+            H[a] = (gp[1][interior] - gm[1][interior]) / (2 * hi)
+        if H is not None:
+            H = (H + H.T) / 2
+    if H is None:
+        g_all = fd_grad(f, x, lb, h)
+        H = fd_hess(f, x, interior, h)
+    g = g_all[interior]
+    msgs: list[str] = []
+    H = (H + H.T) / 2
+    try:
+        Lc = np.linalg.cholesky(H)          # H = Lc Lc' = R'R with R = Lc'
+        scgrad = sla.solve_triangular(Lc.T, g, lower=False)   # R's solve(chol(H), g)
+        if not np.all(np.isfinite(scgrad)):
+            raise np.linalg.LinAlgError
+        mingrad = np.minimum(np.abs(scgrad), np.abs(g))
+        mx = float(np.max(mingrad))
+        if mx > ctl.check_conv_tol:
+            comp = int(np.argmax(mingrad)) + 1
+            msgs.append(f"Model failed to converge with max|grad| = {mx:.6g} "
+                        f"(tol = {ctl.check_conv_tol:g}, component {comp})")
+    except np.linalg.LinAlgError:
+        msgs.append("unable to evaluate scaled gradient")
+    msgs += check_hess(H, tol=1e-6, theta_block=None if is_theta is None
+                        else np.asarray(is_theta, bool)[interior])
+    return msgs
+
+
+def check_hess(H: np.ndarray, tol: float = 1e-6, theta_block: np.ndarray | None = None) -> list[str]:
+    """lme4's ``checkHess``: messages for a Hessian ``H`` of the criterion at the optimum.
+
+    Negative eigenvalues (below ``-tol``) → non-convergence; an eigenvalue of size below
+    ``tol`` or a failed Cholesky → numerically singular; otherwise, on the ``θ`` block, an
+    eigenvalue above ``1/tol`` or a ratio ``min/max`` below ``tol`` → lme4's "nearly
+    unidentifiable … Rescale variables?" advice."""
+    if not np.all(np.isfinite(H)):
+        return ["Problem with Hessian check (infinite or missing values?)"]
+    ev = np.linalg.eigvalsh(H)
+    nneg = int(np.sum(ev < -tol))
+    if nneg:
+        return [f"Model failed to converge: degenerate  Hessian with {nneg} negative eigenvalues"]
+    try:
+        np.linalg.cholesky(H)
+        chol_ok = True
+    except np.linalg.LinAlgError:
+        chol_ok = False
+    if np.any(np.abs(ev) < tol) or not chol_ok:
+        return ["Hessian is numerically singular: parameters are not uniquely determined"]
+    Ht = H if theta_block is None else H[np.ix_(theta_block, theta_block)]
+    if Ht.size == 0:
+        return []
+    evt = np.linalg.eigvalsh(Ht)
+    msgs = []
+    if evt.max() * tol > 1:
+        msgs.append("Model is nearly unidentifiable: very large eigenvalue\n - Rescale variables?")
+    if evt.min() / evt.max() < tol:
+        msgs.append("Model is nearly unidentifiable: large eigenvalue ratio\n - Rescale variables?")
+    return msgs
