@@ -76,6 +76,15 @@ from scoremix.predictive import (
     predictive,
 )
 from scoremix.study import load_study, run_study
+from scoremix.transform import (
+    AllScoresTiedError,
+    MonotoneTransform,
+    SingleClassError,
+    TooFewDistinctScoresError,
+    TransformControl,
+    TransformError,
+    TransformLmerResult,
+)
 from scoremix.fairness import (
     SubgroupError,
     bootstrap_intervals,
@@ -115,6 +124,9 @@ __all__ = [
     "ModelFitWarning", "Predictive", "PredictiveError", "model_det_curve", "predictive",
     # studies
     "load_study", "run_study",
+    # transformation (latent-Gaussian) mixed models
+    "MonotoneTransform", "TransformLmerResult", "TransformControl", "TransformError",
+    "AllScoresTiedError", "TooFewDistinctScoresError", "SingleClassError",
     # subgroup fairness
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -10,9 +10,22 @@ import pandas as pd
 from scoremix.lme.result import LmerResult
 from scoremix.lme.spec import ModelSpec
 
-__all__ = ["lmer", "fit_spec", "BACKENDS"]
+__all__ = ["lmer", "fit_spec", "BACKENDS", "TRANSFORMS", "register_transform"]
 
 BACKENDS = ("native", "statsmodels", "lme4")
+
+#: ``lmer(..., transform=name)`` fitters: name → (input check, fitter).  Filled by
+#: :mod:`scoremix.transform` when the package is imported (a registry, so that the Gaussian
+#: engine does not import the transformation models that build on it).
+TRANSFORMS: dict[str, tuple[Callable[[str, pd.DataFrame, str | None], None],
+                            Callable[[ModelSpec, Any], LmerResult]]] = {}
+
+
+def register_transform(name: str, check: Callable[[str, pd.DataFrame, str | None], None],
+                       fitter: Callable[[ModelSpec, Any], LmerResult]) -> None:
+    """Make ``lmer(..., transform=name)`` available: ``check(formula, data, dispersion)``
+    validates the input before the model frame is built, ``fitter(spec, control)`` fits."""
+    TRANSFORMS[name] = (check, fitter)
 
 
 def fit_spec(spec: ModelSpec, REML: bool = True, backend: str = "native",
@@ -36,7 +49,8 @@ def fit_spec(spec: ModelSpec, REML: bool = True, backend: str = "native",
 
 def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "native",
          weights: np.ndarray | pd.Series | str | None = None, dispersion: str | None = None,
-         na_action: str = "omit", control: dict | Any | None = None) -> LmerResult:
+         na_action: str = "omit", control: dict | Any | None = None,
+         transform: str | None = None) -> LmerResult:
     """Fit ``y = Xβ + Zb + ε`` given by an lme4 formula (REML or ML), like ``lme4::lmer``.
 
     The model is ``y = Xβ + Zb + ε`` with ``b ~ N(0, Σ_θ)`` (one unstructured covariance per
@@ -61,7 +75,15 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
     na_action:
         ``"omit"`` (drop rows with NA in a used column) or ``"fail"``.
     control:
-        native optimiser options (:class:`scoremix.lme.native.NativeControl` fields).
+        native optimiser options (:class:`scoremix.lme.native.NativeControl` fields), or with
+        a ``transform`` the options of :class:`scoremix.transform.TransformControl`.
+    transform:
+        ``None`` (default): the Gaussian model above.  ``"monotone"``: the transformation
+        (latent-Gaussian) mixed model ``h(y) = Xβ + Zb + ε`` with ``h`` strictly increasing
+        and estimated by maximum likelihood jointly with the rest (probit cumulative-link
+        likelihood of the distinct scores, Laplace approximation; always ML); everything in
+        the result is on the latent scale and ``result.transform`` maps scores to it (see
+        :mod:`scoremix.transform` and ``docs/transform-models.md``).
 
     Returns
     -------
@@ -71,6 +93,18 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
 
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    if transform is not None:
+        if transform not in TRANSFORMS:
+            raise ValueError(f"unknown transform {transform!r}; choose None or one of "
+                             f"{sorted(TRANSFORMS)}")
+        if backend != "native":
+            raise ValueError(f"transform={transform!r} is fitted by the native engine only, "
+                             f"not backend={backend!r}")
+        check, fitter = TRANSFORMS[transform]
+        check(formula, data, dispersion)
+        spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion,
+                                na_action=na_action)
+        return fitter(spec, control)
     spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion,
                             na_action=na_action)
     return fit_spec(spec, REML=REML, backend=backend, control=control)

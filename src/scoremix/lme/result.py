@@ -71,7 +71,12 @@ class LmerResult:
         term (lme4's ``postVar``).
     cp : CrossProducts or None
         native fits: the cross-products, re-used by refits (``confint``, ``anova``).
+    transform : None or MonotoneTransform
+        ``None`` for the Gaussian model; for ``lmer(..., transform="monotone")`` the fitted
+        map from scores to the latent scale (see :class:`scoremix.transform.MonotoneTransform`).
     """
+
+    transform = None
 
     def __init__(self, spec: ModelSpec | None, *, backend: str, REML: bool, fixef: pd.Series,
                  vcov: pd.DataFrame, theta: pd.Series, sigma: float, loglik: float,

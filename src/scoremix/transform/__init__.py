@@ -1,0 +1,30 @@
+"""Transformation (latent-Gaussian) linear mixed models: ``lmer(..., transform="monotone")``.
+
+Modules: :mod:`~scoremix.transform.cells` (rank step), :mod:`~scoremix.transform.basis`
+(monotone cutpoints), :mod:`~scoremix.transform.likelihood` (cell probabilities and
+derivatives), :mod:`~scoremix.transform.laplace` (Laplace objective and exact gradient),
+:mod:`~scoremix.transform.vcov` (observed information), :mod:`~scoremix.transform.fit`
+(the estimator and its result), :mod:`~scoremix.transform.monotone` (the fitted ``h``).
+"""
+
+from scoremix.transform.errors import (
+    AllScoresTiedError,
+    SingleClassError,
+    TooFewDistinctScoresError,
+    TransformError,
+)
+from scoremix.lme.api import register_transform
+from scoremix.transform.fit import (
+    TransformControl,
+    TransformLmerResult,
+    check_classes,
+    fit_transform,
+)
+from scoremix.transform.monotone import MonotoneTransform
+
+register_transform("monotone", check_classes,
+                   lambda spec, control: fit_transform(spec, "monotone", control))
+
+__all__ = ["MonotoneTransform", "TransformLmerResult", "TransformControl", "fit_transform",
+           "TransformError", "AllScoresTiedError", "TooFewDistinctScoresError",
+           "SingleClassError"]
