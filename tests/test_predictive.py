@@ -220,3 +220,61 @@ def test_gaussian_fit_to_skewed_scores_warns_and_points_at_transform():
 def test_missing_terms_reads_formula_and_dispersion(fits):
     _, fit, _ = fits
     assert missing_terms(fit, ["speaker", "attack", "label", "g", "speaker_gender"]) == ["g", "speaker_gender"]
+
+
+# ----------------------------------------------------------------------------- the real transformation model
+@pytest.fixture(scope="module")
+def real_transform_fits():
+    """lmer(..., transform="monotone") on latent-LMM data, scores given as z and as exp(z)."""
+    df, _, _ = _latent_data(n=3000, seed=7)
+    form = 'score ~ label + (1 | speaker) + (0 + dummy(label, "spoof") | attack)'
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = sm.lmer(form, df.assign(score=df["z"]), dispersion="~ label", transform="monotone")
+        b = sm.lmer(form, df, dispersion="~ label", transform="monotone")  # score = exp(z)
+    return df, a, b
+
+
+def test_real_transform_fit_is_rank_invariant_through_the_layer(real_transform_fits):
+    df, a, b = real_transform_fits
+    assert model_eer(a) == pytest.approx(model_eer(b), abs=1e-9)
+    ta = model_eer(a, by="g", data=df, n_boot=0)
+    tb = model_eer(b, by="g", data=df, n_boot=0)
+    np.testing.assert_allclose(tb["eer_model"], ta["eer_model"], atol=1e-9)
+    np.testing.assert_allclose(tb["eer_empirical"], ta["eer_empirical"], atol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ModelFitWarning)
+        ra = model_subgroup_dcf(a, df.assign(score=df["z"]), ["g"], n_boot=0)
+        rb = model_subgroup_dcf(b, df, ["g"], n_boot=0)
+    for col in ("min_dcf", "ratio_overall", "eer"):
+        np.testing.assert_allclose(rb.table[col], ra.table[col], atol=1e-9)
+    # thresholds are reported on each fit's own score scale: exp of the other's (up to the
+    # interpolation of h between fitted scores, which is linear in z for a and in exp(z) for b)
+    assert rb.threshold == pytest.approx(np.exp(ra.threshold), rel=0.02)
+    # and the score threshold maps back to the same latent point
+    pa, pb = predictive(a), predictive(b)
+    ea, sa = pa.eer(return_threshold=True)
+    eb, sb = pb.eer(return_threshold=True)
+    assert sb[0] == pytest.approx(np.exp(sa[0]), rel=0.02)
+
+
+def test_real_transform_fit_matches_the_empirical_rates(real_transform_fits):
+    """Correctly specified transformation model: no ModelFitWarning, model rates at score
+    thresholds within sampling error of the empirical ones."""
+    df, _, b = real_transform_fits
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelFitWarning)
+        tab = model_eer(b, by=pd.Series(np.zeros(len(df), int), name="all"), n_boot=100)
+    assert bool(tab["fit_ok"].iloc[0])
+    s, y = df["score"].to_numpy(), (df["label"] == "bonafide").to_numpy()
+    tau = np.quantile(s, [0.3, 0.5, 0.7])
+    fnr, fpr = predictive(b).rates_at(tau)
+    for k, t in enumerate(tau):
+        e_fnr, e_fpr = np.mean(s[y] < t), np.mean(s[~y] >= t)
+        assert fnr[0, k] == pytest.approx(e_fnr, abs=4 * np.sqrt(e_fnr * (1 - e_fnr) / y.sum()) + 0.01)
+        assert fpr[0, k] == pytest.approx(e_fpr, abs=4 * np.sqrt(e_fpr * (1 - e_fpr) / (~y).sum()) + 0.01)
+    # the cells of the real transform are what bayes_lmer(transform=...) uses
+    from scoremix.bayes.transform import latent_cells
+
+    lo, hi = latent_cells(b.transform, df["score"])
+    assert np.all(hi > lo)

@@ -48,8 +48,9 @@ def test_transform_key_is_validated(patch, needle):
 
 
 def test_fit_model_passes_transform_and_records_it(monkeypatch):
-    """The study hands transform= to lmer and records it; the model_eer table carries the
-    empirical interval and fit_ok (checked against model_eer directly)."""
+    """The study hands transform= to lmer (a real transformation fit) and records it; the
+    model_eer table carries the empirical interval and fit_ok (checked against model_eer of
+    the same fit directly)."""
     import scoremix.lme.api as api
     from scoremix.model_eer import model_eer
 
@@ -58,7 +59,6 @@ def test_fit_model_passes_transform_and_records_it(monkeypatch):
 
     def spy(*a, **kw):
         seen.update(kw)
-        kw.pop("transform", None)
         return real(*a, **kw)
 
     monkeypatch.setattr(api, "lmer", spy)
@@ -74,7 +74,7 @@ def test_fit_model_passes_transform_and_records_it(monkeypatch):
     assert {"eer_empirical_lo", "eer_empirical_hi", "fit_ok", "term_note"} <= set(tab.columns)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit = real("score ~ label + (1 | speaker)", df, dispersion="~ label")
+        fit = real("score ~ label + (1 | speaker)", df, dispersion="~ label", transform="monotone")
         direct = model_eer(fit, by="sex", label="y", data=df, n_boot=50, speaker="speaker")
     got = tab[tab["by"] == "sex"].set_index("cell")
     np.testing.assert_allclose(got["eer_model"], direct["eer_model"].to_numpy(), rtol=1e-12)

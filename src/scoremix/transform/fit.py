@@ -125,7 +125,7 @@ class TransformLmerResult(LmerResult):
     @property
     def residuals(self) -> pd.Series:
         from scoremix.transform.likelihood import row_derivs
-        spec = self._need_spec("residuals")
+        spec = self.require_spec("residuals")
         m = self.fitted.to_numpy()
         sd = np.full(spec.n, self.sigma)
         if self.sigma_by is not None and spec.dispersion_codes is not None:
