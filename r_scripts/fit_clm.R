@@ -1,9 +1,10 @@
 # Reference fits of ordinal::clm / ordinal::clmm (probit link) for scoremix's
 # transformation mixed models (tests/test_transform_ordinal.py).
 #
-# Usage: Rscript r_scripts/fit_clm.R <data.csv> <out.json> <kind>
+# Usage: Rscript r_scripts/fit_clm.R <data.csv> <out.json> <kind> [formula]
 #   kind = "clm":  clm(bin ~ label, scale = ~ label, link = "probit")
 #   kind = "clmm": clmm(bin ~ label + (1 | speaker), link = "probit")   (Laplace, nAGQ = 1)
+#   kind = "clmm_formula": clmm(<formula>, link = "probit") (benchmarks/transform_speed.py)
 # data.csv has columns bin (integer 1..K), label, speaker.
 # Output JSON: thresholds (alpha_1..alpha_{K-1}), beta (labelspoof), zeta (log scale of
 # spoof, clm only), sd_speaker (clmm only), loglik, vcov_beta (Var of beta), seconds.
@@ -13,6 +14,7 @@ d <- read.csv(args[1], stringsAsFactors = FALSE)
 d$bin <- factor(d$bin, levels = sort(unique(d$bin)), ordered = TRUE)
 d$label <- factor(d$label, levels = c("bonafide", "spoof"))
 d$speaker <- factor(d$speaker)
+if ("attack" %in% names(d)) d$attack <- factor(d$attack)
 kind <- args[3]
 t0 <- proc.time()[["elapsed"]]
 if (kind == "clm") {
@@ -21,6 +23,11 @@ if (kind == "clm") {
   out <- list(thresholds = unname(m$alpha), beta = unname(m$beta[["labelspoof"]]),
               zeta = unname(m$zeta[["labelspoof"]]), loglik = as.numeric(logLik(m)),
               vcov_beta = vcov(m)["labelspoof", "labelspoof"])
+} else if (kind == "clmm_formula") {
+  m <- clmm(as.formula(args[4]), data = d, link = "probit")
+  out <- list(thresholds = unname(m$alpha), beta = unname(m$beta[["labelspoof"]]),
+              sd = lapply(VarCorr(m), function(v) unname(attr(v, "stddev"))),
+              loglik = as.numeric(logLik(m)))
 } else {
   m <- clmm(bin ~ label + (1 | speaker), data = d, link = "probit",
             control = clmm.control(gradTol = 1e-8, maxIter = 500))

@@ -34,7 +34,7 @@ from scoremix.metrics import (
 )
 from scoremix.simulate import Simulation, SimulationError, simulate_sv_trials, simulate_trials
 from scoremix.lme import LmerResult, NativeControl, anova, confint, lmer
-from scoremix.lme.model_frame import build_model_spec
+from scoremix.lme.model_frame import build_model_spec, model_matrix
 from scoremix.lme.backends.rutil import BackendUnavailableError
 from scoremix.bayes import BayesLmerResult, Prior, bayes_lmer
 from scoremix.lme.formula import parse_formula
@@ -49,6 +49,7 @@ from scoremix.lme.errors import (
     ScaleWarning,
     SingularFitWarning,
     UnknownColumnError,
+    UnsupportedModelError,
 )
 from scoremix.nuisance import NuisanceLLR, NuisanceModel, nuisance_model
 from scoremix.design import (
@@ -112,9 +113,9 @@ __all__ = [
     # mixed models
     "LmerResult", "NativeControl", "anova", "confint", "lmer", "BackendUnavailableError",
     "BayesLmerResult", "Prior", "bayes_lmer",
-    "build_model_spec", "parse_formula", "ConvergenceWarning", "FormulaError", "GroupingError",
+    "build_model_spec", "model_matrix", "parse_formula", "ConvergenceWarning", "FormulaError", "GroupingError",
     "MissingValueError", "NewLevelError", "RankDeficiencyWarning", "ResponseError", "ScaleWarning",
-    "SingularFitWarning", "UnknownColumnError",
+    "SingularFitWarning", "UnknownColumnError", "UnsupportedModelError",
     # nuisance, designs, model-based EER
     "NuisanceLLR", "NuisanceModel", "nuisance_model", "CONFIGURATIONS", "Configuration",
     "class_mean_difference", "class_means", "delta_covariates", "delta_covariates_for",

@@ -18,11 +18,12 @@ from scoremix.lme.crossprod import CrossProducts, crossproducts, sum_crossproduc
 from scoremix.lme.conditional import conditional_estimates
 from scoremix.lme.deviance import profiled_deviance, profiled_deviance_grad
 from scoremix.lme.inference import anova, confint
+from scoremix.lme.model_frame import model_matrix
 from scoremix.lme.optimizer import NativeControl
 from scoremix.lme.result import LmerResult
 
 __all__ = [
     "CrossProducts", "LmerResult", "NativeControl", "anova", "conditional_estimates", "confint",
-    "crossproducts", "fit_spec", "lmer", "profiled_deviance", "profiled_deviance_grad",
-    "sum_crossproducts",
+    "crossproducts", "fit_spec", "lmer", "model_matrix", "profiled_deviance",
+    "profiled_deviance_grad", "sum_crossproducts",
 ]

@@ -14,18 +14,17 @@ __all__ = ["lmer", "fit_spec", "BACKENDS", "TRANSFORMS", "register_transform"]
 
 BACKENDS = ("native", "statsmodels", "lme4")
 
-#: ``lmer(..., transform=name)`` fitters: name → (input check, fitter).  Filled by
-#: :mod:`scoremix.transform` when the package is imported (a registry, so that the Gaussian
-#: engine does not import the transformation models that build on it).
-TRANSFORMS: dict[str, tuple[Callable[[str, pd.DataFrame, str | None], None],
-                            Callable[[ModelSpec, Any], LmerResult]]] = {}
+#: ``lmer(..., transform=name)`` fitters: name → ``fit(formula, data, weights=, dispersion=,
+#: na_action=, control=)``.  Filled by :mod:`scoremix.transform` when the package is
+#: imported (a registry, so that the Gaussian engine does not import the transformation
+#: models that build on it).
+TRANSFORMS: dict[str, Callable[..., LmerResult]] = {}
 
 
-def register_transform(name: str, check: Callable[[str, pd.DataFrame, str | None], None],
-                       fitter: Callable[[ModelSpec, Any], LmerResult]) -> None:
-    """Make ``lmer(..., transform=name)`` available: ``check(formula, data, dispersion)``
-    validates the input before the model frame is built, ``fitter(spec, control)`` fits."""
-    TRANSFORMS[name] = (check, fitter)
+def register_transform(name: str, fit: Callable[..., LmerResult]) -> None:
+    """Make ``lmer(..., transform=name)`` call ``fit(formula, data, weights=..., dispersion=...,
+    na_action=..., control=...)``."""
+    TRANSFORMS[name] = fit
 
 
 def fit_spec(spec: ModelSpec, REML: bool = True, backend: str = "native",
@@ -50,6 +49,8 @@ def fit_spec(spec: ModelSpec, REML: bool = True, backend: str = "native",
 def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "native",
          weights: np.ndarray | pd.Series | str | None = None, dispersion: str | None = None,
          na_action: str = "omit", control: dict | Any | None = None,
+         contrasts: dict[str, str] | None = None,
+         offset: np.ndarray | pd.Series | str | None = None,
          transform: str | None = None) -> LmerResult:
     """Fit ``y = Xβ + Zb + ε`` given by an lme4 formula (REML or ML), like ``lme4::lmer``.
 
@@ -77,6 +78,12 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
     control:
         native optimiser options (:class:`scoremix.lme.native.NativeControl` fields), or with
         a ``transform`` the options of :class:`scoremix.transform.TransformControl`.
+    contrasts:
+        fixed-effect factor codings, as lme4's ``contrasts=`` (``{"recipe": "contr.sum"}``;
+        ordered factors default to ``contr.poly``).
+    offset:
+        a known term added to the linear predictor (column name or array), as lme4's
+        ``offset=``; ``offset()`` terms in the formula are also understood.
     transform:
         ``None`` (default): the Gaussian model above.  ``"monotone"``: the transformation
         (latent-Gaussian) mixed model ``h(y) = Xβ + Zb + ε`` with ``h`` strictly increasing
@@ -100,11 +107,14 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
         if backend != "native":
             raise ValueError(f"transform={transform!r} is fitted by the native engine only, "
                              f"not backend={backend!r}")
-        check, fitter = TRANSFORMS[transform]
-        check(formula, data, dispersion)
-        spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion,
-                                na_action=na_action)
-        return fitter(spec, control)
+        return TRANSFORMS[transform](formula, data, weights=weights, dispersion=dispersion,
+                                     na_action=na_action, control=control,
+                                     contrasts=contrasts, offset=offset)
+    if backend == "lme4" and (offset is not None or contrasts is not None):
+        from scoremix.lme.errors import UnsupportedModelError
+        raise UnsupportedModelError(
+            "the lme4 backend re-fits the formula in R and does not pass offset= or contrasts=; "
+            "write offset(column) in the formula, or use backend='native'")
     spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion,
-                            na_action=na_action)
+                            na_action=na_action, contrasts=contrasts, offset=offset)
     return fit_spec(spec, REML=REML, backend=backend, control=control)

@@ -11,6 +11,7 @@ import scipy.linalg as sla
 
 from scoremix.lme.crossprod import CrossProducts
 from scoremix.lme.factor import factorize
+from scoremix.lme.relcov import rest_scale, theta_to_T
 
 __all__ = ["profiled_deviance", "has_analytic_gradient", "profiled_deviance_grad"]
 
@@ -43,15 +44,179 @@ def profiled_deviance(theta: np.ndarray, cp: CrossProducts, reml: bool,
         return np.inf
 
 
-
 def has_analytic_gradient(cp: CrossProducts) -> bool:
-    """Whether :func:`profiled_deviance_grad` applies: every random term is scalar
-    (``p_k = 1``) and the residual variance is homoscedastic."""
-    return cp.n_disp == 1 and all(p == 1 for p in cp.term_p)
+    """Whether :func:`profiled_deviance_grad` applies: the residual variance is homoscedastic
+    (any random terms, scalar or vector-valued)."""
+    return cp.n_disp == 1
 
 
 def profiled_deviance_grad(theta: np.ndarray, cp: CrossProducts, reml: bool
                            ) -> tuple[float, np.ndarray]:
+    """Profiled criterion ``d(θ)`` and its analytic gradient ``∂d/∂θ``.
+
+    Let ``M = G'CG + J`` be the augmented system without the ``y`` row (``C`` the
+    cross-products of ``[Z X]``, ``G = diag(Λ_θ, I_p)``, ``J = diag(I_q, 0)``; for the ML
+    deviance only its ``Z`` part ``A = Λ'Z'WZΛ + I``), so that ``d = log|M| + ν log r²_θ +
+    const`` with ``ν = n − p`` (REML) or ``n`` (ML).  For ``θ_i = (T_k)_{ab}`` (``a ≥ b``)
+    and ``T_k`` invertible, ``∂Λ/∂θ_i = Λ F_i`` with ``F_i = I_{n_k} ⊗ T_k^{-1} e_a e_b'``
+    (zero outside term ``k``), hence ``∂M = F_i'(M − J) + (M − J)F_i`` and
+
+    .. math::
+
+        \\frac{\\partial d}{\\partial (T_k)_{ab}} =
+        2\\left[(n_k I - S_k)\\,T_k^{-1}\\right]_{ba}
+        - \\frac{2\\nu}{r^2_\\theta}\\left[T_k^{-\\top} \\hat U_k'\\hat U_k\\right]_{ab},
+
+    where ``S_k = Σ_l [M^{-1}]_{ll}`` is the sum of the ``p_k × p_k`` diagonal blocks of
+    ``M^{-1}`` belonging to term ``k`` and ``Û_k`` the ``n_k × p_k`` conditional modes ``û``
+    of the term.  The ``r²`` part is the envelope theorem with the normal equations
+    ``Λ'Z'W r = û`` (``∂r² = −2 r'WZ(∂Λ)û = −2 û'F_i û``).  For scalar terms this is
+    ``2/θ_k (q_k − tr_k(M^{-1}) − ν‖û_k‖²/r²)``.
+
+    The diagonal blocks come from the blocked factor (:mod:`scoremix.lme.factor`): with the
+    Schur complement ``S = L_rr L_rr'`` of the rest rows, ``[M^{-1}]_{rest} = S^{-1}`` and, for
+    term 1, ``Σ_l L_l^{-T}L_l^{-1} + Σ_l K_l' S^{-1} K_l`` with
+    ``K_l = Λ_r' A_{r1,l} T_1 (T_1'A_{11,l}T_1 + I)^{-1}`` (sparse when ``A_r1`` is).
+
+    Raises
+    ------
+    ValueError
+        for a dispersion model (see :func:`has_analytic_gradient`) or when a diagonal
+        element of some ``T_k`` is ``≤ 0`` (``T_k`` singular).
+    """
+    theta = np.atleast_1d(np.asarray(theta, dtype=float))
+    if not has_analytic_gradient(cp):
+        raise ValueError("the analytic gradient needs a homoscedastic model (no dispersion levels)")
+    T = theta_to_T(theta, cp.term_p)
+    for k, Tk in enumerate(T):
+        if np.any(np.diag(Tk) <= 0):
+            raise ValueError(f"the analytic gradient needs every diagonal θ > 0 (term {k + 1} has "
+                             f"{np.diag(Tk).tolist()})")
+    if all(p == 1 for p in cp.term_p):
+        return _grad_scalar(theta, cp, reml)
+    return _grad_vector(theta, T, cp, reml)
+
+
+def _inverse_from_cholesky(L: np.ndarray) -> np.ndarray:
+    """``(L L')^{-1}`` (full symmetric) from a lower Cholesky factor ``L`` (LAPACK ``dpotri``)."""
+    if L.shape[0] == 0:
+        return np.zeros((0, 0))
+    # L' is upper triangular and Fortran-ordered as the transpose of C-ordered L; its strict
+    # lower triangle is zero and stays so, dpotri fills the upper triangle of the inverse
+    U, info = sla.lapack.dpotri(np.asfortranarray(L.T), lower=0)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
+    d = np.diag(U).copy()
+    Sinv = U + U.T
+    Sinv.flat[::Sinv.shape[0] + 1] = d
+    return Sinv
+
+
+def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml: bool
+                 ) -> tuple[float, np.ndarray]:
+    """:func:`profiled_deviance_grad` for any random terms (see there for the formulas)."""
+    sparse = cp.ar1_sparse()
+    f = factorize(theta, cp, need_lr1=sparse is None)
+    crit = f.deviance(reml)
+    n1, p1 = cp.term_nlev[0], cp.term_p[0]
+    q1 = n1 * p1
+    qr, p = cp.q_rest, cp.p
+    mz = qr + p
+    md = mz if reml else qr
+    m = cp.Arr.shape[1]
+    r2 = f.pwrss
+    nu = (cp.n - p) if reml else cp.n
+    # conditional modes û: L'v = c (c = the y row of the factor)
+    x_rest = sla.solve_triangular(f.Lrr[:mz, :mz], f.Lrr[-1, :mz], trans="T", lower=True)
+    S11inv = np.einsum("lba,lbc->lac", f.L11inv, f.L11inv)        # (T1'A11_l T1 + I)^{-1}
+    if sparse is None:
+        Lr1 = f.Lr1
+        rhs = (Lr1[-1] - Lr1[:mz].T @ x_rest).reshape(n1, p1)
+        u1 = np.einsum("lba,lb->la", f.L11inv, rhs)
+    else:
+        A = sparse[0]
+        z = np.zeros(m)
+        z[:mz] = -_lambda_rest(x_rest, T, cp)
+        z[-1] = 1.0
+        a = (A.T @ z).reshape(n1, p1) @ T[0]                         # T1' (Ar1_l' z)
+        u1 = np.einsum("lab,lb->la", S11inv, a)
+    # S = L_md L_md' and its inverse
+    Sinv = _inverse_from_cholesky(f.Lrr[:md, :md])
+    Ssum = [S11inv.sum(axis=0)]
+    if md:
+        if sparse is None:
+            K3 = np.einsum("mlb,lba->mla", Lr1[:md].reshape(md, n1, p1), f.L11inv)
+            Y3 = (Sinv @ K3.reshape(md, q1)).reshape(md, n1, p1)
+            Ssum[0] = Ssum[0] + np.einsum("ila,ilb->ab", K3, Y3)
+        else:
+            import scipy.sparse as sp
+            Lam = _lambda_rest_sparse(T, cp, md)
+            D = sp.bsr_matrix((np.einsum("ab,lbc->lac", T[0], S11inv), np.arange(n1),
+                               np.arange(n1 + 1)), shape=(q1, q1))
+            K = Lam.T @ A[:md] @ D                                # md × q1, sparse
+            Ssum[0] = Ssum[0] + _sum_level_quadratic(K, Sinv, n1, p1)
+    pos = 0
+    U = [u1]
+    for k in range(1, len(cp.term_p)):
+        pk, nk = cp.term_p[k], cp.term_nlev[k]
+        idx = pos + np.arange(nk * pk).reshape(nk, pk)
+        Ssum.append(Sinv[idx[:, :, None], idx[:, None, :]].sum(axis=0) if md else np.zeros((pk, pk)))
+        U.append(x_rest[pos: pos + nk * pk].reshape(nk, pk))
+        pos += nk * pk
+    g = []
+    for k, Tk in enumerate(T):
+        pk, nk = Tk.shape[0], cp.term_nlev[k]
+        Tinv = sla.solve_triangular(Tk, np.eye(pk), lower=True)
+        Gld = 2.0 * (nk * np.eye(pk) - Ssum[k]) @ Tinv             # entry (b, a)
+        Gr = (2.0 * nu / r2) * (Tinv.T @ (U[k].T @ U[k]))            # entry (a, b)
+        for j in range(pk):
+            for i in range(j, pk):
+                g.append(Gld[j, i] - Gr[i, j])
+    return crit, np.asarray(g)
+
+
+def _sum_level_quadratic(K, Sinv: np.ndarray, n1: int, p1: int) -> np.ndarray:
+    """``Σ_l K_l' S^{-1} K_l`` (``p1 × p1``) for a sparse ``md × (n1·p1)`` ``K`` whose level
+    ``l`` owns columns ``l·p1 … l·p1+p1-1``.
+
+    Entry ``(a, b)`` is ``Σ_ij S^{-1}_{ij} Q^{ab}_{ij}`` with the sparse
+    ``Q^{ab} = K_a K_b'`` (``K_a``: the columns of component ``a`` of every level), so only
+    the entries of ``S^{-1}`` on the pattern of the downdate ``A_r1 D A_r1'`` are read."""
+    Kc = K.tocsc()
+    comps = [Kc[:, a::p1] for a in range(p1)]
+    out = np.zeros((p1, p1))
+    for a in range(p1):
+        for b in range(a, p1):
+            Q = (comps[a] @ comps[b].T).tocoo()
+            v = float(np.dot(Sinv[Q.row, Q.col], Q.data))
+            out[a, b] = out[b, a] = v
+    return out
+
+
+def _lambda_rest(x: np.ndarray, T: list[np.ndarray], cp: CrossProducts) -> np.ndarray:
+    """``Λ_rest x`` on the ``[Z_2 … Z_K X]`` rows (``b = Λu`` per level; ``X`` rows unchanged)."""
+    out = np.array(x, dtype=float, copy=True)
+    pos = 0
+    for k in range(1, len(cp.term_p)):
+        pk, nk = cp.term_p[k], cp.term_nlev[k]
+        out[pos: pos + pk * nk] = (x[pos: pos + pk * nk].reshape(nk, pk) @ T[k].T).ravel()
+        pos += pk * nk
+    return out
+
+
+def _lambda_rest_sparse(T: list[np.ndarray], cp: CrossProducts, md: int):
+    """``Λ_rest`` restricted to the first ``md`` rest rows, as a sparse ``md × md`` matrix."""
+    import scipy.sparse as sp
+    blocks = []
+    for k in range(1, len(cp.term_p)):
+        blocks.append(sp.kron(sp.identity(cp.term_nlev[k], format="csr"), sp.csr_matrix(T[k])))
+    extra = md - cp.q_rest
+    if extra:
+        blocks.append(sp.identity(extra, format="csr"))
+    return sp.block_diag(blocks, format="csr") if blocks else sp.csr_matrix((0, 0))
+
+
+def _grad_scalar(theta: np.ndarray, cp: CrossProducts, reml: bool) -> tuple[float, np.ndarray]:
     """Profiled criterion and its analytic gradient for models with scalar random terms.
 
     With ``Λ = ⊕_k θ_k I_{q_k}`` and ``θ_k > 0`` the criterion's derivatives are
@@ -76,11 +241,6 @@ def profiled_deviance_grad(theta: np.ndarray, cp: CrossProducts, reml: bool
     ValueError
         when the model is not covered (see :func:`has_analytic_gradient`) or a ``θ_k ≤ 0``.
     """
-    theta = np.atleast_1d(np.asarray(theta, dtype=float))
-    if not has_analytic_gradient(cp):
-        raise ValueError("the analytic gradient needs scalar random terms and no dispersion model")
-    if np.any(theta <= 0):
-        raise ValueError("the analytic gradient needs every θ_k > 0")
     f = factorize(theta, cp, need_lr1=False)
     crit = f.deviance(reml)
     n1, qr, p = cp.term_nlev[0], cp.q_rest, cp.p
@@ -88,11 +248,7 @@ def profiled_deviance_grad(theta: np.ndarray, cp: CrossProducts, reml: bool
     t1 = theta[0]
     Ar1 = cp.Ar1[0]
     m = Ar1.shape[0]
-    lam = np.ones(m)
-    pos = 0
-    for k in range(1, len(cp.term_p)):
-        lam[pos: pos + cp.term_nlev[k]] = theta[k]
-        pos += cp.term_nlev[k]
+    lam = rest_scale(theta, cp.term_nlev, m)
     mz = qr + p  # rows of the factor without the y row
     R = f.Lrr[:mz, :mz]
     # conditional modes: solve L' v = c (c = the y row of the factor)

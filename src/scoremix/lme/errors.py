@@ -16,6 +16,7 @@ __all__ = [
     "MissingValueError",
     "ResponseError",
     "NewLevelError",
+    "UnsupportedModelError",
     "RankDeficiencyWarning",
     "ScaleWarning",
     "SCALE_MESSAGE",
@@ -70,6 +71,11 @@ class ResponseError(LmeError):
 
 class NewLevelError(LmeError):
     """New data has a factor level in a fixed-effect term that was not seen in fitting."""
+
+
+class UnsupportedModelError(LmeError):
+    """A backend cannot express the model (for example a repeated term or crossed
+    correlated slopes with the statsmodels backend); the message names the term."""
 
 
 class RankDeficiencyWarning(UserWarning):

@@ -38,7 +38,7 @@ import scipy.linalg as sla
 
 from scoremix.lme.crossprod import CrossProducts
 from scoremix.lme.pairs import PairStructure
-from scoremix.lme.relcov import rest_scale, scale_rest_rows, theta_to_T
+from scoremix.lme.relcov import rest_scale, scale_rest_rows, scale_rest_sym, theta_to_T
 
 __all__ = ["Factorization", "factorize", "combine_dispersion"]
 
@@ -179,9 +179,10 @@ def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = Non
     if sparse_out is not None:
         # Schur complement: Λr'(Arr − Ar1 D Ar1')Λr + I, with the sparse downdate
         G, L11, L11inv = sparse_out
-        S = _scale_both(Arr - G, T, cp)
-        S[np.arange(qr), np.arange(qr)] += 1.0
-        Lrr = np.linalg.cholesky(S)
+        G *= -1.0
+        G += Arr
+        S = scale_rest_sym(G, T, cp.term_p, cp.term_nlev)
+        Lrr = _cholesky_rest(S, qr)
         Lr1 = None
         if need_lr1:
             if Ar1 is None:
@@ -262,3 +263,15 @@ def _scale_both(M: np.ndarray, T: list[np.ndarray], cp: CrossProducts) -> np.nda
     """``Λ_rest' M Λ_rest`` for a symmetric rest block ``M``."""
     return scale_rest_rows(scale_rest_rows(M, T, cp.term_p, cp.term_nlev).T, T, cp.term_p,
                            cp.term_nlev).T
+
+
+def _cholesky_rest(S: np.ndarray, qr: int) -> np.ndarray:
+    """Lower Cholesky factor of ``S + diag(I_qr, 0)``, computed in place (LAPACK ``dpotrf``)
+    on the C-ordered ``S`` (its transpose is Fortran-ordered with the lower triangle as the
+    upper one)."""
+    m = S.shape[0]
+    S.flat[:qr * (m + 1):m + 1] += 1.0
+    U, info = sla.lapack.dpotrf(S.T, lower=0, overwrite_a=1, clean=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"Schur complement not positive definite (dpotrf info={info})")
+    return U.T

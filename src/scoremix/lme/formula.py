@@ -28,6 +28,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from scoremix.lme.errors import FormulaError
+from scoremix.lme.rsyntax import deparse, r_name
+from scoremix.lme.transforms import (
+    CONSTANTS,
+    FACTOR_FUNCTIONS,
+    expression_columns,
+    validate_expression,
+)
 
 __all__ = [
     "Variable",
@@ -36,23 +43,20 @@ __all__ = [
     "ParsedFormula",
     "parse_formula",
     "parse_dispersion",
+    "parse_one_sided",
     "SUPPORTED_SYNTAX",
 ]
 
 SUPPORTED_SYNTAX = (
     "supported: response ~ fixed + (expr | group); fixed/expr use column names, 1, 0, "
-    "+, -, :, *, /, ^, parentheses and dummy(column, \"level\"); group is a column, "
-    "g1:g2 or g1/g2; (expr || group) gives independent terms"
+    "+, -, :, *, /, ^, %in%, parentheses, dummy(column, \"level\"), factor(), ordered(), "
+    "I(), log(), exp(), sqrt() and other elementwise functions, scale(), poly(x, k[, raw = "
+    "TRUE]) and offset(); the response may be an expression such as log(y); group is a "
+    "column, g1:g2 or g1/g2; (expr || group) gives independent terms"
 )
 
-_SYNTACTIC = re.compile(r"^((\.[A-Za-z._]|[A-Za-z])[A-Za-z0-9._]*|\.)$")
-
-
-def _r_name(name: str) -> str:
-    """How R deparses a symbol: back-quoted unless it is a syntactic name."""
-    if _SYNTACTIC.match(name) and not re.match(r"^\.\d", name):
-        return name
-    return "`" + name.replace("`", "\\`") + "`"
+_r_name = r_name
+_deparse = deparse
 
 
 # --------------------------------------------------------------------------- tokens
@@ -63,7 +67,7 @@ _TOKEN_RE = re.compile(
   | (?P<bq>`(?:[^`\\]|\\.)*`)
   | (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
   | (?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
-  | (?P<op>\|\||[~+\-*/:^|(),])
+  | (?P<op>\|\||%[^%\s]*%|<=|>=|==|!=|[<>=~+\-*/:^|(),])
     """,
     re.VERBOSE,
 )
@@ -153,8 +157,15 @@ class _Parser:
         return lhs, rhs
 
     def bar(self) -> object:
-        node = self.sum()
+        node = self.compare()
         while self.is_op("|", "||"):
+            op = self.take().text
+            node = ("bin", op, node, self.compare())
+        return node
+
+    def compare(self) -> object:
+        node = self.sum()
+        while self.is_op("<", "<=", ">", ">=", "==", "!="):
             op = self.take().text
             node = ("bin", op, node, self.sum())
         return node
@@ -167,8 +178,15 @@ class _Parser:
         return node
 
     def prod(self) -> object:
-        node = self.colon()
+        node = self.special()
         while self.is_op("*", "/"):
+            op = self.take().text
+            node = ("bin", op, node, self.special())
+        return node
+
+    def special(self) -> object:
+        node = self.colon()
+        while self.peek().kind == "op" and self.peek().text.startswith("%"):
             op = self.take().text
             node = ("bin", op, node, self.colon())
         return node
@@ -193,6 +211,15 @@ class _Parser:
             node = ("bin", "^", node, self.unary())
         return node
 
+    def argument(self) -> object:
+        """A call argument: ``expr`` or ``name = expr``."""
+        t = self.peek()
+        nxt = self.toks[self.i + 1]
+        if t.kind == "name" and nxt.kind == "op" and nxt.text == "=":
+            self.i += 2
+            return ("named", t.text, self.bar())
+        return self.bar()
+
     def atom(self) -> object:
         t = self.take()
         if t.kind == "name":
@@ -200,10 +227,10 @@ class _Parser:
                 self.take()
                 args: list[object] = []
                 if not self.is_op(")"):
-                    args.append(self.bar())
+                    args.append(self.argument())
                     while self.is_op(","):
                         self.take()
-                        args.append(self.bar())
+                        args.append(self.argument())
                 self.expect(")")
                 return ("call", t.text, tuple(args))
             return ("name", t.text)
@@ -222,36 +249,6 @@ class _Parser:
         )
 
 
-_PREC = {"|": 1, "||": 1, "+": 2, "-": 2, "*": 3, "/": 3, ":": 4, "^": 6}
-
-
-def _deparse(node: object) -> str:
-    """R's ``deparse`` of an expression (spacing and parentheses as R prints them)."""
-    kind = node[0]  # type: ignore[index]
-    if kind == "name":
-        return _r_name(node[1])  # type: ignore[index]
-    if kind == "num":
-        return node[1]  # type: ignore[index]
-    if kind == "str":
-        return '"' + node[1].replace("\\", "\\\\").replace('"', '\\"') + '"'  # type: ignore[index]
-    if kind == "call":
-        return f"{node[1]}(" + ", ".join(_deparse(a) for a in node[2]) + ")"  # type: ignore[index]
-    if kind == "paren":
-        return "(" + _deparse(node[1]) + ")"  # type: ignore[index]
-    if kind == "unary":
-        return node[1] + _deparse(node[2])  # type: ignore[index]
-    _, op, left, right = node  # type: ignore[misc]
-    lt, rt = _deparse(left), _deparse(right)
-    # R adds parentheses for a right operand of the same precedence (left-assoc ops)
-    if right[0] == "bin" and _PREC[right[1]] <= _PREC[op] and op != "^":
-        rt = "(" + rt + ")"
-    if left[0] == "bin" and _PREC[left[1]] < _PREC[op]:
-        lt = "(" + lt + ")"
-    if op in (":", "^"):
-        return f"{lt}{op}{rt}"
-    return f"{lt} {op} {rt}"
-
-
 # --------------------------------------------------------------------------- terms
 @dataclass(frozen=True)
 class Variable:
@@ -267,11 +264,26 @@ class Variable:
     level:
         for ``dummy(column, "level")`` the level; the variable is then the numeric
         indicator :math:`1\{column = level\}`.
+    kind:
+        ``"column"`` (a data column), ``"dummy"``, ``"expr"`` (an R expression such as
+        ``log(x)``, ``I(x^2)``, ``poly(x, 2)``, ``scale(x)``, evaluated by
+        :mod:`scoremix.lme.transforms`) or ``"factor"`` (``factor(e)``, ``ordered(e)``).
+    expr:
+        the syntax tree of an ``"expr"``/``"factor"`` variable.
+    columns:
+        every data column the variable reads.
     """
 
     label: str
     column: str
     level: str | None = None
+    kind: str = "column"
+    expr: object = None
+    columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.columns:
+            object.__setattr__(self, "columns", (self.column,))
 
 
 @dataclass(frozen=True)
@@ -336,20 +348,37 @@ class ParsedFormula:
     random:
         the random-effects terms in formula order (before lme4's sorting by number of
         levels, which needs the data).
+    response_expr:
+        the syntax tree of a transformed response (``log(y)``), ``None`` for a column;
+        ``response`` is then R's label of it.
+    offsets:
+        syntax trees of the ``offset(e)`` terms of the fixed part (summed, coefficient 1).
     """
 
     formula: str
     response: str
     fixed: TermSet
     random: tuple[RandomPart, ...]
+    response_expr: object = None
+    offsets: tuple[object, ...] = ()
+
+    @property
+    def response_columns(self) -> list[str]:
+        """The columns the response reads (``[response]`` unless it is an expression)."""
+        if self.response_expr is None:
+            return [self.response]
+        return expression_columns(self.response_expr)
 
     @property
     def columns(self) -> list[str]:
         """Every data column the formula reads (response first, no duplicates)."""
-        cols = [self.response]
+        cols = list(self.response_columns)
+        for off in self.offsets:
+            cols.extend(expression_columns(off))
         sets = [self.fixed] + [r.lhs for r in self.random]
         for ts in sets:
-            cols.extend(v.column for v in ts.variables)
+            for v in ts.variables:
+                cols.extend(v.columns)
         for r in self.random:
             cols.extend(r.group_columns)
         return list(dict.fromkeys(cols))
@@ -365,6 +394,8 @@ class _Expander:
         self.text = text
         self.variables: list[Variable] = []
         self.index: dict[str, int] = {}
+        self.offsets: list[object] = []
+        self.allow_offset = False
 
     def err(self, msg: str) -> FormulaError:
         return FormulaError(f"in formula {self.text!r}: {msg}")
@@ -377,17 +408,27 @@ class _Expander:
             var = Variable(_r_name(node[1]), node[1])  # type: ignore[index]
         else:  # call, validated
             _, fname, args = node  # type: ignore[misc]
-            if fname != "dummy":
-                raise self.err(
-                    f"function {fname}() is not supported (only dummy(column, \"level\") is); "
-                    f"compute the column in the data frame first. {SUPPORTED_SYNTAX}"
-                )
-            if len(args) != 2 or args[0][0] != "name" or args[1][0] != "str":
+            if fname in FACTOR_FUNCTIONS:
+                if len(args) != 1 or args[0][0] == "named":
+                    raise self.err(f"{_deparse(node)}: {fname}() takes one argument here")
+                validate_expression(args[0], self.text)
+                cols = tuple(expression_columns(args[0]))
+                if not cols:
+                    raise self.err(f"{_deparse(node)} reads no column")
+                var = Variable(_deparse(node), cols[0], None, "factor", node, cols)
+            elif fname != "dummy":
+                validate_expression(node, self.text)
+                cols = tuple(expression_columns(node))
+                if not cols:
+                    raise self.err(f"{_deparse(node)} reads no column of the data")
+                var = Variable(_deparse(node), cols[0], None, "expr", node, cols)
+            elif len(args) != 2 or args[0][0] != "name" or args[1][0] != "str":
                 raise self.err(
                     f"{_deparse(node)}: dummy() needs a column and one quoted level, "
                     'as in dummy(label, "spoof")'
                 )
-            var = Variable(_deparse(node), args[0][1], args[1][1])
+            else:
+                var = Variable(_deparse(node), args[0][1], args[1][1], "dummy")
         if var.label not in self.index:
             self.index[var.label] = len(self.variables)
             self.variables.append(var)
@@ -396,6 +437,8 @@ class _Expander:
     def collect(self, node: object) -> None:
         """Register variables in order of appearance (R's ``all.vars`` order)."""
         kind = node[0]  # type: ignore[index]
+        if kind == "call" and node[1] == "offset":  # type: ignore[index]
+            return
         if kind in ("name", "call"):
             self.variable(node)
         elif kind == "paren":
@@ -415,6 +458,14 @@ class _Expander:
     def expand(self, node: object) -> tuple[list[frozenset], bool | None]:
         """Return (ordered unique terms, intercept directive or None)."""
         kind = node[0]  # type: ignore[index]
+        if kind == "call" and node[1] == "offset":  # type: ignore[index]
+            if not self.allow_offset:
+                raise self.err(f"{_deparse(node)}: offset() belongs to the fixed part of the formula")
+            if len(node[2]) != 1 or node[2][0][0] == "named":  # type: ignore[index]
+                raise self.err(f"{_deparse(node)}: offset() takes one expression")
+            validate_expression(node[2][0], self.text)  # type: ignore[index]
+            self.offsets.append(node[2][0])  # type: ignore[index]
+            return [], None
         if kind in ("name", "call"):
             return [_Term({self.variable(node)})], None
         if kind == "num":
@@ -448,6 +499,10 @@ class _Expander:
             for _ in range(int(right[1]) - 1):
                 out = _add(_add(out, base), _interact(out, base))
             return out, None
+        if op not in (":", "*", "/", "%in%", "+", "-"):
+            raise self.err(
+                f"operator {op!r} in {_deparse(node)!r} is not a formula operator; wrap "
+                f"arithmetic in I(), as in I(x {op} 2)")
         lt, li = self.expand(left)
         rt, ri = self.expand(right)
         if op == "+":
@@ -463,7 +518,7 @@ class _Expander:
                 f"the intercept (1 or 0) cannot be used with {op!r} in {_deparse(node)!r}; "
                 "add or remove it with + and -"
             )
-        if op == ":":
+        if op in (":", "%in%"):  # R's terms() treats a %in% b as a:b
             return _interact(lt, rt), None
         if op == "*":
             return _add(_add(lt, rt), _interact(lt, rt)), None
@@ -505,8 +560,11 @@ def _interact(a: list[frozenset], b: list[frozenset]) -> list[frozenset]:
 def _split_bars(node: object, text: str) -> tuple[object | None, list[object]]:
     """Remove the ``(e | g)`` summands from the right-hand side (lme4's ``nobars``)
     and return (fixed part or None, bar nodes in order)."""
-    if node[0] == "paren" and node[1][0] == "bin" and node[1][1] in ("|", "||"):  # type: ignore[index]
-        return None, [node[1]]  # type: ignore[index]
+    inner = node
+    while inner[0] == "paren":  # type: ignore[index]
+        inner = inner[1]  # type: ignore[index]
+    if inner is not node and inner[0] == "bin" and inner[1] in ("|", "||"):  # type: ignore[index]
+        return None, [inner]  # redundant parentheses ((x | g)) are allowed, as in lme4
     if node[0] == "bin" and node[1] in ("|", "||"):  # type: ignore[index]
         raise FormulaError(
             f"in formula {text!r}: the random-effects term {_deparse(node)!r} must be enclosed "
@@ -647,21 +705,46 @@ def parse_formula(formula: str) -> ParsedFormula:
     lhs, rhs = _Parser(formula).formula()
     if lhs is None:
         raise FormulaError(f"formula {formula!r} has no response; write 'response ~ predictors'")
-    if lhs[0] != "name":  # type: ignore[index]
+    response_expr = None
+    if lhs[0] == "name":  # type: ignore[index]
+        response = lhs[1]  # type: ignore[index]
+    elif lhs[0] in ("call", "paren", "unary", "bin") and not _contains_bar(lhs):  # type: ignore[index]
+        if lhs[0] == "call" and lhs[1] in FACTOR_FUNCTIONS + ("dummy", "offset"):  # type: ignore[index]
+            raise FormulaError(f"response {_deparse(lhs)!r} of formula {formula!r} must be numeric")
+        validate_expression(lhs, formula)
+        if not expression_columns(lhs):
+            raise FormulaError(f"response {_deparse(lhs)!r} of formula {formula!r} reads no column")
+        response, response_expr = _deparse(lhs), lhs
+    else:
         raise FormulaError(
-            f"response {_deparse(lhs)!r} of formula {formula!r} must be a column name; "
-            "transform it in the data frame first"
+            f"response {_deparse(lhs)!r} of formula {formula!r} must be a column name or an "
+            "expression of columns such as log(y)"
         )
-    response = lhs[1]  # type: ignore[index]
     fixed_node, bars = _split_bars(rhs, formula)
-    fixed = _Expander(formula).termset(fixed_node)
+    ex = _Expander(formula)
+    ex.allow_offset = True
+    fixed = ex.termset(fixed_node)
     for v in fixed.variables:
-        if v.column == response and v.level is None:
+        if v.kind == "column" and v.column == response:
             raise FormulaError(f"in formula {formula!r}: the response {response!r} is also a predictor")
     random: list[RandomPart] = []
     for bar in bars:
         random.extend(_random_parts(bar, formula))
-    return ParsedFormula(formula, response, fixed, tuple(random))
+    return ParsedFormula(formula, response, fixed, tuple(random), response_expr, tuple(ex.offsets))
+
+
+@lru_cache(maxsize=64)
+def parse_one_sided(formula: str) -> TermSet:
+    """Parse a one-sided fixed-effects formula ``"~ poly(x, 2) * f"`` (R's ``terms`` of a
+    ``model.matrix`` formula; no random-effects terms, no offsets)."""
+    if not isinstance(formula, str):
+        raise FormulaError(f"formula must be a string, got {type(formula).__name__}")
+    lhs, rhs = _Parser(formula).formula()
+    if lhs is not None:
+        raise FormulaError(f"formula {formula!r} must be one-sided ('~ x + f')")
+    if _contains_bar(rhs):
+        raise FormulaError(f"formula {formula!r}: random-effects terms have no model matrix here")
+    return _Expander(formula).termset(rhs)
 
 
 @lru_cache(maxsize=64)

@@ -57,10 +57,19 @@ from scoremix.lme.errors import (
     UnknownColumnError,
     rank_deficient_message,
 )
-from scoremix.lme.formula import ParsedFormula, TermSet, Variable, parse_dispersion, parse_formula
+from scoremix.lme.contrasts import contrast_matrix, normalize_contrast
+from scoremix.lme.formula import (
+    ParsedFormula,
+    TermSet,
+    Variable,
+    parse_dispersion,
+    parse_formula,
+    parse_one_sided,
+)
 from scoremix.lme.spec import ModelSpec, RandomTerm
+from scoremix.lme.transforms import Value, evaluate, factor_source
 
-__all__ = ["build_model_spec", "badly_scaled", "rank_keep_columns", "RANK_TOL"]
+__all__ = ["build_model_spec", "model_matrix", "badly_scaled", "rank_keep_columns", "RANK_TOL"]
 
 #: lme4's tolerance for ``qr(X, tol = 1e-7, LAPACK = FALSE)`` in ``chkRank.drop.cols``.
 RANK_TOL = 1e-7
@@ -95,6 +104,7 @@ class _Factor:
     codes: np.ndarray
     levels: list[str]
     uniques: pd.Index
+    ordered: bool = False
 
     @property
     def n_levels(self) -> int:
@@ -125,7 +135,11 @@ def _raw_codes(values: pd.Series) -> tuple[np.ndarray, pd.Index]:
     return np.asarray(codes, dtype=np.int64), pd.Index(uniques)
 
 
-def _compact(column: str, codes: np.ndarray, uniques: pd.Index) -> _Factor:
+def _is_ordered(values: pd.Series) -> bool:
+    return isinstance(values.dtype, pd.CategoricalDtype) and bool(values.cat.ordered)
+
+
+def _compact(column: str, codes: np.ndarray, uniques: pd.Index, ordered: bool = False) -> _Factor:
     """Drop unused levels (R's ``drop.unused.levels``); ``codes`` must be NA-free."""
     present = np.bincount(codes, minlength=len(uniques)) > 0
     if not present.all():
@@ -133,7 +147,7 @@ def _compact(column: str, codes: np.ndarray, uniques: pd.Index) -> _Factor:
         codes = remap[codes]
         uniques = uniques[present]
     levels = [_r_format(u) for u in uniques]
-    return _Factor(column, codes, levels, uniques)
+    return _Factor(column, codes, levels, uniques, ordered)
 
 
 # --------------------------------------------------------------------------- frame
@@ -150,6 +164,59 @@ class _Frame:
         self._numeric: dict[str, np.ndarray] = {}
         self._raw: dict[str, tuple[np.ndarray, pd.Index]] = {}
         self._factor: dict[str, _Factor] = {}
+        # expression variables evaluated on ALL rows (as R's model.frame, before na.omit)
+        self.state: dict[str, object] = {}
+        self._expr: dict[str, Value] = {}
+        self._expr_factor: dict[str, pd.Series] = {}
+        self._ordered: dict[str, bool] = {}
+
+    def full_numeric(self, column: str) -> np.ndarray:
+        """A numeric column on all rows, for evaluating an expression."""
+        if column not in self.data.columns:
+            raise _unknown_column(column, self.data)
+        s = self.data[column]
+        if pd.api.types.is_bool_dtype(s.dtype):
+            return s.astype(float).to_numpy()
+        if _is_factor_dtype(s.dtype):
+            raise FormulaError(f"column {column!r} is used in an arithmetic expression but is not "
+                               f"numeric (dtype {s.dtype})")
+        return s.to_numpy(dtype=np.float64, na_value=np.nan)
+
+    def evaluate(self, var: Variable) -> None:
+        """Evaluate an ``expr``/``factor`` variable on all rows (once)."""
+        if var.label in self._expr or var.label in self._expr_factor:
+            return
+        if var.kind == "factor":
+            src = factor_source(var.expr, self.data, self.full_numeric, self.state, True)
+            fname = var.expr[1]  # type: ignore[index]
+            self._ordered[var.label] = fname in ("ordered", "as.ordered") or (
+                fname == "factor" and _is_ordered(src))
+            self._expr_factor[var.label] = src
+            self._raw[var.label] = _raw_codes(src)
+        else:
+            val = evaluate(var.expr, self.full_numeric, self.state, True, len(self.data))
+            if val.logical:
+                src = pd.Series(pd.array([None if np.isnan(t) else bool(t) for t in val.values[:, 0]],
+                                         dtype="boolean"), index=self.data.index)
+                self._expr_factor[var.label] = src
+                self._raw[var.label] = _raw_codes(src)
+                self._ordered[var.label] = False
+            else:
+                self._expr[var.label] = val
+
+    def expr_missing(self, label: str) -> np.ndarray:
+        if label in self._expr:
+            return np.isnan(self._expr[label].values).any(axis=1)
+        return self._raw[label][0] < 0
+
+    def expr_is_factor(self, label: str) -> bool:
+        return label in self._expr_factor
+
+    def expr_value(self, label: str) -> Value:
+        v = self._expr[label]
+        if self.rows is None:
+            return v
+        return Value(v.values[self.rows], v.suffixes, v.logical)
 
     def missing(self, column: str) -> np.ndarray:
         """Boolean mask of missing values of a column on all rows."""
@@ -175,11 +242,15 @@ class _Frame:
         return self._numeric[column]
 
     def factor(self, column: str) -> _Factor:
+        """The factor of a column, or of an evaluated ``factor(e)``/logical variable
+        (keyed by its label)."""
         if column not in self._factor:
             codes, uniques = self.raw(column)
             if self.rows is not None:
                 codes = codes[self.rows]
-            self._factor[column] = _compact(column, codes, uniques)
+            ordered = (self._ordered[column] if column in self._ordered
+                       else _is_ordered(self.data[column]))
+            self._factor[column] = _compact(column, codes, uniques, ordered)
         return self._factor[column]
 
     def is_factor(self, column: str) -> bool:
@@ -192,9 +263,12 @@ class _VarCode:
     """How one variable enters the design: numeric, dummy indicator, or factor."""
 
     var: Variable
-    kind: str  # "numeric" | "dummy" | "factor"
+    kind: str  # "numeric" | "dummy" | "factor" | "matrix" (an evaluated expression)
     factor: _Factor | None = None
     level_index: int = -1
+    suffixes: list[str] = field(default_factory=list)
+    contrast: np.ndarray | None = None  # K x (K-1) contrast matrix of a factor
+    contrast_names: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -206,11 +280,37 @@ class _Design:
     # per term: list of (variable label, coding 1 = contrasts / 2 = indicators / 0 numeric)
     coding: list[list[tuple[str, int]]]
     names: list[str] = field(default_factory=list)
+    state: dict[str, object] = field(default_factory=dict)  # poly/scale parameters
 
 
-def _var_codes(termset: TermSet, frame: _Frame) -> dict[str, _VarCode]:
+def _contrast_for(v: Variable, fac: _Factor, contrasts: dict[str, str] | None) -> tuple[np.ndarray, list[str]]:
+    """R's choice: ``contrasts[name]`` if given (by column or label), else
+    ``contr.poly`` for an ordered factor and ``contr.treatment`` otherwise."""
+    name = None
+    if contrasts:
+        name = contrasts.get(v.label, contrasts.get(v.column) if v.kind == "column" else None)
+    if name is None:
+        name = "contr.poly" if fac.ordered else "contr.treatment"
+    else:
+        name = normalize_contrast(name, f"factor {v.label!r}")
+    if fac.n_levels < 2:
+        return np.zeros((fac.n_levels, 0)), []
+    return contrast_matrix(name, fac.levels)
+
+
+def _var_codes(termset: TermSet, frame: _Frame,
+               contrasts: dict[str, str] | None = None) -> dict[str, _VarCode]:
     out: dict[str, _VarCode] = {}
     for v in termset.variables:
+        if v.kind in ("expr", "factor"):
+            frame.evaluate(v)
+            if frame.expr_is_factor(v.label):
+                fac = frame.factor(v.label)
+                C, cn = _contrast_for(v, fac, contrasts)
+                out[v.label] = _VarCode(v, "factor", fac, contrast=C, contrast_names=cn)
+            else:
+                out[v.label] = _VarCode(v, "matrix", suffixes=list(frame.expr_value(v.label).suffixes))
+            continue
         if v.level is not None:
             fac = frame.factor(v.column)
             if v.level not in fac.levels:
@@ -220,7 +320,9 @@ def _var_codes(termset: TermSet, frame: _Frame) -> dict[str, _VarCode]:
                 )
             out[v.label] = _VarCode(v, "dummy", fac, fac.levels.index(v.level))
         elif frame.is_factor(v.column):
-            out[v.label] = _VarCode(v, "factor", frame.factor(v.column))
+            fac = frame.factor(v.column)
+            C, cn = _contrast_for(v, fac, contrasts)
+            out[v.label] = _VarCode(v, "factor", fac, contrast=C, contrast_names=cn)
         else:
             frame.numeric(v.column)
             out[v.label] = _VarCode(v, "numeric")
@@ -259,6 +361,8 @@ def _variable_block(
     label = vc.var.label
     if vc.kind == "numeric":
         return values.reshape(-1, 1), [label]
+    if vc.kind == "matrix":
+        return values, [label + sfx for sfx in vc.suffixes]
     if vc.kind == "dummy":
         col = (values == vc.level_index).astype(np.float64)
         if (values < 0).any():
@@ -272,6 +376,11 @@ def _variable_block(
             f"factor {vc.var.column!r} has only one level ({_short_list(fac.levels)}) among "
             "the used rows: contrasts can be applied only to factors with 2 or more levels"
         )
+    if coding == 1 and vc.contrast is not None:
+        block = vc.contrast[np.clip(values, 0, None)].astype(np.float64)
+        if (values < 0).any():
+            block[values < 0] = np.nan
+        return block, [label + sfx for sfx in vc.contrast_names]
     lev = np.arange(start, fac.n_levels)
     block = (values[:, None] == lev[None, :]).astype(np.float64)
     if (values < 0).any():
@@ -311,19 +420,46 @@ def _fitted_values(design: _Design, frame: _Frame) -> dict[str, np.ndarray]:
     for label, vc in design.codes.items():
         if vc.kind == "numeric":
             out[label] = frame.numeric(vc.var.column)
+        elif vc.kind == "matrix":
+            out[label] = frame.expr_value(label).values
         else:
             assert vc.factor is not None
             out[label] = vc.factor.codes
     return out
 
 
+def _new_numeric(newdata: pd.DataFrame) -> Any:
+    def get(column: str) -> np.ndarray:
+        if column not in newdata.columns:
+            raise _unknown_column(column, newdata)
+        s = newdata[column]
+        if pd.api.types.is_bool_dtype(s.dtype):
+            return s.astype(float).to_numpy()
+        if _is_factor_dtype(s.dtype):
+            raise FormulaError(f"column {column!r} of new data is not numeric (dtype {s.dtype})")
+        return s.to_numpy(dtype=np.float64, na_value=np.nan)
+    return get
+
+
 def _new_values(design: _Design, newdata: pd.DataFrame, *, strict: bool) -> dict[str, np.ndarray]:
     out = {}
     for label, vc in design.codes.items():
+        for col in vc.var.columns:
+            if col not in newdata.columns:
+                raise _unknown_column(col, newdata)
         col = vc.var.column
-        if col not in newdata.columns:
-            raise _unknown_column(col, newdata)
-        s = newdata[col]
+        if vc.kind == "matrix":  # same transform, poly/scale parameters of the fit
+            out[label] = evaluate(vc.var.expr, _new_numeric(newdata), design.state, False,
+                                  len(newdata)).values
+            continue
+        if vc.var.kind == "expr":  # a logical expression: FALSE/TRUE factor
+            v = evaluate(vc.var.expr, _new_numeric(newdata), design.state, False, len(newdata))
+            s = pd.Series(pd.array([None if np.isnan(t) else bool(t) for t in v.values[:, 0]],
+                                   dtype="boolean"), index=newdata.index)
+        elif vc.var.kind == "factor":
+            s = factor_source(vc.var.expr, newdata, _new_numeric(newdata), design.state, False)
+        else:
+            s = newdata[col]
         if vc.kind == "numeric":
             if _is_factor_dtype(s.dtype):
                 raise FormulaError(f"column {col!r} of new data is not numeric (dtype {s.dtype})")
@@ -345,10 +481,11 @@ def _new_values(design: _Design, newdata: pd.DataFrame, *, strict: bool) -> dict
     return out
 
 
-def _design_matrix(termset: TermSet, frame: _Frame) -> tuple[np.ndarray, list[str], _Design]:
+def _design_matrix(termset: TermSet, frame: _Frame,
+                   contrasts: dict[str, str] | None = None) -> tuple[np.ndarray, list[str], _Design]:
     """Model matrix of a term set on the frame (R's ``model.matrix``)."""
-    codes = _var_codes(termset, frame)
-    design = _Design(termset, codes, _term_coding(termset, codes))
+    codes = _var_codes(termset, frame, contrasts)
+    design = _Design(termset, codes, _term_coding(termset, codes), state=frame.state)
     X, names = _build(design, _fitted_values(design, frame), _frame_n(frame))
     design.names = names
     return X, names, design
@@ -532,6 +669,8 @@ def build_model_spec(
     weights: str | np.ndarray | pd.Series | None = None,
     dispersion: str | None = None,
     na_action: str = "omit",
+    contrasts: dict[str, str] | None = None,
+    offset: str | np.ndarray | pd.Series | None = None,
 ) -> ModelSpec:
     r"""Build the :class:`~scoremix.lme.spec.ModelSpec` of an lme4 formula on a data frame.
 
@@ -554,6 +693,17 @@ def build_model_spec(
     na_action:
         ``"omit"`` drops rows with a missing value in any used column (with a
         ``UserWarning``), ``"fail"`` raises :class:`MissingValueError`.
+    contrasts:
+        ``{factor: coding}`` for the fixed effects, as lme4's ``contrasts=``: codings
+        ``"contr.treatment"`` (default for unordered factors), ``"contr.poly"`` (default for
+        ordered ones), ``"contr.sum"``, ``"contr.helmert"``, ``"contr.SAS"``.  Keys are
+        column names or variable labels (``"factor(x)"``).  Random-effects terms keep the
+        defaults, as in lme4.
+    offset:
+        a known term with coefficient 1 added to the linear predictor (lme4's ``offset=``):
+        a column name or an array of ``len(data)``; added to any ``offset()`` terms of the
+        formula.  The model is fitted to ``y - offset`` (``spec.y``); fitted values and
+        predictions add it back.
 
     Returns
     -------
@@ -577,6 +727,9 @@ def build_model_spec(
         raise ValueError(f"na_action must be 'omit' or 'fail', got {na_action!r}")
     parsed: ParsedFormula = parse_formula(formula)
     disp_col = parse_dispersion(dispersion) if dispersion is not None else None
+    if contrasts is not None and not isinstance(contrasts, dict):
+        raise FormulaError(f"contrasts must be a dict {{factor: 'contr.sum', ...}}, got "
+                           f"{type(contrasts).__name__}")
 
     # ---- columns and weights
     used = parsed.columns
@@ -592,21 +745,57 @@ def build_model_spec(
         w_all = np.asarray(weights, dtype=np.float64).ravel()
         if w_all.shape[0] != len(data):
             raise ValueError(f"weights has length {w_all.shape[0]}, data has {len(data)} rows")
+    offset_col: str | None = None
+    off_arg: np.ndarray | None = None
+    if isinstance(offset, str):
+        offset_col = offset
+        if offset_col not in used:
+            used = used + [offset_col]
+    elif offset is not None:
+        off_arg = np.asarray(offset, dtype=np.float64).ravel()
+        if off_arg.shape[0] != len(data):
+            raise ValueError(f"offset has length {off_arg.shape[0]}, data has {len(data)} rows")
     for col in used:
         if col not in data.columns:
             raise _unknown_column(col, data)
-    if _is_factor_dtype(data[parsed.response].dtype):
-        raise ResponseError(
-            f"response {parsed.response!r} must be numeric, got dtype {data[parsed.response].dtype}"
-        )
+    for col in parsed.response_columns:
+        if _is_factor_dtype(data[col].dtype):
+            raise ResponseError(
+                f"response {parsed.response!r} must be numeric, but column {col!r} has dtype "
+                f"{data[col].dtype}"
+            )
+    if offset_col is not None and _is_factor_dtype(data[offset_col].dtype):
+        raise FormulaError(f"offset column {offset_col!r} must be numeric, got dtype "
+                           f"{data[offset_col].dtype}")
 
     # ---- missing values
     n_all = len(data)
     na_cols: list[str] = []
     na_mask = np.zeros(n_all, dtype=bool)
     frame = _Frame(data)
-    for col in used:
-        m = frame.missing(col)
+    # R's model.frame evaluates every variable (log(y), poly(x, 2), …) on all rows, then
+    # drops the rows where any of them is missing
+    for var in _expression_variables(parsed):
+        frame.evaluate(var)
+    y_all = (frame.full_numeric(parsed.response) if parsed.response_expr is None else
+             evaluate(parsed.response_expr, frame.full_numeric, frame.state, True, n_all).values[:, 0])
+    off_all: np.ndarray | None = None
+    for node in parsed.offsets:
+        o = evaluate(node, frame.full_numeric, frame.state, True, n_all).values[:, 0]
+        off_all = o if off_all is None else off_all + o
+    if offset_col is not None:
+        o = frame.full_numeric(offset_col)
+        off_all = o if off_all is None else off_all + o
+    if off_arg is not None:
+        off_all = off_arg if off_all is None else off_all + off_arg
+    checks: list[tuple[str, np.ndarray]] = [(c, frame.missing(c)) for c in used]
+    if parsed.response_expr is not None:
+        checks.append((parsed.response, np.isnan(y_all)))
+    for var in _expression_variables(parsed):
+        checks.append((var.label, frame.expr_missing(var.label)))
+    if off_all is not None:
+        checks.append(("(offset)", np.isnan(off_all)))
+    for col, m in checks:
         if m.any():
             if na_action == "fail":
                 raise MissingValueError(
@@ -640,8 +829,13 @@ def build_model_spec(
     frame.rows = rows
     n = _frame_n(frame)
 
-    # ---- response
-    y = frame.series(parsed.response).to_numpy(dtype=np.float64)
+    # ---- response (minus the offset: the model is y - offset = Xβ + Zb + ε)
+    y = y_all if rows is None else y_all[rows]
+    off: np.ndarray | None = None
+    if off_all is not None:
+        off = off_all if rows is None else off_all[rows]
+        if not np.all(np.isfinite(off)):
+            raise LmeError("the offset has non-finite values (inf)")
     bad = ~np.isfinite(y)
     if bad.any():
         full = np.zeros(n_all, dtype=bool)
@@ -664,7 +858,10 @@ def build_model_spec(
             raise LmeError("negative weights are not allowed")
 
     # ---- fixed effects
-    X_full, names_full, fdesign = _design_matrix(parsed.fixed, frame)
+    if off is not None:
+        y = y - off
+    X_full, names_full, fdesign = _design_matrix(parsed.fixed, frame, contrasts)
+    _check_contrast_keys(contrasts, fdesign)
     for j, nm in enumerate(names_full):
         col = X_full[:, j]
         if not np.all(np.isfinite(col)):
@@ -768,6 +965,22 @@ def build_model_spec(
             out.append((g.map(newdata), Xn))
         return out
 
+    off_nodes = parsed.offsets
+    off_state = frame.state
+
+    def offset_design(newdata: pd.DataFrame) -> np.ndarray:
+        """The offset of new rows (``offset()`` terms and a column ``offset=``)."""
+        total = np.zeros(len(newdata))
+        for node in off_nodes:
+            total = total + evaluate(node, _new_numeric(newdata), off_state, False,
+                                     len(newdata)).values[:, 0]
+        if offset_col is not None:
+            total = total + _new_numeric(newdata)(offset_col)
+        if off_arg is not None:
+            raise FormulaError("the model was fitted with offset= given as an array; pass it as a "
+                               "column name (offset='col') to predict on new data")
+        return total
+
     model_cols = list(dict.fromkeys(used))
     mf = data[model_cols] if rows is None else data.iloc[rows][model_cols]
     return ModelSpec(
@@ -786,4 +999,61 @@ def build_model_spec(
         dispersion_levels=disp_levels,
         fixed_design=fixed_design,
         random_design=random_design,
+        offset=off,
+        offset_design=offset_design if off is not None else None,
     )
+
+
+def model_matrix(formula: str, data: pd.DataFrame,
+                 contrasts: dict[str, str] | None = None) -> pd.DataFrame:
+    """R's ``model.matrix(~ rhs, data, contrasts.arg)``: the full fixed-effects design of a
+    one-sided formula (no rank-deficient columns dropped), with R's column names, on the
+    rows without missing values (index of ``data``).
+
+    Example: ``model_matrix("~ poly(x, 2) + f", d)`` has columns ``(Intercept)``,
+    ``poly(x, 2)1``, ``poly(x, 2)2``, ``fb``, ….
+    """
+    if not isinstance(data, pd.DataFrame):
+        raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}")
+    ts = parse_one_sided(formula)
+    frame = _Frame(data)
+    na = np.zeros(len(data), dtype=bool)
+    for v in ts.variables:
+        for col in v.columns:
+            if col not in data.columns:
+                raise _unknown_column(col, data)
+            na |= frame.missing(col)
+        if v.kind in ("expr", "factor"):
+            frame.evaluate(v)
+            na |= frame.expr_missing(v.label)
+    if na.any():
+        frame.rows = np.flatnonzero(~na)
+    X, names, design = _design_matrix(ts, frame, contrasts)
+    _check_contrast_keys(contrasts, design)
+    index = data.index if frame.rows is None else data.index[frame.rows]
+    return pd.DataFrame(X, index=index, columns=names)
+
+
+def _expression_variables(parsed: ParsedFormula) -> list[Variable]:
+    """The ``expr``/``factor`` variables of the fixed and random parts."""
+    out: dict[str, Variable] = {}
+    for ts in [parsed.fixed] + [r.lhs for r in parsed.random]:
+        for v in ts.variables:
+            if v.kind in ("expr", "factor"):
+                out.setdefault(v.label, v)
+    return list(out.values())
+
+
+def _check_contrast_keys(contrasts: dict[str, str] | None, design: _Design) -> None:
+    """Every key of ``contrasts=`` must name a factor of the fixed part (R ignores others
+    with a warning; naming the typo is more useful)."""
+    if not contrasts:
+        return
+    factors = {vc.var.label for vc in design.codes.values() if vc.kind == "factor"}
+    factors |= {vc.var.column for vc in design.codes.values()
+                if vc.kind == "factor" and vc.var.kind == "column"}
+    unknown = [k for k in contrasts if k not in factors]
+    if unknown:
+        raise FormulaError(f"contrasts given for {', '.join(repr(k) for k in unknown)}, which "
+                           f"{'is' if len(unknown) == 1 else 'are'} not a factor of the fixed "
+                           f"effects (factors: {_short_list(sorted(factors))})")

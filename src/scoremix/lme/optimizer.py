@@ -3,9 +3,11 @@
 For each candidate ``θ`` the engine evaluates the profiled criterion of
 :mod:`scoremix.lme.deviance` (a batched ``p_1 × p_1`` Cholesky and one small dense Cholesky;
 nothing that grows with the number of rows) and minimises it with L-BFGS-B under lme4's
-bounds (``θ_ii ≥ 0``), with the analytic gradient for models whose random terms are all
-scalar (:func:`~scoremix.lme.deviance.profiled_deviance_grad`) and central
-finite-difference gradients otherwise.  A class-specific residual
+bounds (``θ_ii ≥ 0``), with the analytic gradient of
+:func:`~scoremix.lme.deviance.profiled_deviance_grad` for homoscedastic models (scalar or
+vector-valued random terms, while every diagonal ``θ ≥ 1e-4``) and central
+finite-difference gradients otherwise.  An abnormal L-BFGS-B stop is polished by restarts
+and, if it persists away from a stationary point, reported as non-convergence.  A class-specific residual
 variance ``Var(ε_i) = σ² ρ_{d(i)}`` (``ρ_0 = 1``) adds ``log ρ_d`` (``d ≥ 1``) to the
 parameters.  After the optimisation lme4's checks are applied:
 
@@ -64,9 +66,13 @@ class NativeControl:
     warn:
         issue the singular-fit and convergence warnings.
     analytic_gradient:
-        use the analytic gradient of the profiled criterion where it applies (scalar random
-        terms, no dispersion model, every ``θ_k ≥ 1e-4``; see
+        use the analytic gradient of the profiled criterion where it applies (no dispersion
+        model, every diagonal ``θ ≥ 1e-4``; see
         :func:`scoremix.lme.deviance.profiled_deviance_grad`); finite differences otherwise.
+    abnormal_gtol:
+        when L-BFGS-B stops abnormally (line-search failure, "ABNORMAL") even after two
+        polishing restarts, a :class:`~scoremix.lme.errors.ConvergenceWarning` is issued if
+        the largest projected-gradient component of the criterion there exceeds this.
     """
 
     maxiter: int = 5000
@@ -79,6 +85,7 @@ class NativeControl:
     theta_start: np.ndarray | None = None
     warn: bool = True
     analytic_gradient: bool = True
+    abnormal_gtol: float = 1e-3
 
     @classmethod
     def from_any(cls, control: "NativeControl | dict | None") -> "NativeControl":
@@ -208,9 +215,10 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         return crit_full(full(xf))
 
     analytic = ctl.analytic_gradient and n_rho == 0 and has_analytic_gradient(cp)
+    diag_theta = np.asarray(lower, float) == 0.0   # diagonal elements of the T_k
 
     def grad_analytic(xf: np.ndarray) -> tuple[float, np.ndarray] | None:
-        """Criterion and analytic gradient (scalar terms, all θ_k ≥ 1e-4), else ``None``."""
+        """Criterion and analytic gradient (every diagonal θ ≥ 1e-4), else ``None``."""
         if not analytic:
             return None
         key = np.asarray(xf, float).tobytes()
@@ -226,7 +234,7 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
 
     def _grad_analytic(xf: np.ndarray) -> tuple[float, np.ndarray] | None:
         x = full(xf)
-        if np.any(x[:nth] < 1e-4):
+        if np.any(x[:nth][diag_theta] < 1e-4):
             return None
         n_eval[0] += 1
         try:
@@ -306,6 +314,24 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
                 opt_msg = str(r3.message)
             else:
                 break
+        # an abnormal stop (L-BFGS-B's line search failing) away from a stationary point:
+        # polish by restarting, then warn if it persists with a non-negligible gradient
+        if _abnormal(opt_msg) and np.isfinite(fopt):
+            for _ in range(2):
+                r4 = minimize(fg, xopt, jac=True, method="L-BFGS-B", bounds=bounds,
+                              options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+                improved = r4.fun < fopt
+                if r4.fun <= fopt:
+                    xopt, fopt = r4.x, float(r4.fun)
+                opt_msg = str(r4.message)
+                if not _abnormal(opt_msg) or not improved:
+                    break
+            if _abnormal(opt_msg):
+                gmax = _projected_grad_max(fg(xopt)[1], xopt, lbf, ubf)
+                if gmax > ctl.abnormal_gtol:
+                    messages.append(f"optimizer (L-BFGS-B) stopped abnormally after polishing "
+                                    f"({opt_msg.strip()}) with max|projected gradient| = "
+                                    f"{gmax:.3g} (tol = {ctl.abnormal_gtol:g})")
         ok = bool(np.isfinite(fopt))
         if not ok:
             messages.append("optimizer returned a non-finite criterion")
@@ -321,6 +347,22 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
     return OptimResult(theta=theta, rho=rho, criterion=fopt, converged=ok and not messages,
                        singular=singular, n_eval=n_eval[0], messages=messages,
                        optimizer_message=opt_msg)
+
+
+def _abnormal(message: str) -> bool:
+    """Whether an L-BFGS-B message reports an abnormal stop (line-search failure)."""
+    return "ABNORMAL" in str(message).upper()
+
+
+def _projected_grad_max(g: np.ndarray, x: np.ndarray, lb: np.ndarray, ub: np.ndarray) -> float:
+    """``max|P(g)|``: the gradient with the components pushing into an active bound removed
+    (L-BFGS-B's projected-gradient test)."""
+    g = np.asarray(g, float).copy()
+    with np.errstate(invalid="ignore"):   # infinite bounds are never active
+        at_lo = np.isfinite(lb) & (x <= lb + 1e-12 * np.maximum(1.0, np.abs(lb))) & (g > 0)
+        at_hi = np.isfinite(ub) & (x >= ub - 1e-12 * np.maximum(1.0, np.abs(ub))) & (g < 0)
+    g[at_lo | at_hi] = 0.0
+    return float(np.max(np.abs(g))) if g.size else 0.0
 
 
 def check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None,

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["theta_to_T", "scale_rest_rows", "rest_scale", "u_to_b"]
+__all__ = ["theta_to_T", "scale_rest_rows", "scale_rest_sym", "rest_scale", "u_to_b"]
 
 
 def theta_to_T(theta: np.ndarray, term_p: Sequence[int]) -> list[np.ndarray]:
@@ -53,6 +53,39 @@ def scale_rest_rows(M: np.ndarray, T: list[np.ndarray], term_p: Sequence[int],
             M[sl] = np.einsum("ba,lbc->lac", T[k], blk).reshape(pk * nk, -1)
         pos += pk * nk
     return M
+
+
+def _apply_Tt(blk: np.ndarray, T: np.ndarray, axis: int) -> None:
+    """In place: along ``axis`` (of length ``p``) replace ``v`` by ``T'v``.  ``T`` is lower
+    triangular, so entry ``a`` only needs entries ``b ≥ a`` and ascending ``a`` is safe."""
+    pk = T.shape[0]
+    take = (lambda b: blk[:, b, :]) if axis == 1 else (lambda b: blk[:, :, b])
+    for a in range(pk):
+        out = take(a)
+        out *= T[a, a]
+        for b in range(a + 1, pk):
+            if T[b, a] != 0.0:
+                out += T[b, a] * take(b)
+
+
+def scale_rest_sym(S: np.ndarray, T: list[np.ndarray], term_p: Sequence[int],
+                   term_nlev: Sequence[int]) -> np.ndarray:
+    """``Λ_rest' S Λ_rest`` computed in place on the (C-ordered, square) rest block ``S``;
+    returns ``S``.  Same as ``scale_rest_rows(scale_rest_rows(S).T).T`` without copies."""
+    m = S.shape[0]
+    pos = 0
+    for k in range(1, len(term_p)):
+        pk, nk = term_p[k], term_nlev[k]
+        sl = slice(pos, pos + pk * nk)
+        if pk == 1:
+            t = T[k][0, 0]
+            S[sl, :] *= t
+            S[:, sl] *= t
+        else:
+            _apply_Tt(S[sl, :].reshape(nk, pk, m), T[k], axis=1)
+            _apply_Tt(S[:, sl].reshape(m, nk, pk), T[k], axis=2)
+        pos += pk * nk
+    return S
 
 
 def rest_scale(theta: np.ndarray, term_nlev: Sequence[int], m: int) -> np.ndarray:

@@ -214,7 +214,8 @@ class LmerResult:
                    converged=bool(d.get("converged", True)), singular=bool(d.get("singular", False)),
                    sigma_by=sigma_by, formula=d.get("formula"), dispersion=d.get("dispersion"),
                    nobs=int(d["nobs"]), ngrps={k: int(v) for k, v in d.get("ngrps", {}).items()},
-                   term_info=term_info, aic=d.get("aic"), bic=d.get("bic"))
+                   term_info=term_info, aic=d.get("aic"), bic=d.get("bic"),
+                   fit_info=d.get("fit_info"))
 
     # ------------------------------------------------------------------ simple quantities
     @property
@@ -308,13 +309,16 @@ class LmerResult:
         """``Xβ̂ + Zb̂`` for the rows used in fitting (index of the model frame)."""
         spec = self.require_spec("fitted")
         f = spec.X @ self.fixef.to_numpy() + self._zb([(t.codes, t.X) for t in spec.terms])
+        if getattr(spec, "offset", None) is not None:
+            f = f + spec.offset
         return pd.Series(f, index=spec.data.index, name="fitted")
 
     @property
     def residuals(self) -> pd.Series:
         """Response residuals ``y - fitted`` (lme4's ``residuals(m)``)."""
         spec = self.require_spec("residuals")
-        return pd.Series(spec.y - self.fitted.to_numpy(), index=spec.data.index, name="residuals")
+        y = spec.y if getattr(spec, "offset", None) is None else spec.y + spec.offset
+        return pd.Series(y - self.fitted.to_numpy(), index=spec.data.index, name="residuals")
 
     def predict(self, newdata: pd.DataFrame | None = None, re_form: str | None = None,
                 allow_new_levels: bool | None = None) -> pd.Series:
@@ -341,6 +345,8 @@ class LmerResult:
             if allow_new_levels is not True:
                 self._check_new_levels(newdata, design, allow_new_levels)
         out = X @ self.fixef.to_numpy()
+        if getattr(spec, "offset", None) is not None:
+            out = out + (spec.offset if newdata is None else spec.offset_design(newdata))
         if not population:
             out = out + self._zb(design)
         return pd.Series(out, index=idx, name="predicted")
@@ -522,8 +528,10 @@ def _summary_text(m: LmerResult) -> str:
     if m.dispersion:
         out.append(f"Dispersion: {m.dispersion}")
     out.append("")
-    if m.REML:
+    if m.REML and m.converged:
         out.append(f"REML criterion at convergence: {m.reml_criterion:.1f}")
+    elif m.REML:
+        out.append(f"REML criterion (optimizer did NOT converge): {m.reml_criterion:.1f}")
     else:
         df_resid = m.nobs - m.npar
         out.append(_fmt_table([[f"{m.aic:.1f}", f"{m.bic:.1f}", f"{m.loglik:.1f}",
@@ -552,8 +560,11 @@ def _summary_text(m: LmerResult) -> str:
                 c = S[i, j] / (sd[i] * sd[j]) if sd[i] > 0 and sd[j] > 0 else float("nan")
                 cors.append(f"{c:.2f}")
             rows.append([t["group"] if i == 0 else "", nm, f"{S[i, i]:.4g}", f"{sd[i]:.4g}"]
-                        + cors + [""] * (p - 1 - len(cors)))
+                        + cors)
+    # lme4 prints one correlation column per column of the widest term; rows of narrower
+    # terms (and of one-column terms beside multi-column ones) are padded with blanks
     ncor = max((len(r) - 4 for r in rows), default=0)
+    rows = [r + [""] * (4 + ncor - len(r)) for r in rows]
     resid_name = "Residual"
     if m.sigma_by is not None:
         for lev, s in m.sigma_by.items():
@@ -586,6 +597,8 @@ def _summary_text(m: LmerResult) -> str:
     msgs = m.fit_info.get("messages") or []
     for msg in msgs:
         out.append(f"convergence: {msg}")
+    if not m.converged and not msgs:
+        out.append("convergence: the optimizer did NOT converge")
     return "\n".join(out)
 
 

@@ -118,7 +118,8 @@ class ModelSpec:
     response:
         name of the response column.
     y:
-        ``(n,)`` float64 response.
+        ``(n,)`` float64 response (minus the offset when the model has one: the model is
+        ``y - offset = Xβ + Zb + ε``).
     X:
         ``(n, p)`` float64 fixed-effects model matrix (treatment contrasts, R's column
         order and names), rank-deficient columns already dropped.
@@ -145,6 +146,11 @@ class ModelSpec:
     random_design:
         ``newdata -> list[(codes, X_k)]`` per term, code ``-1`` for a level unseen in
         fitting (its random effect is then 0, as in lme4's ``allow.new.levels=TRUE``).
+    offset:
+        ``(n,)`` known part of the linear predictor (``offset()`` terms and ``offset=``),
+        ``None`` without one; ``fitted`` and ``predict`` add it back.
+    offset_design:
+        ``newdata -> (m,)`` offset of new rows.
     """
 
     formula: str
@@ -162,6 +168,8 @@ class ModelSpec:
     dispersion_levels: list[str] | None = None
     fixed_design: Callable[[pd.DataFrame], np.ndarray] | None = None
     random_design: Callable[[pd.DataFrame], list[tuple[np.ndarray, np.ndarray]]] | None = None
+    offset: np.ndarray | None = None
+    offset_design: Callable[[pd.DataFrame], np.ndarray] | None = None
 
     @property
     def n(self) -> int:

@@ -17,13 +17,12 @@ from scoremix.lme.api import register_transform
 from scoremix.transform.fit import (
     TransformControl,
     TransformLmerResult,
-    check_classes,
     fit_transform,
+    lmer_transform,
 )
 from scoremix.transform.monotone import MonotoneTransform
 
-register_transform("monotone", check_classes,
-                   lambda spec, control: fit_transform(spec, "monotone", control))
+register_transform("monotone", lmer_transform)
 
 __all__ = ["MonotoneTransform", "TransformLmerResult", "TransformControl", "fit_transform",
            "TransformError", "AllScoresTiedError", "TooFewDistinctScoresError",

@@ -82,8 +82,8 @@ class CutpointBasis:
         return np.concatenate([[c[0]], np.log(np.diff(c))])
 
 
-def make_basis(u_edge: np.ndarray, max_free: int = 100, n_knots: int = 40,
-               min_edges: int = 20) -> CutpointBasis:
+def make_basis(u_edge: np.ndarray, max_free: int = 100, n_knots: int = 200,
+               min_edges: int = 10) -> CutpointBasis:
     """Free cutpoints when there are at most ``max_free`` edges, else the sieve with at most
     ``n_knots`` segments, each holding at least ``min_edges`` edges."""
     u = np.asarray(u_edge, float)

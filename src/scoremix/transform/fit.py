@@ -37,7 +37,8 @@ from scoremix.transform.laplace import LaplaceState, TransformProblem, laplace, 
 from scoremix.transform.monotone import MonotoneTransform
 from scoremix.transform.vcov import joint_information
 
-__all__ = ["TransformControl", "TransformLmerResult", "fit_transform", "check_classes",
+__all__ = ["TransformControl", "TransformLmerResult", "fit_transform", "lmer_transform",
+           "check_classes",
            "TRANSFORMS"]
 
 TRANSFORMS = ("monotone",)
@@ -73,8 +74,8 @@ class TransformControl:
     """
 
     max_free: int = 100
-    n_knots: int = 40
-    min_edges: int = 20
+    n_knots: int = 200
+    min_edges: int = 10
     maxiter: int = 2000
     gtol: float = 1e-6
     ftol: float = 1e-15
@@ -100,7 +101,7 @@ class TransformControl:
 
 
 class TransformLmerResult(LmerResult):
-    """An :class:`~scoremix.lme.result.LmerResult` of a transformation mixed model.
+    r"""An :class:`~scoremix.lme.result.LmerResult` of a transformation mixed model.
 
     Everything is on the latent scale :math:`h(y)`: ``fixef``, ``vcov``, ``theta``,
     ``sigma`` (= 1, the reference level's latent residual SD), ``sigma_by``, ``varcorr``,
@@ -185,6 +186,41 @@ def check_classes(formula: str, data: pd.DataFrame, dispersion: str | None) -> N
                 f"column {col!r} has a single level ({list(levels)[:1]}) among the {len(rows)} rows "
                 "with a score: a transformation model needs both classes (the transform would "
                 "absorb a one-class effect)")
+
+
+def lmer_transform(formula: str, data: pd.DataFrame, *, weights=None, dispersion: str | None = None,
+                   na_action: str = "omit", control: TransformControl | dict | None = None,
+                   contrasts: dict[str, str] | None = None, offset=None,
+                   transform: str = "monotone") -> TransformLmerResult:
+    """``lmer(formula, data, transform="monotone", ...)``: check the classes, build the model
+    frame and fit.  Saturated scores (``±inf``, e.g. logits of probabilities 0 and 1) are
+    valid here: they are the end cells.  The model frame (which refuses non-finite
+    responses for the Gaussian model) is built with them replaced by finite values below /
+    above every finite score, and the original scores are put back into the spec."""
+    from scoremix.lme.formula import parse_formula
+    from scoremix.lme.model_frame import build_model_spec
+    check_classes(formula, data, dispersion)
+    resp = parse_formula(formula).response
+    original = None
+    if resp in data.columns and pd.api.types.is_numeric_dtype(data[resp]):
+        yv = data[resp].to_numpy(dtype=float)
+        inf = np.isinf(yv)
+        if inf.any():
+            fin = yv[np.isfinite(yv)]
+            lo_, hi_ = (fin.min(), fin.max()) if fin.size else (0.0, 0.0)
+            span = max(hi_ - lo_, 1.0)
+            y2 = np.where(yv == -np.inf, lo_ - span, np.where(yv == np.inf, hi_ + span, yv))
+            original = data[resp]
+            data = data.assign(**{resp: y2})
+    spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion,
+                            na_action=na_action, contrasts=contrasts, offset=offset)
+    if getattr(spec, "offset", None) is not None:
+        raise TransformError("offsets are not supported with transform='monotone' (an offset "
+                             "on the latent scale is not a known quantity)")
+    if original is not None:
+        y = original.loc[spec.data.index].to_numpy(dtype=float)
+        spec = dataclasses.replace(spec, y=y, data=spec.data.assign(**{resp: y}))
+    return fit_transform(spec, transform=transform, control=control)
 
 
 def _problem(spec: ModelSpec, cells, basis) -> tuple[TransformProblem, int | None]:
@@ -400,7 +436,10 @@ def _preconditioner(P: TransformProblem, x: np.ndarray, g: np.ndarray,
     Hs = T.T @ A @ T
     Hs = (Hs + Hs.T) / 2
     w, V = np.linalg.eigh(Hs)
-    w = np.maximum(w, max(float(w.max()), 1.0) * 1e-10)
+    # the observed information can be indefinite away from the optimum (log σ directions):
+    # precondition with |eigenvalues|, floored (a saddle-free Newton metric)
+    w = np.abs(w)
+    w = np.maximum(w, max(float(w.max()), 1.0) * 1e-8)
     Ms = V / np.sqrt(w)[None, :]             # Ms Ms' = Hs⁻¹
     M = np.zeros((k + nth, k + nth))
     M[:k, :k] = Ms

@@ -36,7 +36,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from scoremix.transform.basis import CutpointBasis
-from scoremix.transform.likelihood import row_derivs
+from scoremix.transform.likelihood import add_third, row_derivs
 
 __all__ = ["TransformProblem", "LaplaceState", "theta_to_T", "laplace"]
 
@@ -147,7 +147,7 @@ def _bounds(P: TransformProblem, alpha: np.ndarray, eta: np.ndarray, sig: np.nda
 
 
 def laplace(x: np.ndarray, P: TransformProblem, state: LaplaceState, grad: bool = True,
-            tol: float = 1e-10, max_inner: int = 100):
+            tol: float = 1e-12, max_inner: int = 50):
     """``f(φ)`` (minus the Laplace log-likelihood) and, with ``grad``, its gradient."""
     state.n_eval += 1
     tpar, beta, zeta, theta = P.split(np.asarray(x, float))
@@ -182,20 +182,26 @@ def laplace(x: np.ndarray, P: TransformProblem, state: LaplaceState, grad: bool 
             L = sla.cho_factor(H, lower=True, check_finite=False)
             step = sla.cho_solve(L, g, check_finite=False)
             dec = float(g @ step)
-            t = 1.0
-            while True:
+            if dec < tol:            # Newton decrement: the objective is within dec/2
+                break
+            t, accepted = 1.0, False
+            for _ in range(40):
                 un = u + t * step
                 eta_n, a_n, b_n = evaluate(un)
                 d_n = row_derivs(a_n, b_n)
                 obj_n = float(np.sum(wt * d_n.ll) - 0.5 * un @ un)
-                if obj_n >= obj - 1e-12 * abs(obj) or t < 1e-8:
+                if np.isfinite(obj_n) and obj_n >= obj - 1e-13 * abs(obj):
+                    accepted = True
                     break
                 t *= 0.5
+            if not accepted:         # no ascent possible at this precision: at the mode
+                break
             u, eta, a, b, d, obj = un, eta_n, a_n, b_n, d_n, obj_n
-            if dec < tol or np.max(np.abs(t * step)) < 1e-11:
+            if np.max(np.abs(t * step)) < 1e-10:
                 break
         state.u = u.copy()
-    d = row_derivs(a, b, third=grad and q > 0)
+    if grad and q:
+        add_third(d)
     ll = float(np.sum(wt * d.ll))
     f = -ll + 0.5 * float(u @ u)
     Hinv = None

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import log_ndtr, ndtr
 
-__all__ = ["log_interval_prob", "RowDerivs", "row_derivs"]
+__all__ = ["log_interval_prob", "RowDerivs", "row_derivs", "add_third"]
 
 _LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
 _INV_SQRT_2PI = 1.0 / np.sqrt(2 * np.pi)
@@ -100,36 +100,22 @@ class RowDerivs:
 def _interval(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``log D``, ``φ(a)/D``, ``φ(b)/D``.
 
-    Fast path: ``D`` as a difference of ``ndtr`` on the side where both are ≤ 1/2 (so each
-    term has full relative precision), kept where ``D`` is not below ``1e-9`` times the
-    larger term (at most ~1e-7 relative cancellation error) and ``φ`` does not underflow;
-    the remaining rows use the log-space form :func:`log_interval_prob`."""
-    flip = a > 0
-    lo = np.where(flip, -b, a)
-    hi = np.where(flip, -a, b)
-    Fhi = ndtr(hi)
-    D = Fhi - ndtr(lo)
+    Very narrow cells (``b − a < 1e-4 / max(1, |a|)``; most cells of a continuous score) use
+    the midpoint expansion ``∫φ = φ(m) w (1 + (m²−1) w²/24 + O(w⁴))``.  Other rows: ``D`` as
+    a difference of ``ndtr`` on the side where both are ≤ 1/2 (each term has full relative
+    precision), kept where ``D`` is not below ``1e-9`` times the larger term (at most ~1e-7
+    relative cancellation error) and ``φ`` does not underflow; the remaining rows use the
+    log-space form :func:`log_interval_prob`."""
     fa = np.isfinite(a)
     fb = np.isfinite(b)
     af = np.where(fa, a, 0.0)
     bf = np.where(fb, b, 0.0)
-    phia = np.where(fa, np.exp(-0.5 * af * af), 0.0) * _INV_SQRT_2PI
-    phib = np.where(fb, np.exp(-0.5 * bf * bf), 0.0) * _INV_SQRT_2PI
-    ok = (D > 1e-9 * Fhi) & (D > 1e-250) & (np.abs(af) < 35) & (np.abs(bf) < 35)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ll = np.log(D)
-        pa = phia / D
-        pb = phib / D
-    bad = ~ok
-    with np.errstate(over="ignore", invalid="ignore"):
-        if np.any(bad):
-            llb = log_interval_prob(a[bad], b[bad])
-            ll[bad] = llb
-            pa[bad] = np.where(fa[bad], np.exp(-0.5 * af[bad] ** 2 - _LOG_SQRT_2PI - llb), 0.0)
-            pb[bad] = np.where(fb[bad], np.exp(-0.5 * bf[bad] ** 2 - _LOG_SQRT_2PI - llb), 0.0)
-        # very narrow cells: midpoint expansion ∫φ = φ(m) w (1 + (m²-1) w²/24 + O(w⁴))
-        w = bf - af
-        narrow = fa & fb & (w < 1e-4 / np.maximum(1.0, np.abs(af)))
+    w = bf - af
+    narrow = fa & fb & (w < 1e-4 / np.maximum(1.0, np.abs(af)))
+    ll = np.empty(a.shape)
+    pa = np.empty(a.shape)
+    pb = np.empty(a.shape)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         if np.any(narrow):
             an, wn = af[narrow], w[narrow]
             m = an + wn / 2
@@ -137,6 +123,29 @@ def _interval(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
             ll[narrow] = lln
             pa[narrow] = np.exp(-0.5 * an * an - _LOG_SQRT_2PI - lln)
             pb[narrow] = np.exp(-0.5 * bf[narrow] ** 2 - _LOG_SQRT_2PI - lln)
+        wide = ~narrow
+        if np.any(wide):
+            aw, bw, faw, fbw = a[wide], b[wide], fa[wide], fb[wide]
+            afw, bfw = af[wide], bf[wide]
+            flip = aw > 0
+            lo = np.where(flip, -bw, aw)
+            hi = np.where(flip, -aw, bw)
+            Fhi = ndtr(hi)
+            D = Fhi - ndtr(lo)
+            phia = np.where(faw, np.exp(-0.5 * afw * afw), 0.0) * _INV_SQRT_2PI
+            phib = np.where(fbw, np.exp(-0.5 * bfw * bfw), 0.0) * _INV_SQRT_2PI
+            llw = np.log(D)
+            paw = phia / D
+            pbw = phib / D
+            bad = ~((D > 1e-9 * Fhi) & (D > 1e-250) & (np.abs(afw) < 35) & (np.abs(bfw) < 35))
+            if np.any(bad):
+                llb = log_interval_prob(aw[bad], bw[bad])
+                llw[bad] = llb
+                paw[bad] = np.where(faw[bad], np.exp(-0.5 * afw[bad] ** 2 - _LOG_SQRT_2PI - llb), 0.0)
+                pbw[bad] = np.where(fbw[bad], np.exp(-0.5 * bfw[bad] ** 2 - _LOG_SQRT_2PI - llb), 0.0)
+            ll[wide] = llw
+            pa[wide] = paw
+            pb[wide] = pbw
     return ll, pa, pb
 
 
@@ -152,10 +161,18 @@ def row_derivs(a: np.ndarray, b: np.ndarray, third: bool = False) -> RowDerivs:
     M = af * pa - bf * pb - d * d
     out = RowDerivs(ll=ll, pa=pa, pb=pb, af=af, bf=bf, M=M)
     if third:
-        dpa_a = -af * pa + pa * pa
-        dpa_b = -pa * pb
-        dpb_a = pa * pb
-        dpb_b = -bf * pb - pb * pb
-        out.Ma = pa + af * dpa_a - bf * dpb_a - 2 * d * (dpb_a - dpa_a)
-        out.Mb = af * dpa_b - pb - bf * dpb_b - 2 * d * (dpb_b - dpa_b)
+        add_third(out)
+    return out
+
+
+def add_third(out: RowDerivs) -> RowDerivs:
+    """Fill ``M_a``, ``M_b`` (third derivatives of ``G``) from ``p_a, p_b, a, b``."""
+    pa, pb, af, bf = out.pa, out.pb, out.af, out.bf
+    d = pb - pa
+    dpa_a = -af * pa + pa * pa
+    dpa_b = -pa * pb
+    dpb_a = pa * pb
+    dpb_b = -bf * pb - pb * pb
+    out.Ma = pa + af * dpa_a - bf * dpb_a - 2 * d * (dpb_a - dpa_a)
+    out.Mb = af * dpa_b - pb - bf * dpb_b - 2 * d * (dpb_b - dpa_b)
     return out
