@@ -278,3 +278,19 @@ def test_real_transform_fit_matches_the_empirical_rates(real_transform_fits):
 
     lo, hi = latent_cells(b.transform, df["score"])
     assert np.all(hi > lo)
+
+
+def test_saturated_scores_enter_the_empirical_side_by_their_order():
+    """+inf/-inf scores (probabilities 0/1 as logits) are ranked, not refused: the empirical
+    EER and its interval equal those of any finite order-preserving stand-in."""
+    rng = np.random.default_rng(9)
+    n = 800
+    y = rng.random(n) < 0.5
+    s = y * 2.0 + rng.standard_normal(n)
+    s_inf = np.where(s > 2.5, np.inf, np.where(s < -1.5, -np.inf, s))
+    s_cap = np.where(s > 2.5, 50.0, np.where(s < -1.5, -50.0, s))
+    cl = rng.integers(0, 20, n)
+    a = empirical_eer_interval(s_inf, y, cl, n_boot=40, seed=1)
+    b = empirical_eer_interval(s_cap, y, cl, n_boot=40, seed=1)
+    assert a == pytest.approx(b, abs=1e-12)
+    assert a["eer"] == pytest.approx(emp_eer(s_cap, y), abs=1e-12)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from scoremix.fairness.subgroups import SubgroupError
-from scoremix.predictive.gof import warn_if_misfit
+from scoremix.predictive.gof import order_preserving_finite, warn_if_misfit
 
 __all__ = ["EMPIRICAL_MEASURES", "empirical_beside"]
 
@@ -49,8 +49,8 @@ def empirical_beside(fit: Any, tab: pd.DataFrame, trials: pd.DataFrame, groups: 
     col = _score_column(fit, trials, score)
     if col is None:
         return {}
-    emp = subgroup_dcf(trials, groups, score=col, n_boot=n_boot, random_state=random_state, progress=False,
-                       **sveva_kw)
+    emp = subgroup_dcf(trials.assign(**{col: order_preserving_finite(trials[col])}), groups, score=col,
+                       n_boot=n_boot, random_state=random_state, progress=False, **sveva_kw)
     et = emp.table
     if list(et["subgroup"].astype(str)) != list(tab["subgroup"].astype(str)):  # pragma: no cover - same cells
         raise SubgroupError("empirical and model subgroup tables disagree on the subgroups")

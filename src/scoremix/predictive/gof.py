@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtri
 
-__all__ = ["ModelFitWarning", "empirical_eer_interval", "flag_disagreement", "missing_terms",
+__all__ = ["ModelFitWarning", "empirical_eer_interval", "order_preserving_finite", "flag_disagreement", "missing_terms",
            "subgroup_term_note", "warn_if_misfit", "cluster_codes_for"]
 
 
@@ -51,6 +51,21 @@ def cluster_codes_for(frame: pd.DataFrame, speaker: str | None) -> np.ndarray | 
     if speaker not in frame.columns:
         raise KeyError(f"cluster column {speaker!r} not in the table (columns: {list(frame.columns)})")
     return pd.factorize(frame[speaker].astype(str), sort=True)[0].astype(np.int64)
+
+
+def order_preserving_finite(scores: Any) -> np.ndarray:
+    """Scores with ``±inf`` replaced by finite values beyond every finite score (``+inf`` →
+    max + 1, ``-inf`` → min − 1; ties stay ties).  Empirical error rates depend on the
+    scores only through their order, so they are unchanged — this lets the empirical side of a
+    transformation model's table use saturated scores (probabilities of 0 or 1 as logits)."""
+    s = np.asarray(scores, dtype=np.float64).copy()
+    fin = np.isfinite(s)
+    if fin.all():
+        return s
+    lo, hi = (float(s[fin].min()), float(s[fin].max())) if fin.any() else (0.0, 0.0)
+    s[np.isposinf(s)] = hi + 1.0
+    s[np.isneginf(s)] = lo - 1.0
+    return s
 
 
 def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: int = 200, level: float = 0.95,
@@ -74,7 +89,7 @@ def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: in
     from scoremix.fairness.bootstrap import Population, draw_cluster_weights, rocch_eer_from_rates
     from scoremix.metrics import eer
 
-    s = np.asarray(scores, dtype=np.float64)
+    s = order_preserving_finite(scores)
     yy = np.asarray(y).astype(bool)
     out = {"eer": float("nan"), "lo": float("nan"), "hi": float("nan"), "se_logit": float("nan")}
     if not yy.any() or yy.all():
