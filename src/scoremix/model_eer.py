@@ -325,7 +325,8 @@ def _bayes_model_eer(
     summary = _summary_rows(long, frame, names, hdi_prob, clusters, n_boot, level, seed)
     summary = summary.set_index(names) if names else summary.set_axis(["all"])
     if check_fit and n_boot > 0:
-        flags = warn_if_misfit(fit, summary, by=names, stacklevel=4)
+        flags = warn_if_misfit(fit, summary, by=names if (isinstance(by, str) or isinstance(by, (list, tuple)))
+                               else [], stacklevel=4)
         summary["fit_ok"] = ~flags
     summary = summary.drop(columns="se_logit")
     if names and (isinstance(by, str) or isinstance(by, (list, tuple))):
@@ -457,8 +458,8 @@ def model_eer(
     out = pd.DataFrame(rows, columns=[*names, "n_neg", "n_pos", "eer_model", "eer_empirical",
                                       "eer_empirical_lo", "eer_empirical_hi", "se_logit"]).set_index(names).sort_index()
     if n_boot > 0:
-        out["fit_ok"] = ~(warn_if_misfit(fit, out, by=[n for n in names if isinstance(n, str)], stacklevel=3)
-                          if check_fit else np.zeros(len(out), bool))
+        cols = names if (isinstance(by, str) or isinstance(by, (list, tuple))) else []
+        out["fit_ok"] = ~(warn_if_misfit(fit, out, by=cols, stacklevel=3) if check_fit else np.zeros(len(out), bool))
     else:
         out = out.drop(columns=["eer_empirical_lo", "eer_empirical_hi"])
     out = out.drop(columns="se_logit")
