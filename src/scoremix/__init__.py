@@ -76,6 +76,13 @@ from scoremix.model_eer import (
     model_eer,
     model_eer_from_moments,
 )
+from scoremix.predictive import (
+    ModelFitWarning,
+    Predictive,
+    PredictiveError,
+    model_det_curve,
+    predictive,
+)
 from scoremix.study import load_study, run_study
 from scoremix.transform import (
     AllScoresTiedError,
@@ -125,6 +132,8 @@ __all__ = [
     "class_mean_difference", "class_means", "delta_covariates", "delta_covariates_for",
     "partial_bias_grid", "zscore_by", "gaussian_eer", "mixture_eer", "model_eer",
     "model_eer_from_moments", "PosteriorEER",
+    # one predictive layer, model DET curves, goodness of fit
+    "ModelFitWarning", "Predictive", "PredictiveError", "model_det_curve", "predictive",
     # studies
     "load_study", "run_study",
     # transformation (latent-Gaussian) mixed models

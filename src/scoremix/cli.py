@@ -296,10 +296,14 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
             df = read_data_file(Path(path))
         _check_response(df, args.formula, text_file=path.suffix not in (".parquet", ".pq"))
-        fit = lmer(args.formula, df, REML=not args.ml, backend=args.backend, dispersion=args.dispersion)
+        tkw = {"transform": args.transform} if args.transform else {}
+        fit = lmer(args.formula, df, REML=not args.ml, backend=args.backend, dispersion=args.dispersion, **tkw)
+        eer_tab = _model_eer_lines(fit, df, args) if args.model_eer is not None else None
     except (LmeError, ValueError, KeyError, OSError, ImportError) as exc:
         return _fail("fit", str(path), exc)
     print(fit.summary())
+    if eer_tab is not None:
+        print(eer_tab)
     if out is not None:
         try:
             out.write_text(fit.to_json(indent=2), encoding="utf-8")
@@ -324,6 +328,33 @@ def _check_writable(path: Path) -> None:
             pass
     except OSError as exc:
         raise OSError(f"cannot write into folder {path.parent}: {exc.strerror or exc}") from None
+
+
+def _model_eer_lines(fit: Any, df: "pd.DataFrame", args: argparse.Namespace) -> str:
+    """``fit --model-eer [BY ...]``: model vs empirical EER (speaker-bootstrap interval,
+    fit_ok) overall and per ``BY`` column; disagreements also warn (ModelFitWarning)."""
+    import numpy as np
+    import pandas as pd
+
+    from scoremix.model_eer import model_eer
+
+    label = "label" if "label" in df.columns else args.label
+    speaker = args.speaker if args.speaker in df.columns else None
+    parts, notes = [], []
+    for col in [None, *args.model_eer]:
+        by = col if col else pd.Series(np.zeros(len(fit.spec.data), int), index=fit.spec.data.index, name="cell")
+        tab = model_eer(fit, by=by, label=label, positive=args.positive, data=df, speaker=speaker)
+        tab.index = pd.Index(["all"] if col is None else [str(v) for v in tab.index], name="cell")
+        tab.insert(0, "by", col or "overall")
+        parts.append(tab.reset_index())
+        if tab.attrs.get("note"):
+            notes.append(f"note: {tab.attrs['note']}")
+    out = pd.concat(parts, ignore_index=True)[["by", "cell"] + [c for c in parts[0].columns if c not in ("by", "cell")]]
+    for c in ("eer_model", "eer_empirical", "eer_empirical_lo", "eer_empirical_hi"):
+        out[c] = (100 * out[c]).round(4)
+    return ("\nModel-based vs empirical EER (%; empirical: ROCCH with a speaker-bootstrap 95 % interval; "
+            "fit_ok = no disagreement beyond sampling error):\n" + out.to_string(index=False)
+            + "".join("\n" + n for n in notes))
 
 
 # ---------------------------------------------------------------------------------------
@@ -496,6 +527,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", default=None, metavar="COL", help="label column (validated, renamed to label)")
     p.add_argument("--positive", default=None, metavar="V", help="label value of the positive class")
     p.add_argument("--json", default=None, metavar="OUT", help="write the result as JSON (scoremix.lmer/1)")
+    p.add_argument("--transform", default=None, choices=("monotone",),
+                   help="fit a transformation (latent-Gaussian) mixed model h(score) = Xβ + Zb + ε, h increasing")
+    p.add_argument("--model-eer", nargs="*", default=None, metavar="BY",
+                   help="print the model-based vs empirical EER (with interval and fit check), overall and per BY")
+    p.add_argument("--speaker", default="speaker", metavar="COL",
+                   help="cluster column of the empirical EER bootstrap (default: speaker)")
     p.set_defaults(func=_cmd_fit)
 
     p = sub.add_parser("fairness", help="SVEva subgroup fairness table of a score table",

@@ -377,7 +377,9 @@ def read_table(source: str | Path, sep: str | None = None, **read_kw: Any) -> pd
         raise FileNotFoundError(f"trial table {str(path)!r} does not exist")
     name = path.name.lower()
     if name.endswith((".parquet", ".pq", ".parq")):
-        return pd.read_parquet(path, **read_kw)
+        # CSV reader options (low_memory, encoding, …) do not apply to parquet
+        pq_kw = {k: v for k, v in read_kw.items() if k in ("columns", "engine", "filters")}
+        return pd.read_parquet(path, **pq_kw)
     if name.endswith(".gz"):
         _check_gzip(path)
     given = sep is not None

@@ -30,6 +30,8 @@ __all__ = [
 
 #: Model backends accepted in ``[[models]]``.
 BACKENDS = ("native", "statsmodels", "lme4", "bayes")
+#: values of a model's ``transform`` key (see docs/study-format.md)
+TRANSFORMS = ("monotone",)
 #: Analysis tables accepted under ``[analyses]``.
 ANALYSES = ("metrics", "model_eer", "fairness", "breakdown", "compare", "nuisance")
 EER_METHODS = ("rocch", "interp", "asvspoof", "voxceleb")
@@ -115,6 +117,9 @@ class ModelConfig:
     chains: int = 2
     method: str = "collapsed"
     compare_with: str = "native"
+    #: ``"monotone"``: a transformation (latent-Gaussian) mixed model, ``h(score) = Xβ + Zb + ε``
+    #: with ``h`` increasing and estimated (``lmer(..., transform="monotone")``); ``None``: Gaussian
+    transform: str | None = None
 
 
 @dataclass
@@ -148,6 +153,8 @@ class ModelEERConfig:
     by: list[str] = field(default_factory=list)
     conditional: bool = True
     filters: dict[str, list[Any]] = field(default_factory=dict)
+    #: speaker-bootstrap replicates of the empirical EER interval shown beside the model's
+    n_boot: int = 200
 
 
 @dataclass
@@ -556,6 +563,10 @@ def _parse_model(r: _Reader, data: DataConfig) -> ModelConfig:
     m.chains = r.int("chains", 2, minimum=1) or 2
     m.method = r.str("method", "collapsed", choices=("collapsed", "joint")) or "collapsed"
     m.compare_with = r.str("compare_with", "native", choices=("native", "statsmodels", "lme4", "none")) or "native"
+    m.transform = r.str("transform", None, choices=TRANSFORMS)
+    if m.transform is not None and m.backend not in ("native", "bayes"):
+        raise r.err("transform", f"{m.transform!r} needs backend 'native' or 'bayes' (the transformation model is "
+                                 f"fitted by scoremix's own engine), got backend {m.backend!r}")
     r.finish()
     return m
 
@@ -608,6 +619,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         me.by = s.strlist("by", data.subgroups)
         me.conditional = s.bool("conditional", True)
         me.filters = s.filters("filters")
+        me.n_boot = s.int("n_boot", 200, minimum=0) or 0
         s.finish()
         a.model_eer = me
     if r.has("fairness"):

@@ -208,6 +208,8 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
         blocks: list[rh.Block] = [rh.Paragraph(
             f"Formula: {cfg.formula}; backend {cfg.backend}; {'REML' if cfg.REML else 'ML'}"
             + (f"; residual variance by {cfg.dispersion}" if cfg.dispersion else "")
+            + ("; transformation model: h(score) = Xβ + Zb + ε with h increasing and estimated "
+               "(transform = \"monotone\"; effects on the latent scale)" if cfg.transform else "")
             + (f"; subset {cfg.filters}" if cfg.filters else "") + f"; {len(fits)} fit(s).")]
         fe_rows, series_rows, vc_rows = [], [], []
         for f in fits:
@@ -293,16 +295,19 @@ def _model_eer_section(res: StudyResult) -> rh.Section | None:
     if me is None:
         return None
     show = me.copy()
-    for c in ("eer_model", "eer_empirical", "eer_model_sd"):
+    for c in ("eer_model", "eer_empirical", "eer_empirical_lo", "eer_empirical_hi", "eer_model_sd"):
         if c in show.columns:
             show[c.replace("eer", "EER") + " %"] = 100 * show.pop(c)
+    show = show.drop(columns=[c for c in ("term_note",) if c in show.columns])
     blocks: list[rh.Block] = [rh.Paragraph(
         "Model-based EER: each class's score distribution is the mixture of the fitted per-trial Gaussians "
         "N(x_iβ + z_ib, σ²); for a single Gaussian per class EER = Φ(−(μ₁ − μ₀)/(σ₀ + σ₁)). Bayesian rows give "
         "the posterior mean and SD."
         + (f" Evaluated on the rows {res.config.analyses.model_eer.filters} (the models are fitted to all "
            "their rows)." if res.config.analyses.model_eer is not None and res.config.analyses.model_eer.filters
-           else "")), rh.Table(show, caption="Model vs empirical EER")]
+           else "")), rh.Table(show, caption="Model vs empirical EER (empirical: ROCCH EER with a speaker-"
+                                               "bootstrap 95 % interval)")]
+    blocks += goodness_of_fit_notes(me)
     if "eer_empirical" in me.columns and me["eer_empirical"].notna().any():
         blocks.append(rh.Figure(png_of(_eer_scatter(me.dropna(subset=["eer_empirical"]))),
                                 caption="Model vs empirical EER (diagonal: equal)", alt="EER scatter"))
@@ -337,6 +342,44 @@ def _reliability_sentence() -> str:
     return (f"A row is reliable when the coverage of 95 % intervals measured by simulation at its number of "
             f"speakers is at least {MIN_COVERAGE:.2f} and it has at least {MIN_ERRORS} errors at τ* "
             "(the same rule as the data summary; the note says which condition failed).")
+
+
+def goodness_of_fit_notes(tab: pd.DataFrame) -> list[rh.Block]:
+    """Paragraphs beside a model-based table: rows whose model value disagrees with the
+    empirical one beyond sampling error (``fit_ok`` False; rule of
+    :mod:`scoremix.predictive.gof`) and notes on subgroup columns without a model term."""
+    out: list[rh.Block] = []
+    if "fit_ok" in tab.columns and (~tab["fit_ok"].astype(bool)).any():
+        bad = tab[~tab["fit_ok"].astype(bool)]
+        ids = [c for c in ("model", "system", "by", "cell", "subgroup") if c in bad.columns]
+        names = ["/".join(str(r[c]) for c in ids) for _, r in bad.head(8).iterrows()]
+        gauss = "transform" in bad.columns and (bad["transform"] == "none").any()
+        out.append(rh.Paragraph(
+            f"Warning (ModelFitWarning): in {len(bad)} of {len(tab)} rows the model-based value lies outside the "
+            f"sampling error of the empirical one ({', '.join(names)}{', …' if len(bad) > 8 else ''}). "
+            + ("The Gaussian model does not fit the tails of these score distributions: fit the model with "
+               "transform = \"monotone\" (a transformation mixed model)." if gauss else
+               "The model lacks a term that these rows need (a class-specific effect of the breakdown column, or a "
+               "random term for its levels).")))
+    if "term_note" in tab.columns:
+        for note in sorted({n for n in tab["term_note"].dropna().astype(str) if n}):
+            out.append(rh.Paragraph(f"Note: {note}."))
+    return out
+
+
+def det_overlay_section(res: StudyResult) -> rh.Section | None:
+    """Model-implied (dashed) vs empirical DET curves per model and system."""
+    figs = [m for m in res.models if m.get("det_png")]
+    if not figs:
+        return None
+    blocks: list[rh.Block] = [rh.Paragraph(
+        "Model-implied DET curves (dashed: the mixture over trials of the fitted per-trial distributions, on the "
+        "model's latent scale for transform = \"monotone\") against the empirical DET curve (solid). Where they "
+        "part, the model's error rates at those operating points are not to be trusted.")]
+    for m in figs:
+        blocks.append(rh.Figure(m["det_png"], caption=f"{m['model']} ({m.get('transform', 'none')} transform) on "
+                                                     f"{m['system']}: model vs empirical DET", alt="DET overlay"))
+    return rh.Section("Model vs empirical DET curves", blocks)
 
 
 def _fairness_section(res: StudyResult) -> rh.Section | None:
@@ -374,8 +417,15 @@ def _fairness_section(res: StudyResult) -> rh.Section | None:
         cols = [c for c in ["source", "subgroup", "n_pos", "n_neg", "dcf_at_overall", "min_dcf", "ratio_overall",
                             "ratio_overall_lo", "ratio_overall_hi", "ratio_own", "eer", "eer_lo", "eer_hi",
                             "p_ratio_overall_gt_1"] if c in t.columns]
+        cols += [c for c in t.columns if c.endswith("_empirical") or c.endswith("_empirical_lo")
+                 or c.endswith("_empirical_hi") or c == "fit_ok"]
         blocks.append(rh.Table(t[cols], caption=f"Model-based measures from {m['model']} ({m['system']}); "
-                                                f"Fairness Index {t.attrs.get('fairness_index', float('nan')):.4g}"))
+                                                f"Fairness Index {t.attrs.get('fairness_index', float('nan')):.4g}; "
+                                                "empirical values with speaker-bootstrap intervals beside them"))
+        blocks += goodness_of_fit_notes(t.assign(model=m["model"], system=m["system"]))
+        if m.get("det_by_png"):
+            blocks.append(rh.Figure(m["det_by_png"], caption=f"{m['model']} on {m['system']}: model (dashed) vs "
+                                                             "empirical DET per subgroup", alt="subgroup DET overlay"))
     return rh.Section("Subgroup fairness", blocks)
 
 
@@ -440,7 +490,7 @@ def build_sections(res: StudyResult) -> list[rh.Section]:
     """All report sections of a study, in order (missing analyses are skipped)."""
     secs: list[rh.Section | None] = [_overview(res), _data_section(res), _metrics_section(res)]
     secs += _model_sections(res)
-    secs += [_model_eer_section(res), _fairness_section(res), _compare_section(res),
+    secs += [_model_eer_section(res), det_overlay_section(res), _fairness_section(res), _compare_section(res),
              _simple_section("Breakdowns", res.breakdown,
                              "Per attribute value: shares of data and of errors (fn_share/fp_share vs the "
                              "value's class shares), precision, log-loss, EER and minDCF."),

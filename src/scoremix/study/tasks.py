@@ -5,7 +5,7 @@ Bayesian fits, the ``arviz.InferenceData``; files are written by the runner only
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -199,37 +199,78 @@ def _evaluated(tab: pd.DataFrame, sel: list[str]) -> pd.DataFrame:
     return tab.droplevel(_EVAL_COL) if isinstance(tab.index, pd.MultiIndex) else tab
 
 
-def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None) -> pd.DataFrame | None:
+def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None,
+                     speaker: str | None = None) -> pd.DataFrame | None:
     """Model-based vs empirical EER, overall and per ``cfg.by`` column.
 
-    The model was fitted to all of ``df``; the per-trial Gaussians of the rows kept by
-    ``cfg.filters`` form the class mixtures (:func:`scoremix.model_eer.model_eer`) and the
-    empirical EER is computed on the same rows."""
+    The model was fitted to all of ``df``; the per-trial (latent) Gaussians of the rows kept
+    by ``cfg.filters`` form the class mixtures (:func:`scoremix.model_eer.model_eer`) and the
+    empirical EER is computed on the same rows, with a speaker-bootstrap interval
+    (``eer_empirical_lo/_hi``, ``cfg.n_boot`` replicates) and ``fit_ok`` (no disagreement
+    beyond sampling error, rule of :mod:`scoremix.predictive.gof`)."""
     from scoremix.model_eer import model_eer
 
     if cfg is None:
         return None
     data, sel = _model_eer_data(df, cfg)
+    spk = speaker if speaker is not None and speaker in df.columns else None
     rows = []
     for col in [None, *cfg.by]:
-        by = [*sel] + ([col] if col else [])
-        tab = _evaluated(model_eer(fit, by=by or None, conditional=cfg.conditional, label="y", data=data), sel) \
-            if by else None
+        by: Any = [*sel] + ([col] if col else [])
+        if not by:
+            by = pd.Series(np.zeros(len(data), np.int64), index=data.index, name="overall")
+        tab = _evaluated(model_eer(fit, by=by, conditional=cfg.conditional, label="y", data=data,
+                                   n_boot=cfg.n_boot, speaker=spk), sel)
         if col is None:
-            if tab is None:
-                from scoremix.metrics import eer
-
-                tab = pd.DataFrame([{"n_neg": int((df["y"] == 0).sum()), "n_pos": int(df["y"].sum()),
-                                     "eer_model": float(model_eer(fit, conditional=cfg.conditional, label="y",
-                                                                  data=df)),
-                                     "eer_empirical": float(eer(df["score"].to_numpy(float), df["y"].to_numpy()))}],
-                                   index=["all"])
-            else:
-                tab = tab.set_axis(["all"])
+            tab = tab.set_axis(["all"])
         for key, r in tab.iterrows():
             rows.append({"by": col or "overall", "cell": str(key), "n_neg": int(r["n_neg"]), "n_pos": int(r["n_pos"]),
-                         "eer_model": float(r["eer_model"]), "eer_empirical": float(r["eer_empirical"])})
+                         "eer_model": float(r["eer_model"]), "eer_empirical": float(r["eer_empirical"]),
+                         "eer_empirical_lo": float(r.get("eer_empirical_lo", np.nan)),
+                         "eer_empirical_hi": float(r.get("eer_empirical_hi", np.nan)),
+                         "fit_ok": bool(r.get("fit_ok", True)),
+                         "term_note": tab.attrs.get("note", "") if col else ""})
     return pd.DataFrame(rows)
+
+
+def _det_overlay(fit: Any, df: pd.DataFrame, system: str, model_name: str, groups: Sequence[str] = ()) -> dict[str, Any]:
+    """Model-implied and empirical DET curves of one fit: overall and per ``groups`` cell
+    (PNG figures for the report and the model curve as a table)."""
+    import matplotlib.pyplot as plt
+
+    from scoremix.predictive import model_det_curve, plot_model_det
+
+    out: dict[str, Any] = {}
+    _agg()
+    try:
+        det = model_det_curve(fit, data=df, label="y", n_points=150)
+    except ValueError:
+        return out
+    fig, ax = plt.subplots(figsize=(5, 5))
+    plot_model_det(det, df["score"].to_numpy(float), df["y"].to_numpy(), ax=ax, label=system, p_min=1e-4)
+    ax.set_title(f"{model_name} on {system}: model (dashed) vs empirical DET", fontsize=9)
+    ax.legend(fontsize=7)
+    out["det_png"] = png_of(fig)
+    out["det_curve"] = det.assign(cell="overall")
+    cols = [g for g in groups if g in df.columns]
+    if cols:
+        try:
+            by = model_det_curve(fit, data=df, by=cols, label="y", n_points=120)
+        except ValueError:
+            return out
+        fig, ax = plt.subplots(figsize=(5, 5))
+        for key, part in by.groupby(cols, sort=True):
+            key = key if isinstance(key, tuple) else (key,)
+            mask = np.ones(len(df), bool)
+            for c, k in zip(cols, key):
+                mask &= (df[c] == k).to_numpy()
+            name = "/".join(map(str, key))
+            plot_model_det(part, df["score"].to_numpy(float)[mask], df["y"].to_numpy()[mask], ax=ax, label=name,
+                           p_min=1e-3)
+        ax.set_title(f"{model_name} on {system} by {' × '.join(cols)}: model (dashed) vs empirical", fontsize=9)
+        ax.legend(fontsize=7)
+        out["det_by_png"] = png_of(fig)
+    return out
 
 
 def _fairness_rows(df: pd.DataFrame, fcfg: FairnessConfig) -> pd.DataFrame:
@@ -246,9 +287,11 @@ def _model_fairness(fit: Any, df: pd.DataFrame, fcfg: FairnessConfig, speaker: s
 
     res = model_subgroup_dcf(fit, df, fcfg.groups, label="y", speaker=speaker, p_target=fcfg.p_target,
                              c_miss=fcfg.c_miss, c_fa=fcfg.c_fa, normalize=fcfg.normalize,
-                             conditional=fcfg.conditional, membership=fcfg.membership)
+                             conditional=fcfg.conditional, membership=fcfg.membership, score="score",
+                             n_boot=min(fcfg.n_boot, 200), random_state=0)
     tab = res.table.copy()
     tab.insert(0, "source", "model (" + ("conditional" if fcfg.conditional else "marginal") + ")")
+    tab["term_note"] = "; ".join(res.notes)
     tab.attrs["fairness_index"] = res.fairness_index
     return tab
 
@@ -282,25 +325,32 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
     """
     from scoremix.lme.api import lmer
 
-    out: dict[str, Any] = {"model": model.name, "system": system, "backend": model.backend, "nobs": int(len(df))}
+    out: dict[str, Any] = {"model": model.name, "system": system, "backend": model.backend, "nobs": int(len(df)),
+                           "transform": model.transform or "none"}
+    tkw = {"transform": model.transform} if model.transform else {}
     if model.backend != "bayes":
-        fit = lmer(model.formula, df, REML=model.REML, backend=model.backend, dispersion=model.dispersion)
+        fit = lmer(model.formula, df, REML=model.REML, backend=model.backend, dispersion=model.dispersion, **tkw)
         out.update(_freq_tables(fit))
-        out["model_eer"] = _model_eer_table(fit, df, model_eer_cfg)
-        if fairness_cfg is not None and model.name in fairness_cfg.models:
-            out["fairness"] = _model_fairness(fit, _fairness_rows(df, fairness_cfg), fairness_cfg, speaker)
+        out["model_eer"] = _with_transform(_model_eer_table(fit, df, model_eer_cfg, speaker), model)
+        fair = fairness_cfg is not None and model.name in fairness_cfg.models
+        if fair:
+            out["fairness"] = _with_transform(_model_fairness(fit, _fairness_rows(df, fairness_cfg), fairness_cfg,
+                                                              speaker), model)
+        if model_eer_cfg is not None or fair:
+            out.update(_det_overlay(fit, df, system, model.name, fairness_cfg.groups if fair else ()))
         return out
 
     from scoremix.bayes import bayes_lmer
 
     bres = bayes_lmer(model.formula, df, draws=model.draws, tune=model.tune, chains=model.chains,
                       method=model.method, random_seed=seed, progressbar=False, dispersion=model.dispersion,
-                      cores=1)
+                      cores=1, **tkw)
     fe = bres.fixef.reset_index().rename(columns={"parameter": "term"})
     out.update({"idata": bres.idata, "fixef": fe, "varcorr": bres.varcorr,
                 "summary": bres.summary().to_string(), "ranef": _bayes_ranef(bres)})
     if model.compare_with != "none":
-        fit = lmer(model.formula, df, REML=model.REML, backend=model.compare_with, dispersion=model.dispersion)
+        fit = lmer(model.formula, df, REML=model.REML, backend=model.compare_with, dispersion=model.dispersion,
+                   **tkw)
         out["compare"] = bres.compare(fit).reset_index()
         out["json"] = fit.to_dict()
     if model_eer_cfg is not None:
@@ -313,18 +363,30 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
             # the exact EER of the class mixtures per draw, as for the frequentist fits (the
             # one-Gaussian moment approximation is far off when attack effects spread the spoofs)
             post = model_eer(bres, by=by or None, conditional=model_eer_cfg.conditional, label="y", positive=1,
-                             data=data, method="mixture", max_draws=400, progress=False)
+                             data=data, method="mixture", max_draws=400, progress=False,
+                             n_boot=model_eer_cfg.n_boot,
+                             speaker=speaker if speaker is not None and speaker in df.columns else None)
             summ = _evaluated(post.summary, sel)
             if col is None and sel:
                 summ = summ.set_axis(["all"])
             for key, r in summ.iterrows():
                 rows.append({"by": col or "overall", "cell": str(key), "n_neg": int(r["n_neg"]),
                              "n_pos": int(r["n_pos"]), "eer_model": float(r["eer_model"]),
-                             "eer_model_sd": float(r["eer_sd"]), "eer_empirical": float(r["eer_empirical"])})
-        out["model_eer"] = pd.DataFrame(rows)
+                             "eer_model_sd": float(r["eer_sd"]), "eer_empirical": float(r["eer_empirical"]),
+                             "eer_empirical_lo": float(r.get("eer_empirical_lo", np.nan)),
+                             "eer_empirical_hi": float(r.get("eer_empirical_hi", np.nan)),
+                             "fit_ok": bool(r.get("fit_ok", True)),
+                             "term_note": post.summary.attrs.get("note", "") if col else ""})
+        out["model_eer"] = _with_transform(pd.DataFrame(rows), model)
     if fairness_cfg is not None and model.name in fairness_cfg.models:
-        out["fairness"] = _posterior_fairness(bres, _fairness_rows(df, fairness_cfg), fairness_cfg, speaker)
+        out["fairness"] = _with_transform(_posterior_fairness(bres, _fairness_rows(df, fairness_cfg), fairness_cfg,
+                                                              speaker), model)
     return out
+
+
+def _with_transform(tab: pd.DataFrame | None, model: ModelConfig) -> pd.DataFrame | None:
+    """Record the model's transform (``"monotone"`` or ``"none"``) in its result table."""
+    return None if tab is None else tab.assign(transform=model.transform or "none")
 
 
 def _bayes_ranef(bres: Any) -> pd.DataFrame:
@@ -347,9 +409,11 @@ def _posterior_fairness(bres: Any, df: pd.DataFrame, fcfg: FairnessConfig, speak
     res = posterior_subgroup_dcf(bres, df, fcfg.groups, label="y", speaker=speaker, p_target=fcfg.p_target,
                                  c_miss=fcfg.c_miss, c_fa=fcfg.c_fa, normalize=fcfg.normalize,
                                  random="conditional" if fcfg.conditional else "marginal", ci=fcfg.ci,
-                                 membership=fcfg.membership)
+                                 membership=fcfg.membership, score="score", n_boot=min(fcfg.n_boot, 200),
+                                 random_state=0)
     tab = res.table.copy()
     tab.insert(0, "source", "posterior")
+    tab["term_note"] = "; ".join(getattr(res, "notes", []))
     tab.attrs["fairness_index"] = res.fairness_index
     return tab
 
