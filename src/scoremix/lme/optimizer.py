@@ -341,12 +341,18 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
     diag_mask = np.asarray(lower, float) == 0.0
     singular = bool(np.any(theta[diag_mask] < ctl.singular_tol))
     if ctl.check_conv and free.size and ok and not singular:  # lme4 skips checkConv when singular
+        # a large rest block makes each gradient cost O(m³): forward differences there
         messages += check_conv(f, xopt, lbf, ctl, grad_analytic if analytic else None,
-                                is_theta=free < nth)
+                               is_theta=free < nth, central=cp.Arr.shape[1] < LARGE_REST)
     rho = np.concatenate([[1.0], np.exp(x[nth:])]) if n_rho else None
     return OptimResult(theta=theta, rho=rho, criterion=fopt, converged=ok and not messages,
                        singular=singular, n_eval=n_eval[0], messages=messages,
                        optimizer_message=opt_msg)
+
+
+#: rest-block size from which lme4's Hessian check uses forward differences of the exact
+#: gradient (each evaluation then costs several dense O(m³) factorisations)
+LARGE_REST = 1000
 
 
 def _abnormal(message: str) -> bool:
@@ -366,13 +372,15 @@ def _projected_grad_max(g: np.ndarray, x: np.ndarray, lb: np.ndarray, ub: np.nda
 
 
 def check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None,
-                is_theta: np.ndarray | None = None) -> list[str]:
+               is_theta: np.ndarray | None = None, central: bool = True) -> list[str]:
     """lme4's ``checkConv`` (gradient and Hessian) on the parameters off their bounds.
 
     With an analytic gradient ``fg`` (returning ``(f, g)`` or ``None``) the gradient is
-    exact and the Hessian the central difference of the gradient; otherwise both are finite
-    differences of ``f``.  ``is_theta`` marks the ``θ`` parameters (the others are
-    ``log ρ``); lme4's eigenvalue-size checks apply to the ``θ`` block only."""
+    exact and the Hessian the central (``central=False``: forward, half the gradient
+    evaluations, for models whose evaluations are expensive) difference of the gradient;
+    otherwise both are finite differences of ``f``.  ``is_theta`` marks the ``θ`` parameters
+    (the others are ``log ρ``); lme4's eigenvalue-size checks apply to the ``θ`` block
+    only."""
     interior = np.flatnonzero(~(np.isfinite(lb) & (x - lb < 1e-4 * np.maximum(1.0, np.abs(lb)))))
     if interior.size == 0:
         return []
@@ -385,12 +393,16 @@ def check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None,
         for a, i in enumerate(interior):
             hi = h * max(1.0, abs(x[i]))
             xp = x.copy(); xp[i] += hi
-            xm = x.copy(); xm[i] -= hi
-            gp, gm = fg(xp), fg(xm)
+            gp = fg(xp)
+            if central:
+                xm = x.copy(); xm[i] -= hi
+                gm = fg(xm)
+            else:
+                gm = fgx
             if gp is None or gm is None:
                 H = None
                 break
-            H[a] = (gp[1][interior] - gm[1][interior]) / (2 * hi)
+            H[a] = (gp[1][interior] - gm[1][interior]) / ((2 if central else 1) * hi)
         if H is not None:
             H = (H + H.T) / 2
     if H is None:
