@@ -50,8 +50,8 @@ def has_analytic_gradient(cp: CrossProducts) -> bool:
     return cp.n_disp == 1
 
 
-def profiled_deviance_grad(theta: np.ndarray, cp: CrossProducts, reml: bool
-                           ) -> tuple[float, np.ndarray]:
+def profiled_deviance_grad(theta: np.ndarray, cp: CrossProducts, reml: bool,
+                           singular: str = "raise") -> tuple[float, np.ndarray]:
     """Profiled criterion ``d(θ)`` and its analytic gradient ``∂d/∂θ``.
 
     Let ``M = G'CG + J`` be the augmented system without the ``y`` row (``C`` the
@@ -80,23 +80,34 @@ def profiled_deviance_grad(theta: np.ndarray, cp: CrossProducts, reml: bool
     ``K_l = Λ_r' A_{r1,l} T_1 (T_1'A_{11,l}T_1 + I)^{-1}`` (sparse when ``A_r1`` is, so
     ``L_rr^{-1} K`` costs ``nnz(K)`` times the size of the rest block).
 
+    The formula needs ``T_k`` invertible only for the components of term ``k`` itself.  With
+    ``singular="partial"`` a term with a diagonal ``θ ≤ 0`` does not stop the others: a
+    scalar term at ``θ_k = 0`` gets its exact derivative 0 (the criterion is even in a
+    scalar ``θ_k``), the components of a singular vector-valued term are ``NaN`` (for the
+    caller to difference numerically).
+
     Raises
     ------
     ValueError
-        for a dispersion model (see :func:`has_analytic_gradient`) or when a diagonal
-        element of some ``T_k`` is ``≤ 0`` (``T_k`` singular).
+        for a dispersion model (see :func:`has_analytic_gradient`) or, with
+        ``singular="raise"`` (default), when a diagonal element of some ``T_k`` is ``≤ 0``
+        (``T_k`` singular).
     """
     theta = np.atleast_1d(np.asarray(theta, dtype=float))
     if not has_analytic_gradient(cp):
         raise ValueError("the analytic gradient needs a homoscedastic model (no dispersion levels)")
+    if singular not in ("raise", "partial"):
+        raise ValueError(f"singular must be 'raise' or 'partial', not {singular!r}")
     T = theta_to_T(theta, cp.term_p)
-    for k, Tk in enumerate(T):
-        if np.any(np.diag(Tk) <= 0):
-            raise ValueError(f"the analytic gradient needs every diagonal θ > 0 (term {k + 1} has "
-                             f"{np.diag(Tk).tolist()})")
-    if all(p == 1 for p in cp.term_p):
+    ok = [bool(np.all(np.diag(Tk) > 0)) for Tk in T]
+    if singular == "raise":
+        for k, Tk in enumerate(T):
+            if not ok[k]:
+                raise ValueError(f"the analytic gradient needs every diagonal θ > 0 (term {k + 1} "
+                                 f"has {np.diag(Tk).tolist()})")
+    if all(ok) and all(p == 1 for p in cp.term_p):
         return _grad_scalar(theta, cp, reml)
-    return _grad_vector(theta, T, cp, reml)
+    return _grad_vector(theta, T, cp, reml, ok)
 
 
 def _lower_inverse(L: np.ndarray) -> np.ndarray:
@@ -110,8 +121,8 @@ def _lower_inverse(L: np.ndarray) -> np.ndarray:
     return Ui.T
 
 
-def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml: bool
-                 ) -> tuple[float, np.ndarray]:
+def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml: bool,
+                 ok: list[bool] | None = None) -> tuple[float, np.ndarray]:
     """:func:`profiled_deviance_grad` for any random terms (see there for the formulas)."""
     sparse = cp.ar1_sparse()
     f = factorize(theta, cp, need_lr1=sparse is None)
@@ -175,6 +186,10 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
     g = []
     for k, Tk in enumerate(T):
         pk, nk = Tk.shape[0], cp.term_nlev[k]
+        if ok is not None and not ok[k]:
+            # singular T_k: exact 0 for a scalar term at θ_k = 0 (even in θ_k), else unknown
+            g.extend([0.0 if pk == 1 and Tk[0, 0] == 0.0 else np.nan] * (pk * (pk + 1) // 2))
+            continue
         Tinv = sla.solve_triangular(Tk, np.eye(pk), lower=True)
         Gld = 2.0 * (nk * np.eye(pk) - Ssum[k]) @ Tinv             # entry (b, a)
         Gr = (2.0 * nu / r2) * (Tinv.T @ (U[k].T @ U[k]))            # entry (a, b)
