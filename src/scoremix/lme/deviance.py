@@ -136,12 +136,14 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
     r2 = f.pwrss
     nu = (cp.n - p) if reml else cp.n
     # conditional modes û: L'v = c (c = the y row of the factor)
-    x_rest = sla.solve_triangular(f.Lrr[:mz, :mz], f.Lrr[-1, :mz], trans="T", lower=True)
-    S11inv = np.einsum("lba,lbc->lac", f.L11inv, f.L11inv)        # (T1'A11_l T1 + I)^{-1}
+    x_rest = sla.solve_triangular(f.Lrr[:mz, :mz], f.Lrr[-1, :mz], trans="T", lower=True,
+                                  check_finite=False)
+    L11invT = f.L11inv.transpose(0, 2, 1)
+    S11inv = L11invT @ f.L11inv                                    # (T1'A11_l T1 + I)^{-1}
     if sparse is None:
         Lr1 = f.Lr1
         rhs = (Lr1[-1] - Lr1[:mz].T @ x_rest).reshape(n1, p1)
-        u1 = np.einsum("lba,lb->la", f.L11inv, rhs)
+        u1 = (L11invT @ rhs[:, :, None])[:, :, 0]
     else:
         A = sparse[0]
         z = np.zeros(m)
@@ -154,9 +156,9 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
     Ssum = [S11inv.sum(axis=0)]
     if md:
         if sparse is None:
-            K3 = np.einsum("mlb,lba->mla", Lr1[:md].reshape(md, n1, p1), f.L11inv)
-            W3 = (Linv @ K3.reshape(md, q1)).reshape(md, n1, p1)        # L^{-1} K_l
-            Ssum[0] = Ssum[0] + np.einsum("ila,ilb->ab", W3, W3)
+            K3 = Lr1[:md].reshape(md, n1, 1, p1) @ f.L11inv             # K_l, level by level
+            W = (Linv @ K3.reshape(md, q1)).reshape(md * n1, p1)        # L^{-1} K_l, stacked
+            Ssum[0] = Ssum[0] + W.T @ W
         else:
             import scipy.sparse as sp
             Lam = _lambda_rest_sparse(T, cp, md)
@@ -190,7 +192,7 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
             # singular T_k: exact 0 for a scalar term at θ_k = 0 (even in θ_k), else unknown
             g.extend([0.0 if pk == 1 and Tk[0, 0] == 0.0 else np.nan] * (pk * (pk + 1) // 2))
             continue
-        Tinv = sla.solve_triangular(Tk, np.eye(pk), lower=True)
+        Tinv = np.linalg.inv(Tk)
         Gld = 2.0 * (nk * np.eye(pk) - Ssum[k]) @ Tinv             # entry (b, a)
         Gr = (2.0 * nu / r2) * (Tinv.T @ (U[k].T @ U[k]))            # entry (a, b)
         for j in range(pk):
