@@ -72,7 +72,7 @@ def rpy2_timers():
             ro.r["source"](str(ROOT / "r_scripts" / "battery.R"))
     except Exception:  # noqa: BLE001 - any rpy2/R start-up problem: fall back to Rscript
         return None
-    fx, fb = ro.globalenv["smx_time_lmer"], ro.globalenv.get("smx_time_battery")
+    fx, fb = ro.globalenv["smx_time_lmer"], ro.globalenv["smx_time_battery"]
 
     def extra(csv: Path, formula: str, reml: bool, factors: list[str]) -> float:
         return float(fx(str(csv), formula, reml, ro.StrVector(factors))[0])
