@@ -19,6 +19,7 @@ from scoremix.trials import (
 )
 from scoremix.metrics import (
     DetCurve,
+    Estimate,
     MinDCF,
     act_dcf,
     cllr,
@@ -33,13 +34,14 @@ from scoremix.metrics import (
     rates_at,
 )
 from scoremix.simulate import Simulation, SimulationError, simulate_sv_trials, simulate_trials
-from scoremix.lme import LmerResult, NativeControl, anova, confint, lmer
+from scoremix.lme import LmerResult, NativeControl, anova, confint, lmer, ranova
 from scoremix.lme.model_frame import build_model_spec, model_matrix
 from scoremix.lme.backends.rutil import BackendUnavailableError
 from scoremix.bayes import BayesLmerResult, Prior, bayes_lmer
 from scoremix.lme.formula import parse_formula
 from scoremix.lme.errors import (
     ConvergenceWarning,
+    DdfError,
     FormulaError,
     GroupingError,
     MissingValueError,
@@ -90,14 +92,14 @@ __all__ = [
     "LabelError", "TrialTableError", "label_to_binary", "load_trials", "read_asvspoof_cm",
     "read_kaldi_trials",
     # metrics
-    "DetCurve", "MinDCF", "act_dcf", "cllr", "dcf", "det_axis_ticks", "det_curve", "eer",
+    "DetCurve", "Estimate", "MinDCF", "act_dcf", "cllr", "dcf", "det_axis_ticks", "det_curve", "eer",
     "eer_threshold", "min_cllr", "min_dcf", "probit", "rates_at",
     # simulation
     "Simulation", "SimulationError", "simulate_sv_trials", "simulate_trials",
     # mixed models
-    "LmerResult", "NativeControl", "anova", "confint", "lmer", "BackendUnavailableError",
+    "LmerResult", "NativeControl", "anova", "confint", "lmer", "ranova", "BackendUnavailableError",
     "BayesLmerResult", "Prior", "bayes_lmer",
-    "build_model_spec", "model_matrix", "parse_formula", "ConvergenceWarning", "FormulaError", "GroupingError",
+    "build_model_spec", "model_matrix", "parse_formula", "ConvergenceWarning", "DdfError", "FormulaError", "GroupingError",
     "MissingValueError", "NewLevelError", "RankDeficiencyWarning", "ResponseError", "ScaleWarning",
     "SingularFitWarning", "UnknownColumnError", "UnsupportedModelError",
     # nuisance, designs, model-based EER

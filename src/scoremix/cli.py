@@ -2,7 +2,7 @@
 
 Subcommands:
 
-``scoremix eer FILE --score COL --label COL [--positive V] [--method rocch]``
+``scoremix eer FILE --score COL --label COL [--positive V] [--method rocch] [--n-boot B --speaker COL]``
     EER (%), minDCF and its threshold of a trial table (CSV/TSV/.gz/parquet).
 ``scoremix study STUDY.toml [--out DIR] [--jobs N] [--dask ADDRESS|local] [--set KEY=VALUE]``
     Run a study file (data, models, analyses) → one CSV/JSON per analysis, model JSON,
@@ -72,27 +72,53 @@ def _cmd_eer(args: argparse.Namespace) -> int:
         trials = load_trials(path, score=args.score, label=args.label, positive=args.positive)
         scores = trials["score"].to_numpy()
         y = trials["y"].to_numpy()
-        eer = float(metrics.eer(scores, y, method=args.method))
+        boot: dict = {}
+        if args.n_boot:
+            spk = None
+            if args.speaker is not None:
+                if args.speaker not in trials.columns:
+                    raise KeyError(f"speaker column {args.speaker!r} not in {path} (columns: {list(trials.columns)})")
+                spk = trials[args.speaker].to_numpy()
+            boot = dict(n_boot=args.n_boot, speaker=spk, seed=args.seed, ci=args.ci)
+        eer = metrics.eer(scores, y, method=args.method, **boot)
         md = metrics.min_dcf(scores, y, p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa,
-                             normalize=args.normalize)
+                             normalize=args.normalize, **boot)
     except (ValueError, KeyError, OSError) as exc:
         return _fail("eer", str(path), exc)
     n_pos = int(y.sum())
     result = {
         "file": str(path), "n_trials": int(y.size), "n_positive": n_pos, "n_negative": int(y.size - n_pos),
-        "eer": eer, "eer_method": args.method,
+        "eer": float(eer), "eer_method": args.method,
         "min_dcf": float(md.value), "min_dcf_threshold": float(md.threshold),
         "p_miss": float(md.p_miss), "p_fa": float(md.p_fa),
         "p_target": args.p_target, "c_miss": args.c_miss, "c_fa": args.c_fa, "normalized": args.normalize,
+        "min_dcf_normalized": float(md.normalized), "min_dcf_unnormalized": float(md.unnormalized),
     }
+    if args.n_boot:
+        result.update({"eer_lo": eer.lo, "eer_hi": eer.hi, "min_dcf_lo": md.lo, "min_dcf_hi": md.hi,
+                       "n_boot": args.n_boot, "ci": args.ci, "seed": args.seed, "cluster": args.speaker or "trial",
+                       "interval": "expanded"})
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
+
+    def iv(lo: float, hi: float, scale: float = 1.0, fmt: str = ".4f") -> str:
+        if not args.n_boot:
+            return ""
+        if not hi > lo:  # a zero-width interval is no interval
+            return " [interval degenerate]"
+        return f" [{scale * lo:{fmt}}, {scale * hi:{fmt}}]"
+
     norm = "normalised" if args.normalize else "unnormalised"
+    other = "unnormalised" if args.normalize else "normalised"
     print(f"{path}: {y.size} trials ({n_pos} positive, {y.size - n_pos} negative)")
-    print(f"EER ({args.method}): {100 * eer:.4f} %")
+    if args.n_boot:
+        print(f"intervals: {100 * args.ci:g} % expanded-percentile, {args.n_boot} speaker-cluster bootstrap replicates "
+              f"(cluster: {args.speaker or 'each trial'}), seed {args.seed}")
+    print(f"EER ({args.method}): {100 * float(eer):.4f} %{iv(getattr(eer, 'lo', 0), getattr(eer, 'hi', 0), 100)}")
     print(f"minDCF (p_target={args.p_target:g}, c_miss={args.c_miss:g}, c_fa={args.c_fa:g}, {norm}): "
-          f"{md.value:.6f}")
+          f"{md.value:.6f}{iv(md.lo, md.hi, 1.0, '.6f')}; {other}: "
+          f"{(md.unnormalized if args.normalize else md.normalized):.6f}")
     print(f"minDCF threshold: {md.threshold:.6g} (accept = score >= threshold; "
           f"P_miss {100 * md.p_miss:.4f} %, P_fa {100 * md.p_fa:.4f} %)")
     return 0
@@ -262,13 +288,20 @@ def _cmd_fairness(args: argparse.Namespace) -> int:
     import pandas as pd
 
     cols = [c for c in ["subgroup", "n_speakers", "n_pos", "n_neg", "dcf_at_overall", "min_dcf", "ratio_overall",
-                        "ratio_overall_lo", "ratio_overall_hi", "ratio_own", "fpr_ratio", "fnr_ratio", "reliable"]
+                        "ratio_overall_lo", "ratio_overall_hi", "ratio_own", "fpr_ratio", "fnr_ratio", "reliable",
+                        "note"]
             if c in res.table.columns]
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
         print(res.table[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    fi_ci = "" if args.n_boot == 0 else f" [{res.fairness_index_ci[0]:.4g}, {res.fairness_index_ci[1]:.4g}]"
+    lo, hi = res.fairness_index_ci
+    fi_ci = "" if args.n_boot == 0 else (f" [{lo:.4g}, {hi:.4g}]" if hi > lo else " [interval degenerate]")
+    share = "" if args.n_boot == 0 else f"; ratio interval above 1 in {100 * res.share_above_one:.0f} % of them"
     print(f"overall minDCF {res.min_dcf:.6g} at threshold {res.threshold:.6g}; Fairness Index "
-          f"{res.fairness_index:.4g}{fi_ci}")
+          f"{res.fairness_index:.4g}{fi_ci} over {res.n_subgroups} subgroups{share}")
+    if args.n_boot:
+        print(f"intervals: {100 * args.ci:g} % {res.settings.get('interval', 'expanded')}, {args.n_boot} "
+              f"speaker-cluster bootstrap replicates; reliable = measured coverage >= 0.90 "
+              f"(docs/intervals.md)")
     if args.csv:
         out = Path(args.csv)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -334,6 +367,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--c-miss", type=float, default=1.0, help="cost of a miss (default 1)")
     p.add_argument("--c-fa", type=float, default=1.0, help="cost of a false acceptance (default 1)")
     p.add_argument("--normalize", action="store_true", help="normalised detection cost")
+    p.add_argument("--n-boot", type=int, default=0,
+                   help="speaker-cluster bootstrap replicates for intervals (default 0: none)")
+    p.add_argument("--speaker", default=None, metavar="COL",
+                   help="speaker (cluster) column for the bootstrap (default: every trial its own cluster)")
+    p.add_argument("--ci", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=_cmd_eer)
 

@@ -44,6 +44,8 @@ __all__ = [
     "bayes_threshold",
     "cllr",
     "min_cllr",
+    "Estimate",
+    "cluster_bootstrap",
 ]
 
 EerMethod = Literal["rocch", "interp", "asvspoof", "voxceleb"]
@@ -52,6 +54,106 @@ EER_METHODS: tuple[str, ...] = ("rocch", "interp", "asvspoof", "voxceleb")
 
 class MetricInputError(TrialTableError):
     """Scores / labels / cost parameters that a metric cannot use."""
+
+
+# ----------------------------------------------------------------------------- intervals
+class Estimate(float):
+    r"""A metric value with a speaker-cluster bootstrap interval; behaves as the float ``value``.
+
+    Attributes: ``lo``, ``hi`` (interval ends, NaN when not computed), ``ci`` (level),
+    ``n_boot`` (replicates), ``n_clusters`` (speakers, or trials without a speaker column)
+    and ``interval`` (the method, ``"expanded"``: see :mod:`scoremix.fairness.resampling`).
+    Arithmetic returns plain floats; ``float(e)`` is the point estimate.
+    """
+
+    lo: float
+    hi: float
+    ci: float
+    n_boot: int
+    n_clusters: int
+    interval: str
+
+    def __new__(cls, value: float, lo: float = np.nan, hi: float = np.nan, ci: float = 0.95, n_boot: int = 0,
+                n_clusters: int = 0, interval: str = "expanded") -> "Estimate":
+        obj = super().__new__(cls, value)
+        obj.lo, obj.hi, obj.ci = float(lo), float(hi), float(ci)
+        obj.n_boot, obj.n_clusters, obj.interval = int(n_boot), int(n_clusters), str(interval)
+        return obj
+
+    @property
+    def value(self) -> float:
+        return float(self)
+
+    @property
+    def degenerate(self) -> bool:
+        """True when the interval has zero width or is missing (it then says nothing)."""
+        return not (self.hi > self.lo)
+
+    def __repr__(self) -> str:
+        return f"Estimate({float(self)!r}, lo={self.lo!r}, hi={self.hi!r}, ci={self.ci!r}, n_boot={self.n_boot})"
+
+
+def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, n_boot: int = 1000,
+                      seed: int | np.random.Generator | None = None, ci: float = 0.95,
+                      minimum: bool = False) -> Estimate:
+    r"""Speaker-cluster bootstrap interval of any metric ``stat(scores, labels) -> float``.
+
+    Replicate ``b`` draws the ``C`` speakers (clusters; every trial its own cluster when
+    ``speaker`` is None) with replacement and evaluates ``stat`` on the trials of the drawn
+    speakers, each repeated as often as its speaker was drawn.  The interval is the
+    *expanded percentile* interval of :mod:`scoremix.fairness.resampling` (levels
+    :math:`Φ(\mp\sqrt{C/(C-1)}\,t_{C-1}(1-α/2))`); with ``minimum=True`` (a minimum over
+    thresholds such as minDCF) it is shifted by twice the bootstrap bias.  Replicates in
+    which ``stat`` fails (e.g. one class only) are dropped.  Speakers are numbered in the
+    sorted order of their string form (that fixes which speaker gets which draw of ``seed``).
+    """
+    from scoremix.fairness.bootstrap import draw_cluster_weights
+    from scoremix.fairness.resampling import expanded_percentile_interval, shift_t_interval
+
+    if int(n_boot) < 1:
+        raise MetricInputError(f"n_boot must be >= 1 for an interval, got {n_boot}")
+    if not 0.0 < ci < 1.0:
+        raise MetricInputError(f"ci must be in (0, 1), got {ci}")
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    y = np.asarray(label_to_binary(labels, column="labels"))
+    n = s.shape[0]
+    if speaker is None:
+        cl = np.arange(n)
+    else:
+        spk = np.asarray(speaker, dtype=object).ravel()
+        if spk.shape[0] != n:
+            raise MetricInputError(f"speaker has {spk.shape[0]} values but scores has {n}")
+        miss = np.array([v is None or (isinstance(v, float) and np.isnan(v)) for v in spk])
+        if miss.any():
+            raise MetricInputError(f"speaker is missing at position(s) {np.flatnonzero(miss)[:5].tolist()}")
+        cl = np.unique(spk.astype(str), return_inverse=True)[1]
+    C = int(cl.max()) + 1
+    point = float(stat(s, y))
+    M = draw_cluster_weights(np.zeros(C, np.int64), int(n_boot), np.random.default_rng(seed)).astype(np.int64)
+    reps = np.empty(int(n_boot))
+    for b in range(int(n_boot)):
+        idx = np.repeat(np.arange(n), M[cl, b])
+        try:
+            reps[b] = float(stat(s[idx], y[idx]))
+        except TrialTableError:
+            reps[b] = np.nan
+    nn = np.array([float(C)])
+    if minimum:
+        lo, hi = shift_t_interval(np.array([point]), reps[None, :], nn, ci)
+    else:
+        lo, hi = expanded_percentile_interval(reps[None, :], nn, ci)
+    return Estimate(point, float(lo[0]), float(hi[0]), ci, int(n_boot), C, "expanded")
+
+
+def _maybe_interval(value: float, stat: Any, scores: Any, labels: Any, n_boot: int, speaker: Any,
+                    seed: Any, ci: float) -> float:
+    """``value`` unchanged without a bootstrap, else an :class:`Estimate` of ``stat``."""
+    if not n_boot:
+        if speaker is not None:
+            raise MetricInputError("speaker= is only used with n_boot > 0 (the speaker-cluster bootstrap)")
+        return value
+    est = cluster_bootstrap(stat, scores, labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci)
+    return Estimate(value, est.lo, est.hi, est.ci, est.n_boot, est.n_clusters)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -409,7 +511,8 @@ def _eer_point(scores: Any, labels: Any, method: str) -> tuple[float, float]:
     return _EER[method](_points(s, y))
 
 
-def eer(scores: Any, labels: Any, method: EerMethod = "rocch") -> float:
+def eer(scores: Any, labels: Any, method: EerMethod = "rocch", *, n_boot: int = 0, speaker: Any = None,
+        seed: int | np.random.Generator | None = None, ci: float = 0.95) -> float:
     r"""Equal error rate, the rate where :math:`P_\text{miss} = P_\text{fa}`.
 
     Empirical curves are step functions, so the crossing must be defined:
@@ -450,12 +553,19 @@ def eer(scores: Any, labels: Any, method: EerMethod = "rocch") -> float:
         1/0, bool, or anything :func:`scoremix.trials.label_to_binary` accepts.
     method : {"rocch", "interp", "asvspoof", "voxceleb"}
 
+    n_boot, speaker, seed, ci : optional
+        with ``n_boot > 0``: a speaker-cluster bootstrap interval (``speaker``: one id per
+        trial; None = trials are independent), see :func:`cluster_bootstrap`.
+
     Returns
     -------
     float
-        EER as a fraction in [0, 1].
+        EER as a fraction in [0, 1]; an :class:`Estimate` (a float with ``lo``, ``hi``)
+        when ``n_boot > 0``.
     """
-    return _eer_point(scores, labels, method)[0]
+    value = _eer_point(scores, labels, method)[0]
+    return _maybe_interval(value, lambda a, b: _eer_point(a, b, method)[0], scores, labels, n_boot, speaker,
+                           seed, ci)
 
 
 def eer_threshold(scores: Any, labels: Any, method: EerMethod = "rocch") -> float:
@@ -533,20 +643,51 @@ class MinDCF:
     c_miss: float
     c_fa: float
     normalize: bool
+    lo: float = float("nan")
+    hi: float = float("nan")
+    ci: float = float("nan")
+    n_boot: int = 0
 
     def __float__(self) -> float:
         return self.value
 
+    @property
+    def normalizer(self) -> float:
+        r""":math:`\min(C_\text{miss} P_\text{tar}, C_\text{fa}(1-P_\text{tar}))`, the cost of the better trivial system."""
+        return min(self.c_miss * self.p_target, self.c_fa * (1 - self.p_target))
+
+    @property
+    def normalized(self) -> float:
+        """The normalised minimum cost (``value`` itself when ``normalize`` is True)."""
+        return self.value if self.normalize else self.value / self.normalizer
+
+    @property
+    def unnormalized(self) -> float:
+        """The unnormalised minimum cost."""
+        return self.value * self.normalizer if self.normalize else self.value
+
 
 def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1,
-            normalize: bool = False) -> MinDCF:
+            normalize: bool = False, *, n_boot: int = 0, speaker: Any = None,
+            seed: int | np.random.Generator | None = None, ci: float = 0.95) -> MinDCF:
     r"""Minimum of :math:`C(\tau)` (see :func:`dcf`) over every distinct threshold.
 
     The minimum over all real :math:`\tau` is attained at a distinct score or at
     :math:`+\infty` (reject all), because :math:`C` is constant between consecutive
     scores; all of them are evaluated at once from cumulative counts.
+
+    With ``n_boot > 0`` the result's ``lo``, ``hi`` hold a speaker-cluster bootstrap
+    interval of ``value`` (see :func:`cluster_bootstrap`; ``speaker``: one id per trial).
     """
     _check_costs(p_target, c_miss, c_fa)
+    if n_boot:
+        point = min_dcf(scores, labels, p_target, c_miss, c_fa, normalize)
+        est = cluster_bootstrap(lambda a, b: min_dcf(a, b, p_target, c_miss, c_fa, normalize).value, scores,
+                                labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci, minimum=True)
+        return MinDCF(point.value, point.threshold, point.p_miss, point.p_fa, point.p_target, point.c_miss,
+                      point.c_fa, point.normalize, est.lo, est.hi, est.ci, est.n_boot)
+    if speaker is not None:
+        raise MetricInputError("speaker= is only used with n_boot > 0 (the speaker-cluster bootstrap)")
     s, y = _prepare(scores, labels, allow_posinf=False)
     p = _with_reject_all(_points(s, y))
     pm = p.pos_below / p.n_pos
@@ -564,19 +705,24 @@ def bayes_threshold(p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1) 
 
 
 def act_dcf(llrs: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1,
-            normalize: bool = False) -> float:
+            normalize: bool = False, *, n_boot: int = 0, speaker: Any = None,
+            seed: int | np.random.Generator | None = None, ci: float = 0.95) -> float:
     r"""Actual detection cost of calibrated log-likelihood ratios.
 
     :math:`C(\tau^*)` of :func:`dcf` at the Bayes threshold
     :math:`\tau^* = \log\frac{C_\text{fa}(1-P_\text{tar})}{C_\text{miss}P_\text{tar}}`
     (accept :math:`\ell \ge \tau^*`). Always :math:`\ge` :func:`min_dcf`.
+    With ``n_boot > 0`` an :class:`Estimate` with a speaker-cluster bootstrap interval.
     """
-    return dcf(llrs, labels, bayes_threshold(p_target, c_miss, c_fa), p_target, c_miss, c_fa,
-               normalize)
+    thr = bayes_threshold(p_target, c_miss, c_fa)
+    value = dcf(llrs, labels, thr, p_target, c_miss, c_fa, normalize)
+    return _maybe_interval(value, lambda a, b: dcf(a, b, thr, p_target, c_miss, c_fa, normalize), llrs, labels,
+                           n_boot, speaker, seed, ci)
 
 
 # ----------------------------------------------------------------------------- Cllr
-def cllr(llrs: Any, labels: Any) -> float:
+def cllr(llrs: Any, labels: Any, *, n_boot: int = 0, speaker: Any = None,
+         seed: int | np.random.Generator | None = None, ci: float = 0.95) -> float:
     r"""Log-likelihood-ratio cost in bits.
 
     .. math::
@@ -586,13 +732,15 @@ def cllr(llrs: Any, labels: Any) -> float:
 
     1 bit for the uninformative :math:`\ell \equiv 0`; 0 for perfect, infinitely
     confident LLRs. :math:`\pm\infty` LLRs are allowed (a wrong infinite LLR gives
-    :math:`+\infty`).
+    :math:`+\infty`). With ``n_boot > 0`` an :class:`Estimate` with a speaker-cluster
+    bootstrap interval (see :func:`cluster_bootstrap`).
     """
     s, y = _prepare(llrs, labels)
     pos = y == 1
     tp = np.logaddexp(0.0, -s[pos]).mean()
     tn = np.logaddexp(0.0, s[~pos]).mean()
-    return float((tp + tn) / (2 * np.log(2)))
+    value = float((tp + tn) / (2 * np.log(2)))
+    return _maybe_interval(value, cllr, llrs, labels, n_boot, speaker, seed, ci)
 
 
 def min_cllr(llrs: Any, labels: Any) -> float:

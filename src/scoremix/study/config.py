@@ -127,6 +127,12 @@ class MetricsConfig:
     by: list[list[str]] = field(default_factory=list)
     filters: dict[str, list[Any]] = field(default_factory=dict)
     negatives_by: list[str] = field(default_factory=list)
+    #: speaker-cluster bootstrap replicates for EER/minDCF intervals (0: none), level and seed
+    n_boot: int = 0
+    ci: float = 0.95
+    seed: int = 0
+    #: cluster column of that bootstrap (``[data].speaker``; absent column: every trial its own cluster)
+    speaker: str | None = None
 
 
 @dataclass
@@ -150,6 +156,8 @@ class FairnessConfig:
     n_boot: int = 200
     boot_chunk: int = 250
     ci: float = 0.95
+    #: interval method of :func:`scoremix.fairness.subgroup_dcf` ("expanded", "bca-t" or "percentile")
+    interval: str = "expanded"
     p_target: float = 0.05
     c_miss: float = 1.0
     c_fa: float = 1.0
@@ -573,6 +581,10 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         m.by = s.groupings("by")
         m.filters = s.filters("filters")
         m.negatives_by = s.strlist("negatives_by")
+        m.n_boot = s.int("n_boot", 0, minimum=0) or 0
+        m.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+        m.seed = s.int("seed", 0) or 0
+        m.speaker = data.speaker
         used = {c for cols in m.by for c in cols}
         for i, c in enumerate(m.negatives_by):
             if c not in used:
@@ -598,6 +610,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         f.n_boot = s.int("n_boot", 200, minimum=0) or 0
         f.boot_chunk = s.int("boot_chunk", 250, minimum=0) or 0
         f.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+        f.interval = s.str("interval", "expanded", choices=("expanded", "bca-t", "percentile")) or "expanded"
         f.p_target = s.float("p_target", 0.05, 0.0, 1.0, open_lo=True, open_hi=True) or 0.05
         f.c_miss = s.float("c_miss", 1.0, 0.0, open_lo=True) or 1.0
         f.c_fa = s.float("c_fa", 1.0, 0.0, open_lo=True) or 1.0

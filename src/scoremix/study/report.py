@@ -53,15 +53,17 @@ def _true_eer_table(res: StudyResult) -> pd.DataFrame | None:
     from scoremix.metrics import eer
 
     t = res.data.table
+    meth = _eer_definition(res)
+    emp = f"empirical EER % ({meth})"
     rows = [{"subgroup": "all", "n_trials": len(t), "true EER %": 100 * sim.true_eer(),
-             "empirical EER %": 100 * float(eer(t["score"].to_numpy(float), t["y"].to_numpy()))}]
+             emp: 100 * float(eer(t["score"].to_numpy(float), t["y"].to_numpy(), method=meth))}]
     for g in sorted(map(str, pd.unique(t["subgroup"].astype(str)))):
         sel = (t["subgroup"].astype(str) == g).to_numpy()
         yy = t["y"].to_numpy()[sel]
         if yy.min() == yy.max() or min(yy.sum(), (1 - yy).sum()) < 20:
             continue
         rows.append({"subgroup": g, "n_trials": int(sel.sum()), "true EER %": 100 * sim.true_eer(subgroup=g),
-                     "empirical EER %": 100 * float(eer(t["score"].to_numpy(float)[sel], yy))})
+                     emp: 100 * float(eer(t["score"].to_numpy(float)[sel], yy, method=meth))})
     tab = pd.DataFrame(rows)
     me = _concat_model_eer(res)
     if me is not None:
@@ -119,9 +121,11 @@ def _relative(path: Path, folder: Path) -> str:
 def _data_section(res: StudyResult) -> rh.Section:
     ds = res.data_summary
     blocks: list[rh.Block] = [rh.Paragraph(
-        f"Trial counts per system and subgroup. A row is flagged unreliable when it has fewer than "
+        f"Trial counts per system and subgroup. A row is flagged unreliable when the coverage of 95 % "
+        f"intervals measured by simulation at its number of speakers is below 0.90, when it has fewer than "
         f"{res.config.data.min_speakers} speakers or fewer than {res.config.data.min_class_trials} trials of a "
-        "class: measures of such cells have wide intervals and should not be ranked.")]
+        "class (the rule of scoremix.fairness.reliability, also used by the fairness table): measures of such "
+        "cells should not be ranked.")]
     if ds is not None:
         blocks.append(rh.Table(ds, caption="Data summary"))
         bad = ds[~ds["reliable"]]
@@ -131,18 +135,47 @@ def _data_section(res: StudyResult) -> rh.Section:
     return rh.Section("Data summary", blocks)
 
 
+def _metric_columns(tab: pd.DataFrame, cfg: Any) -> tuple[pd.DataFrame, list[str]]:
+    """Metrics table with units and the EER definition in its headers: EER in %, minDCF as
+    unnormalised and normalised fractions, intervals beside their values when present."""
+    show = tab.copy()
+    e = f"EER % ({cfg.eer_method})"
+    show[e] = 100 * show["eer"]
+    for end in ("lo", "hi"):
+        if f"eer_{end}" in show.columns:
+            show[f"{e} {end}"] = 100 * show[f"eer_{end}"]
+    norm = min(cfg.c_miss * cfg.p_target, cfg.c_fa * (1 - cfg.p_target))
+    unnorm = "minDCF (unnormalised)"
+    if cfg.normalize:
+        show["minDCF (normalised)"] = show["min_dcf"]
+        show[unnorm] = show["min_dcf"] * norm
+    else:
+        show[unnorm] = show["min_dcf"]
+        show["minDCF (normalised)"] = show["min_dcf"] / norm
+    own = "minDCF (normalised)" if cfg.normalize else unnorm
+    for end in ("lo", "hi"):
+        if f"min_dcf_{end}" in show.columns:
+            show[f"{own} {end}"] = show[f"min_dcf_{end}"]
+    show = show.rename(columns={"min_dcf_threshold": "minDCF threshold"})
+    want = ["system", "by", "cell", "n_trials", "n_pos", "n_neg", e, f"{e} lo", f"{e} hi", unnorm]
+    want += [f"{unnorm} lo", f"{unnorm} hi", "minDCF (normalised)", "minDCF (normalised) lo",
+             "minDCF (normalised) hi", "minDCF threshold"]
+    return show, [c for c in want if c in show.columns]
+
+
 def _metrics_section(res: StudyResult) -> rh.Section | None:
     if not res.metrics:
         return None
     tab = pd.concat([m["table"] for m in res.metrics.values()], ignore_index=True)
     cfg = res.config.analyses.metrics
-    show = tab.copy()
-    show["EER %"] = 100 * show["eer"]
-    cols = [c for c in ["system", "by", "cell", "n_trials", "n_pos", "n_neg", "EER %", "min_dcf", "min_dcf_threshold"]
-            if c in show.columns]
+    show, cols = _metric_columns(tab, cfg)
+    iv = (f" Intervals: {100 * cfg.ci:g} % speaker-cluster bootstrap (expanded percentile, {cfg.n_boot} replicates, seed "
+          f"{cfg.seed}); a zero-width interval is left blank." if getattr(cfg, "n_boot", 0) else
+          " No intervals (set analyses.metrics.n_boot for speaker-cluster bootstrap intervals).")
     blocks: list[rh.Block] = [
-        rh.Paragraph(f"EER ({cfg.eer_method}) and minDCF (p_target={cfg.p_target}, c_miss={cfg.c_miss}, "
-                     f"c_fa={cfg.c_fa}, {'normalised' if cfg.normalize else 'unnormalised'})."
+        rh.Paragraph(f"EER by the {cfg.eer_method} definition (the one EER definition of this report), in %; "
+                     f"minDCF with p_target={cfg.p_target}, c_miss={cfg.c_miss}, c_fa={cfg.c_fa}, as a fraction, "
+                     "unnormalised and normalised (divided by min(c_miss·p, c_fa·(1−p)))." + iv
                      + (f" Rows: {cfg.filters}." if cfg.filters else "")
                      + (f" Cells of {cfg.negatives_by}: all positive trials vs the negatives of the cell."
                         if cfg.negatives_by else "")),
@@ -254,7 +287,32 @@ def _model_eer_section(res: StudyResult) -> rh.Section | None:
 
 _FAIR_COLS = ["system", "subgroup", "n_speakers", "n_pos", "n_neg", "dcf_at_overall", "min_dcf", "ratio_overall",
               "ratio_overall_lo", "ratio_overall_hi", "ratio_own", "ratio_own_lo", "ratio_own_hi", "fpr_ratio",
-              "fnr_ratio", "eer", "eer_lo", "eer_hi", "reliable", "note"]
+              "fnr_ratio", "EER % (rocch)", "EER % (rocch) lo", "EER % (rocch) hi", "reliable", "note"]
+
+
+def _eer_definition(res: StudyResult) -> str:
+    """The report's one EER definition: the metrics analysis's method (rocch without one)."""
+    m = res.config.analyses.metrics
+    return m.eer_method if m is not None else "rocch"
+
+
+def _fair_eer_percent(tab: pd.DataFrame, definition: str) -> pd.DataFrame:
+    """Subgroup EERs (always ROCCH in the fairness engine) in % under a header naming the
+    definition; dropped when the report's EER definition is another one."""
+    tab = tab.copy()
+    if definition == "rocch":
+        for src, dst in (("eer", "EER % (rocch)"), ("eer_lo", "EER % (rocch) lo"), ("eer_hi", "EER % (rocch) hi")):
+            if src in tab.columns:
+                tab[dst] = 100 * tab[src]
+    return tab
+
+
+def _reliability_sentence() -> str:
+    from scoremix.fairness.reliability import MIN_COVERAGE, MIN_ERRORS
+
+    return (f"A row is reliable when the coverage of 95 % intervals measured by simulation at its number of "
+            f"speakers is at least {MIN_COVERAGE:.2f} and it has at least {MIN_ERRORS} errors at τ* "
+            "(the same rule as the data summary; the note says which condition failed).")
 
 
 def _fairness_section(res: StudyResult) -> rh.Section | None:
@@ -267,14 +325,19 @@ def _fairness_section(res: StudyResult) -> rh.Section | None:
             f"SVEva Fair measures by {' × '.join(cfg.groups)}: C_det(τ) = c_miss·p·P_miss(τ) + c_fa·(1−p)·P_fa(τ) "
             f"with p = {cfg.p_target}; τ* = the overall minimiser; ratio_overall = C_det^g(τ*)/C_det(τ*) (> 1: "
             f"worse off); ratio_own = minDCF^g / C_det^g(τ*) (< 1: an own threshold helps); Fairness Index = sum "
-            f"of ratio_overall over subgroups above 1. Intervals: {cfg.n_boot} speaker-cluster bootstrap "
-            f"replicates, {100 * cfg.ci:g} % percentile intervals (none when n_boot = 0)."
+            f"of ratio_overall over subgroups above 1, shown with the number of subgroups it sums over and the "
+            f"share of subgroups whose ratio interval lies above 1. Intervals: {cfg.n_boot} speaker-cluster "
+            f"bootstrap replicates, {100 * cfg.ci:g} % {cfg.interval} intervals (percentile levels "
+            f"expanded with Student's t for few speakers, bias-shifted for minDCF; see docs/intervals.md; none when n_boot = 0); a zero-width interval is left blank and "
+            f"its row flagged. " + _reliability_sentence() + " Costs and rates are fractions; "
+            + ("EER is left out here: this report's EER definition is " + _eer_definition(res) + "."
+               if _eer_definition(res) != "rocch" else "EER % (rocch) is the ROC-convex-hull EER in %.")
             + (f" Rows: {cfg.filters} (model-based measures are evaluated on the same rows)." if cfg.filters
                else "")),
         rh.Table(summ, caption="Overall minDCF, τ* and Fairness Index (with interval) per system"),
     ]
     for system, f in res.fairness.items():
-        tab = f["table"]
+        tab = _fair_eer_percent(f["table"], _eer_definition(res))
         blocks.append(rh.Table(tab[[c for c in _FAIR_COLS if c in tab.columns]],
                                caption=f"{system}: subgroup measures"))
         for key, cap in (("forest_png", "ratio_overall with intervals"), ("det_png", "DET per subgroup"),

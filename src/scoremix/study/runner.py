@@ -50,6 +50,8 @@ from scoremix.study.validate import check_columns, check_formulas
 __all__ = ["StudyResult", "run_study", "FILE_DESCRIPTIONS"]
 
 def _data_summary(cfg: StudyConfig, data: StudyData) -> pd.DataFrame:
+    from scoremix.fairness.reliability import flag_rows
+
     d = cfg.data
     rows = []
     groupings: list[list[str]] = [[]] + [[g] for g in d.subgroups]
@@ -64,14 +66,14 @@ def _data_summary(cfg: StudyConfig, data: StudyData) -> pd.DataFrame:
                 n_pos = int(g["y"].sum())
                 n_neg = int(len(g) - n_pos)
                 n_spk = int(g[d.speaker].nunique()) if d.speaker in g.columns else np.nan
-                flags = []
-                if d.speaker in g.columns and n_spk < d.min_speakers:
-                    flags.append(f"fewer than {d.min_speakers} speakers")
-                if min(n_pos, n_neg) < d.min_class_trials:
-                    flags.append(f"fewer than {d.min_class_trials} trials of a class")
+                # the one reliability rule of every subgroup table (scoremix.fairness.reliability);
+                # no speaker column: speakers are unknown, so only the class counts are checked
+                ok, note = flag_rows(np.array([n_spk if d.speaker in g.columns else 10 ** 9]), None,
+                                     np.array([n_pos]), np.array([n_neg]), min_speakers=d.min_speakers,
+                                     min_class_trials=d.min_class_trials)
                 rows.append({"system": system, "attribute": "×".join(cols) or "all",
                              "value": "×".join(map(str, key)) or "all", "n_trials": int(len(g)), "n_pos": n_pos,
-                             "n_neg": n_neg, "n_speakers": n_spk, "reliable": not flags, "flags": "; ".join(flags)})
+                             "n_neg": n_neg, "n_speakers": n_spk, "reliable": bool(ok[0]), "flags": note[0]})
     return pd.DataFrame(rows)
 
 

@@ -29,7 +29,10 @@ def _agg() -> None:
 # empirical metrics
 # ---------------------------------------------------------------------------------------
 
-def _metric_row(s: np.ndarray, y: np.ndarray, cfg: MetricsConfig) -> dict[str, Any]:
+def _metric_row(s: np.ndarray, y: np.ndarray, cfg: MetricsConfig, speaker: np.ndarray | None = None
+                ) -> dict[str, Any]:
+    """EER and minDCF (normalised and unnormalised) of one cell; with ``cfg.n_boot`` their
+    speaker-cluster bootstrap intervals (``eer_lo/hi``, ``min_dcf_lo/hi``; NaN when degenerate)."""
     from scoremix import metrics as M
 
     n_pos = int(y.sum())
@@ -38,9 +41,19 @@ def _metric_row(s: np.ndarray, y: np.ndarray, cfg: MetricsConfig) -> dict[str, A
     if n_pos == 0 or n_neg == 0:
         row.update(eer=math.nan, min_dcf=math.nan, min_dcf_threshold=math.nan, p_miss=math.nan, p_fa=math.nan)
         return row
-    md = M.min_dcf(s, y, p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa, normalize=cfg.normalize)
-    row.update(eer=float(M.eer(s, y, method=cfg.eer_method)), min_dcf=float(md.value),
+    boot: dict[str, Any] = {}
+    if cfg.n_boot:
+        boot = dict(n_boot=cfg.n_boot, speaker=speaker, seed=cfg.seed, ci=cfg.ci)
+    md = M.min_dcf(s, y, p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa, normalize=cfg.normalize, **boot)
+    e = M.eer(s, y, method=cfg.eer_method, **boot)
+    row.update(eer=float(e), min_dcf=float(md.value), min_dcf_norm=float(md.normalized),
                min_dcf_threshold=float(md.threshold), p_miss=float(md.p_miss), p_fa=float(md.p_fa))
+    if cfg.n_boot:
+        def ok(lo: float, hi: float) -> tuple[float, float]:  # a zero-width interval is no interval
+            return (lo, hi) if hi > lo else (math.nan, math.nan)
+
+        row["eer_lo"], row["eer_hi"] = ok(e.lo, e.hi)
+        row["min_dcf_lo"], row["min_dcf_hi"] = ok(md.lo, md.hi)
     return row
 
 
@@ -81,11 +94,17 @@ def metrics_task(system: str, df: pd.DataFrame, cfg: MetricsConfig) -> dict[str,
     """EER (``cfg.eer_method``) and minDCF of one system, overall and per ``cfg.by`` cell.
 
     Returns ``{"table": DataFrame, "heatmaps": [PNG bytes]}``; table columns ``system, by,
-    cell, n_trials, n_pos, n_neg, eer, min_dcf, min_dcf_threshold, p_miss, p_fa``.
+    cell, n_trials, n_pos, n_neg, eer, min_dcf, min_dcf_norm, min_dcf_threshold, p_miss, p_fa``
+    (+ ``eer_lo, eer_hi, min_dcf_lo, min_dcf_hi`` with ``cfg.n_boot``: speaker-cluster bootstrap).
     """
     s = df["score"].to_numpy(float)
     y = df["y"].to_numpy()
-    rows = [{"system": system, "by": "overall", "cell": "all", **_metric_row(s, y, cfg)}]
+    spk_col = cfg.speaker if cfg.speaker is not None and cfg.speaker in df.columns else None
+
+    def spk(d: pd.DataFrame) -> np.ndarray | None:
+        return d[spk_col].to_numpy() if spk_col is not None else None
+
+    rows = [{"system": system, "by": "overall", "cell": "all", **_metric_row(s, y, cfg, spk(df))}]
     heatmaps: list[bytes] = []
     for cols in cfg.by:
         missing = [c for c in cols if c not in df.columns]
@@ -93,7 +112,7 @@ def metrics_task(system: str, df: pd.DataFrame, cfg: MetricsConfig) -> dict[str,
             raise KeyError(f"analyses.metrics.by: column(s) {missing} not in the trial table")
         sub_rows = []
         for key, g in _metric_cells(df, cols, cfg.negatives_by):
-            r = _metric_row(g["score"].to_numpy(float), g["y"].to_numpy(), cfg)
+            r = _metric_row(g["score"].to_numpy(float), g["y"].to_numpy(), cfg, spk(g))
             sub_rows.append({"system": system, "by": "×".join(cols), "cell": "×".join(map(str, key)),
                              **{c: str(k) for c, k in zip(cols, key)}, **r})
         rows.extend(sub_rows)
@@ -352,7 +371,7 @@ def fairness_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, speaker: s
     from scoremix.fairness import subgroup_dcf
 
     res = subgroup_dcf(df, cfg.groups, n_boot=cfg.n_boot, ci=cfg.ci, random_state=seed, min_speakers=min_speakers,
-                       progress=False, **_sveva_kwargs(cfg, speaker))
+                       progress=False, interval=cfg.interval, **_sveva_kwargs(cfg, speaker))
     return _fairness_outputs(system, res, cfg, png_of(res.plot_det()), png_of(res.plot_scores()), n_chunks=1)
 
 
@@ -364,7 +383,7 @@ def fairness_point_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, spea
     from scoremix.fairness import subgroup_dcf
 
     res = subgroup_dcf(df, cfg.groups, n_boot=0, ci=cfg.ci, min_speakers=min_speakers, progress=False,
-                       **_sveva_kwargs(cfg, speaker))
+                       interval=cfg.interval, **_sveva_kwargs(cfg, speaker))
     return {"result": res, "det_png": png_of(res.plot_det()), "scores_png": png_of(res.plot_scores())}
 
 
@@ -379,11 +398,12 @@ def fairness_boot_task(df: pd.DataFrame, cfg: FairnessConfig, speaker: str, seed
 
 def fairness_combine(system: str, point: dict[str, Any], parts: list[dict[str, np.ndarray]], cfg: FairnessConfig,
                      seeds: list[int]) -> dict[str, Any]:
-    """Percentile intervals from all chunks' replicates (:func:`scoremix.fairness.with_bootstrap`)
+    """Intervals (``cfg.interval``) from all chunks' replicates (:func:`scoremix.fairness.with_bootstrap`)
     on the point table of :func:`fairness_point_task`; the same outputs as :func:`fairness_task`."""
     from scoremix.fairness import with_bootstrap
 
-    res = with_bootstrap(point["result"], parts, cfg.ci, random_state=None, boot_seeds=list(seeds))
+    res = with_bootstrap(point["result"], parts, cfg.ci, interval=cfg.interval, random_state=None,
+                         boot_seeds=list(seeds))
     return _fairness_outputs(system, res, cfg, point["det_png"], point["scores_png"], n_chunks=len(parts))
 
 
@@ -393,7 +413,8 @@ def _fairness_outputs(system: str, res: Any, cfg: FairnessConfig, det_png: bytes
     tab.insert(0, "system", system)
     summary = {"system": system, "min_dcf": res.min_dcf, "threshold": res.threshold,
                "fairness_index": res.fairness_index, "fairness_index_lo": res.fairness_index_ci[0],
-               "fairness_index_hi": res.fairness_index_ci[1], "n_boot": int(res.settings.get("n_boot", 0)),
+               "fairness_index_hi": res.fairness_index_ci[1], "fi_n_subgroups": res.n_subgroups,
+               "fi_share_ratio_above_1": res.share_above_one, "n_boot": int(res.settings.get("n_boot", 0)),
                "boot_chunks": int(n_chunks) if res.settings.get("n_boot", 0) else 0,
                **{f"overall_{k}": v for k, v in res.overall.items()}}
 
