@@ -3,22 +3,24 @@
 Usage::
 
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python benchmarks/lme_battery_speed.py \\
-        [--only NAME ...] [--no-insteval] [--reps 3] [--json rows.json]
+        [--set battery|extra|all] [--only NAME ...] [--no-insteval] [--reps 3] [--json rows.json]
 
-Both engines are timed in the same run on the same CSV files (exported from R by
-``r_scripts/battery_speed.R``): lme4 inside R (the ``lmer()`` call alone, default
-``lmerControl``, minimum over ``reps`` calls), scoremix around ``scoremix.lmer(formula,
-data)`` (model frame included, as lme4's time includes its own; minimum over ``reps``
-calls).  ``ratio`` = scoremix / lme4 (below 1: scoremix faster).  ``Δcrit`` is scoremix's
-REML criterion (or ML deviance) minus the *tight* lme4 optimum (bobyqa restarted from lme4's
-optimum with ``rhoend = 1e-12``), relative; the acceptance criterion is ``Δcrit ≤ 1e-10``.
-The BLAS of both sides is printed first (R's from ``sessionInfo()``).
+Models: ``battery`` is the lme4-parity battery of issue 12 (``tests/data/battery/``: 70
+models from lme4's, nlme's and lmerTest's test suites and textbook data, with R's column
+classes and lme4's tight optima); ``extra`` adds models that are not in it (full InstEval
+with ``(1 | s) + (service | d)`` and ``(1 | s) + (1 | d) + (1 | dept)``, sleepstudy with a
+numeric grouping factor, Pixel), whose data and tight optima this script gets from R
+(``r_scripts/battery_speed.R``).  Default: ``all``.
 
-Models: the correlated-slope models of issue 12 (sleepstudy, Orthodont, Oxboys 3×3,
-Machines, InstEval ``(1 | s) + (service | d)``) and the models of the existing tests
-(Penicillin, Pastes, sleepstudy, InstEval scalar terms), plus a few textbook ones.  When
-``tests/data/battery/`` exists (the lme4 battery of issue 12), pass ``--battery`` to add its
-models (``models.json`` there: name, data, formula, REML).
+Timing: scoremix around ``scoremix.lmer(formula, data, ...)`` (model frame included, as
+lme4's time includes its own), lme4 around the ``lmer()`` call at its default settings inside
+R, both the minimum over ``reps`` calls (InstEval: 1).  With rpy2, lme4 runs in-process and
+each lme4 call is interleaved with a scoremix call, so both see the same machine load;
+without rpy2 (``--no-rpy2``), lme4 is timed in one Rscript batch for the extra models and the
+battery's stored lme4 times (``refs/<id>.json``: ``lme4_time_s``) are used for the battery.
+``ratio`` = scoremix / lme4 (below 1: scoremix faster).  ``Δcrit`` is scoremix's REML
+criterion (or ML deviance) minus lme4's *tight* optimum, relative; the acceptance criterion
+is ``Δcrit ≤ 1e-10``.  The BLAS of both sides is printed first (R's from ``sessionInfo()``).
 """
 
 from __future__ import annotations
@@ -37,26 +39,15 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))   # battery_helpers: the battery's data sets
+BATTERY = ROOT / "tests" / "data" / "battery"
 
 from scoremix.lme.api import lmer  # noqa: E402
 
-#: name, data set, formula (lme4 syntax understood by both), REML, factor columns, reps
-MODELS = [
-    ("sleepstudy (Days|Subject)", "sleepstudy", "Reaction ~ Days + (Days | Subject)", True, ["Subject"], 5),
-    ("sleepstudy (Days|Subject) ML", "sleepstudy", "Reaction ~ Days + (Days | Subject)", False, ["Subject"], 5),
-    ("sleepstudy (Days||Subject)", "sleepstudy", "Reaction ~ Days + (Days || Subject)", True, ["Subject"], 5),
+#: models not in the battery: name, data set, formula, REML, factor columns, reps
+EXTRA = [
     ("sleepstudy (Days|Subject)+(1|Days)", "sleepstudy", "Reaction ~ Days + (Days | Subject) + (1 | fDays)", True, ["Subject", "fDays"], 5),
-    ("Orthodont age*Sex+(age|Subject)", "Orthodont", "distance ~ age * Sex + (age | Subject)", True, ["Subject"], 5),
-    ("Oxboys 3x3 (age+age2|Subject)", "Oxboys", "height ~ age + age2 + (age + age2 | Subject)", True, ["Subject"], 5),
-    ("Machines (Machine|Worker)", "Machines", "score ~ Machine + (Machine | Worker)", True, ["Worker"], 5),
-    ("Machines (1|Worker)+(1|Worker:Machine)", "Machines", "score ~ Machine + (1 | Worker) + (1 | Worker:Machine)", True, ["Worker"], 5),
-    ("BodyWeight Time*Diet+(Time|Rat)", "BodyWeight", "weight ~ Time * Diet + (Time | Rat)", True, ["Rat", "Diet"], 5),
-    ("ChickWeight quadratic (Time|Chick)", "ChickWeight", "weight ~ Time + Time2 + (Time | Chick)", True, ["Chick"], 5),
     ("Pixel (day|Dog)+(1|Dog:Side)", "Pixel", "pixel ~ day + day2 + (day | Dog) + (1 | Dog:Side)", True, ["Dog", "Side"], 5),
-    ("Penicillin (1|plate)+(1|sample)", "Penicillin", "diameter ~ 1 + (1 | plate) + (1 | sample)", True, [], 5),
-    ("Pastes (1|batch/cask)", "Pastes", "strength ~ 1 + (1 | batch/cask)", True, [], 5),
-    ("Dyestuff (1|Batch)", "Dyestuff", "Yield ~ 1 + (1 | Batch)", True, [], 5),
-    ("Rail (1|Rail)", "Rail", "travel ~ 1 + (1 | Rail)", True, ["Rail"], 5),
     ("InstEval (1|s)+(1|d)+(1|dept)", "InstEval", "y ~ service + (1 | s) + (1 | d) + (1 | dept)", True, ["s", "d", "dept"], 1),
     ("InstEval (1|s)+(service|d)", "InstEval", "y ~ service + (1 | s) + (service | d)", True, ["s", "d", "dept"], 1),
 ]
@@ -70,19 +61,25 @@ def run_r(models: list[dict], outdir: Path, timing: bool) -> dict:
     return json.loads((outdir / "lme4_times.json").read_text())
 
 
-def rpy2_timer():
-    """``(csv, formula, REML, factors) -> seconds`` of one in-process ``lmer()`` call via
-    rpy2, or ``None`` when rpy2 is not available."""
+def rpy2_timers():
+    """``(extra, battery)`` timers of one in-process ``lmer()`` call via rpy2 (seconds), or
+    ``None`` when rpy2 is not available: ``extra(csv, formula, REML, factors)`` and
+    ``battery(model_dict)``."""
     try:
         import rpy2.robjects as ro
+        ro.r["source"](str(ROOT / "r_scripts" / "battery_speed.R"))
+        if (ROOT / "r_scripts" / "battery.R").exists():
+            ro.r["source"](str(ROOT / "r_scripts" / "battery.R"))
     except Exception:  # noqa: BLE001 - any rpy2/R start-up problem: fall back to Rscript
         return None
-    ro.r["source"](str(ROOT / "r_scripts" / "battery_speed.R"))
-    fn = ro.globalenv["smx_time_lmer"]
+    fx, fb = ro.globalenv["smx_time_lmer"], ro.globalenv["smx_time_battery"]
 
-    def timer(csv: Path, formula: str, reml: bool, factors: list[str]) -> float:
-        return float(fn(str(csv), formula, reml, ro.StrVector(factors))[0])
-    return timer
+    def extra(csv: Path, formula: str, reml: bool, factors: list[str]) -> float:
+        return float(fx(str(csv), formula, reml, ro.StrVector(factors))[0])
+
+    def battery(m: dict) -> float:
+        return float(fb(str(BATTERY / "data"), json.dumps(m))[0])
+    return extra, battery
 
 
 def load_data(outdir: Path, name: str, factors: list[str]) -> pd.DataFrame:
@@ -92,83 +89,111 @@ def load_data(outdir: Path, name: str, factors: list[str]) -> pd.DataFrame:
     return d
 
 
-def time_scoremix(formula: str, d: pd.DataFrame, reml: bool):
+def time_scoremix(formula: str, d: pd.DataFrame, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        fit = lmer(formula, d, REML=reml)
+        fit = lmer(formula, d, **kwargs)
         return time.perf_counter() - t0, fit
+
+
+def battery_rows() -> list[dict]:
+    """The battery's models with their tight optima and stored lme4 times."""
+    if not (BATTERY / "models.json").exists():
+        print(f"note: {BATTERY} not found; the battery is skipped")
+        return []
+    rows = []
+    for m in json.loads((BATTERY / "models.json").read_text()):
+        ref = json.loads((BATTERY / "refs" / f"{m['id']}.json").read_text())
+        rows.append(dict(name=m["id"], model=m, reps=1 if "insteval" in m["id"] else 3,
+                         criterion_tight=ref["criterion"], lme4_time_stored=ref.get("lme4_time_s")))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--set", choices=["battery", "extra", "all"], default="all")
     ap.add_argument("--only", nargs="*", help="substrings of model names to run")
-    ap.add_argument("--no-insteval", action="store_true")
+    ap.add_argument("--no-insteval", action="store_true", help="skip the full InstEval models")
     ap.add_argument("--reps", type=int, default=None, help="override the repetitions of small models")
-    ap.add_argument("--battery", action="store_true", help="add tests/data/battery/models.json")
     ap.add_argument("--json", type=Path, help="write the rows as JSON")
     ap.add_argument("--no-rpy2", action="store_true",
-                    help="time lme4 in one Rscript batch instead of interleaved through rpy2")
+                    help="no in-process lme4: Rscript batch for the extra models, stored times "
+                         "for the battery")
     a = ap.parse_args(argv)
-    rows = [dict(name=n, data=ds, formula=f, REML=r, factors=fc, reps=rp)
-            for n, ds, f, r, fc, rp in MODELS]
-    if a.battery:
-        bat = ROOT / "tests" / "data" / "battery" / "models.json"
-        if bat.exists():
-            for m in json.loads(bat.read_text()):
-                rows.append(dict(name=m["name"], data=m["data"], formula=m["formula"],
-                                 REML=bool(m.get("REML", True)), factors=m.get("factors", []),
-                                 reps=3))
-        else:
-            print(f"note: {bat} not found; running the built-in list only")
+    extra = [dict(name=n, data=ds, formula=f, REML=r, factors=fc, reps=rp)
+             for n, ds, f, r, fc, rp in EXTRA] if a.set in ("extra", "all") else []
+    battery = battery_rows() if a.set in ("battery", "all") else []
     if a.only:
-        rows = [r for r in rows if any(s in r["name"] for s in a.only)]
+        extra = [r for r in extra if any(s in r["name"] for s in a.only)]
+        battery = [r for r in battery if any(s in r["name"] for s in a.only)]
     if a.no_insteval:
-        rows = [r for r in rows if r["data"] != "InstEval"]
+        extra = [r for r in extra if r["data"] != "InstEval"]
     if a.reps is not None:
-        for r in rows:
-            r["reps"] = a.reps if r["data"] != "InstEval" else 1
-    import numpy as _np
+        for r in extra + battery:
+            r["reps"] = 1 if "nsteval" in r["name"] else a.reps
+    timers = None if a.no_rpy2 else rpy2_timers()
+    print("lme4 timed " + ("in-process through rpy2, interleaved with scoremix (min over reps)"
+                           if timers else "in one Rscript batch (extra models) / stored times (battery)"))
+    out = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        timer = None if a.no_rpy2 else rpy2_timer()
-        r_out = run_r(rows, tmp, timing=timer is None)
-        print("lme4 timed " + ("in-process through rpy2, interleaved with scoremix (min over reps)"
-                               if timer else "in one Rscript batch before scoremix (min over reps)"))
-        sess = json.loads((tmp / "r_session.json").read_text())
-        print(f"\nR: {sess['R']}, lme4 {sess['lme4']}\n  BLAS: {sess['BLAS']}\n  LAPACK: {sess['LAPACK']}")
+        r_out = run_r(extra, tmp, timing=timers is None) if extra else {}
+        if (tmp / "r_session.json").exists():
+            sess = json.loads((tmp / "r_session.json").read_text())
+            print(f"\nR: {sess['R']}, lme4 {sess['lme4']}\n  BLAS: {sess['BLAS']}\n  LAPACK: {sess['LAPACK']}")
+        elif battery:
+            env = json.loads((BATTERY / "refs" / f"{battery[0]['name']}.json").read_text()).get("timing_env", {})
+            print(f"\nR (battery references): {env.get('R')}, lme4 {env.get('lme4')}\n"
+                  f"  BLAS: {env.get('blas')}\n  LAPACK: {env.get('lapack')}")
         try:
-            cfg = _np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-            print(f"numpy {_np.__version__}: BLAS {cfg.get('name')} {cfg.get('version', '')}")
+            cfg = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+            print(f"numpy {np.__version__}: BLAS {cfg.get('name')} {cfg.get('version', '')}")
         except Exception:  # noqa: BLE001 - older numpy
-            print(f"numpy {_np.__version__}")
+            print(f"numpy {np.__version__}")
         print()
         print("| model | n | lme4 (s) | scoremix (s) | ratio | Δcrit vs tight lme4 (rel.) | evals |")
         print("|---|---:|---:|---:|---:|---:|---:|")
-        out = []
-        for r in rows:
-            d = load_data(tmp, r["data"], r["factors"])
-            ref = r_out[r["name"]]
+        for r in battery + extra:
+            if "model" in r:   # battery
+                from battery_helpers import fit_kwargs, load_dataset
+                m = r["model"]
+                d = load_dataset(m["dataset"])
+                formula, kwargs, tight = m["formula"], fit_kwargs(m), r["criterion_tight"]
+                lme4_call = (lambda m=m: timers[1](m)) if timers else None
+                stored = r["lme4_time_stored"]
+            else:
+                d = load_data(tmp, r["data"], r["factors"])
+                formula, kwargs, tight = r["formula"], dict(REML=r["REML"]), r_out[r["name"]]["criterion_tight"]
+                lme4_call = ((lambda r=r: timers[0](tmp / f"{r['data']}.csv", r["formula"], r["REML"],
+                                                     r["factors"])) if timers else None)
+                stored = r_out[r["name"]].get("time_s")
             ts, tr = np.inf, []
-            for _ in range(r["reps"]):
-                if timer is not None:
-                    tr.append(timer(tmp / f"{r['data']}.csv", r["formula"], r["REML"], r["factors"]))
-                t, fit = time_scoremix(r["formula"], d, r["REML"])
-                ts = min(ts, t)
-            if tr:
-                ref["time_s"] = min(tr)
+            try:
+                for _ in range(r["reps"]):
+                    if lme4_call is not None:
+                        tr.append(lme4_call())
+                    t, fit = time_scoremix(formula, d, **kwargs)
+                    ts = min(ts, t)
+            except Exception as e:  # noqa: BLE001 - report and go on with the battery
+                print(f"| {r['name']} | – | – | – | – | {type(e).__name__}: {e} | – |", flush=True)
+                continue
+            t_lme4 = min(tr) if tr else stored
             crit = -2 * fit.loglik
-            rel = (crit - ref["criterion_tight"]) / abs(ref["criterion_tight"])
-            ratio = ts / ref["time_s"]
-            out.append(dict(name=r["name"], n=len(d), lme4_s=ref["time_s"], scoremix_s=ts,
-                            ratio=ratio, crit=crit, crit_lme4_tight=ref["criterion_tight"],
-                            rel_diff=rel, n_eval=fit.fit_info.get("n_eval"),
+            rel = (crit - tight) / abs(tight)
+            ratio = ts / t_lme4 if t_lme4 else np.nan
+            out.append(dict(name=r["name"], n=fit.nobs, lme4_s=t_lme4, scoremix_s=ts, ratio=ratio,
+                            crit=crit, crit_lme4_tight=tight, rel_diff=rel,
+                            n_eval=fit.fit_info.get("n_eval"),
                             fit_info={k: v for k, v in fit.fit_info.items() if k.startswith("time")}))
-            print(f"| {r['name']} | {fit.nobs} | {ref['time_s']:.3f} | {ts:.3f} | {ratio:.2f} | "
+            print(f"| {r['name']} | {fit.nobs} | {t_lme4:.3f} | {ts:.3f} | {ratio:.2f} | "
                   f"{rel:+.1e} | {fit.fit_info.get('n_eval')} |", flush=True)
-        slower = [o["name"] for o in out if o["ratio"] > 1]
-        worse = [o["name"] for o in out if o["rel_diff"] > 1e-10]
-        print(f"\nslower than lme4: {slower or 'none'}; criterion above lme4's tight optimum "
+    slower = [o["name"] for o in out if o["ratio"] > 1]
+    worse = [o["name"] for o in out if o["rel_diff"] > 1e-10]
+    ratios = np.array([o["ratio"] for o in out if np.isfinite(o["ratio"])])
+    if ratios.size:
+        print(f"\n{len(out)} models; ratio median {np.median(ratios):.2f}, max {ratios.max():.2f}; "
+              f"slower than lme4: {slower or 'none'}; criterion above lme4's tight optimum "
               f"+ 1e-10 (relative): {worse or 'none'}")
     if a.json:
         a.json.write_text(json.dumps(out, indent=1))

@@ -10,6 +10,10 @@
 #       fits every model of MODELS.json (or only the IDs given) on DATADIR/<dataset>.csv
 #       (+ DATADIR/datasets.json) and writes OUTDIR/<id>.json.  --core: the fit only (no
 #       lmerTest tables, no timing), for the live tests.
+#   Rscript r_scripts/battery.R time MODELS.json DATADIR REFDIR [--timing=N] [ID ...]
+#       re-measures lme4's fit time only (default settings, median of N runs, default 5) and
+#       updates lme4_time_s / lme4_time_runs / timing_env in REFDIR/<id>.json (run it on an
+#       idle machine: the stored times were taken on a shared, loaded one).
 #
 # Each model is fitted with lmerTest::lmer at tight settings: nloptwrap with
 # ftol_abs = 1e-12, xtol_abs = 1e-10, ftol_rel = 1e-15, xtol_rel = 1e-12, and bobyqa with
@@ -205,7 +209,12 @@ fit_one <- function(spec, data, ntiming = 3L, core = FALSE) {
   rn <- safely(suppressMessages(suppressWarnings(lmerTest::ranova(m))))
   out$ranova <- table_records(rn$value)
   out$ranova_error <- rn$error
-  # lme4's own fit time at its DEFAULT settings (what users run)
+  c(out, time_lme4(spec, ntiming))
+}
+
+# lme4's own fit time at its DEFAULT settings (what users run), on battery_d.
+time_lme4 <- function(spec, ntiming) {
+  out <- list()
   times <- numeric(0)
   assign("battery_ctrl", lme4::lmerControl(), envir = globalenv())
   cl <- model_call(quote(lme4::lmer), spec, quote(battery_d), quote(battery_ctrl))
@@ -221,7 +230,9 @@ fit_one <- function(spec, data, ntiming = 3L, core = FALSE) {
                          pbkrtest = as.character(packageVersion("pbkrtest")),
                          R = R.version.string, blas = extSoftVersion()[["BLAS"]],
                          lapack = La_library(),
-                         OPENBLAS_NUM_THREADS = Sys.getenv("OPENBLAS_NUM_THREADS"))
+                         OPENBLAS_NUM_THREADS = Sys.getenv("OPENBLAS_NUM_THREADS"),
+                         loadavg = tryCatch(readLines("/proc/loadavg", n = 1L),
+                                            error = function(e) NA_character_))
   out
 }
 
@@ -231,12 +242,12 @@ main <- function(args) {
     export_all(args[2])
     return(invisible())
   }
-  if (args[1] != "fit") stop("unknown command '", args[1], "'", call. = FALSE)
+  if (!(args[1] %in% c("fit", "time"))) stop("unknown command '", args[1], "'", call. = FALSE)
   models <- jsonlite::fromJSON(args[2], simplifyVector = FALSE)
   datadir <- args[3]
   outdir <- args[4]
   rest <- args[-(1:4)]
-  ntiming <- 3L
+  ntiming <- if (args[1] == "time") 5L else 3L
   tim <- grep("^--timing=", rest, value = TRUE)
   if (length(tim)) ntiming <- as.integer(sub("^--timing=", "", tim[1]))
   core <- "--core" %in% rest
@@ -246,6 +257,16 @@ main <- function(args) {
   for (spec in models) {
     if (length(ids) && !(spec$id %in% ids)) next
     data <- read_dataset(datadir, spec$dataset, meta)
+    if (args[1] == "time") {
+      path <- file.path(outdir, paste0(spec$id, ".json"))
+      ref <- jsonlite::fromJSON(path, simplifyVector = FALSE)
+      assign("battery_d", data, envir = globalenv())
+      tm <- time_lme4(spec, ntiming)
+      for (k in names(tm)) ref[[k]] <- tm[[k]]
+      writeLines(jsonlite::toJSON(ref, auto_unbox = TRUE, digits = NA, null = "null", na = "null"), path)
+      cat(sprintf("%-24s lme4 %.4fs\n", spec$id, tm$lme4_time_s))
+      next
+    }
     t0 <- proc.time()[["elapsed"]]
     res <- tryCatch(fit_one(spec, data, ntiming, core), error = function(e) {
       list(id = spec$id, error = conditionMessage(e))

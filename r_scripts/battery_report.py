@@ -65,6 +65,7 @@ def main(ids: list[str]) -> None:
         if m["contrasts"]:
             extra.append("contrasts=" + ",".join(f"{k}:{v}" for k, v in m["contrasts"].items()))
         formula = f"`{m['formula']}`" + (" (" + "; ".join(extra) + ")" if extra else "")
+        formula = formula.replace("|", "\\|")  # a Markdown table cell
         print(f"| {m['id']} | {m['dataset']} | {formula} | {'REML' if m['REML'] else 'ML'} | "
               f"{rel:+.1e} | {fe:.1e} | {se:.1e} | {tn:.3f} | {tl:.3f} | {tn / max(tl, 1e-3):.2f} | "
               f"{status} |", flush=True)

@@ -99,3 +99,18 @@ if (sys.nframe() == 0L) {
   writeLines(jsonlite::toJSON(out, auto_unbox = TRUE, digits = NA, pretty = TRUE),
              file.path(outdir, "lme4_times.json"))
 }
+
+# Elapsed seconds of one lme4::lmer() call (default lmerControl) on a model of the issue-12
+# battery (tests/data/battery/: data set with R's column classes via battery.R's
+# read_dataset, weights/offset/contrasts via its model_call), for rpy2 callers.  battery.R
+# must have been sourced.
+smx_time_battery <- function(datadir, spec_json) {
+  spec <- jsonlite::fromJSON(spec_json, simplifyVector = FALSE)
+  meta <- jsonlite::fromJSON(file.path(datadir, "datasets.json"), simplifyVector = FALSE)
+  assign("battery_d", read_dataset(datadir, spec$dataset, meta), envir = globalenv())
+  assign("battery_ctrl", lme4::lmerControl(), envir = globalenv())
+  cl <- model_call(quote(lme4::lmer), spec, quote(battery_d), quote(battery_ctrl))
+  t0 <- proc.time()[["elapsed"]]
+  suppressMessages(suppressWarnings(eval(cl, globalenv())))
+  proc.time()[["elapsed"]] - t0
+}

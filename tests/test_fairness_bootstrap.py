@@ -60,7 +60,8 @@ def test_percentile_intervals_cover_truth():
     hits = np.zeros(2)
     n_sets = 200
     for seed in range(n_sets):
-        r = subgroup_dcf(_simulate(seed), ["g"], n_boot=200, random_state=seed, progress=False, eer=False)
+        r = subgroup_dcf(_simulate(seed), ["g"], n_boot=200, random_state=seed, progress=False, eer=False,
+                         interval="percentile")
         t = r.table
         hits += (t["ratio_overall_lo"].to_numpy() <= truth) & (np.asarray(truth) <= t["ratio_overall_hi"].to_numpy())
     cover = hits / n_sets
@@ -114,8 +115,12 @@ def test_pieces_are_the_union_of_their_seeds_and_intervals_use_all_replicates():
                                       np.sort(want, axis=-1), err_msg=key)
     assert joint["fairness_index"].shape == (31,) and joint["ratio_overall"].shape == (2, 31)
     point = subgroup_dcf(df, ["g"], n_boot=0, progress=False)
-    res = with_bootstrap(point, pieces, 0.9)
-    pd.testing.assert_frame_equal(res.table, with_bootstrap(point, pieces[::-1], 0.9).table, check_exact=True)
+    # the default (expanded) intervals do not depend on the order of the pieces either
+    pd.testing.assert_frame_equal(with_bootstrap(point, pieces, 0.9).table,
+                                  with_bootstrap(point, pieces[::-1], 0.9).table, check_exact=True)
+    res = with_bootstrap(point, pieces, 0.9, interval="percentile")
+    pd.testing.assert_frame_equal(res.table, with_bootstrap(point, pieces[::-1], 0.9, interval="percentile").table,
+                                  check_exact=True)
     assert res.settings["n_boot"] == 31
     r = np.where(np.isinf(joint["ratio_overall"]), np.nan, joint["ratio_overall"])
     np.testing.assert_allclose(res.table["ratio_overall_lo"], np.nanquantile(r, 0.05, axis=1), rtol=1e-14)
@@ -123,7 +128,7 @@ def test_pieces_are_the_union_of_their_seeds_and_intervals_use_all_replicates():
     fi = joint["fairness_index"]
     assert res.fairness_index_ci == pytest.approx((np.quantile(fi, 0.05), np.quantile(fi, 0.95)), rel=1e-14)
     # the last piece matters: the first two pieces alone give another interval
-    first = with_bootstrap(point, pieces[:2], 0.9)
+    first = with_bootstrap(point, pieces[:2], 0.9, interval="percentile")
     assert first.settings["n_boot"] == 24 and first.fairness_index_ci != res.fairness_index_ci
 
 

@@ -260,14 +260,26 @@ def test_bootstrap_reproducible_and_intervals_bracket():
 
 
 # ----------------------------------------------------------------------------- compat
-def test_compat_sveva_reads_nearest_stored_threshold():
-    from sklearn.metrics import det_curve
+def _old_det_points(s, y):
+    """Independent reference for scikit-learn < 1.7 ``det_curve``'s stored points: the distinct
+    scores ``t`` with ``t_lo <= t <= t_hi``, ``t_hi`` the smallest score whose false-alarm count
+    equals that of the top score and ``t_lo`` the largest score accepting every positive."""
+    u = np.unique(s)
+    fp = np.array([np.sum((s >= t) & (y == 0)) for t in u])
+    tp = np.array([np.sum((s >= t) & (y == 1)) for t in u])
+    t_hi = u[fp == fp[-1]].min()
+    t_lo = u[tp == tp[0]].max()
+    keep = (u >= t_lo) & (u <= t_hi)
+    P, N = y.sum(), (1 - y).sum()
+    return fp[keep] / N, (P - tp[keep]) / P, u[keep]
 
+
+def test_compat_sveva_reads_nearest_stored_threshold():
     df = random_table(10, n=1200, decimals=2)
     res = subgroup_dcf(df, ["sex"], compat="sveva", progress=False)
     s = df["score"].to_numpy()
     y = (df["label"] == "target").astype(int).to_numpy()
-    fpr, fnr, thr = det_curve(y, s)
+    fpr, fnr, thr = _old_det_points(s, y)
     # independent loop over the library's stored points
     costs = [0.05 * fn + 0.95 * fp for fp, fn in zip(fpr, fnr)]
     j = int(np.argmin(costs))
@@ -275,7 +287,7 @@ def test_compat_sveva_reads_nearest_stored_threshold():
     assert res.threshold == thr[j]
     for sx in ("f", "m"):
         m = (df["sex"] == sx).to_numpy()
-        gf, gn, gt = det_curve(y[m], s[m])
+        gf, gn, gt = _old_det_points(s[m], y[m])
         k = min(range(len(gt)), key=lambda i: (abs(gt[i] - thr[j]), i))
         at = 0.05 * gn[k] + 0.95 * gf[k]
         own = min(0.05 * a + 0.95 * b for b, a in zip(gf, gn))
@@ -283,6 +295,54 @@ def test_compat_sveva_reads_nearest_stored_threshold():
         assert row["dcf_at_overall"] == pytest.approx(at, abs=1e-14)
         assert row["min_dcf"] == pytest.approx(own, abs=1e-14)
         assert row["ratio_overall"] == pytest.approx(at / costs[j], rel=1e-12)
+
+
+def _twelve_trials():
+    """The issue's 12-trial case: the top score (0.9) is a nontarget."""
+    return pd.DataFrame({
+        "score": [0.9, 0.3, 0.1, 0.8, 0.6, 0.45, 0.35, 0.2, 0.0, 0.7, 0.5, 0.4],
+        "label": [0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1],
+        "sex": ["f"] * 6 + ["m"] * 6,
+        "speaker": [f"s{i}" for i in range(12)],
+    })
+
+
+def test_compat_sveva_twelve_trials_hand_computed():
+    """By hand: overall, the scores >= 0.4 hold all 6 targets and 1 nontarget, and the false-alarm
+    count is already 1 at the top score 0.9, so the stored curve is the single point tau = 0.4
+    (FPR 1/6, FNR 0): minDCF = 0.95/6, tau* = 0.4, EER = max(1/6, 0).  Subgroup f: single point
+    0.45 (FPR 1/3, FNR 0), cost 0.95/3 both at its own minimum and read at tau* (nearest stored
+    threshold 0.45), ratio 2; subgroup m: single point 0.4 (FPR 0, FNR 0), cost 0.  FI = 2.
+    (scikit-learn >= 1.7's det_curve would add 0.9 and +inf and give tau* = +inf, minDCF 0.05.)"""
+    res = subgroup_dcf(_twelve_trials(), ["sex"], compat="sveva", progress=False)
+    assert res.threshold == 0.4
+    assert res.min_dcf == pytest.approx(0.95 / 6, abs=1e-15)
+    assert res.overall["eer"] == pytest.approx(1 / 6, abs=1e-15)
+    assert res.overall["fpr"] == pytest.approx(1 / 6) and res.overall["fnr"] == 0.0
+    t = res.table.set_index("subgroup")
+    assert t.loc["f", "min_dcf"] == pytest.approx(0.95 / 3, abs=1e-15)
+    assert t.loc["f", "threshold_own"] == 0.45
+    assert t.loc["f", "dcf_at_overall"] == pytest.approx(0.95 / 3, abs=1e-15)
+    assert t.loc["f", "ratio_overall"] == pytest.approx(2.0, abs=1e-12)
+    assert t.loc["f", "fpr"] == pytest.approx(1 / 3) and t.loc["f", "fnr"] == 0.0
+    assert t.loc["m", "dcf_at_overall"] == 0.0 and t.loc["m", "min_dcf"] == 0.0
+    assert t.loc["m", "threshold_own"] == 0.4
+    assert res.fairness_index == pytest.approx(2.0, abs=1e-12)
+    # exact counting keeps the reject-all point: tau* = +inf, minDCF = 0.05 * 1 + 0.95 * 0
+    exact = subgroup_dcf(_twelve_trials(), ["sex"], progress=False)
+    assert exact.threshold == np.inf and exact.min_dcf == pytest.approx(0.05, abs=1e-15)
+
+
+def test_compat_sveva_curve_does_not_call_scikit_learn(monkeypatch):
+    """The stored curve is rebuilt, so a changed det_curve cannot alter the results."""
+    import sklearn.metrics
+
+    def boom(*a, **k):  # pragma: no cover - must not be called
+        raise AssertionError("det_curve called")
+
+    monkeypatch.setattr(sklearn.metrics, "det_curve", boom)
+    res = subgroup_dcf(_twelve_trials(), ["sex"], compat="sveva", progress=False)
+    assert res.threshold == 0.4
 
 
 def test_single_group_name_as_string():

@@ -137,3 +137,28 @@ def test_parse_dispersion() -> None:
     for bad in ["label", "~ label + x", "y ~ label", "~ 1", "~ log(x)"]:
         with pytest.raises(FormulaError):
             parse_dispersion(bad)
+
+
+def test_expression_labels_are_rs_deparse() -> None:
+    """Labels of expressions as R's deparse prints them (checked in R 4.2: spaces around
+    + - * and %in%, none around / ^ %%, numbers with 15 significant digits, named
+    arguments ``name = value``)."""
+    f = parse_formula("y ~ I(x/2) + log(x, 2) + poly(x, 2, raw = TRUE) + I(1e3*x) + I(0.50*x) "
+                      "+ exp(-x/100) + I(x%%2) + I((x - 3)^2) + log(y2, base = 2) + I(x^-1)")
+    assert f.fixed.term_labels() == [
+        "I(x/2)", "log(x, 2)", "poly(x, 2, raw = TRUE)", "I(1000 * x)", "I(0.5 * x)",
+        "exp(-x/100)", "I(x%%2)", "I((x - 3)^2)", "log(y2, base = 2)", "I(x^-1)"]
+    assert f.response == "y" and f.response_expr is None
+
+
+def test_in_operator_redundant_parentheses_offset_and_response() -> None:
+    """a %in% b is a:b (R's terms); ((x | g)) is (x | g); offset() is not a term; a
+    transformed response keeps R's label and reads its columns."""
+    f = parse_formula("log(y + 1) ~ b + a %in% b + offset(log(n)) + ((x | g))")
+    assert f.fixed.term_labels() == ["b", "b:a"]
+    assert f.response == "log(y + 1)" and f.response_columns == ["y"]
+    assert [r.label for r in f.random] == ["x | g"]
+    assert len(f.offsets) == 1
+    assert f.columns == ["y", "n", "b", "a", "x", "g"]
+    with pytest.raises(FormulaError, match="offset\\(\\) belongs to the fixed part"):
+        parse_formula("y ~ x + (offset(z) | g)")

@@ -393,6 +393,7 @@ def _chunk_study(tmp_path: Path) -> object:
     toml = tmp_path / "s.toml"
     toml.write_text('[study]\nname = "chunks"\nseed = 5\n[data]\nfile = "t.csv"\nlabel = "y"\nsystem = "sys"\n'
                     'speaker = "spk"\nsubgroups = ["grp"]\n[analyses.fairness]\nn_boot = 23\nboot_chunk = 10\n'
+                    'interval = "percentile"\n'
                     '[analyses.compare]\nsystems = ["A", "B"]\ntrial_id = "utt"\nn_boot = 23\nboot_chunk = 10\n'
                     'measures = ["ratio_overall"]\n', encoding="utf-8")
     return load_study(toml)

@@ -19,27 +19,33 @@ from scoremix.trials import (
 )
 from scoremix.metrics import (
     DetCurve,
+    Estimate,
     MinDCF,
+    ScoreDirectionWarning,
     act_dcf,
+    auc,
     cllr,
     dcf,
     det_axis_ticks,
     det_curve,
     eer,
+    eer_from_counts,
     eer_threshold,
     min_cllr,
     min_dcf,
+    min_dcf_from_counts,
     probit,
     rates_at,
 )
 from scoremix.simulate import Simulation, SimulationError, simulate_sv_trials, simulate_trials
-from scoremix.lme import LmerResult, NativeControl, anova, confint, lmer
+from scoremix.lme import LmerResult, NativeControl, anova, confint, lmer, ranova
 from scoremix.lme.model_frame import build_model_spec, model_matrix
 from scoremix.lme.backends.rutil import BackendUnavailableError
 from scoremix.bayes import BayesLmerResult, Prior, bayes_lmer
 from scoremix.lme.formula import parse_formula
 from scoremix.lme.errors import (
     ConvergenceWarning,
+    DdfError,
     FormulaError,
     GroupingError,
     MissingValueError,
@@ -51,6 +57,7 @@ from scoremix.lme.errors import (
     UnknownColumnError,
     UnsupportedModelError,
 )
+from scoremix.lme.input_checks import ConstantResponseError, EmptyDataError, ResponseScaleError
 from scoremix.nuisance import NuisanceLLR, NuisanceModel, nuisance_model
 from scoremix.design import (
     CONFIGURATIONS,
@@ -69,6 +76,13 @@ from scoremix.model_eer import (
     model_eer,
     model_eer_from_moments,
 )
+from scoremix.predictive import (
+    ModelFitWarning,
+    Predictive,
+    PredictiveError,
+    model_det_curve,
+    predictive,
+)
 from scoremix.study import load_study, run_study
 from scoremix.transform import (
     AllScoresTiedError,
@@ -81,6 +95,8 @@ from scoremix.transform import (
     StratifiedTransform,
     stratified_model_eer,
 )
+
+from scoremix.distributed import DaskInputError, DaskLmerResult
 from scoremix.fairness import (
     SubgroupError,
     bootstrap_intervals,
@@ -101,27 +117,34 @@ __all__ = [
     "LabelError", "TrialTableError", "label_to_binary", "load_trials", "read_asvspoof_cm",
     "read_kaldi_trials",
     # metrics
-    "DetCurve", "MinDCF", "act_dcf", "cllr", "dcf", "det_axis_ticks", "det_curve", "eer",
-    "eer_threshold", "min_cllr", "min_dcf", "probit", "rates_at",
+    "DetCurve", "Estimate", "MinDCF", "ScoreDirectionWarning", "auc", "act_dcf", "cllr", "dcf",
+    "det_axis_ticks", "det_curve", "eer", "eer_threshold", "min_cllr", "min_dcf", "probit",
+    "rates_at", "eer_from_counts", "min_dcf_from_counts",
     # simulation
     "Simulation", "SimulationError", "simulate_sv_trials", "simulate_trials",
     # mixed models
-    "LmerResult", "NativeControl", "anova", "confint", "lmer", "BackendUnavailableError",
+    "LmerResult", "NativeControl", "anova", "confint", "lmer", "ranova", "BackendUnavailableError",
     "BayesLmerResult", "Prior", "bayes_lmer",
-    "build_model_spec", "model_matrix", "parse_formula", "ConvergenceWarning", "FormulaError", "GroupingError",
+    "build_model_spec", "model_matrix", "parse_formula", "ConvergenceWarning", "DdfError", "FormulaError", "GroupingError",
     "MissingValueError", "NewLevelError", "RankDeficiencyWarning", "ResponseError", "ScaleWarning",
+    "ConstantResponseError", "ResponseScaleError", "EmptyDataError",
     "SingularFitWarning", "UnknownColumnError", "UnsupportedModelError",
     # nuisance, designs, model-based EER
     "NuisanceLLR", "NuisanceModel", "nuisance_model", "CONFIGURATIONS", "Configuration",
     "class_mean_difference", "class_means", "delta_covariates", "delta_covariates_for",
     "partial_bias_grid", "zscore_by", "gaussian_eer", "mixture_eer", "model_eer",
     "model_eer_from_moments", "PosteriorEER",
+    # one predictive layer, model DET curves, goodness of fit
+    "ModelFitWarning", "Predictive", "PredictiveError", "model_det_curve", "predictive",
     # studies
     "load_study", "run_study",
     # transformation (latent-Gaussian) mixed models
     "MonotoneTransform", "TransformLmerResult", "TransformControl", "TransformError",
     "AllScoresTiedError", "TooFewDistinctScoresError", "SingleClassError",
     "StratifiedTransform", "stratified_model_eer",
+
+    # Dask input
+    "DaskInputError", "DaskLmerResult",
     # subgroup fairness
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",

@@ -2,7 +2,7 @@
 
 Subcommands:
 
-``scoremix eer FILE --score COL --label COL [--positive V] [--method rocch]``
+``scoremix eer FILE --score COL --label COL [--positive V] [--method rocch] [--n-boot B --speaker COL]``
     EER (%), minDCF and its threshold of a trial table (CSV/TSV/.gz/parquet).
 ``scoremix study STUDY.toml [--out DIR] [--jobs N] [--dask ADDRESS|local] [--set KEY=VALUE]``
     Run a study file (data, models, analyses) → one CSV/JSON per analysis, model JSON,
@@ -26,7 +26,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 from pathlib import Path
 
@@ -51,10 +52,38 @@ def _one_line(exc: BaseException) -> str:
 
 def _fail(command: str, where: str | None, exc: BaseException) -> int:
     prefix = f"scoremix {command}: error: "
-    if where:
+    msg = _one_line(exc)
+    if where and not msg.startswith(f"{where}: "):  # messages that name their file already
         prefix += f"{where}: "
-    print(prefix + _one_line(exc), file=sys.stderr)
+    print(prefix + msg, file=sys.stderr)
     return EXIT_INPUT_ERROR
+
+
+@contextmanager
+def _direction_warnings(command: str, where: str | None, hint: str) -> Iterator[None]:
+    """Print each distinct :class:`~scoremix.metrics.ScoreDirectionWarning` raised inside as one
+    line ``scoremix <command>: warning: <where>: <message> <hint>`` on stderr; other warnings pass
+    through unchanged."""
+    import warnings
+
+    from scoremix.metrics import ScoreDirectionWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ScoreDirectionWarning)
+        try:
+            yield
+        finally:
+            seen: set[str] = set()
+            for w in caught:
+                if issubclass(w.category, ScoreDirectionWarning):
+                    text = " ".join(str(w.message).split())
+                    if text not in seen:
+                        seen.add(text)
+                        prefix = f"{where}: " if where else ""
+                        print(f"scoremix {command}: warning: {prefix}ScoreDirectionWarning: {text}{hint}",
+                              file=sys.stderr)
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 # ---------------------------------------------------------------------------------------
@@ -68,32 +97,62 @@ def _cmd_eer(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.exists():
         return _fail("eer", str(path), FileNotFoundError("no such file"))
+    higher = not args.lower_is_positive
     try:
         trials = load_trials(path, score=args.score, label=args.label, positive=args.positive)
         scores = trials["score"].to_numpy()
         y = trials["y"].to_numpy()
-        eer = float(metrics.eer(scores, y, method=args.method))
-        md = metrics.min_dcf(scores, y, p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa,
-                             normalize=args.normalize)
+        boot: dict = {}
+        if args.n_boot:
+            spk = None
+            if args.speaker is not None:
+                if args.speaker not in trials.columns:
+                    raise KeyError(f"speaker column {args.speaker!r} not in {path} (columns: {list(trials.columns)})")
+                spk = trials[args.speaker].to_numpy()
+            boot = dict(n_boot=args.n_boot, speaker=spk, seed=args.seed, ci=args.ci)
+        hint = "" if args.lower_is_positive else " (command line: --lower-is-positive)"
+        with _direction_warnings("eer", str(path), hint):
+            eer = metrics.eer(scores, y, method=args.method, higher_is_positive=higher, **boot)
+            md = metrics.min_dcf(scores, y, p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa,
+                                 normalize=args.normalize, higher_is_positive=higher, **boot)
     except (ValueError, KeyError, OSError) as exc:
         return _fail("eer", str(path), exc)
     n_pos = int(y.sum())
     result = {
         "file": str(path), "n_trials": int(y.size), "n_positive": n_pos, "n_negative": int(y.size - n_pos),
-        "eer": eer, "eer_method": args.method,
+        "eer": float(eer), "eer_method": args.method,
         "min_dcf": float(md.value), "min_dcf_threshold": float(md.threshold),
         "p_miss": float(md.p_miss), "p_fa": float(md.p_fa),
         "p_target": args.p_target, "c_miss": args.c_miss, "c_fa": args.c_fa, "normalized": args.normalize,
+        "min_dcf_normalized": float(md.normalized), "min_dcf_unnormalized": float(md.unnormalized),
+        "higher_is_positive": higher,
     }
+    if args.n_boot:
+        result.update({"eer_lo": eer.lo, "eer_hi": eer.hi, "min_dcf_lo": md.lo, "min_dcf_hi": md.hi,
+                       "n_boot": args.n_boot, "ci": args.ci, "seed": args.seed, "cluster": args.speaker or "trial",
+                       "interval": "expanded"})
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
+
+    def iv(lo: float, hi: float, scale: float = 1.0, fmt: str = ".4f") -> str:
+        if not args.n_boot:
+            return ""
+        if not hi > lo:  # a zero-width interval is no interval
+            return " [interval degenerate]"
+        return f" [{scale * lo:{fmt}}, {scale * hi:{fmt}}]"
+
     norm = "normalised" if args.normalize else "unnormalised"
+    other = "unnormalised" if args.normalize else "normalised"
     print(f"{path}: {y.size} trials ({n_pos} positive, {y.size - n_pos} negative)")
-    print(f"EER ({args.method}): {100 * eer:.4f} %")
+    if args.n_boot:
+        print(f"intervals: {100 * args.ci:g} % expanded-percentile, {args.n_boot} speaker-cluster bootstrap replicates "
+              f"(cluster: {args.speaker or 'each trial'}), seed {args.seed}")
+    print(f"EER ({args.method}): {100 * float(eer):.4f} %{iv(getattr(eer, 'lo', 0), getattr(eer, 'hi', 0), 100)}")
     print(f"minDCF (p_target={args.p_target:g}, c_miss={args.c_miss:g}, c_fa={args.c_fa:g}, {norm}): "
-          f"{md.value:.6f}")
-    print(f"minDCF threshold: {md.threshold:.6g} (accept = score >= threshold; "
+          f"{md.value:.6f}{iv(md.lo, md.hi, 1.0, '.6f')}; {other}: "
+          f"{(md.unnormalized if args.normalize else md.normalized):.6f}")
+    print(f"minDCF threshold: {md.threshold:.6g} (accept = score {'>=' if higher else '<='} threshold; "
           f"P_miss {100 * md.p_miss:.4f} %, P_fa {100 * md.p_fa:.4f} %)")
     return 0
 
@@ -166,8 +225,9 @@ def _cmd_study(args: argparse.Namespace) -> int:
         print(f"scoremix study: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     try:
-        res = run_study(cfg, out_dir=args.out, jobs=args.jobs, dask=args.dask, progress=not args.no_progress,
-                        report=not args.no_report, overwrite=args.overwrite)
+        with _direction_warnings("study", None, ""):
+            res = run_study(cfg, out_dir=args.out, jobs=args.jobs, dask=args.dask, progress=not args.no_progress,
+                            report=not args.no_report, overwrite=args.overwrite)
     except (StudyDataError, DaskUnavailableError, StudyOutputError) as exc:
         return _fail("study", None, exc)
     except StudyConfigError as exc:
@@ -221,6 +281,13 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.exists():
         return _fail("fit", str(path), FileNotFoundError("no such file"))
+    out = Path(args.json) if args.json else None
+    if out is not None:
+        # before the fit: a results file that cannot be written fails now, not after the summary
+        try:
+            _check_writable(out)
+        except OSError as exc:
+            return _fail("fit", str(out), exc)
     try:
         if args.score is not None or args.label is not None:
             df = load_trials(path, score=args.score or "score", label=args.label or "label", positive=args.positive)
@@ -229,16 +296,65 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
             df = read_data_file(Path(path))
         _check_response(df, args.formula, text_file=path.suffix not in (".parquet", ".pq"))
-        fit = lmer(args.formula, df, REML=not args.ml, backend=args.backend, dispersion=args.dispersion)
+        tkw = {"transform": args.transform} if args.transform else {}
+        fit = lmer(args.formula, df, REML=not args.ml, backend=args.backend, dispersion=args.dispersion, **tkw)
+        eer_tab = _model_eer_lines(fit, df, args) if args.model_eer is not None else None
     except (LmeError, ValueError, KeyError, OSError, ImportError) as exc:
         return _fail("fit", str(path), exc)
     print(fit.summary())
-    if args.json:
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(fit.to_json(indent=2), encoding="utf-8")
+    if eer_tab is not None:
+        print(eer_tab)
+    if out is not None:
+        try:
+            out.write_text(fit.to_json(indent=2), encoding="utf-8")
+        except OSError as exc:
+            return _fail("fit", str(out), exc)
         print(f"wrote {out}")
     return 0
+
+
+def _check_writable(path: Path) -> None:
+    """Raise ``OSError`` (with a readable message) when ``path`` cannot be created or replaced."""
+    import tempfile
+
+    if path.is_dir():
+        raise IsADirectoryError(f"is a folder; give a file name such as {path / 'fit.json'}")
+    for parent in [path.parent, *path.parent.parents]:
+        if parent.exists() and not parent.is_dir():
+            raise NotADirectoryError(f"cannot write there: {parent} is a file, not a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".scoremix-write-test-"):
+            pass
+    except OSError as exc:
+        raise OSError(f"cannot write into folder {path.parent}: {exc.strerror or exc}") from None
+
+
+def _model_eer_lines(fit: Any, df: "pd.DataFrame", args: argparse.Namespace) -> str:
+    """``fit --model-eer [BY ...]``: model vs empirical EER (speaker-bootstrap interval,
+    fit_ok) overall and per ``BY`` column; disagreements also warn (ModelFitWarning)."""
+    import numpy as np
+    import pandas as pd
+
+    from scoremix.model_eer import model_eer
+
+    label = "label" if "label" in df.columns else args.label
+    speaker = args.speaker if args.speaker in df.columns else None
+    parts, notes = [], []
+    for col in [None, *args.model_eer]:
+        by = col if col else pd.Series(np.zeros(len(fit.spec.data), int), index=fit.spec.data.index, name="cell")
+        tab = model_eer(fit, by=by, label=label, positive=args.positive, data=df, speaker=speaker)
+        tab.index = pd.Index(["all"] if col is None else [str(v) for v in tab.index], name="cell")
+        tab.insert(0, "by", col or "overall")
+        parts.append(tab.reset_index())
+        if tab.attrs.get("note"):
+            notes.append(f"note: {tab.attrs['note']}")
+    out = pd.concat(parts, ignore_index=True)[["by", "cell"] + [c for c in parts[0].columns if c not in ("by", "cell")]]
+    for c in ("eer_model", "eer_empirical", "eer_empirical_lo", "eer_empirical_hi"):
+        out[c] = (100 * out[c]).round(4)
+    return ("\nModel-based vs empirical EER (%; empirical: ROCCH with a speaker-bootstrap 95 % interval; "
+            "fit_ok = no disagreement beyond sampling error):\n" + out.to_string(index=False)
+            + "".join("\n" + n for n in notes))
 
 
 # ---------------------------------------------------------------------------------------
@@ -246,7 +362,10 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------
 
 def _cmd_fairness(args: argparse.Namespace) -> int:
+    import warnings
+
     from scoremix.fairness import SubgroupError, subgroup_dcf
+    from scoremix.metrics import ScoreDirectionWarning, check_direction
     from scoremix.trials import load_trials
 
     path = Path(args.file)
@@ -254,21 +373,32 @@ def _cmd_fairness(args: argparse.Namespace) -> int:
         return _fail("fairness", str(path), FileNotFoundError("no such file"))
     try:
         df = load_trials(path, score=args.score, label=args.label, positive=args.positive)
-        res = subgroup_dcf(df, args.groups, score="score", label="y", speaker=args.speaker,
-                           p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa, normalize=args.normalize,
-                           n_boot=args.n_boot, ci=args.ci, random_state=args.seed, progress=not args.no_progress)
+        with _direction_warnings("fairness", str(path), " (negate the score column of the file)"):
+            check_direction(df["score"].to_numpy(float), df["y"].to_numpy())
+        with warnings.catch_warnings():  # checked once above, not again per subgroup
+            warnings.simplefilter("ignore", ScoreDirectionWarning)
+            res = subgroup_dcf(df, args.groups, score="score", label="y", speaker=args.speaker,
+                               p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa, normalize=args.normalize,
+                               n_boot=args.n_boot, ci=args.ci, random_state=args.seed, progress=not args.no_progress)
     except (SubgroupError, ValueError, KeyError, OSError) as exc:
         return _fail("fairness", str(path), exc)
     import pandas as pd
 
     cols = [c for c in ["subgroup", "n_speakers", "n_pos", "n_neg", "dcf_at_overall", "min_dcf", "ratio_overall",
-                        "ratio_overall_lo", "ratio_overall_hi", "ratio_own", "fpr_ratio", "fnr_ratio", "reliable"]
+                        "ratio_overall_lo", "ratio_overall_hi", "ratio_own", "fpr_ratio", "fnr_ratio", "reliable",
+                        "note"]
             if c in res.table.columns]
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
         print(res.table[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    fi_ci = "" if args.n_boot == 0 else f" [{res.fairness_index_ci[0]:.4g}, {res.fairness_index_ci[1]:.4g}]"
+    lo, hi = res.fairness_index_ci
+    fi_ci = "" if args.n_boot == 0 else (f" [{lo:.4g}, {hi:.4g}]" if hi > lo else " [interval degenerate]")
+    share = "" if args.n_boot == 0 else f"; ratio interval above 1 in {100 * res.share_above_one:.0f} % of them"
     print(f"overall minDCF {res.min_dcf:.6g} at threshold {res.threshold:.6g}; Fairness Index "
-          f"{res.fairness_index:.4g}{fi_ci}")
+          f"{res.fairness_index:.4g}{fi_ci} over {res.n_subgroups} subgroups{share}")
+    if args.n_boot:
+        print(f"intervals: {100 * args.ci:g} % {res.settings.get('interval', 'expanded')}, {args.n_boot} "
+              f"speaker-cluster bootstrap replicates; reliable = measured coverage >= 0.90 "
+              f"(docs/intervals.md)")
     if args.csv:
         out = Path(args.csv)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -321,7 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("eer", help="EER, minDCF and threshold of a score table",
-                       description="EER (%%), minDCF and its threshold of a trial table "
+                       description="EER (in percent), minDCF and its threshold of a trial table "
                                    "(CSV, TSV, .gz or parquet). Accept = score >= threshold.")
     p.add_argument("file", metavar="FILE", help="trial table")
     p.add_argument("--score", default="score", metavar="COL", help="score column (default: score)")
@@ -334,6 +464,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--c-miss", type=float, default=1.0, help="cost of a miss (default 1)")
     p.add_argument("--c-fa", type=float, default=1.0, help="cost of a false acceptance (default 1)")
     p.add_argument("--normalize", action="store_true", help="normalised detection cost")
+    p.add_argument("--lower-is-positive", action="store_true",
+                   help="lower scores mean positive (distances, some countermeasures): accept = score <= threshold")
+    p.add_argument("--n-boot", type=int, default=0,
+                   help="speaker-cluster bootstrap replicates for intervals (default 0: none)")
+    p.add_argument("--speaker", default=None, metavar="COL",
+                   help="speaker (cluster) column for the bootstrap (default: every trial its own cluster)")
+    p.add_argument("--ci", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=_cmd_eer)
 
@@ -367,7 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-trials", type=int, default=20000, help="number of trials (default 20000)")
     p.add_argument("--n-boot", type=int, default=200, help="bootstrap replicates of the fairness table (default 200)")
     p.add_argument("--bayes", action="store_true", help="also fit the model with PyMC (slower)")
-    p.add_argument("--bayes-draws", type=int, default=200, help="posterior draws per chain with --bayes (default 200)")
+    p.add_argument("--bayes-draws", type=int, default=1000,
+                   help="posterior draws (and tuning steps) per chain with --bayes (default 1000: bulk and tail "
+                        "ESS above the 400 that the convergence check asks for)")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="parallel worker processes (default 1)")
     p.add_argument("--dask", default=None, metavar="ADDRESS", help="Dask scheduler address or 'local'")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -387,6 +527,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", default=None, metavar="COL", help="label column (validated, renamed to label)")
     p.add_argument("--positive", default=None, metavar="V", help="label value of the positive class")
     p.add_argument("--json", default=None, metavar="OUT", help="write the result as JSON (scoremix.lmer/1)")
+    p.add_argument("--transform", default=None, choices=("monotone",),
+                   help="fit a transformation (latent-Gaussian) mixed model h(score) = Xβ + Zb + ε, h increasing")
+    p.add_argument("--model-eer", nargs="*", default=None, metavar="BY",
+                   help="print the model-based vs empirical EER (with interval and fit check), overall and per BY")
+    p.add_argument("--speaker", default="speaker", metavar="COL",
+                   help="cluster column of the empirical EER bootstrap (default: speaker)")
     p.set_defaults(func=_cmd_fit)
 
     p = sub.add_parser("fairness", help="SVEva subgroup fairness table of a score table",

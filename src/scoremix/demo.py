@@ -109,7 +109,8 @@ by = ["sex", "nationality", ["sex", "nationality"]]
 feature = "x"
 """
 
-#: Extra ``[[models]]`` entry added by ``scoremix demo --bayes`` (few draws: a quick look).
+#: Extra ``[[models]]`` entry added by ``scoremix demo --bayes`` (``draws`` draws and tuning steps, 2 chains;
+#: the default 1000 passes the convergence check of :mod:`scoremix.bayes.diagnostics`).
 DEMO_BAYES_TOML = """
 [[models]]
 name = "crossed_bayes"
@@ -122,7 +123,7 @@ chains = 2
 
 
 def demo_study(seed: int = 0, n_trials: int = 20000, n_boot: int = 200, bayes: bool = False,
-               bayes_draws: int = 200) -> Any:
+               bayes_draws: int = 1000) -> Any:
     """The demo's :class:`~scoremix.study.config.StudyConfig` (see :data:`DEMO_STUDY_TOML`)."""
     import tomllib
 
@@ -164,7 +165,7 @@ def _demo_metrics(res: Any) -> dict[str, Any]:
 
 
 def run_demo(out_dir: str | Path, seed: int = 0, n_trials: int = 20000, progress: bool = True,
-             n_boot: int = 200, bayes: bool = False, bayes_draws: int = 200, jobs: int = 1,
+             n_boot: int = 200, bayes: bool = False, bayes_draws: int = 1000, jobs: int = 1,
              dask: str | None = None, overwrite: bool = False) -> dict[str, Any]:
     """Run the demo study (:func:`demo_study`) through the study runner.
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from scoremix.model_eer import mixture_eer
+from scoremix.predictive.mixture import mixture_eer
 
 __all__ = [
     "DesignError",

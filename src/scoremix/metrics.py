@@ -16,6 +16,7 @@ in [0, 1].
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -27,6 +28,9 @@ from scoremix.trials import NonFiniteScoreError, SingleClassError, TrialTableErr
 
 __all__ = [
     "MetricInputError",
+    "ScoreDirectionWarning",
+    "auc",
+    "check_direction",
     "DetCurve",
     "MinDCF",
     "Rates",
@@ -37,13 +41,17 @@ __all__ = [
     "det_axis_ticks",
     "rates_at",
     "eer",
+    "eer_from_counts",
     "eer_threshold",
     "dcf",
     "min_dcf",
+    "min_dcf_from_counts",
     "act_dcf",
     "bayes_threshold",
     "cllr",
     "min_cllr",
+    "Estimate",
+    "cluster_bootstrap",
 ]
 
 EerMethod = Literal["rocch", "interp", "asvspoof", "voxceleb"]
@@ -54,17 +62,156 @@ class MetricInputError(TrialTableError):
     """Scores / labels / cost parameters that a metric cannot use."""
 
 
+class ScoreDirectionWarning(UserWarning):
+    """The positive class scores *lower* than the negative class (AUC < 0.5): the scores
+    probably run the other way (lower = positive), and every error rate computed under
+    accept = score >= threshold is then meaningless."""
+
+
+# ----------------------------------------------------------------------------- intervals
+class Estimate(float):
+    r"""A metric value with a speaker-cluster bootstrap interval; behaves as the float ``value``.
+
+    Attributes: ``lo``, ``hi`` (interval ends, NaN when not computed), ``ci`` (level),
+    ``n_boot`` (replicates), ``n_clusters`` (speakers, or trials without a speaker column)
+    and ``interval`` (the method, ``"expanded"``: see :mod:`scoremix.fairness.resampling`).
+    Arithmetic returns plain floats; ``float(e)`` is the point estimate.
+    """
+
+    lo: float
+    hi: float
+    ci: float
+    n_boot: int
+    n_clusters: int
+    interval: str
+
+    def __new__(cls, value: float, lo: float = np.nan, hi: float = np.nan, ci: float = 0.95, n_boot: int = 0,
+                n_clusters: int = 0, interval: str = "expanded") -> "Estimate":
+        obj = super().__new__(cls, value)
+        obj.lo, obj.hi, obj.ci = float(lo), float(hi), float(ci)
+        obj.n_boot, obj.n_clusters, obj.interval = int(n_boot), int(n_clusters), str(interval)
+        return obj
+
+    @property
+    def value(self) -> float:
+        return float(self)
+
+    @property
+    def degenerate(self) -> bool:
+        """True when the interval has zero width or is missing (it then says nothing)."""
+        return not (self.hi > self.lo)
+
+    def __repr__(self) -> str:
+        return f"Estimate({float(self)!r}, lo={self.lo!r}, hi={self.hi!r}, ci={self.ci!r}, n_boot={self.n_boot})"
+
+
+def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, n_boot: int = 1000,
+                      seed: int | np.random.Generator | None = None, ci: float = 0.95,
+                      minimum: bool = False) -> Estimate:
+    r"""Speaker-cluster bootstrap interval of any metric ``stat(scores, labels) -> float``.
+
+    Replicate ``b`` draws the ``C`` speakers (clusters; every trial its own cluster when
+    ``speaker`` is None) with replacement and evaluates ``stat`` on the trials of the drawn
+    speakers, each repeated as often as its speaker was drawn.  The interval is the
+    *expanded percentile* interval of :mod:`scoremix.fairness.resampling` (levels
+    :math:`Φ(\mp\sqrt{C/(C-1)}\,t_{C-1}(1-α/2))`); with ``minimum=True`` (a minimum over
+    thresholds such as minDCF) it is shifted by twice the bootstrap bias.  Replicates in
+    which ``stat`` fails (e.g. one class only) are dropped.  Speakers are numbered in the
+    sorted order of their string form (that fixes which speaker gets which draw of ``seed``).
+    """
+    from scoremix.fairness.bootstrap import draw_cluster_weights
+    from scoremix.fairness.resampling import expanded_percentile_interval, shift_t_interval
+
+    if int(n_boot) < 1:
+        raise MetricInputError(f"n_boot must be >= 1 for an interval, got {n_boot}")
+    if not 0.0 < ci < 1.0:
+        raise MetricInputError(f"ci must be in (0, 1), got {ci}")
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    y = np.asarray(label_to_binary(labels, column="labels"))
+    n = s.shape[0]
+    if speaker is None:
+        cl = np.arange(n)
+    else:
+        spk = np.asarray(speaker, dtype=object).ravel()
+        if spk.shape[0] != n:
+            raise MetricInputError(f"speaker has {spk.shape[0]} values but scores has {n}")
+        miss = np.array([v is None or (isinstance(v, float) and np.isnan(v)) for v in spk])
+        if miss.any():
+            raise MetricInputError(f"speaker is missing at position(s) {np.flatnonzero(miss)[:5].tolist()}")
+        cl = np.unique(spk.astype(str), return_inverse=True)[1]
+    C = int(cl.max()) + 1
+    point = float(stat(s, y))
+    M = draw_cluster_weights(np.zeros(C, np.int64), int(n_boot), np.random.default_rng(seed)).astype(np.int64)
+    reps = np.empty(int(n_boot))
+    for b in range(int(n_boot)):
+        idx = np.repeat(np.arange(n), M[cl, b])
+        try:
+            reps[b] = float(stat(s[idx], y[idx]))
+        except TrialTableError:
+            reps[b] = np.nan
+    nn = np.array([float(C)])
+    if minimum:
+        lo, hi = shift_t_interval(np.array([point]), reps[None, :], nn, ci)
+    else:
+        lo, hi = expanded_percentile_interval(reps[None, :], nn, ci)
+    return Estimate(point, float(lo[0]), float(hi[0]), ci, int(n_boot), C, "expanded")
+
+
+def _quietly(stat: Any) -> Any:
+    """``stat`` without :class:`ScoreDirectionWarning` (bootstrap replicates repeat the point's check)."""
+    def run(a: Any, b: Any) -> float:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ScoreDirectionWarning)
+            return stat(a, b)
+
+    return run
+
+
+def _maybe_interval(value: float, stat: Any, scores: Any, labels: Any, n_boot: int, speaker: Any,
+                    seed: Any, ci: float) -> float:
+    """``value`` unchanged without a bootstrap, else an :class:`Estimate` of ``stat``."""
+    if not n_boot:
+        if speaker is not None:
+            raise MetricInputError("speaker= is only used with n_boot > 0 (the speaker-cluster bootstrap)")
+        return value
+    est = cluster_bootstrap(stat, scores, labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci)
+    return Estimate(value, est.lo, est.hi, est.ci, est.n_boot, est.n_clusters)
+
+
 # ----------------------------------------------------------------------------- inputs
+def _as_scores(scores: Any) -> np.ndarray:
+    """One-dimensional float64 scores; strings and 2-D arrays are named errors."""
+    try:
+        s = np.asarray(scores, dtype=np.float64)
+    except (ValueError, TypeError):
+        import pandas as pd
+
+        raw = np.asarray(scores, dtype=object)
+        if raw.ndim != 1:
+            raise MetricInputError(f"scores must be a one-dimensional array of numbers (one per trial), "
+                                   f"got shape {raw.shape}") from None
+        num = pd.to_numeric(pd.Series(raw), errors="coerce")
+        bad = np.flatnonzero(num.isna().to_numpy() & pd.Series(raw).notna().to_numpy())
+        first = int(bad[0]) if bad.size else 0
+        raise MetricInputError(
+            f"scores must be numbers: {bad.size} value(s) are not, the first at position {first} "
+            f"({raw[first]!r}); convert the score column with pd.to_numeric or pick the numeric column"
+        ) from None
+    if s.ndim != 1:
+        hint = " (one column: pass scores.ravel())" if s.ndim == 2 and 1 in s.shape else ""
+        raise MetricInputError(f"scores must be one-dimensional (one score per trial), got an array of "
+                               f"shape {s.shape}{hint}")
+    return s
+
+
 def _prepare(scores: Any, labels: Any, allow_posinf: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Validated ``(scores float64, labels int8)``; both classes must be present.
 
     NaN is always an error; ``+inf`` too unless ``allow_posinf`` (no threshold can
     reject a score of ``+inf`` under accept ``s >= τ``, so curves would lack their
-    reject-all end).
+    reject-all end). Scores must be numbers in a one-dimensional array.
     """
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim != 1:
-        s = s.ravel()
+    s = _as_scores(scores)
     y = label_to_binary(labels, column="labels")
     if s.shape[0] != y.shape[0]:
         raise MetricInputError(f"scores has {s.shape[0]} values but labels has {y.shape[0]}")
@@ -132,6 +279,48 @@ def _with_reject_all(p: _Points) -> _Points:
         p.n_pos,
         p.n_neg,
     )
+
+
+# ----------------------------------------------------------------------------- direction
+def _auc(s: np.ndarray, y: np.ndarray) -> float:
+    from scipy.stats import rankdata
+
+    r = rankdata(s)  # average ranks: ties count one half
+    n1 = int(np.count_nonzero(y))
+    n0 = y.shape[0] - n1
+    return float((r[y == 1].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+def auc(scores: Any, labels: Any) -> float:
+    r"""Area under the ROC curve, :math:`P(s^+ > s^-) + \tfrac12 P(s^+ = s^-)` over all
+    positive/negative pairs (the Mann–Whitney statistic, from average ranks in
+    :math:`O(N \log N)`). 0.5: no separation; below 0.5: positives score lower."""
+    s, y = _prepare(scores, labels)
+    return _auc(s, y)
+
+
+def _direction_message(a: float, where: str) -> str:
+    return (f"{where}scores look reversed: the positive class scores lower than the negative class "
+            f"(AUC = {a:.3f} < 0.5), but accept = score >= threshold assumes higher = positive. If lower "
+            f"scores mean positive, pass higher_is_positive=False (or negate the score column, e.g. "
+            f"[data] negate in a study); error rates are computed as if higher = positive")
+
+
+def check_direction(scores: Any, labels: Any, where: str = "", stacklevel: int = 2) -> float:
+    """Warn :class:`ScoreDirectionWarning` when AUC < 0.5 (see :func:`auc`); returns the AUC.
+
+    ``where`` prefixes the message (e.g. ``"system LA01: "``)."""
+    a = auc(scores, labels)
+    if a < 0.5:
+        warnings.warn(_direction_message(a, where), ScoreDirectionWarning, stacklevel=stacklevel + 1)
+    return a
+
+
+def _warn_if_reversed(s: np.ndarray, y: np.ndarray, stacklevel: int) -> None:
+    """:class:`ScoreDirectionWarning` when the (already oriented) scores give AUC < 0.5."""
+    a = _auc(s, y)
+    if a < 0.5:
+        warnings.warn(_direction_message(a, ""), ScoreDirectionWarning, stacklevel=stacklevel + 1)
 
 
 # ----------------------------------------------------------------------------- DET curve
@@ -402,14 +591,67 @@ _EER = {"rocch": _eer_rocch, "interp": _eer_interp, "asvspoof": _eer_asvspoof,
         "voxceleb": _eer_voxceleb}
 
 
-def _eer_point(scores: Any, labels: Any, method: str) -> tuple[float, float]:
+def _points_from_counts(scores: Any, n_pos: Any, n_neg: Any) -> _Points:
+    """Operating points from trial counts per distinct score (ascending, unique)."""
+    t = np.asarray(scores, dtype=np.float64)
+    cp = np.asarray(n_pos, dtype=np.int64)
+    cn = np.asarray(n_neg, dtype=np.int64)
+    if not (t.shape == cp.shape == cn.shape) or t.ndim != 1:
+        raise MetricInputError(f"scores, n_pos and n_neg must be 1-D of one length, got "
+                               f"{t.shape}, {cp.shape}, {cn.shape}")
+    if t.size > 1 and not np.all(t[1:] > t[:-1]):
+        raise MetricInputError("scores of a count table must be distinct and ascending")
+    if np.any(np.isnan(t)) or np.any(cp < 0) or np.any(cn < 0):
+        raise MetricInputError("count tables need non-NaN scores and non-negative counts")
+    pb = np.concatenate(([0], np.cumsum(cp)))
+    nb = np.concatenate(([0], np.cumsum(cn)))
+    if pb[-1] == 0 or nb[-1] == 0:
+        raise SingleClassError("the count table has only one class; the metric needs both")
+    return _Points(t, pb[:-1], nb[:-1], int(pb[-1]), int(nb[-1]))
+
+
+def _is_dask(x: Any) -> bool:
+    return hasattr(x, "__dask_graph__") and hasattr(x, "npartitions")
+
+
+def _points_any(scores: Any, labels: Any, allow_posinf: bool) -> _Points:
+    """Operating points of in-memory input, or of Dask input from exact per-partition
+    score counts merged on the cluster (:func:`scoremix.distributed.scores.score_counts`)."""
+    if _is_dask(scores) or _is_dask(labels):
+        from scoremix.distributed.scores import score_counts
+        return _points_from_counts(*score_counts(scores, labels, allow_posinf=allow_posinf))
+    s, y = _prepare(scores, labels, allow_posinf=allow_posinf)
+    return _points(s, y)
+
+
+def _eer_point(scores: Any, labels: Any, method: str, higher_is_positive: bool = True) -> tuple[float, float]:
     if method not in _EER:
         raise MetricInputError(f"unknown EER method {method!r}; choose one of {EER_METHODS}")
-    s, y = _prepare(scores, labels, allow_posinf=False)
-    return _EER[method](_points(s, y))
+    if _is_dask(scores) or _is_dask(labels):
+        # exact per-partition score counts merged on the cluster (no direction check: that needs
+        # the rows; scoremix.auc on a sample does it)
+        rate, tau = _EER[method](_points_any(scores if higher_is_positive else -scores, labels,
+                                             allow_posinf=False))
+    else:
+        s, y = _prepare(scores if higher_is_positive else -_as_scores(scores), labels,
+                        allow_posinf=False)
+        _warn_if_reversed(s, y, stacklevel=3)
+        rate, tau = _EER[method](_points(s, y))
+    return rate, (tau if higher_is_positive else -tau)
 
 
-def eer(scores: Any, labels: Any, method: EerMethod = "rocch") -> float:
+def eer_from_counts(scores: Any, n_pos: Any, n_neg: Any, method: EerMethod = "rocch") -> float:
+    """:func:`eer` of trials given as counts: ``n_pos[k]`` positive and ``n_neg[k]`` negative
+    trials score ``scores[k]`` (distinct, ascending). Equal to :func:`eer` of the expanded
+    trials."""
+    if method not in _EER:
+        raise MetricInputError(f"unknown EER method {method!r}; choose one of {EER_METHODS}")
+    return _EER[method](_points_from_counts(scores, n_pos, n_neg))[0]
+
+
+def eer(scores: Any, labels: Any, method: EerMethod = "rocch", higher_is_positive: bool = True, *,
+        n_boot: int = 0, speaker: Any = None, seed: int | np.random.Generator | None = None,
+        ci: float = 0.95) -> float:
     r"""Equal error rate, the rate where :math:`P_\text{miss} = P_\text{fa}`.
 
     Empirical curves are step functions, so the crossing must be defined:
@@ -449,16 +691,27 @@ def eer(scores: Any, labels: Any, method: EerMethod = "rocch") -> float:
     labels : array-like
         1/0, bool, or anything :func:`scoremix.trials.label_to_binary` accepts.
     method : {"rocch", "interp", "asvspoof", "voxceleb"}
+    higher_is_positive : bool
+        ``False`` for scores where lower means positive (distances, some spoofing scores):
+        the metric is computed on :math:`-s`. When the positive class scores lower than the
+        negative class after this (AUC < 0.5) a :class:`ScoreDirectionWarning` is raised.
+
+    n_boot, speaker, seed, ci : optional
+        with ``n_boot > 0``: a speaker-cluster bootstrap interval (``speaker``: one id per
+        trial; None = trials are independent), see :func:`cluster_bootstrap`.
 
     Returns
     -------
     float
-        EER as a fraction in [0, 1].
+        EER as a fraction in [0, 1]; an :class:`Estimate` (a float with ``lo``, ``hi``)
+        when ``n_boot > 0``.
     """
-    return _eer_point(scores, labels, method)[0]
+    value = _eer_point(scores, labels, method, higher_is_positive)[0]
+    return _maybe_interval(value, _quietly(lambda a, b: _eer_point(a, b, method, higher_is_positive)[0]), scores,
+                           labels, n_boot, speaker, seed, ci)
 
 
-def eer_threshold(scores: Any, labels: Any, method: EerMethod = "rocch") -> float:
+def eer_threshold(scores: Any, labels: Any, method: EerMethod = "rocch", higher_is_positive: bool = True) -> float:
     r"""A decision threshold (accept :math:`s \ge \tau`) at the EER of :func:`eer`.
 
     ``"rocch"``: the threshold of the nearer of the two hull vertices bracketing the
@@ -467,9 +720,10 @@ def eer_threshold(scores: Any, labels: Any, method: EerMethod = "rocch") -> floa
     script's threshold converted to accept :math:`s \ge \tau` (the next float above it);
     when the script's point lies inside a group of tied scores no threshold reaches it
     exactly. ``"voxceleb"``: ``thresholds[i]`` of ``roc_curve`` (:math:`+\infty` for its
-    added start point).
+    added start point). With ``higher_is_positive=False`` the threshold is on the original
+    scores with accept :math:`s \le \tau`.
     """
-    return _eer_point(scores, labels, method)[1]
+    return _eer_point(scores, labels, method, higher_is_positive)[1]
 
 
 # ----------------------------------------------------------------------------- DCF
@@ -533,27 +787,83 @@ class MinDCF:
     c_miss: float
     c_fa: float
     normalize: bool
+    lo: float = float("nan")
+    hi: float = float("nan")
+    ci: float = float("nan")
+    n_boot: int = 0
 
     def __float__(self) -> float:
         return self.value
 
+    @property
+    def normalizer(self) -> float:
+        r""":math:`\min(C_\text{miss} P_\text{tar}, C_\text{fa}(1-P_\text{tar}))`, the cost of the better trivial system."""
+        return min(self.c_miss * self.p_target, self.c_fa * (1 - self.p_target))
+
+    @property
+    def normalized(self) -> float:
+        """The normalised minimum cost (``value`` itself when ``normalize`` is True)."""
+        return self.value if self.normalize else self.value / self.normalizer
+
+    @property
+    def unnormalized(self) -> float:
+        """The unnormalised minimum cost."""
+        return self.value * self.normalizer if self.normalize else self.value
+
 
 def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1,
-            normalize: bool = False) -> MinDCF:
+            normalize: bool = False, higher_is_positive: bool = True, *, n_boot: int = 0, speaker: Any = None,
+            seed: int | np.random.Generator | None = None, ci: float = 0.95) -> MinDCF:
     r"""Minimum of :math:`C(\tau)` (see :func:`dcf`) over every distinct threshold.
 
     The minimum over all real :math:`\tau` is attained at a distinct score or at
     :math:`+\infty` (reject all), because :math:`C` is constant between consecutive
     scores; all of them are evaluated at once from cumulative counts.
+
+    ``higher_is_positive=False``: computed on :math:`-s`; the returned threshold is on the
+    original scores with accept :math:`s \le \tau`. A :class:`ScoreDirectionWarning` is
+    raised when the positive class scores lower (AUC < 0.5) in the direction used.
+
+    With ``n_boot > 0`` the result's ``lo``, ``hi`` hold a speaker-cluster bootstrap
+    interval of ``value`` (see :func:`cluster_bootstrap`; ``speaker``: one id per trial).
     """
     _check_costs(p_target, c_miss, c_fa)
-    s, y = _prepare(scores, labels, allow_posinf=False)
-    p = _with_reject_all(_points(s, y))
+    if n_boot:
+        point = min_dcf(scores, labels, p_target, c_miss, c_fa, normalize, higher_is_positive)
+        est = cluster_bootstrap(_quietly(lambda a, b: min_dcf(a, b, p_target, c_miss, c_fa, normalize,
+                                                              higher_is_positive).value), scores,
+                                labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci, minimum=True)
+        return MinDCF(point.value, point.threshold, point.p_miss, point.p_fa, point.p_target, point.c_miss,
+                      point.c_fa, point.normalize, est.lo, est.hi, est.ci, est.n_boot)
+    if speaker is not None:
+        raise MetricInputError("speaker= is only used with n_boot > 0 (the speaker-cluster bootstrap)")
+    if _is_dask(scores) or _is_dask(labels):
+        p = _points_any(scores if higher_is_positive else -scores, labels, allow_posinf=False)
+    else:
+        s, y = _prepare(scores if higher_is_positive else -_as_scores(scores), labels,
+                        allow_posinf=False)
+        _warn_if_reversed(s, y, stacklevel=2)
+        p = _points(s, y)
+    return _min_dcf_of(p, p_target, c_miss, c_fa, normalize, higher_is_positive)
+
+
+def min_dcf_from_counts(scores: Any, n_pos: Any, n_neg: Any, p_target: float = 0.05,
+                        c_miss: float = 1, c_fa: float = 1, normalize: bool = False) -> MinDCF:
+    """:func:`min_dcf` of trials given as counts per distinct score (see
+    :func:`eer_from_counts`)."""
+    _check_costs(p_target, c_miss, c_fa)
+    return _min_dcf_of(_points_from_counts(scores, n_pos, n_neg), p_target, c_miss, c_fa, normalize)
+
+
+def _min_dcf_of(p: _Points, p_target: float, c_miss: float, c_fa: float, normalize: bool,
+                higher_is_positive: bool = True) -> MinDCF:
+    p = _with_reject_all(p)
     pm = p.pos_below / p.n_pos
     pf = (p.n_neg - p.neg_below) / p.n_neg
     cost = _cost(pm, pf, p_target, c_miss, c_fa, normalize)
     k = int(np.argmin(cost))
-    return MinDCF(float(cost[k]), float(p.thresholds[k]), float(pm[k]), float(pf[k]),
+    tau = float(p.thresholds[k]) if higher_is_positive else -float(p.thresholds[k])
+    return MinDCF(float(cost[k]), tau, float(pm[k]), float(pf[k]),
                   float(p_target), float(c_miss), float(c_fa), bool(normalize))
 
 
@@ -564,19 +874,24 @@ def bayes_threshold(p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1) 
 
 
 def act_dcf(llrs: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1,
-            normalize: bool = False) -> float:
+            normalize: bool = False, *, n_boot: int = 0, speaker: Any = None,
+            seed: int | np.random.Generator | None = None, ci: float = 0.95) -> float:
     r"""Actual detection cost of calibrated log-likelihood ratios.
 
     :math:`C(\tau^*)` of :func:`dcf` at the Bayes threshold
     :math:`\tau^* = \log\frac{C_\text{fa}(1-P_\text{tar})}{C_\text{miss}P_\text{tar}}`
     (accept :math:`\ell \ge \tau^*`). Always :math:`\ge` :func:`min_dcf`.
+    With ``n_boot > 0`` an :class:`Estimate` with a speaker-cluster bootstrap interval.
     """
-    return dcf(llrs, labels, bayes_threshold(p_target, c_miss, c_fa), p_target, c_miss, c_fa,
-               normalize)
+    thr = bayes_threshold(p_target, c_miss, c_fa)
+    value = dcf(llrs, labels, thr, p_target, c_miss, c_fa, normalize)
+    return _maybe_interval(value, lambda a, b: dcf(a, b, thr, p_target, c_miss, c_fa, normalize), llrs, labels,
+                           n_boot, speaker, seed, ci)
 
 
 # ----------------------------------------------------------------------------- Cllr
-def cllr(llrs: Any, labels: Any) -> float:
+def cllr(llrs: Any, labels: Any, *, n_boot: int = 0, speaker: Any = None,
+         seed: int | np.random.Generator | None = None, ci: float = 0.95) -> float:
     r"""Log-likelihood-ratio cost in bits.
 
     .. math::
@@ -586,13 +901,15 @@ def cllr(llrs: Any, labels: Any) -> float:
 
     1 bit for the uninformative :math:`\ell \equiv 0`; 0 for perfect, infinitely
     confident LLRs. :math:`\pm\infty` LLRs are allowed (a wrong infinite LLR gives
-    :math:`+\infty`).
+    :math:`+\infty`). With ``n_boot > 0`` an :class:`Estimate` with a speaker-cluster
+    bootstrap interval (see :func:`cluster_bootstrap`).
     """
     s, y = _prepare(llrs, labels)
     pos = y == 1
     tp = np.logaddexp(0.0, -s[pos]).mean()
     tn = np.logaddexp(0.0, s[~pos]).mean()
-    return float((tp + tn) / (2 * np.log(2)))
+    value = float((tp + tn) / (2 * np.log(2)))
+    return _maybe_interval(value, cllr, llrs, labels, n_boot, speaker, seed, ci)
 
 
 def min_cllr(llrs: Any, labels: Any) -> float:

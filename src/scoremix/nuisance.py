@@ -32,7 +32,7 @@ from sklearn.base import BaseEstimator
 from sklearn.mixture import GaussianMixture
 from tqdm.auto import tqdm
 
-from scoremix.model_eer import gaussian_eer
+from scoremix.predictive.mixture import gaussian_eer
 from scoremix.trials import SingleClassError as _TrialsSingleClassError
 
 __all__ = [

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import numbers
+import zlib
 from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,11 @@ __all__ = [
     "DuplicateTrialError",
     "EmptyTableError",
     "UnmatchedTrialError",
+    "CorruptFileError",
+    "SeparatorError",
     "label_to_binary",
     "load_trials",
+    "read_table",
     "read_asvspoof_cm",
     "read_kaldi_trials",
     "POSITIVE_LABELS",
@@ -306,22 +310,98 @@ def _sniff_sep(path: Path) -> str:
     return r"\s+"
 
 
-def _read_table(source: str | Path, sep: str | None, read_kw: dict[str, Any]) -> pd.DataFrame:
+class CorruptFileError(TrialTableError):
+    """A table file that cannot be decoded: not gzip despite ``.gz``, a truncated or damaged
+    gzip stream, or bytes that are not UTF-8; the message names the file and the byte/line."""
+
+
+class SeparatorError(TrialTableError):
+    """A text table that parsed into one column because its separator is another one."""
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _raw_lines(path: Path) -> Any:
+    """The (decompressed) bytes of ``path`` line by line."""
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+
+
+def _check_gzip(path: Path) -> None:
+    """A ``.gz`` name must hold a gzip stream, and the stream must decompress to its end."""
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+    if head != _GZIP_MAGIC:
+        raise CorruptFileError(f"{path}: the name ends in .gz but the file is not gzip-compressed (it starts "
+                               f"with {head!r}); rename it without .gz, or compress it with gzip")
+    n_bytes, n_lines = 0, 0
+    try:
+        with gzip.open(path, "rb") as fh:
+            while chunk := fh.read1(1 << 16):
+                n_bytes += len(chunk)
+                n_lines += chunk.count(b"\n")
+    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
+        raise CorruptFileError(f"{path}: the gzip stream is damaged or truncated after {n_bytes} decompressed "
+                               f"byte(s) (line {n_lines + 1}): {exc}; the file is incomplete: copy or download "
+                               f"it again") from None
+
+
+def _decode_error(path: Path, encoding: str) -> CorruptFileError:
+    """Where ``path`` stops being ``encoding``: 1-based line and 0-based byte offset."""
+    offset = 0
+    with _raw_lines(path) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            try:
+                line.decode(encoding)
+            except UnicodeDecodeError as exc:
+                bad = line[exc.start:exc.end]
+                return CorruptFileError(
+                    f"{path}: line {lineno} (byte {offset + exc.start}) is not valid {encoding}: {bad!r}; "
+                    f"pass encoding='latin-1' (or the file's encoding) to read it")
+            offset += len(line)
+    return CorruptFileError(f"{path}: not valid {encoding}; pass encoding= the file's encoding")
+
+
+def read_table(source: str | Path, sep: str | None = None, **read_kw: Any) -> pd.DataFrame:
+    """Read a table file with named errors: parquet by extension, else CSV/TSV/whitespace text
+    (optionally ``.gz``), separator from ``sep``, the extension or the first line (see
+    :func:`load_trials`).
+
+    Raises :class:`CorruptFileError` (not gzip despite ``.gz``, truncated gzip, not UTF-8 —
+    naming the file and the line/byte), :class:`SeparatorError` (a ``.csv`` whose one column
+    holds ``;``, tabs or ``|`` — suggesting ``sep=``), :class:`EmptyTableError`, and
+    ``FileNotFoundError``.
+    """
     path = Path(source)
     if not path.exists():
         raise FileNotFoundError(f"trial table {str(path)!r} does not exist")
     name = path.name.lower()
     if name.endswith((".parquet", ".pq", ".parq")):
-        return pd.read_parquet(path, **read_kw)
+        # CSV reader options (low_memory, encoding, …) do not apply to parquet
+        pq_kw = {k: v for k, v in read_kw.items() if k in ("columns", "engine", "filters")}
+        return pd.read_parquet(path, **pq_kw)
+    if name.endswith(".gz"):
+        _check_gzip(path)
+    given = sep is not None
     if sep is None:
         sep = _sniff_sep(path)
     engine = read_kw.pop("engine", None)
     if engine is None:
         engine = "python" if len(sep) > 1 and sep != r"\s+" else "c"
     try:
-        return pd.read_csv(path, sep=sep, engine=engine, **read_kw)
+        df = pd.read_csv(path, sep=sep, engine=engine, **read_kw)
     except pd.errors.EmptyDataError as exc:
         raise EmptyTableError(f"trial table {str(path)!r} is empty") from exc
+    except UnicodeDecodeError:
+        raise _decode_error(path, read_kw.get("encoding") or "utf-8") from None
+    if not given and df.shape[1] == 1:
+        header = str(df.columns[0])
+        for other, label in ((";", "';'"), ("\t", "'\\t'"), ("|", "'|'")):
+            if other in header and other != sep:
+                raise SeparatorError(
+                    f"{path}: read as a single column {header[:60]!r} with separator {sep!r}, but the header "
+                    f"holds {label}: pass sep={label} (e.g. load_trials(path, sep={label}))")
+    return df
 
 
 def _rows(mask: np.ndarray) -> list[int]:
@@ -436,7 +516,7 @@ def load_trials(
             raise TypeError(f"read options {sorted(read_kw)} only apply when source is a file")
         df = source.copy()
     elif isinstance(source, (str, Path)):
-        df = _read_table(source, sep, dict(read_kw))
+        df = read_table(source, sep, **read_kw)
     else:
         raise TypeError(f"source must be a DataFrame or a path, not {type(source).__name__}")
 

@@ -99,7 +99,7 @@ def _sample_nutpie(built, key, values: dict | None, draws: int, tune: int, chain
     return nutpie.sample(compiled, **kw)
 
 
-def _get_model(spec, ps, ss, method: str, likelihood: str, centred, use_cache: bool):
+def _get_model(spec, ps, ss, method: str, likelihood: str, centred, use_cache: bool, cells=None):
     """The PyMC model: from the cache (``pm.set_data`` to this data) or freshly built.
 
     Returns ``(built, signature, data values)``.
@@ -107,6 +107,9 @@ def _get_model(spec, ps, ss, method: str, likelihood: str, centred, use_cache: b
     from scoremix.bayes.cache import MODEL_CACHE
     from scoremix.bayes.joint import (build_collapsed_model, build_joint_model, centred_terms, model_data,
                                       model_signature)
+
+    if cells is not None:  # the transformation model's cell likelihood: per row, never cached
+        return build_joint_model(spec, ps, None, likelihood="rows", centred=centred, cells=cells), None, None
 
     cent = centred_terms(spec, centred) if method == "joint" else []
     key = model_signature(spec, ps, ss, method, likelihood, cent)
@@ -214,8 +217,14 @@ def bayes_lmer_spec(
     target_accept: float | None = None,
     check: bool = True,
     cache: bool = True,
+    cells: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> BayesLmerResult:
-    """:func:`bayes_lmer` for a ready :class:`~scoremix.lme.spec.ModelSpec` (see there)."""
+    """:func:`bayes_lmer` for a ready :class:`~scoremix.lme.spec.ModelSpec` (see there).
+
+    ``cells=(lo, hi)``: the latent cell of every row of a transformation model with a fixed
+    transform (:mod:`scoremix.bayes.transform`); needs ``method="joint"``,
+    ``likelihood="rows"``.
+    """
     import arviz as az
     import xarray as xr
 
@@ -229,12 +238,14 @@ def bayes_lmer_spec(
         raise ValueError("method='collapsed' always works on sufficient statistics; "
                          "likelihood='rows' needs method='joint'")
     _check_sampler(sampler)
+    if cells is not None and (method != "joint" or likelihood != "rows"):
+        raise ValueError("the cell likelihood of a transformation model needs method='joint', likelihood='rows'")
     if check:
         warn_nested_factors(spec)
     ps = resolve_priors(spec, priors)
     ss = blocked_suffstats(spec) if (method == "collapsed" or likelihood == "suffstats") else None
     t0 = time.perf_counter()
-    built, key, values = _get_model(spec, ps, ss, method, likelihood, centred, cache)
+    built, key, values = _get_model(spec, ps, ss, method, likelihood, centred, cache, cells=cells)
     seq = np.random.SeedSequence(random_seed)
     pm_seed = int(seq.generate_state(1)[0] % (2**31 - 1)) if random_seed is not None else None
     rng = np.random.default_rng(seq.spawn(1)[0])
@@ -278,6 +289,7 @@ def bayes_lmer(
     centred: bool | dict | None = None,
     target_accept: float | None = None,
     cache: bool = True,
+    transform: Any = None,
 ) -> BayesLmerResult:
     r"""Fit a linear mixed model by NUTS with lme4 formula syntax.
 
@@ -287,7 +299,9 @@ def bayes_lmer(
         lme4 formula (``"score ~ label + (1|speaker) + (0 + dummy(label, 'spoof')|attack)"``),
         or a ready :class:`~scoremix.lme.spec.ModelSpec` (then ``data`` is ignored).
     data:
-        the trial table.
+        the trial table; or a ``dask.dataframe.DataFrame`` / parquet path or glob, reduced to
+        summed cross-products and moments on the cluster (same posterior as in memory for
+        the same seed; ``observed_data`` then holds no rows, see ``docs/dask.md``).
     priors:
         overrides of the default priors, keyed by parameter name (``"sigma"``,
         ``"sd_speaker__(Intercept)"``, ``"labelspoof"``, ``"cor_<grp>"``); values are
@@ -321,6 +335,14 @@ def bayes_lmer(
         reuse a built model (and nutpie's compiled model) from an earlier fit with the
         same level counts, term sizes and prior families; its ``pm.Data`` (cross-products,
         prior scales) is set to this data (see :mod:`scoremix.bayes.cache`).
+    transform:
+        ``None`` (default): the Gaussian model.  ``"monotone"``: the transformation model
+        ``h(score) = Xβ + Zb + ε`` with ``h`` fixed at its ML estimate
+        (``lmer(..., transform="monotone")``) and the exact cell likelihood of the scores
+        (ties and saturated scores included); or a fitted transform object (``fit.transform``
+        of such an ``lmer`` fit) to reuse.  Implies ``method="joint"``, ``likelihood="rows"``.
+        Everything in the result is on the latent scale; ``result.transform`` maps scores to
+        it (see :mod:`scoremix.bayes.transform` for what fixing ``h`` ignores).
 
     Returns
     -------
@@ -328,8 +350,25 @@ def bayes_lmer(
     """
     from scoremix.lme.spec import ModelSpec
 
+    from scoremix.distributed.inputs import is_dask_collection, is_parquet_path
+
+    for name, value, least in (("draws", draws, 1), ("tune", tune, 0), ("chains", chains, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise ValueError(f"bayes_lmer: {name} must be an integer >= {least}, got {value!r}")
     if isinstance(formula, ModelSpec):
         spec = formula
+    elif is_dask_collection(data) or is_parquet_path(data):
+        # Dask rows: the collapsed likelihood needs only cross-products summed over partitions
+        from scoremix.distributed.spec import add_bayes_statistics, build_dask_model_spec
+
+        if method != "collapsed" and likelihood == "rows":
+            raise ValueError("likelihood='rows' needs the rows in memory; Dask input works with "
+                             "likelihood='suffstats'")
+        if posterior_predictive:
+            raise ValueError("posterior_predictive=True would materialise a replicate of every "
+                             "row; not available for Dask input")
+        spec = add_bayes_statistics(build_dask_model_spec(formula, data, weights=weights,
+                                                          dispersion=dispersion))
     else:
         try:
             from scoremix.lme.model_frame import build_model_spec
@@ -338,8 +377,31 @@ def bayes_lmer(
                               "pass a ModelSpec instead") from exc
         if data is None:
             raise ValueError("data is required with a formula")
+        from scoremix.lme.input_checks import check_model_input
+
+        check_model_input(formula, data)
         spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion)
-    return bayes_lmer_spec(spec, priors=priors, draws=draws, tune=tune, chains=chains, sampler=sampler,
-                           method=method, likelihood=likelihood, random_seed=random_seed,
-                           progressbar=progressbar, posterior_predictive=posterior_predictive,
-                           cores=cores, centred=centred, target_accept=target_accept, cache=cache)
+    cells = None
+    tr = None
+    if transform is not None:
+        from scoremix.bayes.transform import latent_spec, ml_transform
+
+        if isinstance(transform, str):
+            if transform != "monotone":
+                raise ValueError(f"transform must be None, 'monotone' or a fitted transform, got {transform!r}")
+            if isinstance(formula, ModelSpec):
+                raise ValueError("transform='monotone' needs the formula and data (to fit h); with a ModelSpec "
+                                 "pass transform=<lmer(..., transform='monotone').transform>")
+            tr = ml_transform(formula, data, dispersion, weights)
+        else:
+            tr = transform
+        spec, cells = latent_spec(spec, tr)
+        method, likelihood = "joint", "rows"
+        if posterior_predictive:
+            raise ValueError("posterior_predictive is not available with a transform (replicates would be latent)")
+    res = bayes_lmer_spec(spec, priors=priors, draws=draws, tune=tune, chains=chains, sampler=sampler,
+                          method=method, likelihood=likelihood, random_seed=random_seed,
+                          progressbar=progressbar, posterior_predictive=posterior_predictive,
+                          cores=cores, centred=centred, target_accept=target_accept, cache=cache, cells=cells)
+    res.transform = tr
+    return res

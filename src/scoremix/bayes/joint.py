@@ -22,7 +22,13 @@ Two equivalent likelihoods:
         + 2\sum_j b_{1j}^\top B_{\ell j} a + a^\top A_\ell a\big)\Big];
 
 * ``likelihood="rows"`` — ``pm.Normal`` observed row by row (for checking, and the
-  starting point for non-Gaussian extensions).
+  starting point for non-Gaussian extensions);
+* ``likelihood="rows"`` with ``cells=(lo, hi)`` — the transformation model with its
+  transform fixed (:mod:`scoremix.bayes.transform`): row ``i`` is only known to have its
+  latent value in the cell ``(lo_i, hi_i]``, so
+  :math:`\log p = \sum_i \log[\Phi((hi_i-\mu_i)/s_i) - \Phi((lo_i-\mu_i)/s_i)]`
+  (exact for ties and saturated scores; computed on the upper tail when ``lo_i > 0`` to
+  avoid cancellation).
 
 Parameterisation of ``b_k``: centred (``b_k`` is the PyMC variable) when the mean number
 of rows per level ``N / n_k ≥ 20`` (the data pin each level down, so the funnel of a
@@ -41,7 +47,7 @@ from scoremix.bayes.params import VarianceParams, add_variance_params
 from scoremix.bayes.priors import PriorError, PriorSet
 from scoremix.bayes.suffstats import BlockedSuffStats
 
-__all__ = ["CENTRED_MIN_ROWS_PER_LEVEL", "BuiltModel", "beta_prior_arrays", "build_collapsed_model",
+__all__ = ["CENTRED_MIN_ROWS_PER_LEVEL", "BuiltModel", "beta_prior_arrays", "build_collapsed_model", "cell_loglik_graph",
            "build_joint_model", "centred_terms", "model_data", "model_signature", "suffstats_data"]
 
 CENTRED_MIN_ROWS_PER_LEVEL = 20.0
@@ -189,8 +195,32 @@ def _beta_rv(spec, ps: PriorSet, as_data: bool = False):
     return pm.Deterministic("beta", pt.stack(parts))
 
 
+def cell_loglik_graph(mu, sd, lo: np.ndarray, hi: np.ndarray):
+    """``Σ_i log[Φ((hi_i − μ_i)/s_i) − Φ((lo_i − μ_i)/s_i)]`` as a pytensor graph.
+
+    Infinite edges are replaced by ``±1e4`` (latent units, residual SD about 1): Φ of such
+    values is exactly 0 or 1 in double precision, and the gradients stay finite."""
+    import pytensor.tensor as pt
+
+    big = 1e4
+    lo = np.clip(np.asarray(lo, dtype=np.float64), -big, big)
+    hi = np.clip(np.asarray(hi, dtype=np.float64), -big, big)
+    if np.any(hi <= lo):
+        raise ValueError("every cell needs hi > lo")
+    a = (pt.constant(lo) - mu) / sd
+    b = (pt.constant(hi) - mu) / sd
+    sqrt2 = np.sqrt(2.0)
+    # P = Φ(b) − Φ(a) = ½[erfc(−b/√2) − erfc(−a/√2)] (lower tail) = ½[erfc(a/√2) − erfc(b/√2)] (upper)
+    upper = pt.gt(a, 0.0)
+    p_lo = 0.5 * (pt.erfc(-b / sqrt2) - pt.erfc(-a / sqrt2))
+    p_hi = 0.5 * (pt.erfc(a / sqrt2) - pt.erfc(b / sqrt2))
+    p = pt.switch(upper, p_hi, p_lo)
+    return pt.log(pt.maximum(p, 1e-300)).sum()
+
+
 def build_joint_model(spec, ps: PriorSet, ss: BlockedSuffStats | None, likelihood: str = "suffstats",
-                      centred: bool | dict | None = None) -> BuiltModel:
+                      centred: bool | dict | None = None,
+                      cells: tuple[np.ndarray, np.ndarray] | None = None) -> BuiltModel:
     """The joint PyMC model with β and b as variables (see the module docstring)."""
     import pymc as pm
     import pytensor.tensor as pt
@@ -238,5 +268,8 @@ def build_joint_model(spec, ps: PriorSet, ss: BlockedSuffStats | None, likelihoo
                       else np.asarray(spec.dispersion_codes, dtype=np.int64))
             w = np.ones(spec.n) if spec.weights is None else np.asarray(spec.weights, dtype=np.float64)
             sd = sigma[pt.constant(dcodes)] / pt.constant(np.sqrt(w))
-            pm.Normal("y", mu=mu, sigma=sd, observed=np.asarray(spec.y, dtype=np.float64))
+            if cells is None:
+                pm.Normal("y", mu=mu, sigma=sd, observed=np.asarray(spec.y, dtype=np.float64))
+            else:
+                pm.Potential("loglik_cells", cell_loglik_graph(mu, sd, cells[0], cells[1]))
     return BuiltModel(model, "joint", likelihood, cent, vp, ps)

@@ -29,6 +29,7 @@ __all__ = [
     "Prior",
     "PriorError",
     "PriorSet",
+    "data_moments",
     "default_priors",
     "resolve_priors",
     "sd_name",
@@ -200,27 +201,41 @@ class PriorSet:
         return pd.DataFrame(rows, columns=["parameter", "prior"])
 
 
+def data_moments(spec) -> dict[str, Any]:
+    """What the default priors read from the rows: ``ybar`` (mean of ``y``), ``y_sd``
+    (``ddof=1``), ``x_sd`` (SD of every ``X`` column, ``ddof=1``) and ``term_rms`` (per term,
+    ``sqrt(mean(x²))`` of every column), from reproducible sums
+    (:func:`scoremix.bayes.reprosum.spec_moments`), so that the same rows give the same priors
+    however they are split.  A spec without rows (Dask input,
+    :class:`scoremix.distributed.spec.DaskModelSpec`) carries them as ``spec.moments``."""
+    given = getattr(spec, "moments", None)
+    if given:
+        return given
+    from scoremix.bayes.reprosum import spec_moments
+
+    return spec_moments(spec)
+
+
 def default_priors(spec) -> PriorSet:
     """The auto-scaled default priors of the module docstring for ``spec``."""
-    y = np.asarray(spec.y, dtype=np.float64)
-    sy = float(np.std(y, ddof=1)) if y.size > 1 else 1.0
+    mom = data_moments(spec)
+    sy = float(mom["y_sd"])
     if not np.isfinite(sy) or sy <= 0:
         sy = 1.0
-    ybar = float(np.mean(y))
+    ybar = float(mom["ybar"])
     fixef: dict[str, Prior] = {}
     for j, name in enumerate(spec.fixef_names):
-        col = spec.X[:, j]
         if name == "(Intercept)":
             fixef[name] = Prior.normal(ybar, 2.5 * sy)
             continue
-        sx = float(np.std(col, ddof=1)) if col.size > 1 else 0.0
+        sx = float(mom["x_sd"][j])
         fixef[name] = Prior.normal(0.0, 2.5 * sy / sx if sx > 0 else 2.5 * sy)
     sigma = {nm: Prior.half_t(3.0, sy) for nm in sigma_names(spec)}
     sd: dict[str, Prior] = {}
     cor: dict[str, Prior] = {}
-    for t in spec.terms:
+    for k, t in enumerate(spec.terms):
         for a, term in enumerate(t.term_names):
-            rms = float(np.sqrt(np.mean(np.asarray(t.X[:, a], dtype=np.float64) ** 2)))
+            rms = float(mom["term_rms"][k][a])
             sd[sd_name(t.group, term)] = Prior.half_t(3.0, sy / rms if rms > 0 else sy)
         if t.p >= 2:
             cor[f"cor_{t.group}"] = Prior.lkj(2.0)

@@ -54,6 +54,10 @@ class BayesLmerResult:
         :class:`~scoremix.bayes.diagnostics.Diagnostics` of the scalar parameters.
     wall_time:
         seconds spent sampling (compilation included).
+    transform:
+        ``bayes_lmer(..., transform="monotone")``: the score → latent map ``h`` (fixed at its
+        ML estimate, see :mod:`scoremix.bayes.transform`); everything else is on the latent
+        scale.  ``None`` for the Gaussian model.
     """
 
     idata: Any
@@ -65,6 +69,8 @@ class BayesLmerResult:
     diagnostics: Diagnostics
     wall_time: float = float("nan")
     centred: list[bool] = field(default_factory=list)
+    #: the fixed score → latent map of a transformation model (``None``: Gaussian model)
+    transform: Any = None
 
     # ------------------------------------------------------------------ names
     @property
@@ -391,13 +397,7 @@ class BayesLmerResult:
         Returns the draws (``groups`` columns, ``draw``, ``eer``) or, with ``summary=True``,
         per subgroup ``mean``, ``sd`` and the HDI bounds of the EER.
         """
-        try:
-            from scoremix.model_eer import gaussian_eer
-        except ImportError:  # pragma: no cover - the module ships with scoremix
-            from scipy.special import ndtr
-
-            def gaussian_eer(m0, m1, s0, s1):
-                return ndtr(-(np.asarray(m1) - m0) / (np.asarray(s0) + s1))
+        from scoremix.predictive.mixture import gaussian_eer
 
         gcols = [groups] if isinstance(groups, str) else list(groups or [])
         mom = self.class_moments(groups=gcols, data=data, label=label, positive=positive,

@@ -31,7 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["BlockedSuffStats", "blocked_suffstats", "blocked_suffstats_sparse", "term_design"]
+from scoremix.bayes.reprosum import FoldedStats, spec_folded_stats, unfold
+
+__all__ = ["BlockedSuffStats", "blocked_suffstats", "blocked_suffstats_sparse", "suffstats_from_folded",
+           "term_design"]
 
 
 @dataclass
@@ -110,30 +113,36 @@ def blocked_suffstats(spec) -> BlockedSuffStats:
     """Compute :class:`BlockedSuffStats` of a :class:`~scoremix.lme.spec.ModelSpec`.
 
     Uses the spec's prior ``weights`` (all ones when ``None``) and its
-    ``dispersion_codes`` (one dispersion level when ``None``).  The cross-products come
-    from the native engine's :func:`scoremix.lme.crossprod.crossproducts` (same blocked
-    layout, bincount-based); a model without random terms, or an installation without
-    that module, uses :func:`blocked_suffstats_sparse`.
+    ``dispersion_codes`` (one dispersion level when ``None``).  Every sum is reproducible
+    (:mod:`scoremix.bayes.reprosum`): the same rows give bit-identical statistics however
+    they are ordered or split, so a fit on Dask partitions samples exactly the in-memory
+    posterior for the same seed.  A spec without rows (Dask input,
+    :class:`scoremix.distributed.spec.DaskModelSpec`) brings its fold sums, merged over
+    partitions, as ``spec.folded``.  A model without random terms uses
+    :func:`blocked_suffstats_sparse`.
     """
-    if spec.terms:
-        try:
-            from scoremix.lme.crossprod import crossproducts
-        except ImportError:  # pragma: no cover - crossprod ships with scoremix
-            crossproducts = None
-        if crossproducts is not None:
-            cp = crossproducts(spec)
-            L, m, q1 = cp.Ar1.shape
-            n1, p1 = cp.term_nlev[0], cp.term_p[0]
-            B = np.ascontiguousarray(cp.Ar1.transpose(0, 2, 1)).reshape(L, n1, p1, m)
-            rest_slices = []
-            start = 0
-            for nl, p in zip(cp.term_nlev[1:], cp.term_p[1:]):
-                rest_slices.append((start, nl, p))
-                start += nl * p
-            return BlockedSuffStats(np.asarray(cp.A11), B, np.asarray(cp.Arr),
-                                    np.asarray(cp.n_by, dtype=np.float64), float(cp.sum_log_w),
-                                    n1, p1, rest_slices, start, spec.p, m)
-    return blocked_suffstats_sparse(spec)
+    if not spec.terms:
+        return blocked_suffstats_sparse(spec)
+    fs = getattr(spec, "folded", None)
+    if fs is None:
+        fs = spec_folded_stats(spec)
+    return suffstats_from_folded(fs, [t.n_levels for t in spec.terms], [t.p for t in spec.terms],
+                                 spec.p, spec.weights is not None or getattr(spec, "has_weights", False))
+
+
+def suffstats_from_folded(fs: FoldedStats, term_nlev: list[int], term_p: list[int], p: int,
+                          weighted: bool) -> BlockedSuffStats:
+    """:class:`BlockedSuffStats` from exact fold sums (:class:`~scoremix.bayes.reprosum.FoldedStats`)."""
+    rest_slices = []
+    start = 0
+    for nl, pk in zip(term_nlev[1:], term_p[1:]):
+        rest_slices.append((start, nl, pk))
+        start += nl * pk
+    m = fs.A.shape[1]
+    return BlockedSuffStats(unfold(fs.D), unfold(fs.B), unfold(fs.A),
+                            np.asarray(fs.n_by, dtype=np.float64),
+                            float(unfold(fs.logw)[()]) if weighted else 0.0,
+                            term_nlev[0], term_p[0], rest_slices, start, p, m)
 
 
 def blocked_suffstats_sparse(spec) -> BlockedSuffStats:

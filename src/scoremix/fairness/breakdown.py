@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from scoremix.fairness.bootstrap import Population, draw_cluster_weights, rocch_eer_from_rates
 from scoremix.fairness.engine import CostSpec
 from scoremix.fairness.subgroups import SubgroupError, binary_labels
-from scoremix.fairness.sveva import _percentiles
+from scoremix.fairness.resampling import percentile_interval as _percentiles
 
 __all__ = ["breakdown", "BREAKDOWN_MEASURES"]
 

@@ -18,14 +18,9 @@ import pandas as pd
 
 from scoremix.fairness.engine import CostSpec, Engine
 from scoremix.fairness.subgroups import SubgroupError
-from scoremix.fairness.sveva import (
-    _as_list,
-    _percentiles,
-    bootstrap_pieces,
-    concat_replicates,
-    prepare_trials,
-    run_bootstrap,
-)
+from scoremix.fairness.prepare import prepare_trials
+from scoremix.fairness.resampling import as_list, bootstrap_pieces, concat_replicates, run_bootstrap
+from scoremix.fairness.resampling import percentile_interval as _percentiles
 
 __all__ = ["CompareResult", "compare_subgroup_dcf", "compare_replicates", "compare_with_bootstrap"]
 
@@ -194,7 +189,7 @@ def compare_with_bootstrap(result: CompareResult,
     """
     if not 0.0 < ci < 1.0:
         raise ValueError(f"ci must be in (0, 1), got {ci}")
-    pieces = _as_list(replicates) if not isinstance(replicates, Mapping) else [replicates]
+    pieces = as_list(replicates) if not isinstance(replicates, Mapping) else [replicates]
     a, b = result.systems
     for j, p in enumerate(pieces):
         if set(p) != {a, b}:

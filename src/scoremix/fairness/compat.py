@@ -5,7 +5,8 @@ of 2021, the version behind the paper; later ``bt4vt/metrics.py`` keeps the same
 functions).  Differences from scoremix's exact counting, each implemented here:
 
 1. **Curve.**  Costs are evaluated only at the thresholds stored by
-   ``sklearn.metrics.det_curve``: the distinct scores, trimmed to the range from the
+   ``sklearn.metrics.det_curve`` as it was before scikit-learn 1.7 (rebuilt in
+   :func:`sveva_curve`, so the installed version does not matter): the distinct scores, trimmed to the range from the
    lowest threshold that has the minimal false-alarm count to the first threshold that
    accepts every positive.  There is no "reject all" point (``τ = +∞``).
 2. **minDCF** is ``nanargmin`` of ``c_fn·π·FNR + c_fp·(1-π)·FPR`` over those stored
@@ -28,21 +29,43 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from sklearn.metrics import det_curve
-
 from scoremix.fairness.engine import CostSpec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from scoremix.fairness.sveva import Prepared
+    from scoremix.fairness.prepare import Prepared
 
 __all__ = ["sveva_curve", "sveva_point_measures"]
 
 
 def sveva_curve(scores: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The stored DET curve ``(fpr, fnr, thresholds)`` as the library gets it
-    (``sklearn.metrics.det_curve(y, scores, pos_label=1)``, thresholds increasing)."""
-    fpr, fnr, thr = det_curve(np.asarray(y), np.asarray(scores, dtype=float), pos_label=1)
-    return np.asarray(fpr, float), np.asarray(fnr, float), np.asarray(thr, float)
+    """The stored DET curve ``(fpr, fnr, thresholds)`` as the library got it in 2021.
+
+    bt4vt called ``sklearn.metrics.det_curve(y, scores, pos_label=1)`` of scikit-learn
+    < 1.7; that function is rebuilt here so that results do not depend on the installed
+    version (1.7 added a reject-all point when the top score is a negative).  With the
+    distinct scores ``t_0 > t_1 > … > t_{K-1}`` and the counts ``FP_k, TP_k`` of negatives /
+    positives with score ``≥ t_k``:
+
+    * keep ``k = k_0 … k_1`` with ``k_0`` the *last* index where ``FP_k = FP_0`` (the lowest
+      threshold that still has the minimal false-alarm count) and ``k_1`` the *first* index
+      where ``TP_k = P`` (every positive accepted);
+    * return ``FP_k / N``, ``(P - TP_k) / P`` and ``t_k`` in increasing-threshold order.
+
+    There is no point for ``τ = +∞`` (reject all).
+    """
+    s = np.asarray(scores, dtype=float)
+    yy = np.asarray(y).astype(bool)
+    order = np.argsort(-s, kind="mergesort")
+    s_sorted, y_sorted = s[order], yy[order]
+    last = np.r_[np.flatnonzero(np.diff(s_sorted) != 0), s_sorted.size - 1]  # end of each distinct score
+    tp = np.cumsum(y_sorted)[last].astype(float)
+    fp = np.cumsum(~y_sorted)[last].astype(float)
+    thr = s_sorted[last]
+    P, N = tp[-1], fp[-1]
+    k0 = int(np.searchsorted(fp, fp[0], side="right")) - 1
+    k1 = int(np.searchsorted(tp, P, side="left"))
+    sl = slice(k0, k1 + 1)
+    return (fp[sl] / N)[::-1].copy(), ((P - tp[sl]) / P)[::-1].copy(), thr[sl][::-1].copy()
 
 
 def _nearest(thr: np.ndarray, t: float) -> int:

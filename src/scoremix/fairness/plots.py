@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import matplotlib
 
@@ -23,9 +23,6 @@ import pandas as pd  # noqa: E402
 
 from scoremix.metrics import det_axis_ticks, det_curve, probit, rates_at  # noqa: E402
 
-if TYPE_CHECKING:  # pragma: no cover
-    from scoremix.fairness.compare import CompareResult
-    from scoremix.fairness.sveva import SubgroupDCFResult
 
 __all__ = ["det_bootstrap_band", "plot_subgroup_det", "plot_score_distributions", "plot_ratio_scatter", "plot_forest"]
 
@@ -98,7 +95,7 @@ def det_bootstrap_band(scores: np.ndarray, y: np.ndarray, clusters: np.ndarray, 
     return np.quantile(curves, q, axis=0), np.quantile(curves, 1.0 - q, axis=0)
 
 
-def plot_subgroup_det(result: "SubgroupDCFResult", subgroups: Sequence[str] | None = None, ax: Any = None,
+def plot_subgroup_det(result: Any, subgroups: Sequence[str] | None = None, ax: Any = None,
                       p_min: float | None = None, p_max: float = 0.5, legend: bool = True,
                       bands: bool = False, n_boot: int = 200, ci: float = 0.95,
                       random_state: int | None = None) -> Any:
@@ -166,7 +163,7 @@ def plot_subgroup_det(result: "SubgroupDCFResult", subgroups: Sequence[str] | No
     return fig
 
 
-def plot_score_distributions(result: "SubgroupDCFResult", subgroups: Sequence[str] | None = None,
+def plot_score_distributions(result: Any, subgroups: Sequence[str] | None = None,
                              bins: int = 50, ncols: int = 3) -> Any:
     """Histograms (densities) of scores per subgroup, one panel per subgroup, both classes;
     the overall ``τ*`` as a vertical line."""
@@ -187,11 +184,17 @@ def plot_score_distributions(result: "SubgroupDCFResult", subgroups: Sequence[st
             if v.size:
                 ax.hist(v, bins=edges, density=True, histtype="step", color=col, label=lab)
         if np.isfinite(result.threshold):
-            ax.axvline(result.threshold, color="black", ls=":", lw=1)
+            ax.axvline(result.threshold, color="black", ls=":", lw=1, label="τ* (overall minDCF threshold)")
         rel = bool(tab.loc[g, "reliable"])
         ax.set_title(name + ("" if rel else " (unreliable)"), fontsize=9)
+        ax.set_ylabel("density", fontsize=8)
     for ax in axes.ravel()[len(names):]:
         ax.axis("off")
+    for ax in axes[-1]:  # bottom row (shared x axis)
+        ax.set_xlabel("score", fontsize=8)
+    if len(names) > ncols:  # a panel above an empty one in the last row shows its tick labels
+        for ax in axes.ravel()[len(names) - ncols:len(names)]:
+            ax.set_xlabel("score", fontsize=8)
     axes.ravel()[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -208,7 +211,7 @@ def _interval(tab: pd.DataFrame, col: str) -> np.ndarray | None:
     return None
 
 
-def plot_ratio_scatter(compare: "CompareResult | tuple[pd.DataFrame, pd.DataFrame]", measure: str = "ratio_overall",
+def plot_ratio_scatter(compare: Any, measure: str = "ratio_overall",
                        names: tuple[str, str] | None = None, ax: Any = None, annotate: bool = True) -> Any:
     """Scatter of a per-subgroup ratio for system A (x) against system B (y) with
     interval whiskers and the diagonal ``y = x``.

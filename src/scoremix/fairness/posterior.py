@@ -42,17 +42,15 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from scoremix.fairness.model_based import PosteriorFairness, gaussian_mixture_measures, summarise_draws
-from scoremix.fairness.subgroups import SubgroupError, binary_labels, define_subgroups
+from scoremix.fairness.model_fit import empirical_beside
+from scoremix.fairness.model_measures import PosteriorFairness, gaussian_mixture_measures, summarise_draws
+from scoremix.fairness.subgroups import SubgroupError, define_subgroups
+from scoremix.predictive.gof import subgroup_term_note
+from scoremix.predictive.layer import is_bayes_fit, predictive
 
 __all__ = ["posterior_subgroup_dcf", "is_bayes_fit"]
 
-_CELL = "__fairness_cell__"
-
-
-def is_bayes_fit(fit: Any) -> bool:
-    """``True`` for a posterior fit (has ``class_moments`` and posterior draws)."""
-    return hasattr(fit, "class_moments") and hasattr(fit, "idata")
+_E, _T = "__enrol_code__", "__test_code__"
 
 
 def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, groups: Sequence[str] = (), *,
@@ -63,7 +61,8 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, groups:
                            ci: float = 0.95, min_speakers: int = 5, min_errors: int = 30,
                            membership: str = "enrol", test_speaker: str | None = None,
                            test_groups: Sequence[str] | None = None, speaker_table: pd.DataFrame | None = None,
-                           n_grid: int = 256) -> PosteriorFairness:
+                           n_grid: int = 256, score: str | None = None, n_boot: int = 200,
+                           random_state: Any = 0, check_fit: bool = True) -> PosteriorFairness:
     """Posterior medians, credible intervals, ``P(ratio_overall > 1)`` and the FI distribution.
 
     Parameters
@@ -99,6 +98,9 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, groups:
         medians) is below ``min_errors`` (Doddington's rule of 30).
     n_grid:
         grid size of the threshold search before golden-section refinement.
+    score, n_boot, random_state, check_fit:
+        the empirical measures beside the posterior ones (as in
+        :func:`scoremix.fairness.model_subgroup_dcf`).
 
     Returns
     -------
@@ -119,7 +121,6 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, groups:
         raise SubgroupError("pass trials= (the fitted trial table): the fit carries no data frame")
     if label not in data.columns:
         raise SubgroupError(f"class column {label!r} not in the trial table")
-    y = binary_labels(data[label], positive=positive).astype(bool)
     sg = define_subgroups(data, groups, membership=membership, speaker=speaker, test_speaker=test_speaker,
                           test_groups=test_groups, speaker_table=speaker_table)
     if split_by is None:
@@ -129,41 +130,20 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, groups:
     for c in split:
         if c not in data.columns:
             raise SubgroupError(f"split_by column {c!r} not in the trial table")
-    # components: homogeneous in membership (codes of both roles) and split columns
-    key = pd.DataFrame({"_e": sg.code_enrol, "_t": sg.code_test}, index=data.index)
-    for c in split:
-        key[c] = data[c].to_numpy()
-    cell_id = key.groupby(list(key.columns), sort=True, dropna=False).ngroup().to_numpy()
-    cell_codes = key.assign(_c=cell_id).drop_duplicates("_c").set_index("_c")[["_e", "_t"]]
-    if not y.any() or y.all():
-        raise SubgroupError(f"class column {label!r} must hold both classes")
-    pos_value = data[label].to_numpy()[np.flatnonzero(y)[0]]  # the positive value as stored
-    mom = fit.class_moments(groups=[_CELL], data=data.assign(**{_CELL: cell_id}), label=label,
-                            positive=pos_value, random=random, max_draws=max_draws)
-    wide_mu = mom.pivot(index="draw", columns=[_CELL, "class"], values="mean")
-    wide_sd = mom.pivot(index="draw", columns=[_CELL, "class"], values="sd")
-    counts = mom.drop_duplicates([_CELL, "class"]).set_index([_CELL, "class"])["n"].reindex(wide_mu.columns)
-    comp_cell = wide_mu.columns.get_level_values(0).to_numpy()
-    is_pos = wide_mu.columns.get_level_values(1).to_numpy() == 1
-    n = counts.to_numpy(dtype=float)
+    # components: homogeneous in membership (codes of both roles), split columns, design and class
+    rows = data.assign(**{_E: sg.code_enrol, _T: sg.code_test})
+    try:
+        pred = predictive(fit, rows, label=label, positive=positive, conditional=random == "conditional",
+                          split=[_E, _T, *split], max_draws=max_draws)
+    except ValueError as exc:
+        raise SubgroupError(str(exc)) from exc
+    y = pred.y.astype(bool)
     G = sg.n_groups
-    W = np.zeros((1 + G, n.size))
-    W[0] = n
-    ce = cell_codes.loc[comp_cell, "_e"].to_numpy()
-    ct = cell_codes.loc[comp_cell, "_t"].to_numpy()
-    cols = np.arange(n.size)
-    if membership == "enrol":
-        hits = [(ce, ce >= 0)]
-    elif membership == "test":
-        hits = [(ct, ct >= 0)]
-    elif membership == "both":
-        hits = [(ce, (ce >= 0) & (ce == ct))]
-    else:
-        hits = [(ce, ce >= 0), (ct, (ct >= 0) & (ct != ce))]
-    for code, ok in hits:
-        W[1 + code[ok], cols[ok]] += n[ok]
-    res = gaussian_mixture_measures(wide_mu.to_numpy(), wide_sd.to_numpy(), is_pos, W, p_target=p_target,
+    W = pred.population_weights(sg.mem_trial, sg.mem_group, G)
+    res = gaussian_mixture_measures(pred.mean, pred.sd, pred.positive, W, p_target=p_target,
                                     c_miss=c_miss, c_fa=c_fa, normalize=normalize, n_grid=n_grid)
+    res["all_threshold"] = pred.to_score(res["all_threshold"])
+    res["threshold_own"] = pred.to_score(res["threshold_own"])
     tab = sg.cells.copy()
     tab["n_speakers"] = sg.n_speakers
     tab["n_pos"] = np.bincount(sg.mem_group[y[sg.mem_trial]], minlength=G)
@@ -173,4 +153,12 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, groups:
     t["n_errors_expected"] = t["n_pos"] * t["fnr"] + t["n_neg"] * t["fpr"]
     t["reliable"] = ((t["n_speakers"] >= min_speakers) & (t["n_errors_expected"] >= min_errors)
                      & (t["n_pos"] > 0) & (t["n_neg"] > 0))
+    if n_boot > 0 or score is not None:
+        out.overall_empirical = empirical_beside(
+            fit, t, data, groups, score, n_boot, random_state, check_fit, label=label, speaker=speaker,
+            positive=positive, p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize,
+            membership=membership, test_speaker=test_speaker, test_groups=test_groups,
+            speaker_table=speaker_table, min_speakers=min_speakers)
+    note = subgroup_term_note(fit, list(groups))
+    out.notes = [note] if note else []
     return out

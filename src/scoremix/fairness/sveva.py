@@ -29,14 +29,19 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
-from scoremix.fairness.bootstrap import draw_cluster_weights
-from scoremix.fairness.engine import MEASURES, CostSpec, Engine, cluster_codes, quiet_runtime_warnings
-from scoremix.fairness.subgroups import SubgroupError, Subgroups, binary_labels, define_subgroups
+from scoremix.fairness.engine import MEASURES, CostSpec, Engine
+from scoremix.fairness.prepare import Prepared, prepare_trials
+from scoremix.fairness.reliability import flag_degenerate, flag_rows
+from scoremix.fairness.resampling import (INTERVAL_METHODS, bca_t_interval, bootstrap_pieces, concat_replicates,
+                                          expanded_percentile_interval, jackknife_measures, percentile_interval,
+                                          run_bootstrap, shift_t_interval)
 
 __all__ = ["SubgroupDCFResult", "subgroup_dcf", "fairness_index", "prepare_trials", "DEFAULT_MIN_ERRORS",
            "subgroup_dcf_replicates", "concat_replicates", "bootstrap_intervals", "with_bootstrap"]
+
+#: minima over thresholds: their ``"expanded"`` (and ``"bca-t"``) interval is the bias-shifted ``"shift-t"`` one
+MINIMA = ("min_dcf",)
 
 #: Doddington's rule of 30: fewer errors than this make a rate unreliable
 DEFAULT_MIN_ERRORS = 30
@@ -55,44 +60,6 @@ def fairness_index(ratios: Sequence[float] | np.ndarray) -> float:
 
 
 @dataclass
-class Prepared:
-    """Trials converted to arrays, subgroup membership and cluster codes."""
-
-    scores: np.ndarray
-    y: np.ndarray
-    clusters: np.ndarray
-    cluster_labels: np.ndarray
-    strata: np.ndarray
-    sg: Subgroups
-
-
-def prepare_trials(trials: pd.DataFrame, groups: Sequence[str], *, score: str = "score", label: str = "label",
-                   speaker: str = "speaker", positive: Any = None, membership: str = "enrol",
-                   test_speaker: str | None = None, test_groups: Sequence[str] | None = None,
-                   speaker_table: pd.DataFrame | None = None, cluster: str | None = None) -> Prepared:
-    """Validate a trial table and build subgroups and cluster codes (see :func:`subgroup_dcf`)."""
-    if not isinstance(trials, pd.DataFrame):
-        raise TypeError(f"trials must be a pandas DataFrame, got {type(trials).__name__}")
-    for col, what in ((score, "score"), (label, "label")):
-        if col not in trials.columns:
-            raise SubgroupError(f"{what} column {col!r} not in the trial table (columns: {list(trials.columns)})")
-    s = pd.to_numeric(trials[score], errors="coerce").to_numpy(dtype=float)
-    if not np.isfinite(s).all():
-        i = int(np.flatnonzero(~np.isfinite(s))[0])
-        raise SubgroupError(f"score column {score!r} has a missing or non-finite value in row {i}")
-    y = binary_labels(trials[label], positive=positive)
-    sg = define_subgroups(trials, groups, membership=membership, speaker=speaker, test_speaker=test_speaker,
-                          test_groups=test_groups, speaker_table=speaker_table)
-    if cluster is None:
-        cluster = test_speaker if membership == "test" and test_speaker is not None else speaker
-    role_code = sg.code_test if (cluster == test_speaker and test_speaker is not None) else sg.code_enrol
-    codes, labels, strata = cluster_codes(trials, cluster, sg, role_code)
-    if y.min() == y.max():
-        raise SubgroupError(f"label column {label!r} holds only one class; both classes are needed")
-    return Prepared(scores=s, y=y, clusters=codes, cluster_labels=labels, strata=strata, sg=sg)
-
-
-@dataclass
 class SubgroupDCFResult:
     """Result of :func:`subgroup_dcf`.
 
@@ -106,7 +73,8 @@ class SubgroupDCFResult:
     min_dcf, threshold:
         overall minDCF and its minimiser ``τ*``.
     fairness_index, fairness_index_ci:
-        FI and its percentile interval (``(nan, nan)`` without bootstrap).
+        FI and its interval (``(nan, nan)`` without bootstrap or when the interval is degenerate);
+        report FI with :attr:`n_subgroups` and :attr:`share_above_one`.
     overall:
         overall measures (``min_dcf, threshold, fpr, fnr, eer``) as a dict.
     replicates:
@@ -122,6 +90,20 @@ class SubgroupDCFResult:
     settings: dict[str, Any]
     replicates: dict[str, np.ndarray] | None = None
     _prepared: Prepared | None = field(default=None, repr=False)
+
+    @property
+    def n_subgroups(self) -> int:
+        """Subgroups with a finite ``ratio_overall`` (the terms the Fairness Index could sum)."""
+        return int(np.isfinite(self.table["ratio_overall"].to_numpy(float)).sum())
+
+    @property
+    def share_above_one(self) -> float:
+        """Share of those subgroups whose ``ratio_overall`` interval lies above 1 (NaN without
+        intervals).  The Fairness Index grows with the number of subgroups; this share does not."""
+        if "ratio_overall_lo" not in self.table.columns or self.n_subgroups == 0:
+            return float("nan")
+        lo = self.table["ratio_overall_lo"].to_numpy(float)
+        return float(np.sum(lo > 1) / self.n_subgroups)
 
     def plot_det(self, **kwargs: Any):
         """DET curves per subgroup; see :func:`scoremix.fairness.plots.plot_subgroup_det`."""
@@ -142,41 +124,6 @@ class SubgroupDCFResult:
         return plot_forest(self.table, measure=measure, **kwargs)
 
 
-def _percentiles(x: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:
-    q = (1.0 - ci) / 2.0
-    x = np.where(np.isinf(x), np.nan, x) if np.issubdtype(x.dtype, np.floating) else x
-    with np.errstate(invalid="ignore"), quiet_runtime_warnings():
-        lo = np.nanquantile(x, q, axis=-1)
-        hi = np.nanquantile(x, 1.0 - q, axis=-1)
-    return lo, hi
-
-
-def run_bootstrap(engines: Sequence[Engine], strata: np.ndarray, n_boot: int, rng: np.random.Generator,
-                  progress: bool = True, desc: str = "cluster bootstrap") -> list[dict[str, np.ndarray]]:
-    """Run the same cluster resamples through one or more engines (paired bootstrap).
-
-    Replicates are processed in chunks sized so that a chunk's count matrices stay below
-    about 2·10⁷ numbers per engine.
-    """
-    n_cand = max(e.n_candidates for e in engines)
-    chunk = int(max(1, min(n_boot, 2e7 // max(n_cand, 1))))
-    outs: list[list[dict[str, np.ndarray]]] = [[] for _ in engines]
-    bar = tqdm(total=n_boot, desc=desc, disable=not progress, unit="rep")
-    done = 0
-    while done < n_boot:
-        nb = min(chunk, n_boot - done)
-        M = draw_cluster_weights(strata, nb, rng)
-        for k, e in enumerate(engines):
-            outs[k].append(e.measures(M))
-        done += nb
-        bar.update(nb)
-    bar.close()
-    merged = []
-    for parts in outs:
-        merged.append({key: np.concatenate([p[key] for p in parts], axis=-1) for key in parts[0]})
-    return merged
-
-
 def _point_table(prep: Prepared, point: dict[str, np.ndarray], min_speakers: int, min_errors: int) -> pd.DataFrame:
     sg = prep.sg
     tab = sg.cells.copy()
@@ -187,28 +134,16 @@ def _point_table(prep: Prepared, point: dict[str, np.ndarray], min_speakers: int
         tab[m] = point[m][:, 0]
     ne = point["n_errors"][:, 0]
     tab["n_errors"] = np.where(np.isnan(ne), 0, ne).astype(np.int64)
-    empty = (tab["n_pos"] + tab["n_neg"]) == 0
-    few_err = tab["n_errors"] < min_errors
-    few_spk = tab["n_speakers"] < min_speakers
-    one_class = ((tab["n_pos"] == 0) | (tab["n_neg"] == 0)) & ~empty
-    tab["reliable"] = ~(empty | few_err | few_spk | one_class)
-    notes = []
-    for e, oc, fe, fs in zip(empty, one_class, few_err, few_spk):
-        parts = []
-        if e:
-            parts.append("empty subgroup")
-        elif oc:
-            parts.append("one class only")
-        if fe and not e:
-            parts.append(f"< {min_errors} errors at tau*")
-        if fs:
-            parts.append(f"< {min_speakers} speakers")
-        notes.append("; ".join(parts))
+    tab["reliable"], notes = flag_rows(tab["n_speakers"].to_numpy(), tab["n_errors"].to_numpy(),
+                                       tab["n_pos"].to_numpy(), tab["n_neg"].to_numpy(),
+                                       min_speakers=min_speakers, min_errors=min_errors)
     tab["note"] = notes
     return tab
 
 
-def _validate(n_boot: int, ci: float, compat: str | None) -> None:
+def _validate(n_boot: int, ci: float, compat: str | None, interval: str = "expanded") -> None:
+    if interval not in INTERVAL_METHODS:
+        raise ValueError(f"interval must be one of {INTERVAL_METHODS}, got {interval!r}")
     if n_boot < 0:
         raise ValueError(f"n_boot must be >= 0, got {n_boot}")
     if not 0.0 < ci < 1.0:
@@ -227,7 +162,8 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
                  min_speakers: int = 5, membership: str = "enrol", progress: bool = True, *,
                  test_speaker: str | None = None, test_groups: Sequence[str] | None = None,
                  speaker_table: pd.DataFrame | None = None, cluster: str | None = None,
-                 min_errors: int = DEFAULT_MIN_ERRORS, eer: bool = True) -> SubgroupDCFResult:
+                 min_errors: int = DEFAULT_MIN_ERRORS, eer: bool = True,
+                 interval: str = "expanded") -> SubgroupDCFResult:
     """SVEva Fair subgroup measures with optional speaker-level cluster-bootstrap intervals.
 
     Parameters
@@ -249,7 +185,14 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
         number of bootstrap replicates (0 = none), interval level and seed.  Each
         replicate draws, within every subgroup, as many speakers as it has, with
         replacement; all trials of a drawn speaker enter with its multiplicity, and
-        ``τ*`` is re-estimated in every replicate.  Intervals are percentile intervals.
+        ``τ*`` is re-estimated in every replicate.
+    interval:
+        ``"expanded"`` (default: percentile interval at levels expanded with Student's
+        ``t_{n-1}`` for a subgroup of ``n`` speakers, shifted by twice the bootstrap bias for
+        ``min_dcf``; its coverage is measured in ``docs/intervals.md``), ``"bca-t"`` (the same
+        expansion on bias-corrected, accelerated levels; needs a jackknife pass) or
+        ``"percentile"`` (the SVEva method, which under-covers with few speakers); see
+        :mod:`scoremix.fairness.resampling`.
     compat:
         ``None`` (exact counting) or ``"sveva"`` (the SVEva Fair library's reading of
         costs off stored DET-curve thresholds; see :mod:`scoremix.fairness.compat`).
@@ -268,14 +211,14 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
     -------
     SubgroupDCFResult
     """
-    _validate(n_boot, ci, compat)
+    _validate(n_boot, ci, compat, interval)
     cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
     prep = prepare_trials(trials, groups, score=score, label=label, speaker=speaker, positive=positive,
                           membership=membership, test_speaker=test_speaker, test_groups=test_groups,
                           speaker_table=speaker_table, cluster=cluster)
     settings = dict(groups=list(prep.sg.attrs), p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize,
                     n_boot=n_boot, ci=ci, random_state=random_state, compat=compat, membership=membership,
-                    min_speakers=min_speakers, min_errors=min_errors)
+                    min_speakers=min_speakers, min_errors=min_errors, interval=interval, eer=eer)
     if compat == "sveva":
         from scoremix.fairness.compat import sveva_point_measures
 
@@ -293,28 +236,13 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
         assert eng is not None
         rng = np.random.default_rng(random_state)
         reps = run_bootstrap([eng], prep.strata, n_boot, rng, progress=progress)[0]
-        res = with_bootstrap(res, reps, ci)
+        res = with_bootstrap(res, reps, ci, interval=interval, engine=eng)
     return res
 
 
 # ---------------------------------------------------------------------------------------
 # bootstrap in independent pieces (chunks) and their combination
 # ---------------------------------------------------------------------------------------
-
-def _as_list(x: Any) -> list[Any]:
-    return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
-def bootstrap_pieces(seeds: Any, counts: Any) -> tuple[list[Any], list[int]]:
-    """Validate the ``(seeds, counts)`` of a bootstrap computed in pieces: equal, non-zero
-    lengths and at least one replicate per piece."""
-    seeds, counts = _as_list(seeds), [int(c) for c in _as_list(counts)]
-    if len(seeds) != len(counts) or not seeds:
-        raise ValueError(f"seeds and counts must be non-empty and of equal length, got {len(seeds)} and {len(counts)}")
-    if min(counts) < 1:
-        raise ValueError(f"every piece needs at least one replicate, got counts={counts}")
-    return seeds, counts
-
 
 def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: Sequence[Any] | Any,
                             counts: Sequence[int] | int, score: str = "score", label: str = "label",
@@ -360,39 +288,73 @@ def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: 
     return concat_replicates(parts)
 
 
-def concat_replicates(parts: Sequence[dict[str, np.ndarray]] | dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Join replicate dicts (same keys; arrays ``(…, B_j)``) along the replicate axis, in order."""
-    parts = _as_list(parts)
-    if not parts:
-        raise ValueError("no replicates to combine")
-    keys = list(parts[0])
-    for j, p in enumerate(parts[1:], start=1):
-        if list(p) != keys:
-            raise ValueError(f"replicate piece {j} has measures {sorted(p)}, piece 0 has {sorted(keys)}")
-    return {k: np.concatenate([np.asarray(p[k]) for p in parts], axis=-1) for k in keys}
-
-
 def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, np.ndarray], ci: float = 0.95,
-                        measures: Sequence[str] = MEASURES) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]],
-                                                                     tuple[float, float]]:
-    """Percentile intervals of the subgroup measures and of the Fairness Index.
+                        measures: Sequence[str] = MEASURES, *, method: str = "percentile",
+                        point: dict[str, np.ndarray] | None = None, jackknife: dict[str, np.ndarray] | None = None,
+                        strata: np.ndarray | None = None, n_speakers: np.ndarray | None = None
+                        ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], tuple[float, float]]:
+    """Intervals of the subgroup measures and of the Fairness Index from bootstrap replicates.
 
-    For replicates :math:`\\hat r^{(1)}_g, …, \\hat r^{(B)}_g` of a measure (infinite values
-    treated as missing) the interval is ``[Q_{(1-ci)/2}, Q_{(1+ci)/2}]`` of the finite ones
-    (``numpy.nanquantile``, linear interpolation), over *all* ``B`` replicates of all pieces.
+    ``method="percentile"``: for replicates :math:`\\hat r^{(1)}_g, …, \\hat r^{(B)}_g` of a
+    measure (infinite values treated as missing) the interval is ``[Q_{(1-ci)/2}, Q_{(1+ci)/2}]``
+    of the finite ones (``numpy.nanquantile``, linear interpolation), over *all* ``B``
+    replicates of all pieces.
+
+    ``method="expanded"``: the expanded percentile interval (bias-shifted for ``min_dcf``) of
+    :mod:`scoremix.fairness.resampling`; needs ``point`` and ``n_speakers``.
+
+    ``method="bca-t"``: the bias-corrected, accelerated, small-sample expanded interval of
+    :mod:`scoremix.fairness.resampling` (for the minimum ``min_dcf``: the expanded percentile
+    interval shifted by twice the bootstrap bias); needs the point estimates ``point`` (engine output
+    with weights 1), the delete-one-speaker values ``jackknife``, the speakers' ``strata``
+    and the number of speakers of every subgroup ``n_speakers``.  The Fairness Index uses
+    the speaker count of the smallest subgroup whose ratio exceeds 1.
 
     Returns
     -------
     ``({measure: (lo (G,), hi (G,))}, (FI_lo, FI_hi))``
     """
+    if method not in INTERVAL_METHODS:
+        raise ValueError(f"interval method must be one of {INTERVAL_METHODS}, got {method!r}")
     reps = concat_replicates(replicates)
-    iv = {m: _percentiles(reps[m], ci) for m in measures}
-    lo, hi = _percentiles(reps["fairness_index"][None, :], ci)
+    if method == "percentile":
+        iv = {m: percentile_interval(reps[m], ci) for m in measures}
+        lo, hi = percentile_interval(reps["fairness_index"][None, :], ci)
+        return iv, (float(lo[0]), float(hi[0]))
+    if point is None or n_speakers is None:
+        raise ValueError(f"method={method!r} needs point and n_speakers")
+    n = np.asarray(n_speakers, float)
+    r = point["ratio_overall"][:, 0]
+    over = np.isfinite(r) & (r > 1)
+    n_fi = float(n[over].min()) if over.any() else float(n[n > 0].min()) if (n > 0).any() else np.nan
+    if method == "expanded":
+        iv = {m: (shift_t_interval(point[m][:, 0], reps[m], n, ci) if m in MINIMA
+                  else expanded_percentile_interval(reps[m], n, ci)) for m in measures}
+        lo, hi = expanded_percentile_interval(reps["fairness_index"][None, :], np.array([n_fi]), ci)
+        return iv, (float(lo[0]), float(hi[0]))
+    if jackknife is None or strata is None:
+        raise ValueError("method='bca-t' needs jackknife and strata")
+    iv = {m: (shift_t_interval(point[m][:, 0], reps[m], n, ci) if m in MINIMA
+              else bca_t_interval(point[m][:, 0], reps[m], jackknife[m], strata, n, ci)) for m in measures}
+    lo, hi = bca_t_interval(point["fairness_index"], reps["fairness_index"][None, :],
+                            jackknife["fairness_index"][None, :], strata, np.array([n_fi]), ci)
     return iv, (float(lo[0]), float(hi[0]))
 
 
+def _engine_for(result: SubgroupDCFResult) -> Engine:
+    prep = result._prepared
+    if prep is None:
+        raise ValueError("interval='bca-t' needs the result's prepared trials; pass interval='percentile' "
+                         "for a result rebuilt without them")
+    st = result.settings
+    cost = CostSpec(p_target=st["p_target"], c_miss=st["c_miss"], c_fa=st["c_fa"], normalize=st["normalize"])
+    return Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost,
+                  with_eer=bool(st.get("eer", True)))
+
+
 def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.ndarray]] | dict[str, np.ndarray],
-                   ci: float | None = None, **settings: Any) -> SubgroupDCFResult:
+                   ci: float | None = None, *, interval: str | None = None, engine: Engine | None = None,
+                   **settings: Any) -> SubgroupDCFResult:
     """Attach bootstrap intervals to a point-estimate :class:`SubgroupDCFResult`.
 
     ``subgroup_dcf(..., n_boot=B, random_state=s)`` equals
@@ -407,18 +369,27 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
         one replicate dict or a list of pieces (see :func:`subgroup_dcf_replicates`).
     ci:
         interval level (default: ``result.settings["ci"]``).
+    interval:
+        ``"expanded"``, ``"bca-t"`` or ``"percentile"`` (default: ``result.settings["interval"]``,
+        else ``"expanded"``).
+        ``"bca-t"`` evaluates the delete-one-speaker jackknife (one engine pass with as
+        many columns as speakers).
+    engine:
+        the counting engine of ``result`` (rebuilt from the result when omitted).
     **settings:
         extra entries for ``result.settings`` (e.g. the seeds of the pieces).
 
     Returns
     -------
     a new :class:`SubgroupDCFResult` with ``<measure>_lo/_hi`` columns, ``fairness_index_ci``,
-    ``replicates`` and ``settings["n_boot"] = B``.
+    ``replicates`` and ``settings["n_boot"] = B``.  Rows whose interval is degenerate
+    (zero width) are flagged unreliable (see :mod:`scoremix.fairness.reliability`).
     """
     if result.settings.get("compat") == "sveva":
         raise ValueError("compat='sveva' results are point estimates only; bootstrap with compat=None")
     ci = float(result.settings.get("ci", 0.95) if ci is None else ci)
-    _validate(0, ci, None)
+    interval = str(result.settings.get("interval", "expanded") if interval is None else interval)
+    _validate(0, ci, None, interval)
     reps = concat_replicates(replicates)
     G = len(result.table)
     for m in MEASURES:
@@ -426,7 +397,22 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
             raise ValueError(f"replicates lack measure {m!r}")
         if reps[m].ndim != 2 or reps[m].shape[0] != G:
             raise ValueError(f"replicates of {m!r} have shape {reps[m].shape}; expected ({G}, B) for {G} subgroups")
-    iv, fi_ci = bootstrap_intervals(reps, ci)
+    if interval == "bca-t":
+        eng = engine if engine is not None else _engine_for(result)
+        prep = result._prepared
+        assert prep is not None
+        point = eng.measures(np.ones((len(prep.cluster_labels), 1)))
+        jack = jackknife_measures(eng, prep.strata)
+        n_cl = np.bincount(prep.strata[prep.strata >= 0], minlength=G)[:G]
+        iv, fi_ci = bootstrap_intervals(reps, ci, method="bca-t", point=point, jackknife=jack,
+                                        strata=prep.strata, n_speakers=n_cl)
+    elif interval == "expanded":
+        t = result.table
+        point = {m: t[m].to_numpy(float)[:, None] for m in MEASURES}
+        iv, fi_ci = bootstrap_intervals(reps, ci, method="expanded", point=point,
+                                        n_speakers=t["n_speakers"].to_numpy(float))
+    else:
+        iv, fi_ci = bootstrap_intervals(reps, ci)
     old_iv = {f"{m}_{e}" for m in MEASURES for e in ("lo", "hi")}
     base = result.table[[c for c in result.table.columns if c not in old_iv]].copy()
     for m in MEASURES:
@@ -438,5 +424,9 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
     for m in MEASURES:
         cols += [m, f"{m}_lo", f"{m}_hi"]
     cols += ["n_errors", "reliable", "note"]
-    st = {**result.settings, "n_boot": int(reps["fairness_index"].shape[-1]), "ci": ci, **settings}
+    base["reliable"], base["note"] = flag_degenerate(base, MEASURES)
+    if not fi_ci[1] > fi_ci[0]:  # a zero-width interval is no interval
+        fi_ci = (np.nan, np.nan)
+    st = {**result.settings, "n_boot": int(reps["fairness_index"].shape[-1]), "ci": ci, "interval": interval,
+          **settings}
     return replace(result, table=base[cols], fairness_index_ci=fi_ci, settings=st, replicates=reps)

@@ -17,7 +17,8 @@ from scoremix.lme.api import fit_spec, lmer
 from scoremix.lme.crossprod import CrossProducts, crossproducts, sum_crossproducts
 from scoremix.lme.conditional import conditional_estimates
 from scoremix.lme.deviance import profiled_deviance, profiled_deviance_grad
-from scoremix.lme.inference import anova, confint
+from scoremix.lme.anova_tables import anova, ranova
+from scoremix.lme.inference import confint
 from scoremix.lme.model_frame import model_matrix
 from scoremix.lme.optimizer import NativeControl
 from scoremix.lme.result import LmerResult
@@ -25,5 +26,5 @@ from scoremix.lme.result import LmerResult
 __all__ = [
     "CrossProducts", "LmerResult", "NativeControl", "anova", "conditional_estimates", "confint",
     "crossproducts", "fit_spec", "lmer", "model_matrix", "profiled_deviance",
-    "profiled_deviance_grad", "sum_crossproducts",
+    "profiled_deviance_grad", "ranova", "sum_crossproducts",
 ]

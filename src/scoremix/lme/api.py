@@ -64,7 +64,9 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
     formula:
         lme4 formula, e.g. ``"score ~ label + (1 | speaker) + (1 | attack)"``.
     data:
-        the data frame.
+        the data frame; or a ``dask.dataframe.DataFrame`` or a path/glob of parquet files,
+        fitted from cross-products summed over partitions (see ``docs/dask.md``; the
+        result's per-row quantities are then lazy).
     REML:
         REML (default) or maximum likelihood.
     backend:
@@ -96,8 +98,23 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
     -------
     LmerResult
     """
+    from scoremix.distributed.inputs import is_dask_collection, is_parquet_path
+    from scoremix.lme.input_checks import check_model_input
     from scoremix.lme.model_frame import build_model_spec
 
+    if is_dask_collection(data) or is_parquet_path(data):
+        # Dask DataFrame or parquet path/glob: cross-products summed over partitions
+        if backend != "native":
+            raise ValueError(f"Dask input is fitted by the native engine only, not {backend!r}")
+        if transform is not None:
+            from scoremix.distributed.inputs import DaskInputError
+            raise DaskInputError(
+                f"transform={transform!r} is not available for Dask input: the transformation "
+                "model's likelihood needs every row's cell (it has no cross-product reduction); "
+                "fit it on an in-memory DataFrame (e.g. ddf.compute() or a sample)")
+        from scoremix.distributed.fit import lmer_dask
+        return lmer_dask(formula, data, REML=REML, weights=weights, dispersion=dispersion,
+                         na_action=na_action, control=control, contrasts=contrasts, offset=offset)
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     if transform is not None:
@@ -110,6 +127,9 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
         return TRANSFORMS[transform](formula, data, weights=weights, dispersion=dispersion,
                                      na_action=na_action, control=control,
                                      contrasts=contrasts, offset=offset)
+    # (after the transform dispatch: a transformation model accepts ±inf / saturated scores
+    # and has its own named errors for tied scores)
+    check_model_input(formula, data)
     if backend == "lme4" and (offset is not None or contrasts is not None):
         from scoremix.lme.errors import UnsupportedModelError
         raise UnsupportedModelError(

@@ -50,8 +50,8 @@ def has_analytic_gradient(cp: CrossProducts) -> bool:
     return cp.n_disp == 1
 
 
-def profiled_deviance_grad(theta: np.ndarray, cp: CrossProducts, reml: bool
-                           ) -> tuple[float, np.ndarray]:
+def profiled_deviance_grad(theta: np.ndarray, cp: CrossProducts, reml: bool,
+                           singular: str = "raise") -> tuple[float, np.ndarray]:
     """Profiled criterion ``d(θ)`` and its analytic gradient ``∂d/∂θ``.
 
     Let ``M = G'CG + J`` be the augmented system without the ``y`` row (``C`` the
@@ -74,46 +74,55 @@ def profiled_deviance_grad(theta: np.ndarray, cp: CrossProducts, reml: bool
     ``2/θ_k (q_k − tr_k(M^{-1}) − ν‖û_k‖²/r²)``.
 
     The diagonal blocks come from the blocked factor (:mod:`scoremix.lme.factor`): with the
-    Schur complement ``S = L_rr L_rr'`` of the rest rows, ``[M^{-1}]_{rest} = S^{-1}`` and, for
-    term 1, ``Σ_l L_l^{-T}L_l^{-1} + Σ_l K_l' S^{-1} K_l`` with
-    ``K_l = Λ_r' A_{r1,l} T_1 (T_1'A_{11,l}T_1 + I)^{-1}`` (sparse when ``A_r1`` is).
+    Schur complement ``S = L_rr L_rr'`` of the rest rows, ``[M^{-1}]_{rest} = S^{-1} =
+    L_rr^{-T} L_rr^{-1}`` (one triangular inverse, LAPACK ``dtrtri``) and, for term 1,
+    ``Σ_l L_l^{-T}L_l^{-1} + Σ_l ‖L_rr^{-1} K_l‖²`` with
+    ``K_l = Λ_r' A_{r1,l} T_1 (T_1'A_{11,l}T_1 + I)^{-1}`` (sparse when ``A_r1`` is, so
+    ``L_rr^{-1} K`` costs ``nnz(K)`` times the size of the rest block).
+
+    The formula needs ``T_k`` invertible only for the components of term ``k`` itself.  With
+    ``singular="partial"`` a term with a diagonal ``θ ≤ 0`` does not stop the others: a
+    scalar term at ``θ_k = 0`` gets its exact derivative 0 (the criterion is even in a
+    scalar ``θ_k``), the components of a singular vector-valued term are ``NaN`` (for the
+    caller to difference numerically).
 
     Raises
     ------
     ValueError
-        for a dispersion model (see :func:`has_analytic_gradient`) or when a diagonal
-        element of some ``T_k`` is ``≤ 0`` (``T_k`` singular).
+        for a dispersion model (see :func:`has_analytic_gradient`) or, with
+        ``singular="raise"`` (default), when a diagonal element of some ``T_k`` is ``≤ 0``
+        (``T_k`` singular).
     """
     theta = np.atleast_1d(np.asarray(theta, dtype=float))
     if not has_analytic_gradient(cp):
         raise ValueError("the analytic gradient needs a homoscedastic model (no dispersion levels)")
+    if singular not in ("raise", "partial"):
+        raise ValueError(f"singular must be 'raise' or 'partial', not {singular!r}")
     T = theta_to_T(theta, cp.term_p)
-    for k, Tk in enumerate(T):
-        if np.any(np.diag(Tk) <= 0):
-            raise ValueError(f"the analytic gradient needs every diagonal θ > 0 (term {k + 1} has "
-                             f"{np.diag(Tk).tolist()})")
-    if all(p == 1 for p in cp.term_p):
+    ok = [bool(np.all(np.diag(Tk) > 0)) for Tk in T]
+    if singular == "raise":
+        for k, Tk in enumerate(T):
+            if not ok[k]:
+                raise ValueError(f"the analytic gradient needs every diagonal θ > 0 (term {k + 1} "
+                                 f"has {np.diag(Tk).tolist()})")
+    if all(ok) and all(p == 1 for p in cp.term_p):
         return _grad_scalar(theta, cp, reml)
-    return _grad_vector(theta, T, cp, reml)
+    return _grad_vector(theta, T, cp, reml, ok)
 
 
-def _inverse_from_cholesky(L: np.ndarray) -> np.ndarray:
-    """``(L L')^{-1}`` (full symmetric) from a lower Cholesky factor ``L`` (LAPACK ``dpotri``)."""
+def _lower_inverse(L: np.ndarray) -> np.ndarray:
+    """``L^{-1}`` of a lower-triangular ``L`` (LAPACK ``dtrtri``; C-ordered ``L`` is read as
+    the Fortran-ordered upper-triangular ``L'``, whose inverse is ``L^{-T}``)."""
     if L.shape[0] == 0:
         return np.zeros((0, 0))
-    # L' is upper triangular and Fortran-ordered as the transpose of C-ordered L; its strict
-    # lower triangle is zero and stays so, dpotri fills the upper triangle of the inverse
-    U, info = sla.lapack.dpotri(np.asfortranarray(L.T), lower=0)
+    Ui, info = sla.lapack.dtrtri(np.asfortranarray(L.T), lower=0)
     if info != 0:
-        raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
-    d = np.diag(U).copy()
-    Sinv = U + U.T
-    Sinv.flat[::Sinv.shape[0] + 1] = d
-    return Sinv
+        raise np.linalg.LinAlgError(f"dtrtri failed (info={info})")
+    return Ui.T
 
 
-def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml: bool
-                 ) -> tuple[float, np.ndarray]:
+def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml: bool,
+                 ok: list[bool] | None = None) -> tuple[float, np.ndarray]:
     """:func:`profiled_deviance_grad` for any random terms (see there for the formulas)."""
     sparse = cp.ar1_sparse()
     f = factorize(theta, cp, need_lr1=sparse is None)
@@ -127,12 +136,14 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
     r2 = f.pwrss
     nu = (cp.n - p) if reml else cp.n
     # conditional modes û: L'v = c (c = the y row of the factor)
-    x_rest = sla.solve_triangular(f.Lrr[:mz, :mz], f.Lrr[-1, :mz], trans="T", lower=True)
-    S11inv = np.einsum("lba,lbc->lac", f.L11inv, f.L11inv)        # (T1'A11_l T1 + I)^{-1}
+    x_rest = sla.solve_triangular(f.Lrr[:mz, :mz], f.Lrr[-1, :mz], trans="T", lower=True,
+                                  check_finite=False)
+    L11invT = f.L11inv.transpose(0, 2, 1)
+    S11inv = L11invT @ f.L11inv                                    # (T1'A11_l T1 + I)^{-1}
     if sparse is None:
         Lr1 = f.Lr1
         rhs = (Lr1[-1] - Lr1[:mz].T @ x_rest).reshape(n1, p1)
-        u1 = np.einsum("lba,lb->la", f.L11inv, rhs)
+        u1 = (L11invT @ rhs[:, :, None])[:, :, 0]
     else:
         A = sparse[0]
         z = np.zeros(m)
@@ -140,57 +151,54 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
         z[-1] = 1.0
         a = (A.T @ z).reshape(n1, p1) @ T[0]                         # T1' (Ar1_l' z)
         u1 = np.einsum("lab,lb->la", S11inv, a)
-    # S = L_md L_md' and its inverse
-    Sinv = _inverse_from_cholesky(f.Lrr[:md, :md])
+    # S = L L' (first md rows); diagonal blocks of S^{-1} = L^{-T}L^{-1} from L^{-1}
+    Linv = _lower_inverse(f.Lrr[:md, :md])
     Ssum = [S11inv.sum(axis=0)]
     if md:
         if sparse is None:
-            K3 = np.einsum("mlb,lba->mla", Lr1[:md].reshape(md, n1, p1), f.L11inv)
-            Y3 = (Sinv @ K3.reshape(md, q1)).reshape(md, n1, p1)
-            Ssum[0] = Ssum[0] + np.einsum("ila,ilb->ab", K3, Y3)
+            K3 = Lr1[:md].reshape(md, n1, 1, p1) @ f.L11inv             # K_l, level by level
+            W = (Linv @ K3.reshape(md, q1)).reshape(md * n1, p1)        # L^{-1} K_l, stacked
+            Ssum[0] = Ssum[0] + W.T @ W
         else:
             import scipy.sparse as sp
             Lam = _lambda_rest_sparse(T, cp, md)
             D = sp.bsr_matrix((np.einsum("ab,lbc->lac", T[0], S11inv), np.arange(n1),
                                np.arange(n1 + 1)), shape=(q1, q1))
-            K = Lam.T @ A[:md] @ D                                # md × q1, sparse
-            Ssum[0] = Ssum[0] + _sum_level_quadratic(K, Sinv, n1, p1)
+            K = (Lam.T @ A[:md] @ D).tocsr()                            # md × q1, sparse
+            Wt = np.asarray(K.T.tocsr() @ Linv.T)                       # (L^{-1} K)': q1 × md
+            acc = np.empty((p1, p1))
+            for aa in range(p1):
+                for bb in range(aa, p1):
+                    acc[aa, bb] = acc[bb, aa] = float(np.sum(Wt[aa::p1] * Wt[bb::p1]))
+            Ssum[0] = Ssum[0] + acc
     pos = 0
     U = [u1]
     for k in range(1, len(cp.term_p)):
         pk, nk = cp.term_p[k], cp.term_nlev[k]
-        idx = pos + np.arange(nk * pk).reshape(nk, pk)
-        Ssum.append(Sinv[idx[:, :, None], idx[:, None, :]].sum(axis=0) if md else np.zeros((pk, pk)))
+        Sk = np.zeros((pk, pk))
+        if md:
+            end = pos + nk * pk
+            for aa in range(pk):
+                for bb in range(aa, pk):
+                    Sk[aa, bb] = Sk[bb, aa] = float(np.sum(Linv[:, pos + aa:end:pk]
+                                                           * Linv[:, pos + bb:end:pk]))
+        Ssum.append(Sk)
         U.append(x_rest[pos: pos + nk * pk].reshape(nk, pk))
         pos += nk * pk
     g = []
     for k, Tk in enumerate(T):
         pk, nk = Tk.shape[0], cp.term_nlev[k]
-        Tinv = sla.solve_triangular(Tk, np.eye(pk), lower=True)
+        if ok is not None and not ok[k]:
+            # singular T_k: exact 0 for a scalar term at θ_k = 0 (even in θ_k), else unknown
+            g.extend([0.0 if pk == 1 and Tk[0, 0] == 0.0 else np.nan] * (pk * (pk + 1) // 2))
+            continue
+        Tinv = np.linalg.inv(Tk)
         Gld = 2.0 * (nk * np.eye(pk) - Ssum[k]) @ Tinv             # entry (b, a)
         Gr = (2.0 * nu / r2) * (Tinv.T @ (U[k].T @ U[k]))            # entry (a, b)
         for j in range(pk):
             for i in range(j, pk):
                 g.append(Gld[j, i] - Gr[i, j])
     return crit, np.asarray(g)
-
-
-def _sum_level_quadratic(K, Sinv: np.ndarray, n1: int, p1: int) -> np.ndarray:
-    """``Σ_l K_l' S^{-1} K_l`` (``p1 × p1``) for a sparse ``md × (n1·p1)`` ``K`` whose level
-    ``l`` owns columns ``l·p1 … l·p1+p1-1``.
-
-    Entry ``(a, b)`` is ``Σ_ij S^{-1}_{ij} Q^{ab}_{ij}`` with the sparse
-    ``Q^{ab} = K_a K_b'`` (``K_a``: the columns of component ``a`` of every level), so only
-    the entries of ``S^{-1}`` on the pattern of the downdate ``A_r1 D A_r1'`` are read."""
-    Kc = K.tocsc()
-    comps = [Kc[:, a::p1] for a in range(p1)]
-    out = np.zeros((p1, p1))
-    for a in range(p1):
-        for b in range(a, p1):
-            Q = (comps[a] @ comps[b].T).tocoo()
-            v = float(np.dot(Sinv[Q.row, Q.col], Q.data))
-            out[a, b] = out[b, a] = v
-    return out
 
 
 def _lambda_rest(x: np.ndarray, T: list[np.ndarray], cp: CrossProducts) -> np.ndarray:

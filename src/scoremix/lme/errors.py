@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "LmeError",
+    "DdfError",
     "FormulaError",
     "UnknownColumnError",
     "GroupingError",
@@ -113,3 +114,8 @@ def rank_deficient_message(n: int, names: list[str] | None = None) -> str:
     if names:
         msg += " (" + ", ".join(names) + ")"
     return msg
+
+
+class DdfError(LmeError):
+    """Denominator degrees of freedom (Satterthwaite, Kenward–Roger) cannot be computed for
+    this fit; the message says why (e.g. Kenward–Roger on an ML fit)."""

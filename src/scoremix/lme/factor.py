@@ -66,7 +66,7 @@ class Factorization:
     @property
     def ldL2(self) -> float:
         """``log|L_Z|²``."""
-        d1 = np.einsum("lii->li", self.L11)
+        d1 = np.diagonal(self.L11, axis1=1, axis2=2)
         dr = np.diag(self.Lrr)[: self.q_rest]
         return float(2 * np.sum(np.log(d1)) + 2 * np.sum(np.log(dr)))
 
@@ -134,7 +134,7 @@ def _downdate_sparse(cp: CrossProducts, rho: np.ndarray | None, T1: np.ndarray,
         L11inv = 1.0 / L11
         B = A.multiply((t * t / dd)[None, :]).tocsr()
     else:
-        S11 = np.einsum("ba,lbc,cd->lad", T1, A11, T1) + np.eye(p1)
+        S11 = (T1.T @ A11 @ T1) + np.eye(p1)
         L11 = np.linalg.cholesky(S11)
         L11inv = np.linalg.inv(L11)
         F = np.einsum("ab,lcb->lac", T1, L11inv)  # T_1 L_l^{-T}
@@ -197,7 +197,7 @@ def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = Non
         L11 = np.sqrt(d)[:, None, None]
         L11inv = 1.0 / L11
     else:
-        S11 = np.einsum("ba,lbc,cd->lad", T1, A11, T1) + np.eye(p1)
+        S11 = (T1.T @ A11 @ T1) + np.eye(p1)
         L11 = np.linalg.cholesky(S11)
         L11inv = np.linalg.inv(L11)
     Lr1 = scale_rest_rows(_lr1_dense(Ar1, T1, L11, L11inv, n1, p1), T, cp.term_p, cp.term_nlev)
@@ -245,8 +245,8 @@ def _lr1_dense(Ar1: np.ndarray, T1: np.ndarray, L11: np.ndarray, L11inv: np.ndar
     """``Ar1 · blockdiag(T_1 L_l^{-T})`` (before ``Λ_rest'`` is applied to its rows)."""
     if p1 == 1:
         return Ar1 * (T1[0, 0] / L11[:, 0, 0])[None, :]
-    C = np.einsum("mlb,bd->mld", Ar1.reshape(Ar1.shape[0], n1, p1), T1)
-    return np.einsum("mla,lba->mlb", C, L11inv).reshape(Ar1.shape[0], n1 * p1)
+    C = Ar1.reshape(Ar1.shape[0], n1, p1) @ T1                     # (m, n1, p1)
+    return (C[:, :, None, :] @ L11inv.transpose(0, 2, 1)).reshape(Ar1.shape[0], n1 * p1)
 
 
 def _combine_small(cp: CrossProducts, rho: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float]:

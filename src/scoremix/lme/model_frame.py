@@ -66,10 +66,11 @@ from scoremix.lme.formula import (
     parse_formula,
     parse_one_sided,
 )
-from scoremix.lme.spec import ModelSpec, RandomTerm
+from scoremix.lme.spec import FixedTerms, ModelSpec, RandomTerm
 from scoremix.lme.transforms import Value, evaluate, factor_source
 
-__all__ = ["build_model_spec", "model_matrix", "badly_scaled", "rank_keep_columns", "RANK_TOL"]
+__all__ = ["build_model_spec", "model_matrix", "badly_scaled", "fixed_terms_of", "rank_keep_columns",
+           "RANK_TOL"]
 
 #: lme4's tolerance for ``qr(X, tol = 1e-7, LAPACK = FALSE)`` in ``chkRank.drop.cols``.
 RANK_TOL = 1e-7
@@ -1001,6 +1002,7 @@ def build_model_spec(
         random_design=random_design,
         offset=off,
         offset_design=offset_design if off is not None else None,
+        fixed_terms=fixed_terms_of(fdesign, frame, keep),
     )
 
 
@@ -1057,3 +1059,70 @@ def _check_contrast_keys(contrasts: dict[str, str] | None, design: _Design) -> N
         raise FormulaError(f"contrasts given for {', '.join(repr(k) for k in unknown)}, which "
                            f"{'is' if len(unknown) == 1 else 'are'} not a factor of the fixed "
                            f"effects (factors: {_short_list(sorted(factors))})")
+
+
+# --------------------------------------------------------------------------- terms (F tests)
+def fixed_terms_of(design: _Design, frame: _Frame, keep: np.ndarray) -> FixedTerms:
+    """R's ``terms`` of the fixed part and ``attr(X, "assign")`` of the kept columns
+    (see :class:`~scoremix.lme.spec.FixedTerms`)."""
+    ts = design.termset
+    labels = ts.term_labels()
+    assign = _assign(design)
+    variables = [[ts.variables[i].label for i in t] for t in ts.terms]
+    numeric = {label: _is_numeric_class(vc) for label, vc in design.codes.items()}
+    factors = [label for label, vc in design.codes.items() if vc.kind == "factor"]
+    treatment = all(_is_treatment(design.codes[f]) for f in factors)
+
+    def term_matrix(label: str) -> tuple[np.ndarray, list[str]]:
+        """``model.matrix(~ 0 + label)`` on the model frame."""
+        if label not in labels:
+            raise FormulaError(f"{label!r} is not a fixed-effects term (terms: {labels})")
+        sub = TermSet(intercept=False, variables=ts.variables, terms=(ts.terms[labels.index(label)],))
+        X, names, _ = _design_matrix(sub, frame)
+        return X, names
+
+    def treatment_design() -> tuple[np.ndarray, list[str], np.ndarray]:
+        """The fixed-effects matrix with treatment contrasts for every factor."""
+        X, names, d = _design_matrix(ts, frame, {f: "contr.treatment" for f in factors} or None)
+        return X, names, _assign(d)
+
+    return FixedTerms(labels=labels, intercept=ts.intercept, variables=variables, numeric=numeric,
+                      assign=assign[keep], treatment=treatment, term_matrix=term_matrix,
+                      treatment_design=treatment_design)
+
+
+def _is_numeric_class(vc: _VarCode) -> bool:
+    """R's ``dataClasses`` is ``"numeric"``: a numeric column or a one-column expression
+    (``log(x)``, ``I(x^2)``); factors, ``dummy()`` and matrices (``poly(x, 2)``,
+    ``scale(x)``: ``"nmatrix.k"``) are not."""
+    if vc.kind == "numeric":
+        return True
+    return vc.kind == "matrix" and list(vc.suffixes) == [""] and not vc.var.label.startswith("scale(")
+
+
+def _is_treatment(vc: _VarCode) -> bool:
+    """The factor is coded by ``contr.treatment``."""
+    if vc.contrast is None:
+        return True
+    assert vc.factor is not None
+    return bool(np.array_equal(vc.contrast, contrast_matrix("contr.treatment", vc.factor.levels)[0]))
+
+
+def _assign(design: _Design) -> np.ndarray:
+    """R's ``attr(X, "assign")`` of a design: 0 for the intercept, ``k`` for term ``k``."""
+    assign = [0] if design.termset.intercept else []
+    for k, row in enumerate(design.coding, start=1):
+        width = 1
+        for label, code in row:
+            vc = design.codes[label]
+            if vc.kind == "factor":
+                assert vc.factor is not None
+                if code == 1:
+                    width *= (vc.contrast.shape[1] if vc.contrast is not None
+                              else vc.factor.n_levels - 1)
+                else:
+                    width *= vc.factor.n_levels
+            elif vc.kind == "matrix":
+                width *= len(vc.suffixes)
+        assign.extend([k] * width)
+    return np.asarray(assign, dtype=np.int64)

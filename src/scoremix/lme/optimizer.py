@@ -121,9 +121,12 @@ class OptimResult:
     optimizer_message: str = ""
 
 
-def fd_grad(f, x: np.ndarray, lb: np.ndarray, h: float, f0: float | None = None) -> np.ndarray:
-    g = np.empty_like(x)
-    for i in range(x.size):
+def fd_grad(f, x: np.ndarray, lb: np.ndarray, h: float, f0: float | None = None,
+            idx: np.ndarray | None = None) -> np.ndarray:
+    """Central finite-difference gradient of ``f`` at ``x`` (one-sided, second order, next to
+    a lower bound ``lb``); only the components ``idx`` (default all; the others are 0)."""
+    g = np.zeros_like(x) if idx is not None else np.empty_like(x)
+    for i in (range(x.size) if idx is None else np.flatnonzero(idx)):
         hi = h * max(1.0, abs(x[i]))
         if x[i] - hi < lb[i]:
             # forward difference at (or next to) a bound
@@ -245,6 +248,24 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
             return None
         return fx, g[free]
 
+    def grad_partial(xf: np.ndarray) -> tuple[float, np.ndarray] | None:
+        """Criterion and gradient with some diagonal θ below 1e-4 (boundary polishing):
+        exact for every term with an invertible ``T_k`` and for scalar terms at 0, central
+        differences for the components of singular vector-valued terms."""
+        x = full(xf)
+        n_eval[0] += 1
+        try:
+            fx, g = profiled_deviance_grad(x[:nth], cp, reml, singular="partial")
+        except np.linalg.LinAlgError:
+            return None
+        if not np.isfinite(fx):
+            return None
+        g = g[free]
+        missing = ~np.isfinite(g)
+        if missing.any():
+            g[missing] = fd_grad(f, xf, lbf, ctl.fd_step, fx, idx=missing)[missing]
+        return fx, g
+
     lbf = lb_full[free]
     ubf = ub_full[free]
     x0 = np.clip(x0_full[free], lbf, ubf)
@@ -259,6 +280,10 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
             out = grad_analytic(xf)
             if out is not None:
                 return out
+            if analytic:
+                out = grad_partial(xf)
+                if out is not None:
+                    return out
             f0 = f(xf)
             return f0, fd_grad(f, xf, lbf, ctl.fd_step, f0)
 
@@ -275,9 +300,11 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
             b1 = list(zip(np.where(np.isfinite(lb1), lb1, None), np.where(np.isfinite(ubf), ubf, None)))
             res = minimize(fg, np.maximum(x0, lb1), jac=True, method="L-BFGS-B", bounds=b1,
                            options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+            # polished below with the true bound 0: exact gradients for every term with an
+            # invertible T_k and for scalar terms at 0, finite differences only for the
+            # components of a singular vector-valued term (the tolerances stay those of an
+            # exact gradient: the criterion then ends within ~1e-11 relative of the optimum)
             near_bound = bool(np.any((lbf == 0.0) & (res.x <= 1e-4 * (1 + 1e-8))))
-            if near_bound:
-                ftol, gtol = ctl.ftol, ctl.gtol
         else:
             res = minimize(fg, x0, jac=True, method="L-BFGS-B", bounds=bounds,
                            options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
@@ -285,7 +312,13 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         # restart once from the optimum: L-BFGS-B's line search can stop early on a flat ridge
         # (not needed when an exact gradient met the projected-gradient test)
         opt_msg = str(res.message)
-        if not (analytic and not near_bound and res.success):
+        restart = not (analytic and not near_bound and res.success)
+        if restart and analytic and not near_bound and _abnormal(opt_msg):
+            # an exact gradient that stopped abnormally (line search at rounding level) at a
+            # stationary point: a restart cannot improve
+            gx = grad_analytic(xopt)
+            restart = gx is None or not _stationary(gx[1], xopt, lbf, ubf, fopt)
+        if restart:
             res2 = minimize(fg, xopt, jac=True, method="L-BFGS-B", bounds=bounds,
                             options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
             if res2.fun <= fopt:
@@ -317,17 +350,22 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         # an abnormal stop (L-BFGS-B's line search failing) away from a stationary point:
         # polish by restarting, then warn if it persists with a non-negligible gradient
         if _abnormal(opt_msg) and np.isfinite(fopt):
-            for _ in range(2):
+            gx = fg(xopt)[1]
+            gmax = _projected_grad_max(gx, xopt, lbf, ubf)
+            tries = 0
+            while not _stationary(gx, xopt, lbf, ubf, fopt) and tries < 2:
                 r4 = minimize(fg, xopt, jac=True, method="L-BFGS-B", bounds=bounds,
                               options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+                tries += 1
                 improved = r4.fun < fopt
                 if r4.fun <= fopt:
                     xopt, fopt = r4.x, float(r4.fun)
                 opt_msg = str(r4.message)
+                gx = fg(xopt)[1]
+                gmax = _projected_grad_max(gx, xopt, lbf, ubf)
                 if not _abnormal(opt_msg) or not improved:
                     break
             if _abnormal(opt_msg):
-                gmax = _projected_grad_max(fg(xopt)[1], xopt, lbf, ubf)
                 if gmax > ctl.abnormal_gtol:
                     messages.append(f"optimizer (L-BFGS-B) stopped abnormally after polishing "
                                     f"({opt_msg.strip()}) with max|projected gradient| = "
@@ -341,12 +379,38 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
     diag_mask = np.asarray(lower, float) == 0.0
     singular = bool(np.any(theta[diag_mask] < ctl.singular_tol))
     if ctl.check_conv and free.size and ok and not singular:  # lme4 skips checkConv when singular
+        # a large rest block makes each gradient cost O(m³): forward differences there
         messages += check_conv(f, xopt, lbf, ctl, grad_analytic if analytic else None,
-                                is_theta=free < nth)
+                               is_theta=free < nth, central=cp.Arr.shape[1] < LARGE_REST)
     rho = np.concatenate([[1.0], np.exp(x[nth:])]) if n_rho else None
     return OptimResult(theta=theta, rho=rho, criterion=fopt, converged=ok and not messages,
                        singular=singular, n_eval=n_eval[0], messages=messages,
                        optimizer_message=opt_msg)
+
+
+#: an abnormal L-BFGS-B stop where ``max_i |g_i|·max(|x_i|, 0.01) ≤ STATIONARY_RTOL·max(1, |f|)``
+#: (projected gradient ``g``: a 1 % move of any parameter changes the criterion by less than
+#: 1e-8 relative) is at a stationary point, the line search having failed at rounding level;
+#: it is not restarted
+STATIONARY_RTOL = 1e-6
+
+
+def _stationary(g: np.ndarray, x: np.ndarray, lb: np.ndarray, ub: np.ndarray, f: float) -> bool:
+    """Whether the projected gradient ``g`` at ``x`` is negligible on the criterion's scale
+    (see :data:`STATIONARY_RTOL`)."""
+    gp = np.asarray(g, float).copy()
+    with np.errstate(invalid="ignore"):
+        at_lo = np.isfinite(lb) & (x <= lb + 1e-12 * np.maximum(1.0, np.abs(lb))) & (gp > 0)
+        at_hi = np.isfinite(ub) & (x >= ub - 1e-12 * np.maximum(1.0, np.abs(ub))) & (gp < 0)
+    gp[at_lo | at_hi] = 0.0
+    if not np.all(np.isfinite(gp)):
+        return False
+    return bool(np.max(np.abs(gp) * np.maximum(np.abs(x), 0.01), initial=0.0)
+                <= STATIONARY_RTOL * max(1.0, abs(f)))
+
+#: rest-block size from which lme4's Hessian check uses forward differences of the exact
+#: gradient (each evaluation then costs several dense O(m³) factorisations)
+LARGE_REST = 1000
 
 
 def _abnormal(message: str) -> bool:
@@ -366,13 +430,15 @@ def _projected_grad_max(g: np.ndarray, x: np.ndarray, lb: np.ndarray, ub: np.nda
 
 
 def check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None,
-                is_theta: np.ndarray | None = None) -> list[str]:
+               is_theta: np.ndarray | None = None, central: bool = True) -> list[str]:
     """lme4's ``checkConv`` (gradient and Hessian) on the parameters off their bounds.
 
     With an analytic gradient ``fg`` (returning ``(f, g)`` or ``None``) the gradient is
-    exact and the Hessian the central difference of the gradient; otherwise both are finite
-    differences of ``f``.  ``is_theta`` marks the ``θ`` parameters (the others are
-    ``log ρ``); lme4's eigenvalue-size checks apply to the ``θ`` block only."""
+    exact and the Hessian the central (``central=False``: forward, half the gradient
+    evaluations, for models whose evaluations are expensive) difference of the gradient;
+    otherwise both are finite differences of ``f``.  ``is_theta`` marks the ``θ`` parameters
+    (the others are ``log ρ``); lme4's eigenvalue-size checks apply to the ``θ`` block
+    only."""
     interior = np.flatnonzero(~(np.isfinite(lb) & (x - lb < 1e-4 * np.maximum(1.0, np.abs(lb)))))
     if interior.size == 0:
         return []
@@ -385,12 +451,16 @@ def check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None,
         for a, i in enumerate(interior):
             hi = h * max(1.0, abs(x[i]))
             xp = x.copy(); xp[i] += hi
-            xm = x.copy(); xm[i] -= hi
-            gp, gm = fg(xp), fg(xm)
+            gp = fg(xp)
+            if central:
+                xm = x.copy(); xm[i] -= hi
+                gm = fg(xm)
+            else:
+                gm = fgx
             if gp is None or gm is None:
                 H = None
                 break
-            H[a] = (gp[1][interior] - gm[1][interior]) / (2 * hi)
+            H[a] = (gp[1][interior] - gm[1][interior]) / ((2 if central else 1) * hi)
         if H is not None:
             H = (H + H.T) / 2
     if H is None:

@@ -171,10 +171,7 @@ class LmerResult:
         if spec is not None:
             term_info = spec_terms_info(spec)
         else:
-            term_info = []
-            for g, r in d.get("ranef", {}).items():
-                term_info.append(dict(group=g, group_factor=g, term_names=_as_list(r["terms"]),
-                                      levels=[str(v) for v in _as_list(r["levels"])]))
+            term_info = _terms_from_varcorr(vc, d.get("ranef", {}))
         theta_names = []
         for t in term_info:
             p = len(t["term_names"])
@@ -451,9 +448,22 @@ class LmerResult:
                 f"fixef: {fx}; sigma={self.sigma:.4g}"
                 f"{'; singular' if self.singular else ''}{'' if self.converged else '; NOT converged'}>")
 
-    def summary(self) -> str:
-        """lme4-style text summary (``print(summary(m))``)."""
-        return _summary_text(self)
+    def coef_table(self, ddf: str = "Satterthwaite") -> pd.DataFrame:
+        """lmerTest's coefficient table: ``Estimate``, ``Std. Error``, ``df``, ``t value``,
+        ``Pr(>|t|)`` with Satterthwaite's (default) or Kenward–Roger's degrees of freedom;
+        ``ddf="lme4"`` gives lme4's three columns (see :mod:`scoremix.lme.ddf`)."""
+        from scoremix.lme.ddf import coef_table
+        return coef_table(self, ddf)
+
+    def summary(self, ddf: str | None = None) -> str:
+        """lme4-style text summary (``print(summary(m))``); with ``ddf="Satterthwaite"`` or
+        ``"Kenward-Roger"`` the fixed-effects table has lmerTest's ``df`` and
+        ``Pr(>|t|)`` columns (``summary(m, ddf = …)`` of lmerTest)."""
+        if ddf is None or str(ddf).lower() == "lme4":
+            return _summary_text(self)
+        from scoremix.lme.ddf import coef_table, normalize_ddf
+        method = normalize_ddf(ddf)
+        return _summary_text(self, coef_table(self, method), method)
 
 
 def _as_list(v: Any) -> list:
@@ -464,6 +474,29 @@ def _as_list(v: Any) -> list:
 def spec_terms_info(spec: ModelSpec) -> list[dict]:
     return [dict(group=t.group, group_factor=t.group_factor, term_names=list(t.term_names),
                  levels=[str(v) for v in t.levels]) for t in spec.terms]
+
+
+def _terms_from_varcorr(vc: pd.DataFrame, ranef: dict[str, Any]) -> list[dict]:
+    """Random terms of a result without its spec, in VarCorr's order: one term per ``grp``
+    of ``as.data.frame(VarCorr(m))`` (``g``, ``g.1`` for the parts of ``(x || g)``), its
+    columns the variance rows; the grouping factor is ``grp`` without lme4's ``.k`` suffix
+    when that names a factor of ``ranef``.  Falls back to one term per ``ranef`` factor."""
+    terms: list[dict] = []
+    for grp in dict.fromkeys(vc["grp"]):
+        if grp == "Residual":
+            continue
+        rows = vc[(vc["grp"] == grp) & vc["var2"].isna()]
+        factor = grp
+        if factor not in ranef and "." in grp and grp.rsplit(".", 1)[0] in ranef \
+                and grp.rsplit(".", 1)[1].isdigit():
+            factor = grp.rsplit(".", 1)[0]
+        r = ranef.get(factor, {})
+        terms.append(dict(group=grp, group_factor=factor, term_names=[str(v) for v in rows["var1"]],
+                          levels=[str(v) for v in _as_list(r.get("levels", []))]))
+    if sum(len(t["term_names"]) for t in terms) != sum(len(_as_list(r["terms"])) for r in ranef.values()):
+        terms = [dict(group=g, group_factor=g, term_names=_as_list(r["terms"]),
+                      levels=[str(v) for v in _as_list(r["levels"])]) for g, r in ranef.items()]
+    return terms
 
 
 def _align_levels(have: list[str], want: list[str]) -> np.ndarray:
@@ -520,10 +553,15 @@ def _fmt_table(rows: list[list[str]], header: list[str], align_left: Sequence[in
     return "\n".join(lines)
 
 
-def _summary_text(m: LmerResult) -> str:
+def _summary_text(m: LmerResult, coefs: pd.DataFrame | None = None,
+                  ddf: str | None = None) -> str:
     out = []
     kind = "REML" if m.REML else "maximum likelihood "
-    out.append(f"Linear mixed model fit by {kind} ['lmerMod', backend {m.backend}]")
+    if coefs is None:
+        out.append(f"Linear mixed model fit by {kind} ['lmerMod', backend {m.backend}]")
+    else:
+        out.append(f"Linear mixed model fit by {kind}. t-tests use {ddf}'s method "
+                   f"['lmerModLmerTest', backend {m.backend}]")
     out.append(f"Formula: {m.formula}")
     if m.dispersion:
         out.append(f"Dispersion: {m.dispersion}")
@@ -578,9 +616,12 @@ def _summary_text(m: LmerResult) -> str:
     out.append(f"Number of obs: {m.nobs}, groups:  {grp}")
     out.append("")
     out.append("Fixed effects:")
-    fe = [[k, f"{b:.4g}", f"{s:.4g}", f"{t:.3f}"]
-          for (k, b), s, t in zip(m.fixef.items(), m.se, m.tvalues)]
-    out.append(_fmt_table(fe, ["", "Estimate", "Std. Error", "t value"]))
+    if coefs is None:
+        fe = [[k, f"{b:.4g}", f"{s:.4g}", f"{t:.3f}"]
+              for (k, b), s, t in zip(m.fixef.items(), m.se, m.tvalues)]
+        out.append(_fmt_table(fe, ["", "Estimate", "Std. Error", "t value"]))
+    else:
+        out.extend(_coef_lines(coefs))
     if len(m.fixef) > 1:
         out.append("")
         out.append("Correlation of Fixed Effects:")
@@ -600,6 +641,37 @@ def _summary_text(m: LmerResult) -> str:
     if not m.converged and not msgs:
         out.append("convergence: the optimizer did NOT converge")
     return "\n".join(out)
+
+
+def _format_p(p: float) -> str:
+    """R's ``format.pval`` as ``printCoefmat`` uses it: ``< 2e-16`` below machine
+    precision, 3 significant digits otherwise."""
+    if not np.isfinite(p):
+        return "NA"
+    if p < 2.2e-16:
+        return "< 2e-16"
+    return f"{p:.3g}" if p >= 1e-4 else f"{p:.2e}"
+
+
+def _signif_stars(p: float) -> str:
+    if not np.isfinite(p):
+        return ""
+    for cut, star in ((0.001, "***"), (0.01, "**"), (0.05, "*"), (0.1, ".")):
+        if p < cut:
+            return star
+    return ""
+
+
+def _coef_lines(coefs: pd.DataFrame) -> list[str]:
+    """lmerTest's fixed-effects table (``printCoefmat`` with significance stars)."""
+    rows = [[k, f"{r['Estimate']:.4g}", f"{r['Std. Error']:.4g}", f"{r['df']:.4g}",
+             f"{r['t value']:.3f}", _format_p(r["Pr(>|t|)"]), _signif_stars(r["Pr(>|t|)"])]
+            for k, r in coefs.iterrows()]
+    lines = [_fmt_table(rows, ["", "Estimate", "Std. Error", "df", "t value", "Pr(>|t|)", ""],
+                        align_left=(0, 6))]
+    lines.append("---")
+    lines.append("Signif. codes:  0 '***' 0.001 '**' 0.01 '*' 0.05 '.' 0.1 ' ' 1")
+    return lines
 
 
 def _abbrev(name: str) -> str:

@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-__all__ = ["RandomTerm", "ModelSpec"]
+__all__ = ["RandomTerm", "ModelSpec", "FixedTerms"]
 
 
 @dataclass
@@ -108,6 +108,45 @@ class RandomTerm:
 
 
 @dataclass
+class FixedTerms:
+    """R's ``terms`` of the fixed part, as lmerTest's F tests use them.
+
+    Attributes
+    ----------
+    labels:
+        ``term.labels``: ``["Product", "Information", "Product:Information"]``.
+    intercept:
+        whether ``X`` has an intercept column.
+    variables:
+        per term, the labels of its variables.
+    numeric:
+        per variable label, whether R's ``dataClasses`` call it ``"numeric"`` (factors,
+        logicals and ``dummy()`` indicators are not).
+    assign:
+        per column of ``X`` (after rank-deficient columns are dropped, as lme4 subsets
+        ``attr(X, "assign")``): 0 for the intercept, ``k`` for ``labels[k-1]``.
+    treatment:
+        every factor of ``X`` is coded by treatment contrasts.
+    term_matrix:
+        ``label -> (matrix, names)``: ``model.matrix(~ 0 + label)`` on the model frame
+        (full indicator coding, R's column names).
+    treatment_design:
+        ``() -> (X_t, names, assign)``: the fixed-effects matrix with every factor coded by
+        treatment contrasts (lmerTest's ``get_model_matrix(type = "remake", contrasts =
+        "contr.treatment")``), before rank-deficient columns are dropped.
+    """
+
+    labels: list[str]
+    intercept: bool
+    variables: list[list[str]]
+    numeric: dict[str, bool]
+    assign: np.ndarray
+    treatment: bool = True
+    term_matrix: Callable[[str], tuple[np.ndarray, list[str]]] | None = None
+    treatment_design: Callable[[], tuple[np.ndarray, list[str], np.ndarray]] | None = None
+
+
+@dataclass
 class ModelSpec:
     """Everything a backend needs to fit one linear mixed model.
 
@@ -151,6 +190,9 @@ class ModelSpec:
         ``None`` without one; ``fitted`` and ``predict`` add it back.
     offset_design:
         ``newdata -> (m,)`` offset of new rows.
+    fixed_terms:
+        the fixed part's terms and the column → term map (:class:`FixedTerms`), used by
+        the F tests of :func:`scoremix.anova`; ``None`` for a spec built by hand.
     """
 
     formula: str
@@ -170,6 +212,7 @@ class ModelSpec:
     random_design: Callable[[pd.DataFrame], list[tuple[np.ndarray, np.ndarray]]] | None = None
     offset: np.ndarray | None = None
     offset_design: Callable[[pd.DataFrame], np.ndarray] | None = None
+    fixed_terms: FixedTerms | None = None
 
     @property
     def n(self) -> int:

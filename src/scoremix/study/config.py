@@ -2,7 +2,9 @@
 
 :func:`load_study` reads a study file (``tomllib``), applies ``--set``-style overrides, expands
 ``${VAR}`` / ``${VAR:-default}`` in paths, resolves paths relative to the file and validates
-every key.  Every problem raises :class:`StudyConfigError` naming the offending key, e.g.
+every key.  A relative path that starts with a variable set in the environment is resolved
+from the current folder (that is where ``export VAR=relative/path`` was typed); a ``:-default``
+and any other relative path is resolved from the study file's folder.  Every problem raises :class:`StudyConfigError` naming the offending key, e.g.
 ``models[1].backend: unknown backend 'lme5'; choose one of native, statsmodels, lme4, bayes``.
 
 The result is a :class:`StudyConfig` of plain dataclasses; :meth:`StudyConfig.to_dict` gives the
@@ -28,6 +30,8 @@ __all__ = [
 
 #: Model backends accepted in ``[[models]]``.
 BACKENDS = ("native", "statsmodels", "lme4", "bayes")
+#: values of a model's ``transform`` key (see docs/study-format.md)
+TRANSFORMS = ("monotone",)
 #: Analysis tables accepted under ``[analyses]``.
 ANALYSES = ("metrics", "model_eer", "fairness", "breakdown", "compare", "nuisance")
 EER_METHODS = ("rocch", "interp", "asvspoof", "voxceleb")
@@ -113,6 +117,9 @@ class ModelConfig:
     chains: int = 2
     method: str = "collapsed"
     compare_with: str = "native"
+    #: ``"monotone"``: a transformation (latent-Gaussian) mixed model, ``h(score) = Xβ + Zb + ε``
+    #: with ``h`` increasing and estimated (``lmer(..., transform="monotone")``); ``None``: Gaussian
+    transform: str | None = None
 
 
 @dataclass
@@ -127,6 +134,12 @@ class MetricsConfig:
     by: list[list[str]] = field(default_factory=list)
     filters: dict[str, list[Any]] = field(default_factory=dict)
     negatives_by: list[str] = field(default_factory=list)
+    #: speaker-cluster bootstrap replicates for EER/minDCF intervals (0: none), level and seed
+    n_boot: int = 0
+    ci: float = 0.95
+    seed: int = 0
+    #: cluster column of that bootstrap (``[data].speaker``; absent column: every trial its own cluster)
+    speaker: str | None = None
 
 
 @dataclass
@@ -140,6 +153,8 @@ class ModelEERConfig:
     by: list[str] = field(default_factory=list)
     conditional: bool = True
     filters: dict[str, list[Any]] = field(default_factory=dict)
+    #: speaker-bootstrap replicates of the empirical EER interval shown beside the model's
+    n_boot: int = 200
 
 
 @dataclass
@@ -150,6 +165,8 @@ class FairnessConfig:
     n_boot: int = 200
     boot_chunk: int = 250
     ci: float = 0.95
+    #: interval method of :func:`scoremix.fairness.subgroup_dcf` ("expanded", "bca-t" or "percentile")
+    interval: str = "expanded"
     p_target: float = 0.05
     c_miss: float = 1.0
     c_fa: float = 1.0
@@ -433,7 +450,14 @@ def _path(value: Any, key: str, base: Path, source: Path | None) -> Path:
         raise StudyConfigError(key, f"environment variable {exc.args[0]} is not set (write "
                                     f"${{{exc.args[0]}:-default}} to give a default)", source) from None
     p = Path(os.path.expanduser(text))
-    return p if p.is_absolute() else (base / p).resolve()
+    if p.is_absolute():
+        return p
+    lead = _VAR_RE.match(value)
+    if lead is not None and os.environ.get(lead.group(1)):
+        # the path starts with a variable set in the environment: a relative value was typed
+        # relative to where the command runs (``export SCOREMIX_SHARED_DATA=../shared/data``)
+        base = Path.cwd()
+    return (base / p).resolve()
 
 
 # ---------------------------------------------------------------------------------------
@@ -539,6 +563,10 @@ def _parse_model(r: _Reader, data: DataConfig) -> ModelConfig:
     m.chains = r.int("chains", 2, minimum=1) or 2
     m.method = r.str("method", "collapsed", choices=("collapsed", "joint")) or "collapsed"
     m.compare_with = r.str("compare_with", "native", choices=("native", "statsmodels", "lme4", "none")) or "native"
+    m.transform = r.str("transform", None, choices=TRANSFORMS)
+    if m.transform is not None and m.backend not in ("native", "bayes"):
+        raise r.err("transform", f"{m.transform!r} needs backend 'native' or 'bayes' (the transformation model is "
+                                 f"fitted by scoremix's own engine), got backend {m.backend!r}")
     r.finish()
     return m
 
@@ -573,6 +601,10 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         m.by = s.groupings("by")
         m.filters = s.filters("filters")
         m.negatives_by = s.strlist("negatives_by")
+        m.n_boot = s.int("n_boot", 0, minimum=0) or 0
+        m.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+        m.seed = s.int("seed", 0) or 0
+        m.speaker = data.speaker
         used = {c for cols in m.by for c in cols}
         for i, c in enumerate(m.negatives_by):
             if c not in used:
@@ -587,6 +619,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         me.by = s.strlist("by", data.subgroups)
         me.conditional = s.bool("conditional", True)
         me.filters = s.filters("filters")
+        me.n_boot = s.int("n_boot", 200, minimum=0) or 0
         s.finish()
         a.model_eer = me
     if r.has("fairness"):
@@ -598,6 +631,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         f.n_boot = s.int("n_boot", 200, minimum=0) or 0
         f.boot_chunk = s.int("boot_chunk", 250, minimum=0) or 0
         f.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+        f.interval = s.str("interval", "expanded", choices=("expanded", "bca-t", "percentile")) or "expanded"
         f.p_target = s.float("p_target", 0.05, 0.0, 1.0, open_lo=True, open_hi=True) or 0.05
         f.c_miss = s.float("c_miss", 1.0, 0.0, open_lo=True) or 1.0
         f.c_fa = s.float("c_fa", 1.0, 0.0, open_lo=True) or 1.0

@@ -17,7 +17,8 @@ import pandas as pd
 
 from scoremix.study.config import DataConfig
 
-__all__ = ["StudyDataError", "StudyData", "load_study_data", "apply_filters", "read_data_file", "ALL_SYSTEMS"]
+__all__ = ["StudyDataError", "StudyData", "load_study_data", "apply_filters", "read_data_file", "expand_data_files",
+           "ALL_SYSTEMS"]
 
 #: Probabilities are clipped to ``[LOGIT_EPS, 1 - LOGIT_EPS]`` before ``transform = "logit"``.
 LOGIT_EPS = 1e-7
@@ -77,16 +78,39 @@ def apply_filters(df: pd.DataFrame, filters: dict[str, list[Any]], where: str) -
 
 
 def read_data_file(path: Path) -> pd.DataFrame:
-    """Read one score table: parquet by extension, else CSV/TSV (optionally gzipped)."""
+    """Read one score table: parquet by extension, else CSV/TSV (optionally gzipped), with the
+    named errors of :func:`scoremix.trials.read_table` (corrupt gzip, non-UTF-8 bytes, a wrong
+    separator) turned into :class:`StudyDataError`."""
+    from scoremix.trials import TrialTableError, read_table
+
     if not path.is_file():
         raise StudyDataError(f"{path}: no such data file")
+    sep = "\t" if any(s in path.name for s in (".tsv", ".tab")) else None
     try:
-        if path.suffix in (".parquet", ".pq"):
-            return pd.read_parquet(path)
-        sep = "\t" if any(s in path.name for s in (".tsv", ".tab")) else ","
-        return pd.read_csv(path, sep=sep, low_memory=False)
+        return read_table(path, sep=sep, low_memory=False)
+    except TrialTableError as exc:
+        raise StudyDataError(str(exc)) from None
     except (OSError, ValueError, ImportError) as exc:
         raise StudyDataError(f"{path}: cannot read ({exc})") from None
+
+
+def expand_data_files(paths: list[Path]) -> list[Path]:
+    """``[data] files`` with glob patterns (``trials/*.parquet``, e.g. a partitioned parquet
+    data set) replaced by the files they match, sorted; a pattern matching nothing is an error
+    naming it."""
+    import glob
+
+    out: list[Path] = []
+    for p in paths:
+        s = str(p)
+        if any(c in s for c in "*?["):
+            hits = sorted(glob.glob(s))
+            if not hits:
+                raise StudyDataError(f"{s}: no data file matches this pattern")
+            out.extend(Path(h) for h in hits)
+        else:
+            out.append(p)
+    return out
 
 
 def _simulate(cfg: DataConfig) -> tuple[pd.DataFrame, Any]:
@@ -125,7 +149,7 @@ def load_study_data(cfg: DataConfig, seed: int = 0) -> StudyData:
         where = "data.simulate"
     else:
         frames = []
-        for p in cfg.files:
+        for p in expand_data_files(cfg.files):
             f = read_data_file(p)
             frames.append(f)
         df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]

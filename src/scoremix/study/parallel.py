@@ -149,6 +149,16 @@ def _is_resource_tracker(pid: int) -> bool:
         return False
 
 
+def _call_quietly(call: Callable[[Task], Any], ignore: tuple[type[Warning], ...], task: Task) -> Any:
+    """``call(task)`` with the warning categories ``ignore`` silenced (in the worker)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        for category in ignore:
+            warnings.simplefilter("ignore", category)
+        return call(task)
+
+
 def stop_workers(grace: float = 1.0, keep: set[int] | frozenset[int] = frozenset()) -> None:
     """Stop the worker processes this process started (joblib/loky workers and their resource
     tracker, Dask nannies and workers): SIGTERM to every descendant not in ``keep`` (those that
@@ -234,8 +244,12 @@ def _run_dask(tasks: Sequence[Task], address: str, jobs: int, progress: bool,
 
 
 def run_tasks(tasks: Sequence[Task], jobs: int = 1, dask: str | None = None, progress: bool = True,
-              desc: str = "study tasks", capture_errors: bool = False) -> list[Any]:
+              desc: str = "study tasks", capture_errors: bool = False,
+              ignore_warnings: tuple[type[Warning], ...] = ()) -> list[Any]:
     """Run ``tasks`` and return their results in the order given.
+
+    An interrupt (``KeyboardInterrupt``, or the command line's SIGTERM handler) stops the
+    workers (:func:`stop_workers`; a Dask cluster is closed) before it propagates.
 
     Parameters
     ----------
@@ -252,13 +266,16 @@ def run_tasks(tasks: Sequence[Task], jobs: int = 1, dask: str | None = None, pro
         show a tqdm bar of finished tasks.
     capture_errors:
         return a :class:`TaskFailure` for a task that raises instead of stopping at it.
-
-    An interrupt (``KeyboardInterrupt``, or the study's SIGTERM handler) stops the workers
-    (:func:`stop_workers`; the Dask cluster is closed) before it propagates.
+    ignore_warnings:
+        warning categories silenced while the tasks run (in every worker).
     """
     if not tasks:
         return []
     call = _call_captured if capture_errors else _call
+    if ignore_warnings:
+        from functools import partial
+
+        call = partial(_call_quietly, call, tuple(ignore_warnings))
     if dask:
         return _run_dask(tasks, dask, jobs, progress, call)
     from tqdm.auto import tqdm

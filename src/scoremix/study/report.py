@@ -12,6 +12,7 @@ nuisance LLR model; recovered vs true parameters for simulated data; how to re-f
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,11 @@ import pandas as pd
 from scoremix import report_html as rh
 from scoremix.study.figures import (MAX_CATERPILLAR_LEVELS, agg_pyplot, caterpillar_figure, forest_figure,
                                     png_of)
+from scoremix.study.data import ALL_SYSTEMS
 from scoremix.study.results import StudyResult, recovered_vs_true
 
-__all__ = ["build_sections", "write_report", "recovered_vs_true", "forest_figure", "caterpillar_figure",
-           "MAX_CATERPILLAR_LEVELS"]
+__all__ = ["build_sections", "write_report", "levels_with_data", "recovered_vs_true", "forest_figure",
+           "caterpillar_figure", "MAX_CATERPILLAR_LEVELS"]
 
 #: Caterpillar plots show at most this many systems per model (the CSV holds all).
 MAX_CATERPILLAR_SYSTEMS = 3
@@ -53,15 +55,17 @@ def _true_eer_table(res: StudyResult) -> pd.DataFrame | None:
     from scoremix.metrics import eer
 
     t = res.data.table
+    meth = _eer_definition(res)
+    emp = f"empirical EER % ({meth})"
     rows = [{"subgroup": "all", "n_trials": len(t), "true EER %": 100 * sim.true_eer(),
-             "empirical EER %": 100 * float(eer(t["score"].to_numpy(float), t["y"].to_numpy()))}]
+             emp: 100 * float(eer(t["score"].to_numpy(float), t["y"].to_numpy(), method=meth))}]
     for g in sorted(map(str, pd.unique(t["subgroup"].astype(str)))):
         sel = (t["subgroup"].astype(str) == g).to_numpy()
         yy = t["y"].to_numpy()[sel]
         if yy.min() == yy.max() or min(yy.sum(), (1 - yy).sum()) < 20:
             continue
         rows.append({"subgroup": g, "n_trials": int(sel.sum()), "true EER %": 100 * sim.true_eer(subgroup=g),
-                     "empirical EER %": 100 * float(eer(t["score"].to_numpy(float)[sel], yy))})
+                     emp: 100 * float(eer(t["score"].to_numpy(float)[sel], yy, method=meth))})
     tab = pd.DataFrame(rows)
     me = _concat_model_eer(res)
     if me is not None:
@@ -119,9 +123,11 @@ def _relative(path: Path, folder: Path) -> str:
 def _data_section(res: StudyResult) -> rh.Section:
     ds = res.data_summary
     blocks: list[rh.Block] = [rh.Paragraph(
-        f"Trial counts per system and subgroup. A row is flagged unreliable when it has fewer than "
+        f"Trial counts per system and subgroup. A row is flagged unreliable when the coverage of 95 % "
+        f"intervals measured by simulation at its number of speakers is below 0.90, when it has fewer than "
         f"{res.config.data.min_speakers} speakers or fewer than {res.config.data.min_class_trials} trials of a "
-        "class: measures of such cells have wide intervals and should not be ranked.")]
+        "class (the rule of scoremix.fairness.reliability, also used by the fairness table): measures of such "
+        "cells should not be ranked.")]
     if ds is not None:
         blocks.append(rh.Table(ds, caption="Data summary"))
         bad = ds[~ds["reliable"]]
@@ -131,18 +137,47 @@ def _data_section(res: StudyResult) -> rh.Section:
     return rh.Section("Data summary", blocks)
 
 
+def _metric_columns(tab: pd.DataFrame, cfg: Any) -> tuple[pd.DataFrame, list[str]]:
+    """Metrics table with units and the EER definition in its headers: EER in %, minDCF as
+    unnormalised and normalised fractions, intervals beside their values when present."""
+    show = tab.copy()
+    e = f"EER % ({cfg.eer_method})"
+    show[e] = 100 * show["eer"]
+    for end in ("lo", "hi"):
+        if f"eer_{end}" in show.columns:
+            show[f"{e} {end}"] = 100 * show[f"eer_{end}"]
+    norm = min(cfg.c_miss * cfg.p_target, cfg.c_fa * (1 - cfg.p_target))
+    unnorm = "minDCF (unnormalised)"
+    if cfg.normalize:
+        show["minDCF (normalised)"] = show["min_dcf"]
+        show[unnorm] = show["min_dcf"] * norm
+    else:
+        show[unnorm] = show["min_dcf"]
+        show["minDCF (normalised)"] = show["min_dcf"] / norm
+    own = "minDCF (normalised)" if cfg.normalize else unnorm
+    for end in ("lo", "hi"):
+        if f"min_dcf_{end}" in show.columns:
+            show[f"{own} {end}"] = show[f"min_dcf_{end}"]
+    show = show.rename(columns={"min_dcf_threshold": "minDCF threshold"})
+    want = ["system", "by", "cell", "n_trials", "n_pos", "n_neg", e, f"{e} lo", f"{e} hi", unnorm]
+    want += [f"{unnorm} lo", f"{unnorm} hi", "minDCF (normalised)", "minDCF (normalised) lo",
+             "minDCF (normalised) hi", "minDCF threshold"]
+    return show, [c for c in want if c in show.columns]
+
+
 def _metrics_section(res: StudyResult) -> rh.Section | None:
     if not res.metrics:
         return None
     tab = pd.concat([m["table"] for m in res.metrics.values()], ignore_index=True)
     cfg = res.config.analyses.metrics
-    show = tab.copy()
-    show["EER %"] = 100 * show["eer"]
-    cols = [c for c in ["system", "by", "cell", "n_trials", "n_pos", "n_neg", "EER %", "min_dcf", "min_dcf_threshold"]
-            if c in show.columns]
+    show, cols = _metric_columns(tab, cfg)
+    iv = (f" Intervals: {100 * cfg.ci:g} % speaker-cluster bootstrap (expanded percentile, {cfg.n_boot} replicates, seed "
+          f"{cfg.seed}); a zero-width interval is left blank." if getattr(cfg, "n_boot", 0) else
+          " No intervals (set analyses.metrics.n_boot for speaker-cluster bootstrap intervals).")
     blocks: list[rh.Block] = [
-        rh.Paragraph(f"EER ({cfg.eer_method}) and minDCF (p_target={cfg.p_target}, c_miss={cfg.c_miss}, "
-                     f"c_fa={cfg.c_fa}, {'normalised' if cfg.normalize else 'unnormalised'})."
+        rh.Paragraph(f"EER by the {cfg.eer_method} definition (the one EER definition of this report), in %; "
+                     f"minDCF with p_target={cfg.p_target}, c_miss={cfg.c_miss}, c_fa={cfg.c_fa}, as a fraction, "
+                     "unnormalised and normalised (divided by min(c_miss·p, c_fa·(1−p)))." + iv
                      + (f" Rows: {cfg.filters}." if cfg.filters else "")
                      + (f" Cells of {cfg.negatives_by}: all positive trials vs the negatives of the cell."
                         if cfg.negatives_by else "")),
@@ -173,6 +208,8 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
         blocks: list[rh.Block] = [rh.Paragraph(
             f"Formula: {cfg.formula}; backend {cfg.backend}; {'REML' if cfg.REML else 'ML'}"
             + (f"; residual variance by {cfg.dispersion}" if cfg.dispersion else "")
+            + ("; transformation model: h(score) = Xβ + Zb + ε with h increasing and estimated "
+               "(transform = \"monotone\"; effects on the latent scale)" if cfg.transform else "")
             + (f"; subset {cfg.filters}" if cfg.filters else "") + f"; {len(fits)} fit(s).")]
         fe_rows, series_rows, vc_rows = [], [], []
         for f in fits:
@@ -194,6 +231,7 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
                         "estimate": c["estimate"], "lo": c["estimate"] - 1.96 * c["se"],
                         "hi": c["estimate"] + 1.96 * c["se"]}))
             vc = f["varcorr"].copy()
+            vc = vc.astype(object).where(vc.notna(), "")  # empty cells (var2 of a variance), not "None"
             vc.insert(0, "system", f["system"])
             vc_rows.append(vc)
         fe_all = pd.concat(fe_rows, ignore_index=True)
@@ -219,6 +257,7 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
             if re_ is None or not len(re_):
                 continue
             for (grp, term), g in re_.groupby(["group", "term"], sort=False):
+                g = levels_with_data(res, f["system"], grp, term, g)
                 if len(g) < 2:
                     continue
                 blocks.append(rh.Figure(png_of(caterpillar_figure(g, f"{f['system']}: {grp} — {term}")),
@@ -231,21 +270,44 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
     return out
 
 
+_DUMMY = re.compile(r'^dummy\((\w+),\s*"([^"]*)"\)$')
+
+
+def levels_with_data(res: StudyResult, system: str, group: str, term: str, effects: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``effects`` (one per level of ``group``) whose level has data for ``term``.
+
+    A ``dummy(col, "v")`` term is 0 on every row of a level without ``col == v`` (the
+    ``bonafide`` "attack" under ``dummy(label, "spoof")``): its conditional mode is 0 by
+    construction, and plotting it suggests an effect that the data say nothing about.
+    """
+    m = _DUMMY.match(term)
+    table = res.data.table if system == ALL_SYSTEMS else res.data.subset(system)
+    if m is None or group not in table.columns or m.group(1) not in table.columns:
+        return effects
+    col, value = m.groups()
+    rows = table[table[col].astype(str) == value]
+    keep = set(rows[group].astype(str))
+    return effects[effects["level"].astype(str).isin(keep)]
+
+
 def _model_eer_section(res: StudyResult) -> rh.Section | None:
     me = _concat_model_eer(res)
     if me is None:
         return None
     show = me.copy()
-    for c in ("eer_model", "eer_empirical", "eer_model_sd"):
+    for c in ("eer_model", "eer_empirical", "eer_empirical_lo", "eer_empirical_hi", "eer_model_sd"):
         if c in show.columns:
             show[c.replace("eer", "EER") + " %"] = 100 * show.pop(c)
+    show = show.drop(columns=[c for c in ("term_note",) if c in show.columns])
     blocks: list[rh.Block] = [rh.Paragraph(
         "Model-based EER: each class's score distribution is the mixture of the fitted per-trial Gaussians "
         "N(x_iβ + z_ib, σ²); for a single Gaussian per class EER = Φ(−(μ₁ − μ₀)/(σ₀ + σ₁)). Bayesian rows give "
         "the posterior mean and SD."
         + (f" Evaluated on the rows {res.config.analyses.model_eer.filters} (the models are fitted to all "
            "their rows)." if res.config.analyses.model_eer is not None and res.config.analyses.model_eer.filters
-           else "")), rh.Table(show, caption="Model vs empirical EER")]
+           else "")), rh.Table(show, caption="Model vs empirical EER (empirical: ROCCH EER with a speaker-"
+                                               "bootstrap 95 % interval)")]
+    blocks += goodness_of_fit_notes(me)
     if "eer_empirical" in me.columns and me["eer_empirical"].notna().any():
         blocks.append(rh.Figure(png_of(_eer_scatter(me.dropna(subset=["eer_empirical"]))),
                                 caption="Model vs empirical EER (diagonal: equal)", alt="EER scatter"))
@@ -254,7 +316,70 @@ def _model_eer_section(res: StudyResult) -> rh.Section | None:
 
 _FAIR_COLS = ["system", "subgroup", "n_speakers", "n_pos", "n_neg", "dcf_at_overall", "min_dcf", "ratio_overall",
               "ratio_overall_lo", "ratio_overall_hi", "ratio_own", "ratio_own_lo", "ratio_own_hi", "fpr_ratio",
-              "fnr_ratio", "eer", "eer_lo", "eer_hi", "reliable", "note"]
+              "fnr_ratio", "EER % (rocch)", "EER % (rocch) lo", "EER % (rocch) hi", "reliable", "note"]
+
+
+def _eer_definition(res: StudyResult) -> str:
+    """The report's one EER definition: the metrics analysis's method (rocch without one)."""
+    m = res.config.analyses.metrics
+    return m.eer_method if m is not None else "rocch"
+
+
+def _fair_eer_percent(tab: pd.DataFrame, definition: str) -> pd.DataFrame:
+    """Subgroup EERs (always ROCCH in the fairness engine) in % under a header naming the
+    definition; dropped when the report's EER definition is another one."""
+    tab = tab.copy()
+    if definition == "rocch":
+        for src, dst in (("eer", "EER % (rocch)"), ("eer_lo", "EER % (rocch) lo"), ("eer_hi", "EER % (rocch) hi")):
+            if src in tab.columns:
+                tab[dst] = 100 * tab[src]
+    return tab
+
+
+def _reliability_sentence() -> str:
+    from scoremix.fairness.reliability import MIN_COVERAGE, MIN_ERRORS
+
+    return (f"A row is reliable when the coverage of 95 % intervals measured by simulation at its number of "
+            f"speakers is at least {MIN_COVERAGE:.2f} and it has at least {MIN_ERRORS} errors at τ* "
+            "(the same rule as the data summary; the note says which condition failed).")
+
+
+def goodness_of_fit_notes(tab: pd.DataFrame) -> list[rh.Block]:
+    """Paragraphs beside a model-based table: rows whose model value disagrees with the
+    empirical one beyond sampling error (``fit_ok`` False; rule of
+    :mod:`scoremix.predictive.gof`) and notes on subgroup columns without a model term."""
+    out: list[rh.Block] = []
+    if "fit_ok" in tab.columns and (~tab["fit_ok"].astype(bool)).any():
+        bad = tab[~tab["fit_ok"].astype(bool)]
+        ids = [c for c in ("model", "system", "by", "cell", "subgroup") if c in bad.columns]
+        names = ["/".join(str(r[c]) for c in ids) for _, r in bad.head(8).iterrows()]
+        gauss = "transform" in bad.columns and (bad["transform"] == "none").any()
+        out.append(rh.Paragraph(
+            f"Warning (ModelFitWarning): in {len(bad)} of {len(tab)} rows the model-based value lies outside the "
+            f"sampling error of the empirical one ({', '.join(names)}{', …' if len(bad) > 8 else ''}). "
+            + ("The Gaussian model does not fit the tails of these score distributions: fit the model with "
+               "transform = \"monotone\" (a transformation mixed model)." if gauss else
+               "The model lacks a term that these rows need (a class-specific effect of the breakdown column, or a "
+               "random term for its levels).")))
+    if "term_note" in tab.columns:
+        for note in sorted({n for n in tab["term_note"].dropna().astype(str) if n}):
+            out.append(rh.Paragraph(f"Note: {note}."))
+    return out
+
+
+def det_overlay_section(res: StudyResult) -> rh.Section | None:
+    """Model-implied (dashed) vs empirical DET curves per model and system."""
+    figs = [m for m in res.models if m.get("det_png")]
+    if not figs:
+        return None
+    blocks: list[rh.Block] = [rh.Paragraph(
+        "Model-implied DET curves (dashed: the mixture over trials of the fitted per-trial distributions, on the "
+        "model's latent scale for transform = \"monotone\") against the empirical DET curve (solid). Where they "
+        "part, the model's error rates at those operating points are not to be trusted.")]
+    for m in figs:
+        blocks.append(rh.Figure(m["det_png"], caption=f"{m['model']} ({m.get('transform', 'none')} transform) on "
+                                                     f"{m['system']}: model vs empirical DET", alt="DET overlay"))
+    return rh.Section("Model vs empirical DET curves", blocks)
 
 
 def _fairness_section(res: StudyResult) -> rh.Section | None:
@@ -267,14 +392,19 @@ def _fairness_section(res: StudyResult) -> rh.Section | None:
             f"SVEva Fair measures by {' × '.join(cfg.groups)}: C_det(τ) = c_miss·p·P_miss(τ) + c_fa·(1−p)·P_fa(τ) "
             f"with p = {cfg.p_target}; τ* = the overall minimiser; ratio_overall = C_det^g(τ*)/C_det(τ*) (> 1: "
             f"worse off); ratio_own = minDCF^g / C_det^g(τ*) (< 1: an own threshold helps); Fairness Index = sum "
-            f"of ratio_overall over subgroups above 1. Intervals: {cfg.n_boot} speaker-cluster bootstrap "
-            f"replicates, {100 * cfg.ci:g} % percentile intervals (none when n_boot = 0)."
+            f"of ratio_overall over subgroups above 1, shown with the number of subgroups it sums over and the "
+            f"share of subgroups whose ratio interval lies above 1. Intervals: {cfg.n_boot} speaker-cluster "
+            f"bootstrap replicates, {100 * cfg.ci:g} % {cfg.interval} intervals (percentile levels "
+            f"expanded with Student's t for few speakers, bias-shifted for minDCF; see docs/intervals.md; none when n_boot = 0); a zero-width interval is left blank and "
+            f"its row flagged. " + _reliability_sentence() + " Costs and rates are fractions; "
+            + ("EER is left out here: this report's EER definition is " + _eer_definition(res) + "."
+               if _eer_definition(res) != "rocch" else "EER % (rocch) is the ROC-convex-hull EER in %.")
             + (f" Rows: {cfg.filters} (model-based measures are evaluated on the same rows)." if cfg.filters
                else "")),
         rh.Table(summ, caption="Overall minDCF, τ* and Fairness Index (with interval) per system"),
     ]
     for system, f in res.fairness.items():
-        tab = f["table"]
+        tab = _fair_eer_percent(f["table"], _eer_definition(res))
         blocks.append(rh.Table(tab[[c for c in _FAIR_COLS if c in tab.columns]],
                                caption=f"{system}: subgroup measures"))
         for key, cap in (("forest_png", "ratio_overall with intervals"), ("det_png", "DET per subgroup"),
@@ -287,8 +417,15 @@ def _fairness_section(res: StudyResult) -> rh.Section | None:
         cols = [c for c in ["source", "subgroup", "n_pos", "n_neg", "dcf_at_overall", "min_dcf", "ratio_overall",
                             "ratio_overall_lo", "ratio_overall_hi", "ratio_own", "eer", "eer_lo", "eer_hi",
                             "p_ratio_overall_gt_1"] if c in t.columns]
+        cols += [c for c in t.columns if c.endswith("_empirical") or c.endswith("_empirical_lo")
+                 or c.endswith("_empirical_hi") or c == "fit_ok"]
         blocks.append(rh.Table(t[cols], caption=f"Model-based measures from {m['model']} ({m['system']}); "
-                                                f"Fairness Index {t.attrs.get('fairness_index', float('nan')):.4g}"))
+                                                f"Fairness Index {t.attrs.get('fairness_index', float('nan')):.4g}; "
+                                                "empirical values with speaker-bootstrap intervals beside them"))
+        blocks += goodness_of_fit_notes(t.assign(model=m["model"], system=m["system"]))
+        if m.get("det_by_png"):
+            blocks.append(rh.Figure(m["det_by_png"], caption=f"{m['model']} on {m['system']}: model (dashed) vs "
+                                                             "empirical DET per subgroup", alt="subgroup DET overlay"))
     return rh.Section("Subgroup fairness", blocks)
 
 
@@ -319,12 +456,17 @@ def _simple_section(title: str, df: pd.DataFrame | None, text: str) -> rh.Sectio
 def _truth_section(res: StudyResult) -> rh.Section | None:
     if res.recovered is None and res.data.simulation is None:
         return None
+    sim_table = res.data.simulation.table
+    few = ""
+    if "attack" in sim_table.columns:  # countermeasure data: attacks are the grouping factor with few levels
+        n_attacks = int(sim_table.loc[sim_table["y"] == 0, "attack"].nunique())
+        few = f" ({n_attacks} attacks)"
     blocks: list[rh.Block] = [rh.Paragraph(
         "The data are simulated, so the truth is known: the tables set the fitted parameters next to the values "
         f"that generated the data (model: {res.data.simulation.truth.get('formula', '')}). z = (estimate − "
         "true)/SE; |z| > 3 would point at a problem. For standard deviations, 'true' is the population value "
         "the effects were drawn from and 'realised' the SD of the effects (or residuals) actually drawn for the "
-        "levels in the data: with few levels (13 attacks) the two can differ a lot, and a fit can only recover "
+        f"levels in the data: with few levels{few} the two can differ a lot, and a fit can only recover "
         "the realised one. Subgroup shifts built into the data move the intercept and class effect of a model "
         "that does not include them.")]
     if res.recovered is not None:
@@ -348,7 +490,7 @@ def build_sections(res: StudyResult) -> list[rh.Section]:
     """All report sections of a study, in order (missing analyses are skipped)."""
     secs: list[rh.Section | None] = [_overview(res), _data_section(res), _metrics_section(res)]
     secs += _model_sections(res)
-    secs += [_model_eer_section(res), _fairness_section(res), _compare_section(res),
+    secs += [_model_eer_section(res), det_overlay_section(res), _fairness_section(res), _compare_section(res),
              _simple_section("Breakdowns", res.breakdown,
                              "Per attribute value: shares of data and of errors (fn_share/fp_share vs the "
                              "value's class shares), precision, log-loss, EER and minDCF."),

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from scoremix.jsonable import to_jsonable
+from scoremix.metrics import ScoreDirectionWarning, auc
 from scoremix.study import tasks as T
 from scoremix.study.config import StudyConfig, load_study
 from scoremix.study.data import ALL_SYSTEMS, StudyData, apply_filters, load_study_data
@@ -50,6 +51,8 @@ from scoremix.study.validate import check_columns, check_formulas
 __all__ = ["StudyResult", "run_study", "FILE_DESCRIPTIONS"]
 
 def _data_summary(cfg: StudyConfig, data: StudyData) -> pd.DataFrame:
+    from scoremix.fairness.reliability import flag_rows
+
     d = cfg.data
     rows = []
     groupings: list[list[str]] = [[]] + [[g] for g in d.subgroups]
@@ -64,14 +67,14 @@ def _data_summary(cfg: StudyConfig, data: StudyData) -> pd.DataFrame:
                 n_pos = int(g["y"].sum())
                 n_neg = int(len(g) - n_pos)
                 n_spk = int(g[d.speaker].nunique()) if d.speaker in g.columns else np.nan
-                flags = []
-                if d.speaker in g.columns and n_spk < d.min_speakers:
-                    flags.append(f"fewer than {d.min_speakers} speakers")
-                if min(n_pos, n_neg) < d.min_class_trials:
-                    flags.append(f"fewer than {d.min_class_trials} trials of a class")
+                # the one reliability rule of every subgroup table (scoremix.fairness.reliability);
+                # no speaker column: speakers are unknown, so only the class counts are checked
+                ok, note = flag_rows(np.array([n_spk if d.speaker in g.columns else 10 ** 9]), None,
+                                     np.array([n_pos]), np.array([n_neg]), min_speakers=d.min_speakers,
+                                     min_class_trials=d.min_class_trials)
                 rows.append({"system": system, "attribute": "×".join(cols) or "all",
                              "value": "×".join(map(str, key)) or "all", "n_trials": int(len(g)), "n_pos": n_pos,
-                             "n_neg": n_neg, "n_speakers": n_spk, "reliable": not flags, "flags": "; ".join(flags)})
+                             "n_neg": n_neg, "n_speakers": n_spk, "reliable": bool(ok[0]), "flags": note[0]})
     return pd.DataFrame(rows)
 
 
@@ -349,6 +352,7 @@ def run_study(study: StudyConfig | str | Path, out_dir: str | Path | None = None
     log(f"[scoremix study] {cfg.study.name}: loading data")
     data = load_study_data(cfg.data, seed=cfg.study.seed)
     check_columns(cfg, data)
+    _check_directions(cfg, data)
     stage = staging_dir(out)
     try:
         res = _run(cfg, data, stage, jobs, dask, progress, report, log, t0, extra_outputs)
@@ -362,6 +366,27 @@ def run_study(study: StudyConfig | str | Path, out_dir: str | Path | None = None
         log_failure(f"scoremix study: error: {msg}")
     log(f"[scoremix study] done in {res.timings['total']:.1f} s; outputs in {out}")
     return res
+
+
+def _check_directions(cfg: StudyConfig, data: StudyData) -> None:
+    """:class:`~scoremix.metrics.ScoreDirectionWarning` for every system whose positive trials
+    score lower than its negative ones (AUC < 0.5), naming the ``[data] negate`` fix."""
+    import warnings
+
+    for system in data.systems:
+        df = data.subset(system)
+        y = df["y"].to_numpy()
+        if y.min() == y.max():
+            continue
+        a = auc(df["score"].to_numpy(float), y)
+        if a < 0.5:
+            where = f"system {system!r}" if data.system_column else "the study's data"
+            fix = (f'[data] negate = {{ {data.system_column} = ["{system}"] }}' if data.system_column
+                   else '[data] negate (or a negated score column)')
+            warnings.warn(f"{where}: scores look reversed: the positive class scores lower than the negative "
+                          f"class (AUC = {a:.3f} < 0.5) but accept = score >= threshold assumes higher = "
+                          f"positive; if lower means positive, add {fix} to the study", ScoreDirectionWarning,
+                          stacklevel=3)
 
 
 def _run(cfg: StudyConfig, data: StudyData, out: Path, jobs: int, dask: str | None, progress: bool, report: bool,
@@ -383,7 +408,10 @@ def _run(cfg: StudyConfig, data: StudyData, out: Path, jobs: int, dask: str | No
     log(f"[scoremix study] running {len(tasks)} tasks "
         f"({'dask ' + dask if dask else f'{jobs} job(s)'})")
     t1 = time.perf_counter()
-    results = run_tasks(tasks, jobs=jobs, dask=dask, progress=progress, capture_errors=True)
+    # the score direction is checked once per system (check_direction above); per-cell metrics of
+    # weak cells would repeat it by the hundred
+    results = run_tasks(tasks, jobs=jobs, dask=dask, progress=progress, capture_errors=True,
+                        ignore_warnings=(ScoreDirectionWarning,))
     tasks, results = _combine_chunks(tasks, results)
     res.timings["tasks"] = time.perf_counter() - t1
     _collect(res, tasks, results)

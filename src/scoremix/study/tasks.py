@@ -5,7 +5,7 @@ Bayesian fits, the ``arviz.InferenceData``; files are written by the runner only
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,7 +29,10 @@ def _agg() -> None:
 # empirical metrics
 # ---------------------------------------------------------------------------------------
 
-def _metric_row(s: np.ndarray, y: np.ndarray, cfg: MetricsConfig) -> dict[str, Any]:
+def _metric_row(s: np.ndarray, y: np.ndarray, cfg: MetricsConfig, speaker: np.ndarray | None = None
+                ) -> dict[str, Any]:
+    """EER and minDCF (normalised and unnormalised) of one cell; with ``cfg.n_boot`` their
+    speaker-cluster bootstrap intervals (``eer_lo/hi``, ``min_dcf_lo/hi``; NaN when degenerate)."""
     from scoremix import metrics as M
 
     n_pos = int(y.sum())
@@ -38,9 +41,19 @@ def _metric_row(s: np.ndarray, y: np.ndarray, cfg: MetricsConfig) -> dict[str, A
     if n_pos == 0 or n_neg == 0:
         row.update(eer=math.nan, min_dcf=math.nan, min_dcf_threshold=math.nan, p_miss=math.nan, p_fa=math.nan)
         return row
-    md = M.min_dcf(s, y, p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa, normalize=cfg.normalize)
-    row.update(eer=float(M.eer(s, y, method=cfg.eer_method)), min_dcf=float(md.value),
+    boot: dict[str, Any] = {}
+    if cfg.n_boot:
+        boot = dict(n_boot=cfg.n_boot, speaker=speaker, seed=cfg.seed, ci=cfg.ci)
+    md = M.min_dcf(s, y, p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa, normalize=cfg.normalize, **boot)
+    e = M.eer(s, y, method=cfg.eer_method, **boot)
+    row.update(eer=float(e), min_dcf=float(md.value), min_dcf_norm=float(md.normalized),
                min_dcf_threshold=float(md.threshold), p_miss=float(md.p_miss), p_fa=float(md.p_fa))
+    if cfg.n_boot:
+        def ok(lo: float, hi: float) -> tuple[float, float]:  # a zero-width interval is no interval
+            return (lo, hi) if hi > lo else (math.nan, math.nan)
+
+        row["eer_lo"], row["eer_hi"] = ok(e.lo, e.hi)
+        row["min_dcf_lo"], row["min_dcf_hi"] = ok(md.lo, md.hi)
     return row
 
 
@@ -81,11 +94,17 @@ def metrics_task(system: str, df: pd.DataFrame, cfg: MetricsConfig) -> dict[str,
     """EER (``cfg.eer_method``) and minDCF of one system, overall and per ``cfg.by`` cell.
 
     Returns ``{"table": DataFrame, "heatmaps": [PNG bytes]}``; table columns ``system, by,
-    cell, n_trials, n_pos, n_neg, eer, min_dcf, min_dcf_threshold, p_miss, p_fa``.
+    cell, n_trials, n_pos, n_neg, eer, min_dcf, min_dcf_norm, min_dcf_threshold, p_miss, p_fa``
+    (+ ``eer_lo, eer_hi, min_dcf_lo, min_dcf_hi`` with ``cfg.n_boot``: speaker-cluster bootstrap).
     """
     s = df["score"].to_numpy(float)
     y = df["y"].to_numpy()
-    rows = [{"system": system, "by": "overall", "cell": "all", **_metric_row(s, y, cfg)}]
+    spk_col = cfg.speaker if cfg.speaker is not None and cfg.speaker in df.columns else None
+
+    def spk(d: pd.DataFrame) -> np.ndarray | None:
+        return d[spk_col].to_numpy() if spk_col is not None else None
+
+    rows = [{"system": system, "by": "overall", "cell": "all", **_metric_row(s, y, cfg, spk(df))}]
     heatmaps: list[bytes] = []
     for cols in cfg.by:
         missing = [c for c in cols if c not in df.columns]
@@ -93,7 +112,7 @@ def metrics_task(system: str, df: pd.DataFrame, cfg: MetricsConfig) -> dict[str,
             raise KeyError(f"analyses.metrics.by: column(s) {missing} not in the trial table")
         sub_rows = []
         for key, g in _metric_cells(df, cols, cfg.negatives_by):
-            r = _metric_row(g["score"].to_numpy(float), g["y"].to_numpy(), cfg)
+            r = _metric_row(g["score"].to_numpy(float), g["y"].to_numpy(), cfg, spk(g))
             sub_rows.append({"system": system, "by": "×".join(cols), "cell": "×".join(map(str, key)),
                              **{c: str(k) for c, k in zip(cols, key)}, **r})
         rows.extend(sub_rows)
@@ -180,37 +199,78 @@ def _evaluated(tab: pd.DataFrame, sel: list[str]) -> pd.DataFrame:
     return tab.droplevel(_EVAL_COL) if isinstance(tab.index, pd.MultiIndex) else tab
 
 
-def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None) -> pd.DataFrame | None:
+def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None,
+                     speaker: str | None = None) -> pd.DataFrame | None:
     """Model-based vs empirical EER, overall and per ``cfg.by`` column.
 
-    The model was fitted to all of ``df``; the per-trial Gaussians of the rows kept by
-    ``cfg.filters`` form the class mixtures (:func:`scoremix.model_eer.model_eer`) and the
-    empirical EER is computed on the same rows."""
+    The model was fitted to all of ``df``; the per-trial (latent) Gaussians of the rows kept
+    by ``cfg.filters`` form the class mixtures (:func:`scoremix.model_eer.model_eer`) and the
+    empirical EER is computed on the same rows, with a speaker-bootstrap interval
+    (``eer_empirical_lo/_hi``, ``cfg.n_boot`` replicates) and ``fit_ok`` (no disagreement
+    beyond sampling error, rule of :mod:`scoremix.predictive.gof`)."""
     from scoremix.model_eer import model_eer
 
     if cfg is None:
         return None
     data, sel = _model_eer_data(df, cfg)
+    spk = speaker if speaker is not None and speaker in df.columns else None
     rows = []
     for col in [None, *cfg.by]:
-        by = [*sel] + ([col] if col else [])
-        tab = _evaluated(model_eer(fit, by=by or None, conditional=cfg.conditional, label="y", data=data), sel) \
-            if by else None
+        by: Any = [*sel] + ([col] if col else [])
+        if not by:
+            by = pd.Series(np.zeros(len(data), np.int64), index=data.index, name="overall")
+        tab = _evaluated(model_eer(fit, by=by, conditional=cfg.conditional, label="y", data=data,
+                                   n_boot=cfg.n_boot, speaker=spk), sel)
         if col is None:
-            if tab is None:
-                from scoremix.metrics import eer
-
-                tab = pd.DataFrame([{"n_neg": int((df["y"] == 0).sum()), "n_pos": int(df["y"].sum()),
-                                     "eer_model": float(model_eer(fit, conditional=cfg.conditional, label="y",
-                                                                  data=df)),
-                                     "eer_empirical": float(eer(df["score"].to_numpy(float), df["y"].to_numpy()))}],
-                                   index=["all"])
-            else:
-                tab = tab.set_axis(["all"])
+            tab = tab.set_axis(["all"])
         for key, r in tab.iterrows():
             rows.append({"by": col or "overall", "cell": str(key), "n_neg": int(r["n_neg"]), "n_pos": int(r["n_pos"]),
-                         "eer_model": float(r["eer_model"]), "eer_empirical": float(r["eer_empirical"])})
+                         "eer_model": float(r["eer_model"]), "eer_empirical": float(r["eer_empirical"]),
+                         "eer_empirical_lo": float(r.get("eer_empirical_lo", np.nan)),
+                         "eer_empirical_hi": float(r.get("eer_empirical_hi", np.nan)),
+                         "fit_ok": bool(r.get("fit_ok", True)),
+                         "term_note": tab.attrs.get("note", "") if col else ""})
     return pd.DataFrame(rows)
+
+
+def _det_overlay(fit: Any, df: pd.DataFrame, system: str, model_name: str, groups: Sequence[str] = ()) -> dict[str, Any]:
+    """Model-implied and empirical DET curves of one fit: overall and per ``groups`` cell
+    (PNG figures for the report and the model curve as a table)."""
+    import matplotlib.pyplot as plt
+
+    from scoremix.predictive import model_det_curve, plot_model_det
+
+    out: dict[str, Any] = {}
+    _agg()
+    try:
+        det = model_det_curve(fit, data=df, label="y", n_points=150)
+    except ValueError:
+        return out
+    fig, ax = plt.subplots(figsize=(5, 5))
+    plot_model_det(det, df["score"].to_numpy(float), df["y"].to_numpy(), ax=ax, label=system, p_min=1e-4)
+    ax.set_title(f"{model_name} on {system}: model (dashed) vs empirical DET", fontsize=9)
+    ax.legend(fontsize=7)
+    out["det_png"] = png_of(fig)
+    out["det_curve"] = det.assign(cell="overall")
+    cols = [g for g in groups if g in df.columns]
+    if cols:
+        try:
+            by = model_det_curve(fit, data=df, by=cols, label="y", n_points=120)
+        except ValueError:
+            return out
+        fig, ax = plt.subplots(figsize=(5, 5))
+        for key, part in by.groupby(cols, sort=True):
+            key = key if isinstance(key, tuple) else (key,)
+            mask = np.ones(len(df), bool)
+            for c, k in zip(cols, key):
+                mask &= (df[c] == k).to_numpy()
+            name = "/".join(map(str, key))
+            plot_model_det(part, df["score"].to_numpy(float)[mask], df["y"].to_numpy()[mask], ax=ax, label=name,
+                           p_min=1e-3)
+        ax.set_title(f"{model_name} on {system} by {' × '.join(cols)}: model (dashed) vs empirical", fontsize=9)
+        ax.legend(fontsize=7)
+        out["det_by_png"] = png_of(fig)
+    return out
 
 
 def _fairness_rows(df: pd.DataFrame, fcfg: FairnessConfig) -> pd.DataFrame:
@@ -227,9 +287,11 @@ def _model_fairness(fit: Any, df: pd.DataFrame, fcfg: FairnessConfig, speaker: s
 
     res = model_subgroup_dcf(fit, df, fcfg.groups, label="y", speaker=speaker, p_target=fcfg.p_target,
                              c_miss=fcfg.c_miss, c_fa=fcfg.c_fa, normalize=fcfg.normalize,
-                             conditional=fcfg.conditional, membership=fcfg.membership)
+                             conditional=fcfg.conditional, membership=fcfg.membership, score="score",
+                             n_boot=min(fcfg.n_boot, 200), random_state=0)
     tab = res.table.copy()
     tab.insert(0, "source", "model (" + ("conditional" if fcfg.conditional else "marginal") + ")")
+    tab["term_note"] = "; ".join(res.notes)
     tab.attrs["fairness_index"] = res.fairness_index
     return tab
 
@@ -263,25 +325,32 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
     """
     from scoremix.lme.api import lmer
 
-    out: dict[str, Any] = {"model": model.name, "system": system, "backend": model.backend, "nobs": int(len(df))}
+    out: dict[str, Any] = {"model": model.name, "system": system, "backend": model.backend, "nobs": int(len(df)),
+                           "transform": model.transform or "none"}
+    tkw = {"transform": model.transform} if model.transform else {}
     if model.backend != "bayes":
-        fit = lmer(model.formula, df, REML=model.REML, backend=model.backend, dispersion=model.dispersion)
+        fit = lmer(model.formula, df, REML=model.REML, backend=model.backend, dispersion=model.dispersion, **tkw)
         out.update(_freq_tables(fit))
-        out["model_eer"] = _model_eer_table(fit, df, model_eer_cfg)
-        if fairness_cfg is not None and model.name in fairness_cfg.models:
-            out["fairness"] = _model_fairness(fit, _fairness_rows(df, fairness_cfg), fairness_cfg, speaker)
+        out["model_eer"] = _with_transform(_model_eer_table(fit, df, model_eer_cfg, speaker), model)
+        fair = fairness_cfg is not None and model.name in fairness_cfg.models
+        if fair:
+            out["fairness"] = _with_transform(_model_fairness(fit, _fairness_rows(df, fairness_cfg), fairness_cfg,
+                                                              speaker), model)
+        if model_eer_cfg is not None or fair:
+            out.update(_det_overlay(fit, df, system, model.name, fairness_cfg.groups if fair else ()))
         return out
 
     from scoremix.bayes import bayes_lmer
 
     bres = bayes_lmer(model.formula, df, draws=model.draws, tune=model.tune, chains=model.chains,
                       method=model.method, random_seed=seed, progressbar=False, dispersion=model.dispersion,
-                      cores=1)
+                      cores=1, **tkw)
     fe = bres.fixef.reset_index().rename(columns={"parameter": "term"})
     out.update({"idata": bres.idata, "fixef": fe, "varcorr": bres.varcorr,
                 "summary": bres.summary().to_string(), "ranef": _bayes_ranef(bres)})
     if model.compare_with != "none":
-        fit = lmer(model.formula, df, REML=model.REML, backend=model.compare_with, dispersion=model.dispersion)
+        fit = lmer(model.formula, df, REML=model.REML, backend=model.compare_with, dispersion=model.dispersion,
+                   **tkw)
         out["compare"] = bres.compare(fit).reset_index()
         out["json"] = fit.to_dict()
     if model_eer_cfg is not None:
@@ -294,18 +363,30 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
             # the exact EER of the class mixtures per draw, as for the frequentist fits (the
             # one-Gaussian moment approximation is far off when attack effects spread the spoofs)
             post = model_eer(bres, by=by or None, conditional=model_eer_cfg.conditional, label="y", positive=1,
-                             data=data, method="mixture", max_draws=400, progress=False)
+                             data=data, method="mixture", max_draws=400, progress=False,
+                             n_boot=model_eer_cfg.n_boot,
+                             speaker=speaker if speaker is not None and speaker in df.columns else None)
             summ = _evaluated(post.summary, sel)
             if col is None and sel:
                 summ = summ.set_axis(["all"])
             for key, r in summ.iterrows():
                 rows.append({"by": col or "overall", "cell": str(key), "n_neg": int(r["n_neg"]),
                              "n_pos": int(r["n_pos"]), "eer_model": float(r["eer_model"]),
-                             "eer_model_sd": float(r["eer_sd"]), "eer_empirical": float(r["eer_empirical"])})
-        out["model_eer"] = pd.DataFrame(rows)
+                             "eer_model_sd": float(r["eer_sd"]), "eer_empirical": float(r["eer_empirical"]),
+                             "eer_empirical_lo": float(r.get("eer_empirical_lo", np.nan)),
+                             "eer_empirical_hi": float(r.get("eer_empirical_hi", np.nan)),
+                             "fit_ok": bool(r.get("fit_ok", True)),
+                             "term_note": post.summary.attrs.get("note", "") if col else ""})
+        out["model_eer"] = _with_transform(pd.DataFrame(rows), model)
     if fairness_cfg is not None and model.name in fairness_cfg.models:
-        out["fairness"] = _posterior_fairness(bres, _fairness_rows(df, fairness_cfg), fairness_cfg, speaker)
+        out["fairness"] = _with_transform(_posterior_fairness(bres, _fairness_rows(df, fairness_cfg), fairness_cfg,
+                                                              speaker), model)
     return out
+
+
+def _with_transform(tab: pd.DataFrame | None, model: ModelConfig) -> pd.DataFrame | None:
+    """Record the model's transform (``"monotone"`` or ``"none"``) in its result table."""
+    return None if tab is None else tab.assign(transform=model.transform or "none")
 
 
 def _bayes_ranef(bres: Any) -> pd.DataFrame:
@@ -328,9 +409,11 @@ def _posterior_fairness(bres: Any, df: pd.DataFrame, fcfg: FairnessConfig, speak
     res = posterior_subgroup_dcf(bres, df, fcfg.groups, label="y", speaker=speaker, p_target=fcfg.p_target,
                                  c_miss=fcfg.c_miss, c_fa=fcfg.c_fa, normalize=fcfg.normalize,
                                  random="conditional" if fcfg.conditional else "marginal", ci=fcfg.ci,
-                                 membership=fcfg.membership)
+                                 membership=fcfg.membership, score="score", n_boot=min(fcfg.n_boot, 200),
+                                 random_state=0)
     tab = res.table.copy()
     tab.insert(0, "source", "posterior")
+    tab["term_note"] = "; ".join(getattr(res, "notes", []))
     tab.attrs["fairness_index"] = res.fairness_index
     return tab
 
@@ -352,7 +435,7 @@ def fairness_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, speaker: s
     from scoremix.fairness import subgroup_dcf
 
     res = subgroup_dcf(df, cfg.groups, n_boot=cfg.n_boot, ci=cfg.ci, random_state=seed, min_speakers=min_speakers,
-                       progress=False, **_sveva_kwargs(cfg, speaker))
+                       progress=False, interval=cfg.interval, **_sveva_kwargs(cfg, speaker))
     return _fairness_outputs(system, res, cfg, png_of(res.plot_det()), png_of(res.plot_scores()), n_chunks=1)
 
 
@@ -364,7 +447,7 @@ def fairness_point_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, spea
     from scoremix.fairness import subgroup_dcf
 
     res = subgroup_dcf(df, cfg.groups, n_boot=0, ci=cfg.ci, min_speakers=min_speakers, progress=False,
-                       **_sveva_kwargs(cfg, speaker))
+                       interval=cfg.interval, **_sveva_kwargs(cfg, speaker))
     return {"result": res, "det_png": png_of(res.plot_det()), "scores_png": png_of(res.plot_scores())}
 
 
@@ -379,11 +462,12 @@ def fairness_boot_task(df: pd.DataFrame, cfg: FairnessConfig, speaker: str, seed
 
 def fairness_combine(system: str, point: dict[str, Any], parts: list[dict[str, np.ndarray]], cfg: FairnessConfig,
                      seeds: list[int]) -> dict[str, Any]:
-    """Percentile intervals from all chunks' replicates (:func:`scoremix.fairness.with_bootstrap`)
+    """Intervals (``cfg.interval``) from all chunks' replicates (:func:`scoremix.fairness.with_bootstrap`)
     on the point table of :func:`fairness_point_task`; the same outputs as :func:`fairness_task`."""
     from scoremix.fairness import with_bootstrap
 
-    res = with_bootstrap(point["result"], parts, cfg.ci, random_state=None, boot_seeds=list(seeds))
+    res = with_bootstrap(point["result"], parts, cfg.ci, interval=cfg.interval, random_state=None,
+                         boot_seeds=list(seeds))
     return _fairness_outputs(system, res, cfg, point["det_png"], point["scores_png"], n_chunks=len(parts))
 
 
@@ -393,7 +477,8 @@ def _fairness_outputs(system: str, res: Any, cfg: FairnessConfig, det_png: bytes
     tab.insert(0, "system", system)
     summary = {"system": system, "min_dcf": res.min_dcf, "threshold": res.threshold,
                "fairness_index": res.fairness_index, "fairness_index_lo": res.fairness_index_ci[0],
-               "fairness_index_hi": res.fairness_index_ci[1], "n_boot": int(res.settings.get("n_boot", 0)),
+               "fairness_index_hi": res.fairness_index_ci[1], "fi_n_subgroups": res.n_subgroups,
+               "fi_share_ratio_above_1": res.share_above_one, "n_boot": int(res.settings.get("n_boot", 0)),
                "boot_chunks": int(n_chunks) if res.settings.get("n_boot", 0) else 0,
                **{f"overall_{k}": v for k, v in res.overall.items()}}
 

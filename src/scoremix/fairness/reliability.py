@@ -1,0 +1,115 @@
+"""One reliability rule for every subgroup table (data summary, fairness table, reports).
+
+A subgroup row is **reliable** when its interval can be trusted to about its nominal
+level.  That is measured, not assumed: ``benchmarks/coverage_subgroup.py`` simulates data
+sets with known truth (:mod:`scoremix.fairness.coverage`) and records, per subgroup size,
+the coverage of the default 95 % ``"expanded"`` intervals of each of the six headline
+measures (``ratio_overall, fpr, fnr, fpr_ratio, fnr_ratio, dcf_at_overall``), pooled over
+its three scenarios (600 data sets per cell, binomial SE ≈ 0.01), and keeps the lowest of
+the six: the coverage of the worst measure at that size.  The fewest errors at ``τ*`` seen
+at any size was 71.  :data:`MEASURED_COVERAGE` holds that
+table; the rule for a row with ``n`` speakers and ``e`` errors at ``τ*`` is
+
+* use the largest measured size ``n_m ≤ n`` (none: *unreliable, "fewer speakers than any
+  measured size"*);
+* *unreliable* when the coverage measured at ``n_m`` is below :data:`MIN_COVERAGE` (0.90),
+  or when ``e`` is below :data:`MIN_ERRORS` (30; fewer errors than the benchmark ever
+  had, so the coverage there is unmeasured);
+* *unreliable* when the subgroup is empty, has one class only, or a degenerate
+  (zero-width) interval (:func:`flag_degenerate`), or has fewer speakers than a
+  user-set ``min_speakers``.
+
+The ``note`` column says which condition tripped.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["MEASURED_COVERAGE", "MIN_COVERAGE", "MIN_ERRORS", "measured_coverage", "flag_rows", "flag_degenerate"]
+
+#: threshold on measured coverage below which a row is flagged
+MIN_COVERAGE = 0.90
+#: fewest errors at τ* for which coverage was measured (rule of 30)
+MIN_ERRORS = 30
+
+#: subgroup speakers -> coverage of the worst of the six headline measures (95 % "expanded"
+#: intervals, pooled over the three scenarios) in the full run of benchmarks/coverage_subgroup.py
+#: (200 data sets per scenario, B = 1000; docs/intervals.md).  The old percentile intervals
+#: measured 0.847, 0.882, 0.897, 0.912, 0.917 at these sizes.
+MEASURED_COVERAGE: dict[int, float] = {5: 0.935, 8: 0.94, 15: 0.93, 30: 0.935, 60: 0.925}
+
+
+def measured_coverage(n_speakers: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """``(size, coverage)`` looked up for each row: the largest measured size ``≤ n`` and its
+    coverage (``0`` / NaN where ``n`` is below every measured size)."""
+    sizes = np.array(sorted(MEASURED_COVERAGE))
+    cov = np.array([MEASURED_COVERAGE[k] for k in sizes])
+    n = np.asarray(n_speakers, dtype=float)
+    k = np.searchsorted(sizes, n, side="right") - 1
+    size = np.where(k >= 0, sizes[np.clip(k, 0, None)], 0)
+    return size, np.where(k >= 0, cov[np.clip(k, 0, None)], np.nan)
+
+
+def flag_rows(n_speakers: np.ndarray, n_errors: np.ndarray | None, n_pos: np.ndarray, n_neg: np.ndarray,
+              min_speakers: int = 0, min_errors: int = MIN_ERRORS,
+              min_class_trials: int = 1) -> tuple[np.ndarray, list[str]]:
+    """The reliability rule (module docstring): ``(reliable (G,) bool, notes)``.
+
+    ``n_errors=None`` (a data summary, before any threshold is chosen) skips the error
+    condition; ``min_class_trials`` adds a floor on the trials of each class (1: both
+    classes present)."""
+    n_speakers = np.asarray(n_speakers)
+    n_errors = np.full(n_speakers.shape, np.inf) if n_errors is None else np.asarray(n_errors)
+    n_pos, n_neg = np.asarray(n_pos), np.asarray(n_neg)
+    size, cov = measured_coverage(n_speakers)
+    smallest = min(MEASURED_COVERAGE)
+    reliable = np.ones(n_speakers.shape, dtype=bool)
+    notes = []
+    for i in range(n_speakers.size):
+        parts = []
+        empty = n_pos[i] + n_neg[i] == 0
+        if empty:
+            parts.append("empty subgroup")
+        elif n_pos[i] == 0 or n_neg[i] == 0:
+            parts.append("one class only")
+        elif min(n_pos[i], n_neg[i]) < min_class_trials:
+            parts.append(f"fewer than {min_class_trials} trials of a class")
+        if not empty:
+            if size[i] == 0:
+                parts.append(f"{n_speakers[i]} speakers: fewer than any size with measured coverage ({smallest})")
+            elif cov[i] < MIN_COVERAGE:
+                parts.append(f"measured coverage of 95 % intervals at {size[i]} speakers is {cov[i]:.2f} "
+                             f"(< {MIN_COVERAGE:.2f})")
+            if n_errors[i] < min_errors:
+                parts.append(f"{n_errors[i]} errors at tau* (< {min_errors}; coverage not measured there)")
+            if n_speakers[i] < min_speakers:
+                parts.append(f"< {min_speakers} speakers")
+        reliable[i] = not parts
+        notes.append("; ".join(parts))
+    return reliable, notes
+
+
+def flag_degenerate(table: pd.DataFrame, measures: Sequence[str]) -> tuple[pd.Series, pd.Series]:
+    """Rows whose interval of some measure has zero width (``lo == hi``, e.g. one speaker) while
+    its estimate is finite: ``reliable`` becomes False and the note names the measures.
+    Such intervals are blanked (set to NaN) in ``table`` in place, so they are never printed
+    as intervals."""
+    reliable = table["reliable"].copy()
+    note = table["note"].astype(str).copy()
+    for i, idx in enumerate(table.index):
+        bad = []
+        for m in measures:
+            lo, hi, v = table.at[idx, f"{m}_lo"], table.at[idx, f"{m}_hi"], table.at[idx, m]
+            if np.isfinite(v) and np.isfinite(lo) and np.isfinite(hi) and not hi > lo:
+                bad.append(m)
+                table.at[idx, f"{m}_lo"] = np.nan
+                table.at[idx, f"{m}_hi"] = np.nan
+        if bad:
+            reliable.iloc[i] = False
+            extra = f"degenerate (zero-width) interval: {', '.join(bad)}"
+            note.iloc[i] = f"{note.iloc[i]}; {extra}" if note.iloc[i] else extra
+    return reliable, note

@@ -1,0 +1,561 @@
+r"""One predictive layer: any fitted score model → per-trial predictive distributions.
+
+Every model-based measure of scoremix (:func:`scoremix.model_eer`,
+:func:`scoremix.model_subgroup_dcf`, :func:`scoremix.posterior_subgroup_dcf`,
+:func:`scoremix.model_det_curve`) starts here.  A fitted linear mixed model — Gaussian
+(``lmer``), transformation (``lmer(..., transform="monotone")``) or Bayesian (``bayes_lmer``,
+one distribution per posterior draw ``d``) — implies for trial ``i`` a Gaussian on the
+model's *latent* scale :math:`z = h(s)` (``h`` the identity for a Gaussian fit):
+
+.. math::
+
+    z_i \mid d \sim N\big(m_{di},\, v_{di}\big),\qquad
+    m_{di} = x_i^\top\beta_d + \sum_{k\notin M} z_{ik}^\top b_{d,k,g_k(i)},\qquad
+    v_{di} = \sigma_{d,c(i)}^2/w_i + \sum_{k\in M} z_{ik}^\top\Sigma_{d,k}\,z_{ik},
+
+where ``M`` is the set of random terms whose grouping factors are *marginalised* (new
+levels: their variance is added) and the other terms are *conditioned on* (their estimated
+random effects, 0 for a level unseen in fitting); :math:`\sigma_{c(i)}` is the residual SD
+of the trial's dispersion level and :math:`w_i` its prior weight.  Trials with identical
+``(m, v, class)`` share one *component*, so a class's score distribution in any population
+is the mixture of components weighted by trial counts (:class:`Predictive`).
+
+Scores and thresholds.  An error rate at a *score* threshold τ (accept ``s ≥ τ``) is the
+latent rate at ``t = h(τ)``:
+:math:`\mathrm{FNR}(\tau) = \sum_i b_i\Phi((h(\tau)-m_i)/s_i)`,
+:math:`\mathrm{FPR}(\tau) = \sum_j a_j\Phi((m_j-h(\tau))/s_j)`; a latent threshold ``t`` is
+reported on the score scale as :math:`h^{-1}(t)` (the transform's generalised inverse).
+Because ``h`` is increasing, the EER, the minimum DCF and every subgroup ratio are the same
+whether they are minimised over latent or score thresholds; only the reported thresholds
+need the inverse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from scoremix.predictive.mixture import MixtureRates, ModelEERError, PredictiveError, mixture_eer
+
+__all__ = ["Predictive", "predictive", "is_bayes_fit", "model_frame_with", "term_covariance",
+           "fit_transform"]
+
+_CELL = "__predictive_cell__"
+_Y01 = "__predictive_y__"
+
+
+def is_bayes_fit(fit: Any) -> bool:
+    """``True`` for a posterior fit (a ``BayesLmerResult`` or anything with ``class_moments``
+    and ``idata``)."""
+    return hasattr(fit, "class_moments") and hasattr(fit, "idata")
+
+
+def fit_transform(fit: Any) -> Any:
+    """The fit's score → latent transform ``h`` (``None`` for a Gaussian fit)."""
+    return getattr(fit, "transform", None)
+
+
+@dataclass
+class Predictive:
+    """Per-trial latent Gaussian predictive distributions of a fit, grouped into components.
+
+    Attributes
+    ----------
+    mean, sd:
+        ``(D, m)`` latent mean and SD of every component for ``D`` draws (``D = 1`` for a
+        point fit).
+    positive:
+        ``(m,)`` class of every component (True = positive / target / bona fide).
+    component:
+        ``(n,)`` component of every trial.
+    y:
+        ``(n,)`` 0/1 class of every trial.
+    score:
+        ``(n,)`` observed scores on the score scale (NaN when the rows carry none).
+    frame:
+        the ``n`` rows (model frame or the trials passed), index = trial labels.
+    transform:
+        the score → latent map ``h`` (``None``: identity, a Gaussian fit).
+    marginal_over:
+        grouping factors whose random effects are marginalised (new levels).
+    draws:
+        posterior draw ids (``None`` for a point fit).
+    """
+
+    mean: np.ndarray
+    sd: np.ndarray
+    positive: np.ndarray
+    component: np.ndarray
+    y: np.ndarray
+    score: np.ndarray
+    frame: pd.DataFrame
+    transform: Any = None
+    marginal_over: tuple[str, ...] = ()
+    draws: np.ndarray | None = None
+    conditional: bool = field(default=True)
+
+    # ----------------------------------------------------------------- sizes / scales
+    @property
+    def n_draws(self) -> int:
+        return int(self.mean.shape[0])
+
+    @property
+    def n_components(self) -> int:
+        return int(self.mean.shape[1])
+
+    @property
+    def index(self) -> pd.Index:
+        return self.frame.index
+
+    def to_latent(self, tau: Any) -> np.ndarray:
+        """Score thresholds → latent thresholds (identity for a Gaussian fit).
+
+        Accepting ``s ≥ τ``, the latent threshold is the transform's left limit
+        ``h⁻(τ)`` (``transform.lower``, so tied scores at τ are accepted, as the empirical
+        rates count them); a transform without ``lower`` is called, ``h(τ)``."""
+        tau = np.asarray(tau, dtype=np.float64)
+        if self.transform is None:
+            return tau
+        lower = getattr(self.transform, "lower", None)
+        return np.asarray(lower(tau) if callable(lower) else self.transform(tau), dtype=np.float64)
+
+    def to_score(self, t: Any) -> np.ndarray:
+        """Latent thresholds → score thresholds ``h⁻¹(t)`` (identity for a Gaussian fit)."""
+        t = np.asarray(t, dtype=np.float64)
+        return t if self.transform is None else np.asarray(self.transform.inverse(t), dtype=np.float64)
+
+    # ----------------------------------------------------------------- populations
+    def counts(self, mask: Any = None) -> np.ndarray:
+        """``(m,)`` number of trials (in ``mask``, a boolean ``(n,)`` array) per component."""
+        comp = self.component if mask is None else self.component[np.asarray(mask, bool)]
+        return np.bincount(comp, minlength=self.n_components).astype(np.float64)
+
+    def population_weights(self, mem_trial: np.ndarray, mem_group: np.ndarray, n_groups: int) -> np.ndarray:
+        """``(1 + G, m)`` weights: row 0 all trials, row ``1 + g`` the trials ``mem_trial``
+        whose membership entry is ``g`` (a trial may belong to several groups)."""
+        W = np.zeros((1 + n_groups, self.n_components))
+        W[0] = self.counts()
+        np.add.at(W, (1 + np.asarray(mem_group), self.component[np.asarray(mem_trial)]), 1.0)
+        return W
+
+    def mixture(self, weights: np.ndarray) -> MixtureRates:
+        """Rates of the populations with component weights ``weights`` ``(P, m)``."""
+        return MixtureRates(self.mean, self.sd, self.positive, weights)
+
+    # ----------------------------------------------------------------- measures
+    def eer(self, mask: Any = None, return_threshold: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """Model EER of the trials in ``mask`` (all by default), one value per draw.
+
+        Exact root of :math:`\\mathrm{FNR}(t) = \\mathrm{FPR}(t)` of the two class mixtures
+        (:func:`~scoremix.predictive.mixture.mixture_eer`); NaN when a class is missing.
+        With ``return_threshold`` also the EER threshold on the *score* scale.
+        """
+        w = self.counts(mask)
+        neg = (w > 0) & ~self.positive
+        pos = (w > 0) & self.positive
+        e = np.full(self.n_draws, np.nan)
+        t = np.full(self.n_draws, np.nan)
+        if neg.any() and pos.any():
+            for d in range(self.n_draws):
+                e[d], t[d] = mixture_eer(self.mean[d, neg], self.sd[d, neg], self.mean[d, pos],
+                                         self.sd[d, pos], w[neg], w[pos], return_threshold=True)
+        return (e, self.to_score(t)) if return_threshold else e
+
+    def rates_at(self, tau: Any, mask: Any = None, scale: str = "score") -> tuple[np.ndarray, np.ndarray]:
+        """Model FNR and FPR at thresholds ``tau`` (``(D, T)`` each; accept ``s ≥ τ``).
+
+        ``scale="score"`` maps τ to the latent scale with ``h`` first; ``"latent"`` takes
+        latent thresholds.
+        """
+        if scale not in ("score", "latent"):
+            raise PredictiveError(f"scale must be 'score' or 'latent', got {scale!r}")
+        t = np.atleast_1d(self.to_latent(tau) if scale == "score" else np.asarray(tau, float))
+        mix = self.mixture(self.counts(mask)[None, :])
+        tt = np.broadcast_to(t, (self.n_draws, t.size))[None]
+        pm, pf = mix.rates(np.ascontiguousarray(tt))
+        return pm[0], pf[0]
+
+    def trial_table(self) -> pd.DataFrame:
+        """Per trial ``y``, ``score``, latent ``mean`` and ``sd`` (point fits only)."""
+        if self.n_draws != 1:
+            raise PredictiveError("trial_table() needs a point fit (one draw); use mean/sd per draw")
+        return pd.DataFrame({"y": self.y, "score": self.score, "mean": self.mean[0, self.component],
+                             "sd": self.sd[0, self.component]}, index=self.frame.index)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _is_null(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA
+
+
+def term_covariance(varcorr: pd.DataFrame, group: str, term_names: Sequence[str]) -> np.ndarray:
+    """The ``p × p`` covariance of one random term from ``as.data.frame(VarCorr(m))``."""
+    rows = varcorr[varcorr["grp"] == group]
+    if rows.empty:
+        raise ModelEERError(f"random term {group!r} has no rows in fit.varcorr "
+                            f"(groups there: {sorted(set(varcorr['grp']))})")
+    pos = {name: k for k, name in enumerate(term_names)}
+    cov = np.zeros((len(term_names), len(term_names)))
+    for _, r in rows.iterrows():
+        v1, v2 = r["var1"], r["var2"]
+        if v1 not in pos or (not _is_null(v2) and v2 not in pos):
+            raise ModelEERError(
+                f"fit.varcorr names ({v1!r}, {v2!r}) for group {group!r}, which are not among "
+                f"the term's columns {list(term_names)}"
+            )
+        i = pos[v1]
+        j = i if _is_null(v2) else pos[v2]
+        cov[i, j] = cov[j, i] = float(r["vcov"])
+    return cov
+
+
+def model_frame_with(fit: Any, data: pd.DataFrame | None, needed: Sequence[str]) -> pd.DataFrame:
+    """The model frame, with columns it lacks taken from ``data`` by index label."""
+    frame = fit.spec.data
+    missing = [c for c in needed if c not in frame.columns]
+    if not missing:
+        return frame
+    if data is None:
+        raise ModelEERError(
+            f"column(s) {missing} are not in the fitted model frame (columns: {list(frame.columns)}); "
+            "pass the data frame the model was fitted on as data="
+        )
+    absent = [c for c in missing if c not in data.columns]
+    if absent:
+        raise ModelEERError(f"column(s) {absent} are neither in the model frame nor in data "
+                            f"(columns: {list(data.columns)})")
+    try:
+        extra = data.loc[frame.index, missing]
+    except KeyError:
+        raise ModelEERError("data does not contain every row of the model frame (match is by "
+                            "index label); pass the data frame the model was fitted on") from None
+    return pd.concat([frame, extra], axis=1)
+
+
+def _group_factors(fit: Any) -> list[str]:
+    spec = getattr(fit, "spec", None)
+    if spec is not None and getattr(spec, "terms", None) is not None:
+        return list(dict.fromkeys(t.group_factor for t in spec.terms))
+    ranef = getattr(fit, "ranef", None)
+    if isinstance(ranef, dict):
+        return list(ranef)
+    vc = getattr(fit, "varcorr", None)
+    return [] if vc is None else [g for g in dict.fromkeys(vc["grp"]) if g != "Residual"]
+
+
+def _marginal_set(fit: Any, conditional: bool, marginal_over: Sequence[str] | None) -> tuple[str, ...]:
+    groups = _group_factors(fit)
+    if marginal_over is None:
+        return () if conditional else tuple(groups)
+    m = [marginal_over] if isinstance(marginal_over, str) else list(marginal_over)
+    unknown = [g for g in m if g not in groups]
+    if unknown:
+        raise PredictiveError(f"cannot marginalise over {unknown}: not a grouping factor of the fit "
+                              f"(grouping factors: {groups})")
+    return tuple(dict.fromkeys(m))
+
+
+def _residual_var_fitted(fit: Any, spec: Any) -> np.ndarray:
+    sigma_by = getattr(fit, "sigma_by", None)
+    if sigma_by is not None and len(sigma_by) > 0:
+        codes = getattr(spec, "dispersion_codes", None)
+        levels = getattr(spec, "dispersion_levels", None)
+        if codes is None or levels is None:
+            raise ModelEERError("fit.sigma_by is set but fit.spec has no dispersion_codes/levels")
+        by_str = {str(k): float(v) for k, v in dict(sigma_by).items()}
+        missing = [lv for lv in levels if str(lv) not in by_str]
+        if missing:
+            raise ModelEERError(f"fit.sigma_by has no residual SD for dispersion level(s) {missing}")
+        sd = np.array([by_str[str(lv)] for lv in levels])[np.asarray(codes)]
+    else:
+        sd = np.full(spec.n, float(fit.sigma))
+    weights = getattr(spec, "weights", None)
+    var = sd ** 2
+    if weights is not None:
+        var = var / np.asarray(weights, dtype=np.float64)
+    return var
+
+
+def _dispersion_column(fit: Any) -> str | None:
+    spec = getattr(fit, "spec", None)
+    form = getattr(spec, "dispersion_formula", None) or getattr(fit, "dispersion", None)
+    return None if not form else str(form).replace("~", "").strip()
+
+
+def _residual_var_trials(fit: Any, trials: pd.DataFrame) -> np.ndarray:
+    sigma_by = getattr(fit, "sigma_by", None)
+    if sigma_by is None or len(sigma_by) == 0:
+        return np.full(len(trials), float(fit.sigma) ** 2)
+    col = _dispersion_column(fit)
+    if not col:
+        raise PredictiveError("fit has sigma_by but no dispersion formula to map trials to levels")
+    if col not in trials.columns:
+        raise PredictiveError(f"dispersion column {col!r} not in the trial table")
+    lv = trials[col].astype(str)
+    sig = pd.Series(sigma_by).rename(index=str)
+    unknown = ~lv.isin(list(sig.index))
+    if unknown.any():
+        raise PredictiveError(f"dispersion level {lv[unknown].iloc[0]!r} (column {col!r}) not in the fit")
+    return np.asarray(sig.reindex(lv).to_numpy(), dtype=float) ** 2
+
+
+def _term_blocks(fit: Any, group: str) -> list[tuple[int, Any]]:
+    """``(term index, term)`` of every random term of grouping factor ``group``."""
+    spec = getattr(fit, "spec", None)
+    if spec is None or getattr(spec, "terms", None) is None:
+        return []
+    return [(k, t) for k, t in enumerate(spec.terms) if t.group_factor == group]
+
+
+def _ranef_values(fit: Any, group: str, terms: list[tuple[int, Any]]) -> list[np.ndarray]:
+    """Conditional modes of each term of ``group`` as ``(n_levels, p)`` (term level order)."""
+    frame = fit.ranef[group]
+    out, col = [], 0
+    for _, t in terms:
+        block = frame.iloc[:, col:col + t.p]
+        col += t.p
+        block = block.set_axis(block.index.astype(str), axis=0).reindex([str(v) for v in t.levels])
+        out.append(np.asarray(block.to_numpy(), dtype=np.float64))
+    return out
+
+
+def _marginal_parts(fit: Any, rows: pd.DataFrame | None, group: str, need_shift: bool
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """For the rows (``None``: the model frame), the random effects of ``group``
+    :math:`\\sum_k z_{ik}^\\top\\hat b_k` (to remove from the conditional mean) and their
+    variance :math:`\\sum_k z_{ik}^\\top\\Sigma_k z_{ik}` (to add)."""
+    spec = getattr(fit, "spec", None)
+    terms = _term_blocks(fit, group)
+    n = spec.n if rows is None else len(rows)
+    shift = np.zeros(n)
+    var = np.zeros(n)
+    if terms and (rows is None or getattr(spec, "random_design", None) is not None):
+        design = ([(t.codes, t.X) for t in spec.terms] if rows is None else spec.random_design(rows))
+        values = _ranef_values(fit, group, terms) if need_shift else [None] * len(terms)
+        for (k, t), bk in zip(terms, values):
+            codes = np.asarray(design[k][0], dtype=np.int64)
+            Z = np.asarray(design[k][1], dtype=np.float64)
+            cov = term_covariance(fit.varcorr, t.group, t.term_names)
+            var += np.einsum("ij,jk,ik->i", Z, cov, Z)
+            if need_shift:
+                ok = codes >= 0
+                shift[ok] += np.einsum("ij,ij->i", Z[ok], bk[codes[ok]])
+        return shift, var
+    # duck-typed fits without a design encoder: random intercepts only
+    vc = fit.varcorr
+    vrows = vc[(vc["grp"] == group) & (vc["var2"].map(_is_null))]
+    if vrows.empty:
+        raise PredictiveError(f"random-effects group {group!r} not in the fit "
+                              f"(groups: {sorted(set(vc['grp']))})")
+    slopes = vrows[vrows["var1"] != "(Intercept)"]
+    if len(slopes):
+        raise PredictiveError(f"group {group!r} has random slopes {list(slopes['var1'])}; marginalising them "
+                              "needs a fit whose spec can encode new data (random_design)")
+    var += float(vrows["vcov"].sum())
+    if need_shift:
+        if rows is None or group not in rows.columns:
+            raise PredictiveError(f"column {group!r} is needed to remove its random intercepts")
+        re = fit.ranef[group]["(Intercept)"].copy()
+        re.index = re.index.astype(str)
+        shift += re.reindex(rows[group].astype(str)).fillna(0.0).to_numpy()
+    return shift, var
+
+
+def _observed_scores(fit: Any, rows: pd.DataFrame | None) -> np.ndarray:
+    """Observed scores on the score scale: the fitted response (or, for a transformation
+    fit, the original response column), or ``rows[response]``; NaN when unavailable."""
+    spec = getattr(fit, "spec", None)
+    resp = getattr(spec, "response", None)
+    if rows is None:
+        frame = spec.data
+        if fit_transform(fit) is not None and resp in frame.columns:
+            return pd.to_numeric(frame[resp], errors="coerce").to_numpy(np.float64)
+        return np.asarray(spec.y, dtype=np.float64)
+    if resp is not None and resp in rows.columns:
+        return pd.to_numeric(rows[resp], errors="coerce").to_numpy(np.float64)
+    return np.full(len(rows), np.nan)
+
+
+def _binary(values: pd.Series, positive: Any, label: str) -> np.ndarray:
+    from scoremix.trials import label_to_binary
+
+    try:
+        return np.asarray(label_to_binary(values, positive=positive), dtype=np.int8)
+    except (ValueError, TypeError) as exc:
+        raise PredictiveError(f"class column {label!r}: {exc}") from exc
+
+
+# ----------------------------------------------------------------------------- builders
+def _point_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame | None, label: str,
+                      positive: Any, marg: tuple[str, ...], conditional: bool, split: Sequence[str] = ()
+                      ) -> Predictive:
+    all_groups = _group_factors(fit)
+    if trials is None:
+        rows = model_frame_with(fit, data, [label, *split])
+        spec = fit.spec
+        if not marg:
+            mean = np.asarray(fit.predict(None, re_form=None), dtype=np.float64)
+        elif set(marg) == set(all_groups):
+            mean = np.asarray(fit.predict(None, re_form="~0"), dtype=np.float64)
+        else:
+            mean = np.asarray(fit.predict(None, re_form=None), dtype=np.float64)
+        var = _residual_var_fitted(fit, spec)
+        rows_for_design = None
+    else:
+        rows = trials
+        if label not in rows.columns:
+            raise PredictiveError(f"class column {label!r} not in the trial table")
+        full = not marg or set(marg) != set(all_groups)
+        mean = np.asarray(fit.predict(trials, re_form=None if full else "~0", allow_new_levels=True),
+                          dtype=np.float64)
+        var = _residual_var_trials(fit, trials)
+        rows_for_design = trials
+    partial = bool(marg) and set(marg) != set(all_groups)
+    for g in marg:
+        shift, v = _marginal_parts(fit, rows_for_design, g, need_shift=partial)
+        var = var + v
+        mean = mean - shift
+    y = _binary(rows[label], positive, label)
+    sd = np.sqrt(var)
+    if not (np.isfinite(mean).all() and np.isfinite(sd).all() and (sd > 0).all()):
+        bad = int(np.flatnonzero(~(np.isfinite(mean) & np.isfinite(sd) & (sd > 0)))[0])
+        raise PredictiveError(f"trial {rows.index[bad]!r} has a non-finite predictive mean or SD "
+                              f"(mean={mean[bad]!r}, sd={sd[bad]!r})")
+    comp_key, comp = np.unique(np.c_[mean, sd, y.astype(float)], axis=0, return_inverse=True)
+    return Predictive(mean=comp_key[:, 0][None, :], sd=comp_key[:, 1][None, :], positive=comp_key[:, 2] > 0.5,
+                      component=np.asarray(comp).ravel().astype(np.int64), y=y,
+                      score=_observed_scores(fit, trials), frame=rows, transform=fit_transform(fit),
+                      marginal_over=marg, draws=None, conditional=not marg)
+
+
+def _design_cells(fit: Any, rows: pd.DataFrame | None, conditional: bool) -> np.ndarray | None:
+    """Rows with identical fixed-effects row, random-term design (and levels when
+    conditional), dispersion level and weight share one Gaussian in every draw."""
+    spec = getattr(fit, "spec", None)
+    if spec is None or getattr(spec, "terms", None) is None:
+        return None
+    if rows is None:
+        cols = [np.asarray(spec.X, dtype=np.float64)]
+        design = [(t.codes, t.X) for t in spec.terms]
+        if getattr(spec, "dispersion_codes", None) is not None:
+            cols.append(np.asarray(spec.dispersion_codes, dtype=np.float64)[:, None])
+        if getattr(spec, "weights", None) is not None:
+            cols.append(np.asarray(spec.weights, dtype=np.float64)[:, None])
+    else:
+        if getattr(spec, "fixed_design", None) is None or getattr(spec, "random_design", None) is None:
+            return None
+        cols = [np.asarray(spec.fixed_design(rows), dtype=np.float64)]
+        design = spec.random_design(rows)
+        col = _dispersion_column(fit)
+        if getattr(spec, "dispersion_levels", None) is not None and col in rows.columns:
+            cols.append(pd.factorize(rows[col].astype(str))[0].astype(np.float64)[:, None])
+    for codes, Xk in design:
+        cols.append(np.asarray(Xk, dtype=np.float64))
+        if conditional:
+            cols.append(np.asarray(codes, dtype=np.float64)[:, None])
+    _, inv = np.unique(np.column_stack(cols), axis=0, return_inverse=True)
+    return np.asarray(inv).ravel()
+
+
+def _bayes_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame | None, label: str,
+                      positive: Any, conditional: bool, split: Sequence[str], max_draws: int | None
+                      ) -> Predictive:
+    spec = getattr(fit, "spec", None)
+    if trials is None:
+        if spec is None:
+            raise PredictiveError("pass trials= (the fitted trial table): the fit carries no data frame")
+        if getattr(spec.data, "index", None) is not None and spec.data.index.has_duplicates:
+            raise ModelEERError("the fitted model frame has duplicate index labels; refit on a frame "
+                                "with a unique index (e.g. df.reset_index(drop=True))")
+        rows = model_frame_with(fit, data, [label, *split])
+        rows = rows.assign(**{spec.response: np.asarray(spec.y, dtype=np.float64)})
+    else:
+        rows = trials
+        for c in [label, *split]:
+            if c not in rows.columns:
+                raise PredictiveError(f"column {c!r} not in the trial table")
+    y = _binary(rows[label], positive, label)
+    if not y.any() or y.all():
+        raise PredictiveError(f"class column {label!r} must hold both classes")
+    key = pd.DataFrame({c: rows[c].to_numpy() for c in split}, index=rows.index)
+    cells = _design_cells(fit, trials, conditional)
+    if cells is not None:
+        key["_design"] = cells
+    key[_Y01] = y
+    cell = key.groupby(list(key.columns), sort=True, dropna=False).ngroup().to_numpy()
+    mom = fit.class_moments(groups=[_CELL], data=rows.assign(**{_CELL: cell, _Y01: y}), label=_Y01,
+                            positive=1, random="conditional" if conditional else "marginal",
+                            max_draws=max_draws)
+    wide_mu = mom.pivot(index="draw", columns=[_CELL, "class"], values="mean")
+    wide_sd = mom.pivot(index="draw", columns=[_CELL, "class"], values="sd")
+    cols = wide_mu.columns
+    comp_of_cell = pd.Series(np.arange(len(cols)), index=cols.get_level_values(0))
+    return Predictive(mean=wide_mu.to_numpy(), sd=wide_sd.reindex(columns=cols).to_numpy(),
+                      positive=cols.get_level_values(1).to_numpy() == 1,
+                      component=comp_of_cell.reindex(cell).to_numpy().astype(np.int64), y=y,
+                      score=(_observed_scores(fit, trials) if spec is not None else np.full(len(rows), np.nan)),
+                      frame=rows, transform=fit_transform(fit),
+                      marginal_over=() if conditional else tuple(_group_factors(fit)),
+                      draws=wide_mu.index.to_numpy(), conditional=conditional)
+
+
+def predictive(
+    fit: Any,
+    trials: pd.DataFrame | None = None,
+    *,
+    data: pd.DataFrame | None = None,
+    label: str = "label",
+    positive: Any = None,
+    conditional: bool = True,
+    marginal_over: Sequence[str] | str | None = None,
+    split: Sequence[str] = (),
+    max_draws: int | None = None,
+) -> Predictive:
+    """Per-trial latent predictive distributions of a fitted model (see the module docstring).
+
+    Parameters
+    ----------
+    fit:
+        an ``LmerResult`` (Gaussian or transformation model) or a ``BayesLmerResult``.
+    trials:
+        the trials to predict (any table the model's formula can encode; unseen grouping
+        levels get random effect 0).  ``None``: the fitted rows (the model frame).
+    data:
+        with ``trials=None``: the fitted data frame, for columns (``label``, ``split``) that
+        are not in the model frame (matched by index label).
+    label, positive:
+        class column and its positive value (:func:`scoremix.trials.label_to_binary`).
+    conditional:
+        condition on every fitted random effect (True) or marginalise all of them (False),
+        unless ``marginal_over`` names the grouping factors to marginalise.
+    marginal_over:
+        grouping factors whose random effects are replaced by their variance (new levels);
+        the others are conditioned on.  Point fits only; a posterior fit marginalises all
+        random effects or none.
+    split:
+        columns carried in :attr:`Predictive.frame` (from ``data`` when outside the model
+        frame); for posterior fits their cells are kept apart (components never straddle
+        them).  Point-fit components are exact either way.
+    max_draws:
+        posterior fits: at most this many evenly spaced draws.
+
+    Returns
+    -------
+    Predictive
+    """
+    if is_bayes_fit(fit):
+        if marginal_over is not None:
+            groups = _group_factors(fit)
+            m = [marginal_over] if isinstance(marginal_over, str) else list(marginal_over)
+            if set(m) not in (set(), set(groups)):
+                raise PredictiveError("a posterior fit marginalises all random effects or none; "
+                                      f"got marginal_over={m} of {groups}")
+            conditional = not m
+        return _bayes_predictive(fit, trials, data, label, positive, conditional, list(split), max_draws)
+    if getattr(fit, "spec", None) is None and trials is None:
+        raise PredictiveError("pass trials=: the fit carries no model frame")
+    marg = _marginal_set(fit, conditional, marginal_over)
+    return _point_predictive(fit, trials, data, label, positive, marg, conditional, list(split))

@@ -1,0 +1,219 @@
+r"""Error rates of two classes whose scores are Gaussian mixtures (the model's scale).
+
+A population's negative scores follow :math:`\sum_j a_j N(m_j, s_j^2)` and its positive scores
+:math:`\sum_i b_i N(m_i, s_i^2)` (weights normalised within class).  Accepting when the score
+is at least :math:`t`,
+
+.. math::
+
+    \mathrm{FNR}(t) = \sum_i b_i\,\Phi\!\left(\frac{t-m_i}{s_i}\right),\qquad
+    \mathrm{FPR}(t) = \sum_j a_j\,\Phi\!\left(\frac{m_j-t}{s_j}\right).
+
+FNR increases and FPR decreases in :math:`t`, so the EER threshold (their crossing) is
+unique.  For one component per class the crossing has the closed form
+:math:`t^* = (m_1 s_0 + m_0 s_1)/(s_0+s_1)` and
+:math:`\mathrm{EER} = \Phi(-(m_1-m_0)/(s_0+s_1))`.
+
+This module is the only place where these sums are evaluated: :func:`mixture_eer` (one
+population, Brent's method), :class:`MixtureRates` (many populations × posterior draws ×
+thresholds at once) and :func:`batch_eer` (vectorised bisection).  For a transformation
+model :math:`t` is a *latent* threshold; :class:`scoremix.predictive.Predictive` maps it to
+and from the score scale.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.optimize import brentq
+from scipy.special import ndtr
+
+__all__ = ["PredictiveError", "ModelEERError", "gaussian_eer", "mixture_eer", "MixtureRates", "batch_eer"]
+
+
+class PredictiveError(ValueError):
+    """Invalid input to a predictive (model-based) computation; names the offending item."""
+
+
+#: the name model-based EER code has always raised (the same class)
+ModelEERError = PredictiveError
+
+
+def gaussian_eer(mu_neg: Any, mu_pos: Any, sd_neg: Any, sd_pos: Any) -> np.ndarray | float:
+    """EER of two Gaussian classes: :math:`\\Phi(-(\\mu_1-\\mu_0)/(\\sigma_0+\\sigma_1))`.
+
+    Parameters
+    ----------
+    mu_neg, mu_pos:
+        class means :math:`\\mu_0` (negative) and :math:`\\mu_1` (positive).
+    sd_neg, sd_pos:
+        class standard deviations :math:`\\sigma_0, \\sigma_1 > 0`.
+
+    All arguments broadcast against each other (numpy rules).
+
+    Returns
+    -------
+    float or numpy.ndarray
+        EER as a fraction; a Python float when every input is a scalar.  When
+        :math:`\\mu_1 < \\mu_0` the value exceeds 0.5 (the detector is inverted).
+    """
+    m0, m1, s0, s1 = np.broadcast_arrays(
+        *(np.asarray(v, dtype=np.float64) for v in (mu_neg, mu_pos, sd_neg, sd_pos))
+    )
+    bad = ~((s0 > 0) & (s1 > 0) & np.isfinite(s0) & np.isfinite(s1))
+    if bad.any():
+        idx = np.argwhere(bad)[0].tolist()
+        raise ModelEERError(
+            f"standard deviations must be positive and finite; got sd_neg={float(s0[tuple(idx)])!r}, "
+            f"sd_pos={float(s1[tuple(idx)])!r}" + (f" at index {idx}" if idx else "")
+        )
+    out = ndtr(-(m1 - m0) / (s0 + s1))
+    return float(out) if out.ndim == 0 else out
+
+
+def _check_components(mean: Any, sd: Any, weight: Any, what: str) -> tuple[np.ndarray, ...]:
+    m = np.atleast_1d(np.asarray(mean, dtype=np.float64)).ravel()
+    s = np.broadcast_to(np.asarray(sd, dtype=np.float64), m.shape).astype(np.float64)
+    if m.size == 0:
+        raise ModelEERError(f"the {what} class has no mixture components (no trials)")
+    if weight is None:
+        w = np.full(m.shape, 1.0 / m.size)
+    else:
+        w = np.broadcast_to(np.asarray(weight, dtype=np.float64), m.shape).astype(np.float64)
+        if (w < 0).any() or not w.sum() > 0:
+            raise ModelEERError(f"{what} weights must be non-negative with a positive sum")
+        w = w / w.sum()
+    if not np.isfinite(m).all():
+        raise ModelEERError(f"{what} component means contain NaN/inf "
+                            f"(first at {int(np.flatnonzero(~np.isfinite(m))[0])})")
+    if not ((s > 0) & np.isfinite(s)).all():
+        i = int(np.flatnonzero(~((s > 0) & np.isfinite(s)))[0])
+        raise ModelEERError(f"{what} component SDs must be positive and finite; component {i} has {float(s[i])!r}")
+    return m, s, w
+
+
+def mixture_eer(
+    mean_neg: Any,
+    sd_neg: Any,
+    mean_pos: Any,
+    sd_pos: Any,
+    weight_neg: Any = None,
+    weight_pos: Any = None,
+    return_threshold: bool = False,
+) -> float | tuple[float, float]:
+    """EER of two Gaussian mixtures, solved with Brent's method.
+
+    Negative scores follow :math:`\\sum_j a_j N(m_j, s_j^2)`, positive scores
+    :math:`\\sum_i b_i N(m_i, s_i^2)` (equal weights by default).  With
+    :math:`\\mathrm{FNR}(\\tau) = \\sum_i b_i\\Phi((\\tau-m_i)/s_i)` (increasing) and
+    :math:`\\mathrm{FPR}(\\tau) = \\sum_j a_j\\Phi((m_j-\\tau)/s_j)` (decreasing) the
+    root :math:`\\tau^*` of :math:`\\mathrm{FNR}-\\mathrm{FPR}` is unique and
+    :math:`\\mathrm{EER} = \\mathrm{FNR}(\\tau^*)`.  With one component per class this
+    equals :func:`gaussian_eer` (which is then used directly).
+
+    Returns
+    -------
+    float, or ``(eer, threshold)`` with ``return_threshold=True``.
+    """
+    m0, s0, a = _check_components(mean_neg, sd_neg, weight_neg, "negative")
+    m1, s1, b = _check_components(mean_pos, sd_pos, weight_pos, "positive")
+
+    def fnr(t: float) -> float:
+        return float(np.dot(b, ndtr((t - m1) / s1)))
+
+    def fpr(t: float) -> float:
+        return float(np.dot(a, ndtr((m0 - t) / s0)))
+
+    if m0.size == 1 and m1.size == 1:
+        e = float(ndtr(-(m1[0] - m0[0]) / (s0[0] + s1[0])))
+        tau = float((m1[0] * s0[0] + m0[0] * s1[0]) / (s0[0] + s1[0]))
+        return (e, tau) if return_threshold else e
+    smax = max(float(s0.max()), float(s1.max()))
+    lo = min(float(m0.min()), float(m1.min())) - 40.0 * smax
+    hi = max(float(m0.max()), float(m1.max())) + 40.0 * smax
+    tau = float(brentq(lambda t: fnr(t) - fpr(t), lo, hi, xtol=1e-12 * max(1.0, hi - lo), rtol=1e-14))
+    e = 0.5 * (fnr(tau) + fpr(tau))
+    return (e, tau) if return_threshold else e
+
+
+class MixtureRates:
+    """Rates of ``P`` populations for ``D`` draws of ``m`` Gaussian components.
+
+    Parameters
+    ----------
+    mu, sd:
+        ``(D, m)`` component means and SDs (a ``(m,)`` array is one draw).
+    is_pos:
+        ``(m,)`` class of every component.
+    weights:
+        ``(P, m)`` non-negative weights (trial counts) of the components in each
+        population; normalised within class and population.  A population without one
+        class gets NaN rates for that class.
+    """
+
+    def __init__(self, mu: np.ndarray, sd: np.ndarray, is_pos: np.ndarray, weights: np.ndarray) -> None:
+        self.mu = np.atleast_2d(np.asarray(mu, float))
+        self.sd = np.atleast_2d(np.asarray(sd, float))
+        if self.mu.shape != self.sd.shape:
+            raise PredictiveError(f"mu {self.mu.shape} and sd {self.sd.shape} must have the same shape")
+        if np.any(self.sd <= 0):
+            raise PredictiveError("all component standard deviations must be positive")
+        self.is_pos = np.asarray(is_pos, bool)
+        W = np.atleast_2d(np.asarray(weights, float))
+        wp = W * self.is_pos[None, :]
+        wn = W * (~self.is_pos)[None, :]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.wp = wp / wp.sum(axis=1, keepdims=True)
+            self.wn = wn / wn.sum(axis=1, keepdims=True)
+        self.P = W.shape[0]
+        self.weights = W
+        self._pos_idx = np.flatnonzero(self.is_pos)
+        self._neg_idx = np.flatnonzero(~self.is_pos)
+
+    def subset_draws(self, sl: slice) -> "MixtureRates":
+        """The same populations for the draws ``sl``."""
+        return MixtureRates(self.mu[sl], self.sd[sl], self.is_pos, self.weights)
+
+    def rates(self, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``tau``: ``(P, D, T)`` thresholds → ``p_miss, p_fa`` of the same shape."""
+        pm = np.zeros(tau.shape)
+        pf = np.zeros(tau.shape)
+        for idx, out, pos in ((self._pos_idx, pm, True), (self._neg_idx, pf, False)):
+            w = (self.wp if pos else self.wn)[:, idx]  # (P, k)
+            for start in range(0, idx.size, 256):
+                sl = idx[start:start + 256]
+                mu = self.mu[:, sl]  # (D, k)
+                sd = self.sd[:, sl]
+                z = (tau[:, :, None, :] - mu[None, :, :, None]) / sd[None, :, :, None]  # (P, D, k, T)
+                phi = ndtr(z) if pos else ndtr(-z)
+                out += np.einsum("pk,pdkt->pdt", np.nan_to_num(w[:, start:start + 256]), phi)
+        pm[~np.isfinite(self.wp.sum(axis=1))] = np.nan
+        pf[~np.isfinite(self.wn.sum(axis=1))] = np.nan
+        return pm, pf
+
+    def grid(self, n: int, width: float = 8.0) -> np.ndarray:
+        """``(D, n)`` evenly spaced thresholds covering every component ± ``width`` SDs."""
+        lo = np.min(self.mu - width * self.sd, axis=1)
+        hi = np.max(self.mu + width * self.sd, axis=1)
+        t = np.linspace(0.0, 1.0, n)
+        return lo[:, None] + (hi - lo)[:, None] * t[None, :]
+
+
+def batch_eer(mix: MixtureRates, n_iter: int = 80, return_threshold: bool = False
+              ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """EER of every population and draw, ``(P, D)``, by bisection on ``FNR − FPR``.
+
+    With ``return_threshold=True`` also the (latent) EER thresholds, ``(P, D)``.
+    """
+    lo = np.min(mix.mu - 10 * mix.sd, axis=1)[None, :].repeat(mix.P, 0)
+    hi = np.max(mix.mu + 10 * mix.sd, axis=1)[None, :].repeat(mix.P, 0)
+    for _ in range(n_iter):
+        mid = 0.5 * (lo + hi)
+        pm, pf = mix.rates(mid[..., None])
+        up = (pm - pf)[..., 0] < 0  # p_miss increases with tau
+        lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
+    t = 0.5 * (lo + hi)
+    pm, pf = mix.rates(t[..., None])
+    e = (0.5 * (pm + pf))[..., 0]
+    return (e, t) if return_threshold else e

@@ -1,0 +1,285 @@
+"""Dask input (issue 14): fits from per-partition cross-products equal the in-memory fits,
+metrics from merged score counts equal the in-memory metrics exactly.
+
+Every reference value is the in-memory computation on the same rows (``ddf.compute()``),
+which the rest of the suite checks against lme4 and closed forms.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+dask = pytest.importorskip("dask")
+dd = pytest.importorskip("dask.dataframe")
+
+import scoremix as sm  # noqa: E402
+from scoremix.distributed import DaskInputError, DaskLmerResult  # noqa: E402
+from scoremix.lme.errors import (  # noqa: E402
+    MissingValueError,
+    RankDeficiencyWarning,
+    SingularFitWarning,
+    UnknownColumnError,
+)
+from scoremix.trials import NonFiniteScoreError, SingleClassError  # noqa: E402
+
+CM = 'score ~ label * x + (1|speaker) + (0 + dummy(label, "spoof")|attack)'
+
+
+@pytest.fixture(scope="module")
+def table() -> pd.DataFrame:
+    sim = sm.simulate_trials(n_trials=12_000, n_speakers=150, n_attacks=7, seed=11)
+    df = sim.table.reset_index(drop=True)
+    rng = np.random.default_rng(5)
+    df["w"] = rng.uniform(0.5, 2.0, len(df))
+    return df
+
+
+@pytest.fixture(scope="module")
+def ddf(table):
+    return dd.from_pandas(table, npartitions=5)
+
+
+@pytest.fixture(autouse=True)
+def synchronous():
+    with dask.config.set(scheduler="synchronous"):
+        yield
+
+
+def _fit_pair(formula, table, ddf, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SingularFitWarning)
+        m0 = sm.lmer(formula, table, **kw)
+        m1 = sm.lmer(formula, ddf, **kw)
+    return m0, m1
+
+
+def _assert_same_fit(m0, m1):
+    assert isinstance(m1, DaskLmerResult)
+    assert m1.nobs == m0.nobs
+    assert m1.ngrps == m0.ngrps
+    assert list(m1.fixef.index) == list(m0.fixef.index)
+    # criterion to 1e-10 relative, fixed effects to 1e-8 (relative to their scale)
+    assert abs(m1.loglik - m0.loglik) <= 1e-10 * abs(m0.loglik)
+    scale = np.maximum(np.abs(m0.fixef.to_numpy()), 1.0)
+    np.testing.assert_array_less(np.abs(m1.fixef.to_numpy() - m0.fixef.to_numpy()) / scale, 1e-8)
+    np.testing.assert_allclose(m1.sigma, m0.sigma, rtol=1e-6)
+    np.testing.assert_allclose(m1.vcov.to_numpy(), m0.vcov.to_numpy(), rtol=1e-5, atol=1e-12)
+    for g in m0.ranef:
+        assert list(m1.ranef[g].index) == list(m0.ranef[g].index)
+        np.testing.assert_allclose(m1.ranef[g].to_numpy(), m0.ranef[g].to_numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("formula,kw", [
+    (CM, {}),
+    (CM, dict(REML=False)),
+    ("score ~ label + (1|speaker) + (1|attack)", dict(dispersion="~ label")),
+    ("score ~ label + x + (1 + x|speaker)", {}),
+    ("score ~ label + (1|speaker) + (1|attack)", dict(weights="w")),
+    ("score ~ label + (1|speaker) + (1|speaker:attack)", {}),
+])
+def test_lmer_dask_equals_in_memory(table, ddf, formula, kw):
+    m0, m1 = _fit_pair(formula, table, ddf, **kw)
+    _assert_same_fit(m0, m1)
+    if "dispersion" in kw:
+        np.testing.assert_allclose(m1.sigma_by.to_numpy(), m0.sigma_by.to_numpy(), rtol=1e-6)
+    assert "Number of obs: 12000" in m1.summary()
+
+
+def test_lmer_parquet_glob(table, tmp_path):
+    dd.from_pandas(table, npartitions=4).to_parquet(str(tmp_path), write_index=False)
+    m0, m1 = _fit_pair(CM, table, str(tmp_path / "*.parquet"))
+    _assert_same_fit(m0, m1)
+    assert m1.fit_info["dask"]["npartitions"] == 4
+
+
+def test_partitions_without_some_levels(table):
+    # sorted by attack: most partitions hold one attack and one class only
+    srt = table.sort_values(["attack", "label"]).reset_index(drop=True)
+    ddf = dd.from_pandas(srt, npartitions=9, sort=False)
+    m0, m1 = _fit_pair("score ~ label + (1|speaker) + (1|attack)", srt, ddf, dispersion="~ label")
+    _assert_same_fit(m0, m1)
+
+
+def test_missing_values_and_rank(table):
+    t = table.copy()
+    t.loc[[3, 500, 9000], "x"] = np.nan
+    t["x2"] = 2.0 * t["x"]
+    ddf = dd.from_pandas(t, npartitions=4)
+    f = "score ~ label + x + x2 + (1|speaker)"
+    with pytest.warns(RankDeficiencyWarning, match=r"dropping 1 column"):
+        with pytest.warns(UserWarning, match="dropped 3 rows"):
+            m1 = sm.lmer(f, ddf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m0 = sm.lmer(f, t)
+    _assert_same_fit(m0, m1)
+    assert m1.spec.dropped_fixef == ["x2"]
+    with pytest.raises(MissingValueError, match="'x'"):
+        sm.lmer(f, ddf, na_action="fail")
+
+
+def test_bad_dask_input(ddf):
+    with pytest.raises(UnknownColumnError, match="speakr"):
+        sm.lmer("score ~ label + (1|speakr)", ddf)
+    with pytest.raises(DaskInputError, match="name a column"):
+        sm.lmer("score ~ label + (1|speaker)", ddf, weights=np.ones(10))
+    with pytest.raises(DaskInputError, match="no parquet file matches"):
+        sm.lmer("score ~ label + (1|speaker)", "/nonexistent/dir/*.parquet")
+    with pytest.raises(ValueError, match="native engine only"):
+        sm.lmer("score ~ label + (1|speaker)", ddf, backend="statsmodels")
+
+
+def test_lazy_per_row_quantities(table, ddf):
+    m0, m1 = _fit_pair(CM, table, ddf)
+    fitted = m1.fitted
+    assert hasattr(fitted, "compute")          # lazy, nothing collected until asked
+    np.testing.assert_allclose(fitted.compute().to_numpy(), m0.fitted.to_numpy(), atol=1e-7)
+    np.testing.assert_allclose(m1.residuals.compute().to_numpy(), m0.residuals.to_numpy(), atol=1e-7)
+    pop = m1.predict(re_form="~0").compute().to_numpy()
+    np.testing.assert_allclose(pop, m0.predict(re_form="~0").to_numpy(), atol=1e-7)
+    new = table.head(50)
+    np.testing.assert_allclose(m1.predict(new).to_numpy(), m0.predict(new).to_numpy(), atol=1e-7)
+    lazy_new = m1.predict(dd.from_pandas(new, npartitions=2)).compute().to_numpy()
+    np.testing.assert_allclose(lazy_new, m0.predict(new).to_numpy(), atol=1e-7)
+
+
+def test_model_eer_without_collecting(table, ddf):
+    m0, m1 = _fit_pair(CM, table, ddf)
+    assert abs(sm.model_eer(m1) - sm.model_eer(m0)) < 1e-9
+    assert abs(sm.model_eer(m1, conditional=False) - sm.model_eer(m0, conditional=False)) < 1e-9
+    b0 = sm.model_eer(m0, by="sex", data=table)
+    b1 = sm.model_eer(m1, by="sex", data=None)
+    assert list(b1.index) == list(b0.index)
+    np.testing.assert_allclose(b1["eer_model"], b0["eer_model"], atol=1e-9)
+    assert (b1["eer_empirical"].to_numpy() == b0["eer_empirical"].to_numpy()).all()
+    assert (b1[["n_neg", "n_pos"]].to_numpy() == b0[["n_neg", "n_pos"]].to_numpy()).all()
+
+
+def test_model_eer_dispersion_and_weights(table, ddf):
+    m0, m1 = _fit_pair("score ~ label + (1|speaker) + (1|attack)", table, ddf,
+                       dispersion="~ label", weights="w")
+    assert abs(sm.model_eer(m1) - sm.model_eer(m0)) < 1e-9
+
+
+@pytest.mark.parametrize("method", sm.metrics.EER_METHODS)
+def test_eer_exact(table, ddf, method):
+    assert sm.eer(ddf.score, ddf.label, method=method) == sm.eer(table.score, table.label, method=method)
+    # ties: scores on a coarse grid
+    t = table.assign(score=table.score.round(1))
+    d = dd.from_pandas(t, npartitions=6)
+    assert sm.eer(d.score, d.y, method=method) == sm.eer(t.score, t.y, method=method)
+
+
+def test_min_dcf_exact(table, ddf):
+    for kw in (dict(), dict(p_target=0.01, c_miss=10, normalize=True)):
+        a = sm.min_dcf(ddf.score, ddf.label, **kw)
+        b = sm.min_dcf(table.score, table.label, **kw)
+        assert a == b
+
+
+def test_counts_functions_match_expanded():
+    s = np.array([-1.0, 0.5, 2.0, 3.0])
+    npos = np.array([0, 2, 1, 3])
+    nneg = np.array([4, 1, 1, 0])
+    scores = np.repeat(np.concatenate([s, s]), np.concatenate([npos, nneg]))
+    labels = np.repeat([1] * 4 + [0] * 4, np.concatenate([npos, nneg]))
+    assert sm.metrics.eer_from_counts(s, npos, nneg) == sm.eer(scores, labels)
+    assert sm.metrics.min_dcf_from_counts(s, npos, nneg, p_target=0.3) == sm.min_dcf(scores, labels, p_target=0.3)
+
+
+def test_metric_errors(table):
+    t = table.copy()
+    t.loc[7, "score"] = np.nan
+    d = dd.from_pandas(t, npartitions=3)
+    with pytest.raises(NonFiniteScoreError, match="partition 0"):
+        sm.eer(d.score, d.label)
+    one = dd.from_pandas(table[table.y == 1], npartitions=2)
+    with pytest.raises(SingleClassError, match="positive"):
+        sm.min_dcf(one.score, one.y)
+    with pytest.raises(DaskInputError, match="partitions"):
+        sm.eer(dd.from_pandas(table, npartitions=2).score, dd.from_pandas(table, npartitions=3).y)
+
+
+@pytest.mark.slow
+def test_bayes_lmer_dask_same_posterior(table):
+    """Reproducible sums make the statistics bit-identical however the rows are split, so
+    NUTS with the same seed draws the same chains."""
+    t = table.head(3000)
+    f = "score ~ label + (1|speaker)"
+    kw = dict(draws=60, tune=60, chains=1, cores=1, random_seed=7, progressbar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        b0 = sm.bayes_lmer(f, t, **kw)
+        b1 = sm.bayes_lmer(f, dd.from_pandas(t, npartitions=4), **kw)
+    for v in b0.idata.posterior.data_vars:
+        assert np.array_equal(b0.idata.posterior[v].values, b1.idata.posterior[v].values), v
+    assert b1.spec.n == 3000 and b1.param_names == b0.param_names
+
+
+def test_study_reads_parquet_glob(table, tmp_path):
+    from scoremix.study import load_study
+    from scoremix.study.data import StudyDataError, load_study_data
+
+    dd.from_pandas(table[["score", "label", "speaker", "attack", "x"]], npartitions=3).to_parquet(
+        str(tmp_path / "trials"), write_index=False)
+    toml = tmp_path / "s.toml"
+    toml.write_text('[study]\nname = "g"\n[data]\nfiles = ["trials/*.parquet"]\n', encoding="utf-8")
+    data = load_study_data(load_study(toml).data)
+    assert len(data.table) == len(table)
+    np.testing.assert_array_equal(np.sort(data.table["score"]), np.sort(table["score"]))
+    toml.write_text('[study]\nname = "g"\n[data]\nfiles = ["nothing/*.parquet"]\n', encoding="utf-8")
+    with pytest.raises(StudyDataError, match="no data file matches"):
+        load_study_data(load_study(toml).data)
+
+
+@pytest.mark.slow
+def test_real_local_cluster(table):
+    """Two worker processes: everything a task returns must travel between processes."""
+    distributed = pytest.importorskip("dask.distributed")
+    t = table.head(6000)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  memory_limit="1GB", dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        d = dd.from_pandas(t, npartitions=4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SingularFitWarning)
+            m1 = sm.lmer(CM, d)
+            m0 = sm.lmer(CM, t)
+        _assert_same_fit(m0, m1)
+        assert sm.eer(d.score, d.label) == sm.eer(t.score, t.label)
+        assert sm.min_dcf(d.score, d.label) == sm.min_dcf(t.score, t.label)
+        assert abs(sm.model_eer(m1) - sm.model_eer(m0)) < 1e-9
+        np.testing.assert_allclose(m1.fitted.compute().to_numpy(), m0.fitted.to_numpy(), atol=1e-7)
+
+
+def test_refit_and_profile_from_crossproducts(table, ddf):
+    m0, m1 = _fit_pair("score ~ label + (1|speaker) + (1|attack)", table, ddf)
+    ml0, ml1 = m0.refit(REML=False), m1.refit(REML=False)
+    assert abs(ml1.loglik - ml0.loglik) <= 1e-10 * abs(ml0.loglik)
+    ci0 = sm.confint(m0, parm=["labelbonafide"], progress=False)
+    ci1 = sm.confint(m1, parm=["labelbonafide"], progress=False)
+    np.testing.assert_allclose(ci1.to_numpy(), ci0.to_numpy(), rtol=1e-6)
+
+
+def test_offset_response_expression_and_contrasts(table, ddf):
+    m0, m1 = _fit_pair("score ~ label + (1|speaker) + (1|attack)", table, ddf, offset="x")
+    _assert_same_fit(m0, m1)
+    np.testing.assert_allclose(m1.fitted.compute().to_numpy(), m0.fitted.to_numpy(), atol=1e-7)
+    m0, m1 = _fit_pair("log(score + 20) ~ label + offset(x) + (1|speaker)", table, ddf)
+    _assert_same_fit(m0, m1)
+    np.testing.assert_allclose(m1.residuals.compute().to_numpy(), m0.residuals.to_numpy(), atol=1e-7)
+    m0, m1 = _fit_pair("score ~ label + (1|speaker)", table, ddf, contrasts={"label": "contr.sum"})
+    _assert_same_fit(m0, m1)
+    with pytest.raises(DaskInputError, match=r"scale\(\)"):
+        sm.lmer("score ~ label + scale(x) + (1|speaker)", ddf)
+
+
+def test_subgroup_dcf_dask_input(table, ddf):
+    a = sm.subgroup_dcf(table, ["sex"], progress=False)
+    b = sm.subgroup_dcf(ddf, ["sex"], progress=False)
+    pd.testing.assert_frame_equal(a.table.reset_index(drop=True), b.table.reset_index(drop=True))
+    assert a.min_dcf == b.min_dcf and a.fairness_index == b.fairness_index

@@ -1,0 +1,252 @@
+"""Interval machinery of issue 11: bca-t levels by hand, the bias-shifted interval, the
+jackknife, degenerate intervals, the coverage-driven reliability rule, the closed-form truth
+of the coverage simulation, metric intervals (Estimate) and a reduced coverage check."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.integrate import quad
+from scipy.stats import norm
+
+import scoremix as sm
+from scoremix.fairness import subgroup_dcf
+from scoremix.fairness.bootstrap import draw_cluster_weights
+from scoremix.fairness.coverage import CoverageDesign, coverage_study, simulate_subgroup_trials, true_subgroup_measures
+from scoremix.fairness.reliability import MEASURED_COVERAGE, MIN_COVERAGE, flag_rows, measured_coverage
+from scoremix.fairness.resampling import (bca_t_interval, bca_t_levels, expanded_z, jackknife_weights,
+                                          percentile_interval, shift_t_interval)
+
+
+# ----------------------------------------------------------------------------- bca-t by hand
+def test_expanded_quantile_hand_values():
+    # t_{4}(0.975) = 2.7764451, t_{29}(0.975) = 2.0452296 (tables); times sqrt(n/(n-1))
+    z = expanded_z(np.array([5.0, 30.0, 1.0]), 0.95)
+    assert z[0] == pytest.approx(2.7764451 * np.sqrt(5 / 4), abs=1e-6)
+    assert z[1] == pytest.approx(2.0452296 * np.sqrt(30 / 29), abs=1e-6)
+    assert np.isnan(z[2])
+
+
+def test_bca_t_levels_reduce_to_expanded_percentile_without_bias_or_skew():
+    reps = np.array([[-2.0, -1.0, 1.0, 2.0]])  # median-unbiased: z0 = 0
+    jack = np.array([[1.0, -1.0, 2.0, -2.0]])  # symmetric influence: a = 0
+    lo, hi = bca_t_levels(np.array([0.0]), reps, jack, np.zeros(4, int), np.array([5.0]), 0.95)
+    q = norm.cdf(-2.7764451 * np.sqrt(5 / 4))  # 0.000954
+    assert lo[0] == pytest.approx(q, abs=1e-7) and hi[0] == pytest.approx(1 - q, abs=1e-7)
+
+
+def test_bca_t_levels_bias_and_acceleration_by_hand():
+    reps = np.array([[-1.0, 1.0, 2.0, 3.0]])  # 1 of 4 below the estimate 0: z0 = Phi^-1(0.25)
+    jack = np.array([[1.0, 2.0, 3.0, 6.0]])  # U = mean - jack = [2, 1, 0, -3]
+    z0 = -0.6744897502
+    a = -18.0 / (6.0 * 14.0 ** 1.5)  # sum U^3 = -18, sum U^2 = 14
+    z = 2.7764451 * np.sqrt(5 / 4)
+    want = [norm.cdf(z0 + (z0 + s * z) / (1 - a * (z0 + s * z))) for s in (-1, 1)]
+    lo, hi = bca_t_levels(np.array([0.0]), reps, jack, np.zeros(4, int), np.array([5.0]), 0.95)
+    assert lo[0] == pytest.approx(want[0], rel=1e-8) and hi[0] == pytest.approx(want[1], rel=1e-8)
+    # the interval ends are the replicate quantiles at those levels (linear interpolation)
+    ilo, ihi = bca_t_interval(np.array([0.0]), reps, jack, np.zeros(4, int), np.array([5.0]), 0.95)
+    assert ilo[0] == pytest.approx(np.quantile(reps[0], want[0]), rel=1e-8)
+    assert ihi[0] == pytest.approx(np.quantile(reps[0], want[1]), rel=1e-8)
+
+
+def test_shift_t_interval_by_hand():
+    reps = np.array([[1.0, 2.0, 3.0, 4.0, 5.0]])  # mean 3, estimate 3.5: bootstrap bias -0.5
+    q = norm.cdf(-2.7764451 * np.sqrt(5 / 4))
+    lo, hi = shift_t_interval(np.array([3.5]), reps, np.array([5.0]), 0.95)
+    assert lo[0] == pytest.approx(np.quantile(reps[0], q) + 1.0, rel=1e-7)
+    assert hi[0] == pytest.approx(np.quantile(reps[0], 1 - q) + 1.0, rel=1e-7)
+
+
+def test_jackknife_weights_delete_one_cluster_within_strata():
+    W = jackknife_weights(np.array([0, 0, 1, 2, 2]))
+    assert W.shape == (5, 5)
+    assert W[0, 0] == 0 and W[1, 0] == 1 and W[0, 1] == 1
+    assert W[2, 2] == 1  # alone in its stratum: kept
+    assert W.sum() == 25 - 4
+
+
+# ----------------------------------------------------------------------------- subgroup tables
+def _table(n_spk: int, seed: int = 0) -> pd.DataFrame:
+    d = CoverageDesign(sizes=(n_spk, n_spk), shift_non=(0.0, 0.2), shift_tar=(0.0, -0.2))
+    return simulate_subgroup_trials(d, seed=seed)
+
+
+def test_percentile_interval_equals_replicate_quantiles():
+    res = subgroup_dcf(_table(6), ["group"], n_boot=50, random_state=1, progress=False, eer=False,
+                       interval="percentile")
+    reps = res.replicates["ratio_overall"]
+    for g in range(2):
+        assert res.table["ratio_overall_lo"].iloc[g] == pytest.approx(np.quantile(reps[g], 0.025), rel=1e-12)
+        assert res.table["ratio_overall_hi"].iloc[g] == pytest.approx(np.quantile(reps[g], 0.975), rel=1e-12)
+    assert res.settings["interval"] == "percentile"
+    lo, hi = percentile_interval(reps, 0.95)
+    assert np.allclose(lo, res.table["ratio_overall_lo"])
+
+
+def test_expanded_is_default_and_equals_quantiles_at_t_levels():
+    df = _table(6)
+    a = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False)
+    b = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False)
+    assert a.settings["interval"] == "expanded"
+    pd.testing.assert_frame_equal(a.table, b.table)
+    q = norm.cdf(-2.5705818 * np.sqrt(6 / 5))  # t_5(0.975) = 2.5705818: level 0.0080
+    for g in range(2):
+        reps = a.replicates["fpr"][g]
+        assert a.table["fpr_lo"].iloc[g] == pytest.approx(np.quantile(reps, q), rel=1e-6)
+        assert a.table["fpr_hi"].iloc[g] == pytest.approx(np.quantile(reps, 1 - q), rel=1e-6)
+        # min_dcf: shifted by twice the bootstrap bias
+        m = a.replicates["min_dcf"][g]
+        bias = m.mean() - a.table["min_dcf"].iloc[g]
+        assert a.table["min_dcf_lo"].iloc[g] == pytest.approx(np.quantile(m, q) - 2 * bias, rel=1e-6)
+    c = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False, interval="bca-t")
+    assert c.settings["interval"] == "bca-t" and not np.allclose(c.table["fpr_lo"], a.table["fpr_lo"])
+    with pytest.raises(ValueError, match="interval must be one of"):
+        subgroup_dcf(df, ["group"], n_boot=10, interval="basic", progress=False)
+
+
+def test_degenerate_intervals_are_blank_and_flagged():
+    """One speaker per subgroup: every replicate draws that speaker, so intervals have zero width."""
+    rng = np.random.default_rng(0)
+    y = np.tile(np.r_[np.ones(20), np.zeros(60)], 2).astype(int)
+    df = pd.DataFrame({"speaker": np.repeat(["a", "b"], 80), "g": np.repeat(["x", "y"], 80), "label": y,
+                       "score": y * 2.0 + rng.normal(size=160)})
+    res = subgroup_dcf(df, ["g"], n_boot=30, random_state=0, progress=False, interval="percentile")
+    t = res.table
+    assert t["ratio_overall_lo"].isna().all() and t["ratio_overall_hi"].isna().all()
+    assert not t["reliable"].any()
+    assert t["note"].str.contains("degenerate").all()
+    assert np.isnan(res.fairness_index_ci).all()
+
+
+def test_fairness_index_context():
+    res = subgroup_dcf(_table(8), ["group"], n_boot=100, random_state=0, progress=False, eer=False)
+    assert res.n_subgroups == 2
+    lo = res.table["ratio_overall_lo"].to_numpy()
+    assert res.share_above_one == pytest.approx(np.sum(lo > 1) / 2)
+    assert np.isnan(subgroup_dcf(_table(8), ["group"], progress=False).share_above_one)
+
+
+# ----------------------------------------------------------------------------- reliability rule
+def test_reliability_rule_follows_measured_coverage():
+    sizes = np.array(sorted(MEASURED_COVERAGE))
+    n = np.array([3, sizes[0], 15, 200, 60, 60])
+    err = np.array([100, 100, 100, 100, 10, 100])
+    ok, notes = flag_rows(n, err, np.full(6, 50), np.array([50, 50, 50, 50, 50, 0]))
+    assert not ok[0] and "fewer than any size" in notes[0]
+    size, cov = measured_coverage(n)
+    assert list(size[:4]) == [0, sizes[0], 15, sizes[-1]]
+    for i in (1, 2, 3):
+        assert ok[i] == (cov[i] >= MIN_COVERAGE)
+        if not ok[i]:
+            assert f"at {size[i]} speakers" in notes[i]
+    assert not ok[4] and "10 errors" in notes[4]
+    assert not ok[5] and "one class only" in notes[5]
+    # data summary: no error count yet, a class-count floor
+    ok, notes = flag_rows(np.array([60]), None, np.array([10]), np.array([500]), min_class_trials=30)
+    assert not ok[0] and "fewer than 30 trials of a class" in notes[0]
+
+
+# ----------------------------------------------------------------------------- coverage simulation truth
+def test_true_measures_match_numerical_integration_over_speakers():
+    d = CoverageDesign(sd_speaker=0.4, sigma_pos=1.2)
+    tr = true_subgroup_measures(d)
+    tau = float(tr["threshold"].iloc[0])
+    g = 1
+    sb = d.sd_speaker
+    fnr = quad(lambda b: norm.cdf((tau - d.d - d.shift_tar[g] - b) / d.sigma_pos) * norm.pdf(b, 0, sb), -8, 8)[0]
+    fpr = quad(lambda b: norm.sf(tau - d.shift_non[g] - b) * norm.pdf(b, 0, sb), -8, 8)[0]
+    row = tr.iloc[g]
+    assert row["fnr"] == pytest.approx(fnr, rel=1e-7) and row["fpr"] == pytest.approx(fpr, rel=1e-7)
+    assert row["dcf_at_overall"] == pytest.approx(0.05 * fnr + 0.95 * fpr, rel=1e-7)
+    # tau* minimises the mixture cost: a grid never beats it
+    w = np.asarray(d.sizes) / np.sum(d.sizes)
+    s0, s1 = d.class_sd
+
+    def cost(t):
+        return (0.05 * w @ norm.cdf((t - d.d - np.asarray(d.shift_tar)) / s1)
+                + 0.95 * w @ norm.sf((t - np.asarray(d.shift_non)) / s0))
+
+    grid = np.linspace(tau - 1, tau + 1, 4001)
+    assert min(cost(t) for t in grid) >= float(tr["all_min_dcf"].iloc[0]) - 1e-12
+    assert row["ratio_overall"] == pytest.approx(row["dcf_at_overall"] / tr["all_min_dcf"].iloc[0])
+
+
+@pytest.mark.slow
+def test_reduced_coverage_expanded_beats_percentile_at_eight_speakers():
+    """50 data sets, subgroups of 8 and 30 speakers with speaker effects: the 95 % expanded intervals
+    of ratio_overall, fnr and dcf_at_overall cover in >= 0.85 of data sets (binomial SE ~0.03),
+    and at 8 speakers at least as often as the percentile intervals."""
+    d = CoverageDesign(sizes=(8, 30), shift_non=(0.2, 0.0), shift_tar=(-0.1, 0.0), sd_speaker=0.4)
+    r = coverage_study(d, 50, n_boot=300, seed=5, progress=False,
+                       measures=("ratio_overall", "fnr", "dcf_at_overall"))
+    cov = r.groupby(["method", "measure", "n_speakers"])["covered"].mean()
+    assert (cov.loc["expanded"] >= 0.85).all(), cov
+    assert cov.loc["expanded"].xs(8, level="n_speakers").mean() >= \
+        cov.loc["percentile"].xs(8, level="n_speakers").mean()
+
+
+# ----------------------------------------------------------------------------- metric intervals
+def _spk_scores(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    spk = np.repeat(np.arange(25), 40)
+    y = np.tile(np.r_[np.ones(10), np.zeros(30)], 25).astype(int)
+    s = 2.0 * y + rng.normal(size=spk.size) + rng.normal(0, 0.5, 25)[spk]
+    return s, y, spk
+
+
+def test_metric_values_unchanged_without_bootstrap():
+    s, y, spk = _spk_scores()
+    e = sm.eer(s, y)
+    assert type(e) is float
+    b = sm.eer(s, y, n_boot=100, speaker=spk, seed=0)
+    assert isinstance(b, sm.Estimate) and float(b) == e and b * 100 == pytest.approx(100 * e)
+    assert b.lo < e < b.hi and b.n_clusters == 25 and b.n_boot == 100
+    md = sm.min_dcf(s, y, n_boot=100, speaker=spk, seed=0)
+    assert md.value == sm.min_dcf(s, y).value and md.lo <= md.value <= md.hi
+    assert md.normalized == pytest.approx(md.value / 0.05)
+    assert np.isnan(sm.min_dcf(s, y).lo)
+    c = sm.cllr(s - 1.0, y, n_boot=50, speaker=spk, seed=2)
+    assert float(c) == sm.cllr(s - 1.0, y) and c.lo < c < c.hi
+    a = sm.act_dcf(s, y, n_boot=50, speaker=spk, seed=2)
+    assert float(a) == sm.act_dcf(s, y)
+    with pytest.raises(sm.metrics.MetricInputError, match="speaker= is only used"):
+        sm.eer(s, y, speaker=spk)
+    with pytest.raises(sm.metrics.MetricInputError, match="speaker has 3 values"):
+        sm.eer(s, y, n_boot=10, speaker=spk[:3])
+
+
+def test_cluster_bootstrap_replicates_are_speaker_resamples():
+    """Independent re-implementation: the same multiplicities (speakers numbered in the sorted
+    order of their string form), trials repeated per speaker, expanded-percentile ends."""
+    s, y, spk = _spk_scores(1)
+    est = sm.metrics.cluster_bootstrap(lambda a, b: float(np.mean(a[b == 1])), s, y, speaker=spk, n_boot=64,
+                                       seed=9)
+    names = sorted({str(v) for v in spk})
+    M = draw_cluster_weights(np.zeros(25, np.int64), 64, np.random.default_rng(9)).astype(int)
+    reps = []
+    for b in range(64):
+        idx = np.concatenate([np.flatnonzero(spk.astype(str) == nm).repeat(M[c, b]) for c, nm in enumerate(names)])
+        reps.append(np.mean(s[np.sort(idx)][y[np.sort(idx)] == 1]))
+    q = norm.cdf(-2.0638986 * np.sqrt(25 / 24))  # t_24(0.975) = 2.0638986
+    assert est.lo == pytest.approx(np.quantile(reps, q), rel=1e-6)
+    assert est.hi == pytest.approx(np.quantile(reps, 1 - q), rel=1e-6)
+    assert est.interval == "expanded" and est.n_clusters == 25
+
+
+def test_cli_eer_with_intervals(tmp_path, capsys):
+    from scoremix.cli import main
+
+    s, y, spk = _spk_scores(2)
+    p = tmp_path / "t.csv"
+    pd.DataFrame({"score": s, "label": y, "spk": spk}).to_csv(p, index=False)
+    assert main(["eer", str(p), "--n-boot", "60", "--speaker", "spk", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["eer"] == pytest.approx(sm.eer(s, y))
+    assert out["eer_lo"] < out["eer"] < out["eer_hi"]
+    assert out["min_dcf_normalized"] == pytest.approx(out["min_dcf"] / 0.05)
+    assert main(["eer", str(p), "--n-boot", "60", "--speaker", "nope"]) != 0
+    assert "nope" in capsys.readouterr().err
