@@ -141,6 +141,9 @@ def test_model_eer_against_truth_and_formula(sim_fit):
     assert k > 0
     assert fnr[k - 1] - 1e-12 <= e <= fnr[k] + 1e-12      # the crossing lies between
     assert fpr[k] - 1e-12 <= e <= fpr[k - 1] + 1e-12
+    assert sm.model_eer(fit, positive="bonafide") == e     # routed to the stratified EER
+    with pytest.raises(sm.ModelEERError if hasattr(sm, "ModelEERError") else Exception, match="by="):
+        sm.model_eer(fit, positive="bonafide", by="speaker")
     # the empirical EER of the data the model was fitted on
     emp = sm.eer(d["score"].to_numpy(), (d.label == "bonafide").astype(int).to_numpy())
     assert abs(e - emp) < 0.02

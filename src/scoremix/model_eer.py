@@ -437,6 +437,12 @@ def model_eer(
                                                           and all(isinstance(b, str) for b in by))):
             raise ModelEERError("for a Dask fit, by must name column(s) of the data")
         return dask_eer(by=by, conditional=conditional, label=label, positive=positive)
+    strat_eer = getattr(getattr(fit, "transform", None), "model_eer", None)
+    if callable(strat_eer):  # one transform per class: no single latent axis (transform.strata)
+        if by is not None:
+            raise ModelEERError("by= is not supported for a transform='monotone-by-class' fit; use "
+                                "scoremix.transform.stratified_model_eer(fit, pos_mask=, neg_mask=)")
+        return strat_eer(fit, label=label, positive=positive, conditional=conditional, data=data)
     if is_bayes_fit(fit):
         return _bayes_model_eer(fit, by, conditional, label, positive, data, method, hdi_prob,
                                 max_draws, progress, n_boot=n_boot, speaker=speaker, level=level, seed=seed,

@@ -243,6 +243,12 @@ class StratifiedTransform:
         exact left limit at tied scores)."""
         return self.lower(tau, stratum)
 
+    def model_eer(self, fit: Any, label: str = "label", positive: Any = None,
+                  conditional: bool = True, data: pd.DataFrame | None = None) -> float:
+        """``sm.model_eer`` of a stratified fit: :func:`stratified_model_eer`."""
+        return stratified_model_eer(fit, label=label, positive=positive, conditional=conditional,
+                                    data=data)
+
     def to_dict(self) -> dict[str, Any]:
         return dict(kind="monotone-by-class", column=self.column,
                     levels=[str(lv) if not isinstance(lv, (int, float, bool)) else lv
