@@ -35,23 +35,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg as sla
 
+from scoremix.lme.relcov import theta_to_T
 from scoremix.transform.basis import CutpointBasis
 from scoremix.transform.likelihood import add_third, row_derivs
 
-__all__ = ["TransformProblem", "LaplaceState", "theta_to_T", "laplace"]
-
-
-def theta_to_T(theta: np.ndarray, term_p: list[int]) -> list[np.ndarray]:
-    """Lower-triangular ``T_k`` from ``θ`` (lower triangle, column-major, lme4's order)."""
-    out, pos = [], 0
-    for p in term_p:
-        T = np.zeros((p, p))
-        for j in range(p):
-            for i in range(j, p):
-                T[i, j] = theta[pos]
-                pos += 1
-        out.append(T)
-    return out
+__all__ = ["TransformProblem", "LaplaceState", "laplace"]
 
 
 @dataclass
