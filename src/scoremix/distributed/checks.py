@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from scoremix.lme.errors import GroupingError
-from scoremix.lme.model_frame import RANK_TOL
+from scoremix.lme.model_frame import RANK_TOL, gram_clearly_full_rank
 
 __all__ = ["keep_columns_from_gram", "badly_scaled_from_moments", "check_groupings"]
 
@@ -26,15 +26,9 @@ def keep_columns_from_gram(G: np.ndarray, tol: float = RANK_TOL) -> np.ndarray:
     p = G.shape[0]
     if p == 0:
         return np.arange(0)
+    if gram_clearly_full_rank(G):
+        return np.arange(p)
     d = np.diag(G).copy()
-    if np.all(d > 0) and np.all(np.isfinite(G)):
-        s = 1.0 / np.sqrt(d)
-        try:
-            L = np.linalg.cholesky(G * s[:, None] * s[None, :])
-            if np.min(np.diag(L)) ** 2 > 1e-8:
-                return np.arange(p)
-        except np.linalg.LinAlgError:
-            pass
     keep: list[int] = []
     for j in range(p):
         if not d[j] > 0 or not np.isfinite(d[j]):

@@ -516,6 +516,22 @@ def badly_scaled(X: np.ndarray, tol: float = 1e3) -> bool:
     return bool(np.any(np.abs(logsd) > lim) or (logsd.max() - logsd.min()) > lim)
 
 
+
+def gram_clearly_full_rank(G: np.ndarray) -> bool:
+    """``True`` when the Gram matrix ``G = X'X`` is clearly of full rank: every column is
+    non-zero and finite and the Cholesky factor of the unit-diagonal scaled ``G`` has all
+    pivots² > 1e-8 (the quick answer of lme4's rank check; anything else needs the greedy rule)."""
+    d = np.diag(G)
+    if not (np.all(d > 0) and np.all(np.isfinite(G))):
+        return False
+    s = 1.0 / np.sqrt(d)
+    try:
+        L = np.linalg.cholesky(G * s[:, None] * s[None, :])
+    except np.linalg.LinAlgError:
+        return False
+    return bool(np.min(np.diag(L)) ** 2 > 1e-8)
+
+
 def rank_keep_columns(X: np.ndarray, tol: float = RANK_TOL) -> np.ndarray:
     """Indices of the columns lme4 keeps for a rank-deficient ``X``.
 
@@ -533,16 +549,8 @@ def rank_keep_columns(X: np.ndarray, tol: float = RANK_TOL) -> np.ndarray:
     n, p = X.shape
     if p == 0:
         return np.arange(0)
-    G = X.T @ X
-    d = np.diag(G).copy()
-    if np.all(d > 0) and np.all(np.isfinite(G)):
-        s = 1.0 / np.sqrt(d)
-        try:
-            L = np.linalg.cholesky(G * s[:, None] * s[None, :])
-            if np.min(np.diag(L)) ** 2 > 1e-8:
-                return np.arange(p)
-        except np.linalg.LinAlgError:
-            pass
+    if gram_clearly_full_rank(X.T @ X):
+        return np.arange(p)
     keep: list[int] = []
     Q = np.zeros((n, 0))
     for j in range(p):

@@ -282,26 +282,37 @@ def _problem(spec: ModelSpec, cells, basis, edges=None, keep=None,
     return P, icpt
 
 
-def _start(spec: ModelSpec, cells, basis, P: TransformProblem, icpt: int | None) -> np.ndarray:
-    """Gaussian LMM (ML, native engine) on the mid-rank normal scores, mapped to the latent
-    parametrisation: ``α(u) = (u − β₀)/σ``, ``β/σ``, ``ζ_d = log(σ_d/σ)``, ``θ``."""
-    from scoremix.lme import native
-    y = np.asarray(cells.u_row, float)
+def _gaussian_start(spec: ModelSpec, y: np.ndarray, disp: np.ndarray,
+                    n_disp: int) -> tuple[np.ndarray, float, np.ndarray | None, np.ndarray]:
+    """Starting values from a Gaussian model of the normal scores ``y``: the ML LMM (native
+    engine) when ``spec`` has random terms, else least squares with the residual SD of every
+    dispersion level (``disp``: row codes, ``n_disp`` levels; floored at 1e-3).
+
+    Returns ``β``, the reference level's residual SD ``σ``, the SDs per dispersion level
+    (``None`` when the engine fitted one ``σ``) and ``θ`` clipped at 0 (empty without terms).
+    """
     if spec.terms:
+        from scoremix.lme import native
         s2 = dataclasses.replace(spec, y=y)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             g = native.fit(s2, REML=False, control=dict(warn=False, check_conv=False))
-        beta = g.fixef.to_numpy()
-        sigma = float(g.sigma)
         sd_by = None if g.sigma_by is None else g.sigma_by.to_numpy()
-    else:   # no random effects: least squares, residual SD per dispersion level
-        beta = np.linalg.lstsq(spec.X, y, rcond=None)[0]
-        r = y - spec.X @ beta
-        sd_by = np.sqrt(np.bincount(P.disp, r * r, minlength=P.n_disp)
-                        / np.maximum(np.bincount(P.disp, minlength=P.n_disp), 1))
-        sd_by = np.maximum(sd_by, 1e-3)
-        sigma = float(sd_by[0])
+        return (g.fixef.to_numpy(), float(g.sigma), sd_by,
+                np.maximum(g.theta.to_numpy(), 0.0))
+    beta = np.linalg.lstsq(spec.X, y, rcond=None)[0]
+    r = y - spec.X @ beta
+    sd_by = np.sqrt(np.bincount(disp, r * r, minlength=n_disp)
+                    / np.maximum(np.bincount(disp, minlength=n_disp), 1))
+    sd_by = np.maximum(sd_by, 1e-3)
+    return beta, float(sd_by[0]), sd_by, np.zeros(0)
+
+
+def _start(spec: ModelSpec, cells, basis, P: TransformProblem, icpt: int | None) -> np.ndarray:
+    """Gaussian LMM (ML, native engine) on the mid-rank normal scores, mapped to the latent
+    parametrisation: ``α(u) = (u − β₀)/σ``, ``β/σ``, ``ζ_d = log(σ_d/σ)``, ``θ``."""
+    beta, sigma, sd_by, theta = _gaussian_start(spec, np.asarray(cells.u_row, float), P.disp,
+                                                P.n_disp)
     b0 = beta[icpt] if icpt is not None else 0.0
     c = (basis.knots - b0) / sigma
     tpar = basis.par_from_c(c)
@@ -311,7 +322,6 @@ def _start(spec: ModelSpec, cells, basis, P: TransformProblem, icpt: int | None)
         zeta = np.log(np.maximum(sd_by[1:], 1e-8) / sd_by[0])
     else:
         zeta = np.zeros(P.n_disp - 1)
-    theta = np.maximum(g.theta.to_numpy(), 0.0) if P.n_theta else np.zeros(0)
     theta = np.where(P.theta_lower == 0.0, np.maximum(theta, 0.05), theta)
     return np.concatenate([tpar, br, zeta, theta])
 
@@ -393,25 +403,9 @@ def _start_strata(spec: ModelSpec, S: _Strata, P: TransformProblem) -> np.ndarra
     """Gaussian LMM (ML) on the within-stratum normal scores; stratum ``k``'s knot values
     ``c_k = (κ_k − μ_k)/σ_k`` with ``μ_k`` the stratum's mean of the absorbed fixed effects
     and ``σ_k`` its reference level's residual SD."""
-    from scoremix.lme import native
-    y = S.u_row
-    if spec.terms:
-        s2 = dataclasses.replace(spec, y=y)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            g = native.fit(s2, REML=False, control=dict(warn=False, check_conv=False))
-        beta = g.fixef.to_numpy()
-        sigma = float(g.sigma)
-        sd_by = (np.full(S.n_disp_orig, sigma) if g.sigma_by is None
-                 else g.sigma_by.to_numpy() * 1.0)
-        theta = np.maximum(g.theta.to_numpy(), 0.0)
-    else:
-        beta = np.linalg.lstsq(spec.X, y, rcond=None)[0]
-        r = y - spec.X @ beta
-        sd_by = np.sqrt(np.bincount(S.disp_orig, r * r, minlength=S.n_disp_orig)
-                        / np.maximum(np.bincount(S.disp_orig, minlength=S.n_disp_orig), 1))
-        sd_by = np.maximum(sd_by, 1e-3)
-        theta = np.zeros(0)
+    beta, sigma, sd_by, theta = _gaussian_start(spec, S.u_row, S.disp_orig, S.n_disp_orig)
+    if sd_by is None:
+        sd_by = np.full(S.n_disp_orig, sigma)
     absorbed = [j for j in range(spec.p) if j not in S.keep]
     X = np.asarray(spec.X, float)
     cs, sd_k = [], []
