@@ -22,7 +22,7 @@ import numpy as np
 from scoremix.lme.conditional import estimates_at
 from scoremix.lme.crossprod import CrossProducts, crossproducts
 from scoremix.lme.errors import SINGULAR_FIT_MESSAGE, ConvergenceWarning, SingularFitWarning
-from scoremix.lme.optimizer import NativeControl, OptimResult, optimize_theta
+from scoremix.lme.optimizer import NativeControl, OptimResult, optimize_theta, theta_scale
 from scoremix.lme.spec import ModelSpec
 
 __all__ = ["NativeFit", "fit_native"]
@@ -86,8 +86,12 @@ def fit_native(spec: ModelSpec, REML: bool = True, control: NativeControl | dict
     if spec.n - spec.p <= 0 and REML:
         raise ValueError(f"REML needs more rows ({spec.n}) than fixed effects ({spec.p})")
     n_rho = (cp.n_disp - 1)
-    start = spec.theta_init() if ctl.theta_start is None else np.asarray(ctl.theta_start, float)
-    opt = optimize_theta(cp, REML, spec.theta_lower(), start, ctl, n_rho=n_rho)
+    scale = theta_scale(cp) if ctl.scale_theta else None
+    if ctl.theta_start is not None:
+        start = np.asarray(ctl.theta_start, float)
+    else:   # lme4's start (identity T_k), in the scaled units when θ is scaled
+        start = spec.theta_init() if scale is None else spec.theta_init() * scale
+    opt = optimize_theta(cp, REML, spec.theta_lower(), start, ctl, n_rho=n_rho, theta_scale=scale)
     t2 = time.perf_counter()
     est = estimates_at(cp, opt.theta, REML, opt.rho)
     t3 = time.perf_counter()

@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg as sla
-from scipy.optimize import minimize
+from scipy.optimize import OptimizeResult, minimize
 
 from scoremix.lme.crossprod import CrossProducts
 from scoremix.lme.deviance import has_analytic_gradient, profiled_deviance, profiled_deviance_grad
 
-__all__ = ["NativeControl", "OptimResult", "optimize_theta", "fd_grad", "fd_hess", "check_conv",
-           "check_hess"]
+__all__ = ["NativeControl", "OptimResult", "optimize_theta", "theta_scale", "fd_grad", "fd_hess",
+           "check_conv", "check_hess"]
 
 
 @dataclass
@@ -73,6 +73,14 @@ class NativeControl:
         when L-BFGS-B stops abnormally (line-search failure, "ABNORMAL") even after two
         polishing restarts, a :class:`~scoremix.lme.errors.ConvergenceWarning` is issued if
         the largest projected-gradient component of the criterion there exceeds this.
+    scale_theta:
+        optimise over ``θ_i / s_i`` with the column scales ``s`` of :func:`theta_scale` and
+        start from ``θ = s`` on the diagonals (lme4's identity start in scaled units)
+        instead of lme4's ``θ = 1``; ``False``: lme4's parametrisation and start.
+    stop_rtol:
+        with the exact gradient, stop an L-BFGS-B run once an iteration lowers the criterion
+        by at most ``stop_rtol · max(1, |d|)`` and by at most half as much as the iteration before
+        (superlinear convergence; see :class:`_SuperlinearStop`); ``0`` disables the rule.
     """
 
     maxiter: int = 5000
@@ -86,6 +94,8 @@ class NativeControl:
     warn: bool = True
     analytic_gradient: bool = True
     abnormal_gtol: float = 1e-3
+    scale_theta: bool = True
+    stop_rtol: float = 1e-11
 
     @classmethod
     def from_any(cls, control: "NativeControl | dict | None") -> "NativeControl":
@@ -164,8 +174,8 @@ def fd_hess(f, x: np.ndarray, idx: np.ndarray, h: float) -> np.ndarray:
 
 def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.ndarray,
                    control: NativeControl | None = None, n_rho: int = 0,
-                   rho_start: np.ndarray | None = None, fixed: dict[int, float] | None = None
-                   ) -> OptimResult:
+                   rho_start: np.ndarray | None = None, fixed: dict[int, float] | None = None,
+                   theta_scale: np.ndarray | None = None) -> OptimResult:
     """Minimise the profiled criterion over ``θ`` (and ``log ρ_1 … log ρ_{D-1}``).
 
     Parameters
@@ -186,6 +196,11 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         starting ``ρ_1 … ρ_{D-1}`` (default 1).
     fixed:
         ``{index: value}`` of parameters (in the ``[θ, log ρ]`` vector) held fixed.
+    theta_scale:
+        positive scales ``s`` of the ``θ`` elements (:func:`theta_scale`): L-BFGS-B works on
+        ``θ_i / s_i``, which makes a model whose random-effect columns have very different
+        magnitudes well conditioned (the optimum does not depend on it).  ``None``: no
+        scaling.
 
     Returns
     -------
@@ -269,6 +284,14 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
     lbf = lb_full[free]
     ubf = ub_full[free]
     x0 = np.clip(x0_full[free], lbf, ubf)
+    # the optimiser's coordinates are x / D (θ_i / s_i; log ρ unscaled)
+    D = np.ones(free.size)
+    if theta_scale is not None:
+        sc = np.asarray(theta_scale, float)
+        if sc.shape != (nth,) or not np.all(np.isfinite(sc) & (sc > 0)):
+            raise ValueError(f"theta_scale must be {nth} positive finite numbers, not {sc!r}")
+        is_th = free < nth
+        D[is_th] = sc[free[is_th]]
     messages: list[str] = []
     if free.size == 0:
         xopt = x0
@@ -287,27 +310,30 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
             f0 = f(xf)
             return f0, fd_grad(f, xf, lbf, ctl.fd_step, f0)
 
-        bounds = list(zip(np.where(np.isfinite(lbf), lbf, None), np.where(np.isfinite(ubf), ubf, None)))
         # an exact gradient converges on the projected gradient; the extremely tight ftol
         # only makes the line search thrash at the optimum (ABNORMAL) with finite differences
         ftol, gtol = (max(ctl.ftol, 1e-13), max(ctl.gtol, 1e-6)) if analytic else (ctl.ftol, ctl.gtol)
+
+        def run(x_start: np.ndarray, lo: np.ndarray):
+            """One L-BFGS-B run from ``x_start`` with lower bounds ``lo`` (θ units), in the
+            scaled coordinates ``x / D`` and, with the exact gradient, with the
+            superlinear-convergence stop of :class:`_SuperlinearStop`."""
+            stop = _SuperlinearStop(ctl.stop_rtol) if analytic and ctl.stop_rtol > 0 else None
+            return _lbfgsb_scaled(fg, x_start, lo, ubf, D, ctl.maxiter, ftol, gtol, stop)
         near_bound = False
         if analytic:
             # stage 1: keep θ_k ≥ 1e-4 so that every step has the exact gradient; a component
             # that ends on that bound is polished below with the true bound 0 (and the
             # finite-difference gradient there)
             lb1 = np.where(np.isfinite(lbf) & (lbf == 0.0), 1e-4, lbf)
-            b1 = list(zip(np.where(np.isfinite(lb1), lb1, None), np.where(np.isfinite(ubf), ubf, None)))
-            res = minimize(fg, np.maximum(x0, lb1), jac=True, method="L-BFGS-B", bounds=b1,
-                           options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
-            # polished below with the true bound 0: exact gradients for every term with an
-            # invertible T_k and for scalar terms at 0, finite differences only for the
-            # components of a singular vector-valued term (the tolerances stay those of an
-            # exact gradient: the criterion then ends within ~1e-11 relative of the optimum)
+            res = run(np.maximum(x0, lb1), lb1)
+            # a component that ends on 1e-4 is polished below with the bound BOUNDARY_EPS · s
+            # (every T_k stays invertible, so every gradient is exact; the criterion is even
+            # in the last diagonal of T_k, so stopping that close to 0 costs O(ε²)), then
+            # set to 0 where that does not raise the criterion
             near_bound = bool(np.any((lbf == 0.0) & (res.x <= 1e-4 * (1 + 1e-8))))
         else:
-            res = minimize(fg, x0, jac=True, method="L-BFGS-B", bounds=bounds,
-                           options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+            res = run(x0, lbf)
         xopt, fopt = res.x, float(res.fun)
         # restart once from the optimum: L-BFGS-B's line search can stop early on a flat ridge
         # (not needed when an exact gradient met the projected-gradient test)
@@ -319,11 +345,20 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
             gx = grad_analytic(xopt)
             restart = gx is None or not _stationary(gx[1], xopt, lbf, ubf, fopt)
         if restart:
-            res2 = minimize(fg, xopt, jac=True, method="L-BFGS-B", bounds=bounds,
-                            options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+            lb2 = lbf
+            if analytic and near_bound:
+                lb2 = np.where(np.isfinite(lbf) & (lbf == 0.0), BOUNDARY_EPS * D, lbf)
+            res2 = run(np.maximum(xopt, lb2), lb2)
             if res2.fun <= fopt:
                 xopt, fopt = res2.x, float(res2.fun)
             opt_msg = str(res2.message)
+            if analytic and near_bound:
+                on_eps = (lbf == 0.0) & (xopt <= lb2 * (1 + 1e-8))
+                if on_eps.any():
+                    xs = np.where(on_eps, 0.0, xopt)
+                    fs = f(xs)
+                    if fs <= fopt + 1e-13 * max(1.0, abs(fopt)):
+                        xopt, fopt = xs, min(fopt, float(fs))
         # a diagonal θ on its bound has a zero derivative there (the criterion is even in a
         # 1×1 θ), so a gradient method can stop at a saddle: probe away from the bound and
         # restart when that improves the criterion.
@@ -340,8 +375,7 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
                         best = (xt, ft)
             if best is None:
                 break
-            r3 = minimize(fg, best[0], jac=True, method="L-BFGS-B", bounds=bounds,
-                          options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+            r3 = run(best[0], lbf)
             if r3.fun < fopt:
                 xopt, fopt = r3.x, float(r3.fun)
                 opt_msg = str(r3.message)
@@ -354,8 +388,7 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
             gmax = _projected_grad_max(gx, xopt, lbf, ubf)
             tries = 0
             while not _stationary(gx, xopt, lbf, ubf, fopt) and tries < 2:
-                r4 = minimize(fg, xopt, jac=True, method="L-BFGS-B", bounds=bounds,
-                              options=dict(maxiter=ctl.maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+                r4 = run(xopt, lbf)
                 tries += 1
                 improved = r4.fun < fopt
                 if r4.fun <= fopt:
@@ -387,6 +420,129 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
                        singular=singular, n_eval=n_eval[0], messages=messages,
                        optimizer_message=opt_msg)
 
+
+def theta_scale(cp: CrossProducts) -> np.ndarray:
+    """Column scales of the relative covariance factors: ``s`` with one entry per ``θ``.
+
+    For column ``a`` of term ``k`` let ``m_{ka} = Σ_i w_i z_{ia}² / n`` (its weighted mean
+    square, from the diagonals of ``Z_k'WZ_k``).  With ``T_k = S_k T̃_k``,
+    ``S_k = diag(m_{ka}^{-1/2})``, the model in ``T̃_k`` is the model whose random-effect
+    columns have unit mean square, so ``θ_{(a,b)} = s_{ka} θ̃_{(a,b)}`` (row ``a`` of
+    ``T_k``): an intercept column keeps scale 1, a slope on a covariate of magnitude 30 gets
+    ``1/30``.  A column that is zero everywhere keeps scale 1.
+    """
+    A11 = cp.A11.sum(axis=0)                          # (n_1, p_1, p_1)
+    ms = [np.einsum("laa->a", A11)]
+    dr = np.diagonal(cp.Arr.sum(axis=0))
+    pos = 0
+    for k in range(1, len(cp.term_p)):
+        pk, nk = cp.term_p[k], cp.term_nlev[k]
+        ms.append(dr[pos: pos + pk * nk].reshape(nk, pk).sum(axis=0))
+        pos += pk * nk
+    out = []
+    for k, pk in enumerate(cp.term_p):
+        m = np.asarray(ms[k], float) / max(cp.n, 1)
+        sk = np.where(m > 0, 1.0 / np.sqrt(np.where(m > 0, m, 1.0)), 1.0)
+        for j in range(pk):
+            for i in range(j, pk):
+                out.append(sk[i])
+    return np.asarray(out)
+
+
+class _SuperlinearStop:
+    """L-BFGS-B callback that ends a run converging below the criterion's rounding level.
+
+    With an exact gradient L-BFGS-B converges superlinearly near the optimum; once an
+    iteration lowers the criterion ``d`` by ``δ_k ≤ rtol · max(1, |d|)`` and
+    ``δ_k ≤ δ_{k-1} / 2``, the remaining gap is at most ``δ_k`` even at a merely linear
+    rate ``r = δ_k/δ_{k-1} ≤ 1/2`` (the gap is ``δ_k r/(1-r)``), i.e. below ``rtol``.
+    Further iterations only make the line search thrash on rounding noise (the "ABNORMAL"
+    stops), so the run is ended there (``StopIteration``).
+
+    It also counts the evaluations of the current line search (:meth:`evaluated`): more
+    than :data:`THRASH_EVALS` of them after an iteration that gained less than
+    ``1e-9 · max(1, |d|)`` is a line search failing on rounding noise, and
+    :class:`_Thrashing` ends the run at the best point so far (reported as an abnormal stop,
+    which the caller checks for stationarity as it checks L-BFGS-B's own).
+    """
+
+    def __init__(self, rtol: float):
+        self.rtol = rtol
+        self.prev: float | None = None
+        self.prev_dec: float | None = None
+        self.stopped = False
+        self.in_search = 0
+
+    def __call__(self, intermediate_result) -> None:
+        f = float(intermediate_result.fun)
+        self.in_search = 0
+        if self.prev is not None and np.isfinite(f):
+            dec = self.prev - f
+            if (self.prev_dec is not None and dec <= self.rtol * max(1.0, abs(f))
+                    and dec <= 0.5 * self.prev_dec):
+                self.stopped = True
+                raise StopIteration
+            self.prev_dec = dec
+        self.prev = f
+
+    def evaluated(self) -> None:
+        """Count one evaluation; raise :class:`_Thrashing` on a line search at rounding
+        level."""
+        self.in_search += 1
+        if (self.in_search > THRASH_EVALS and self.prev_dec is not None and self.prev is not None
+                and self.prev_dec <= 1e-9 * max(1.0, abs(self.prev))):
+            raise _Thrashing
+
+
+class _Thrashing(Exception):
+    """A line search evaluating on at the criterion's rounding level (see
+    :class:`_SuperlinearStop`)."""
+
+
+#: evaluations of one line search after which a search near convergence is ended as thrashing
+THRASH_EVALS = 8
+
+
+def _lbfgsb_scaled(fg, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, D: np.ndarray,
+                   maxiter: int, ftol: float, gtol: float, stop: _SuperlinearStop | None):
+    """L-BFGS-B on ``y = x / D`` for ``fg(x) -> (f, ∂f/∂x)`` under ``lb ≤ x ≤ ub``
+    (``∂f/∂y = D ∂f/∂x``); the result's ``x`` is in the original units.  A run ended by
+    ``stop`` reports success with the message ``"CONVERGENCE: SUPERLINEAR STOP …"``, one
+    ended as thrashing the best point seen with an ``"ABNORMAL …"`` message."""
+    best: list = [np.inf, None, None]
+
+    def fgy(y: np.ndarray):
+        if stop is not None:
+            stop.evaluated()
+        f, g = fg(y * D)
+        if f < best[0]:
+            best[:] = [f, y.copy(), g * D]
+        return f, g * D
+    lo = np.where(np.isfinite(lb), lb / D, -np.inf)
+    hi = np.where(np.isfinite(ub), ub / D, np.inf)
+    bounds = list(zip(np.where(np.isfinite(lo), lo, None), np.where(np.isfinite(hi), hi, None)))
+    y0 = np.clip(np.asarray(x0, float) / D, lo, hi)
+    try:
+        res = minimize(fgy, y0, jac=True, method="L-BFGS-B", bounds=bounds, callback=stop,
+                       options=dict(maxiter=maxiter, ftol=ftol, gtol=gtol, maxcor=20))
+    except _Thrashing:
+        res = OptimizeResult(x=best[1], fun=best[0], jac=best[2], success=False, status=2,
+                             message="ABNORMAL: line search at the criterion's rounding level")
+    x = np.asarray(res.x, float) * D
+    # never report a point outside the bounds in θ units (rounding of y · D)
+    res.x = np.clip(x, lb, ub)
+    if stop is not None and stop.stopped:
+        res.success = True
+        res.status = 0
+        res.message = ("CONVERGENCE: SUPERLINEAR STOP (criterion decrease at rounding level, "
+                       f"rtol {stop.rtol:g})")
+    return res
+
+
+#: boundary polishing: a diagonal ``θ_i`` that ends on the stage-1 bound ``1e-4`` is
+#: polished with the bound ``BOUNDARY_EPS · s_i`` (``s`` the :func:`theta_scale`), where the
+#: exact gradient still applies, and then set to 0 if that does not raise the criterion
+BOUNDARY_EPS = 1e-8
 
 #: an abnormal L-BFGS-B stop where ``max_i |g_i|·max(|x_i|, 0.01) ≤ STATIONARY_RTOL·max(1, |f|)``
 #: (projected gradient ``g``: a 1 % move of any parameter changes the criterion by less than
