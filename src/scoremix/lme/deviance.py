@@ -121,6 +121,19 @@ def _lower_inverse(L: np.ndarray) -> np.ndarray:
     return Ui.T
 
 
+def _solve_lower_t(Lrr: np.ndarray, mz: int) -> np.ndarray:
+    """The conditional modes of the rest rows: ``x`` with ``L'x = c``, ``L = Lrr[:mz, :mz]``
+    and ``c = Lrr[-1, :mz]`` (the ``y`` row of the factor), by LAPACK ``dtrtrs``: the
+    C-ordered ``L`` is read as the Fortran-ordered upper-triangular ``L'``."""
+    if mz == 0:
+        return np.zeros(0)
+    U = np.asfortranarray(Lrr[:mz, :mz].T)
+    x, info = sla.lapack.dtrtrs(U, Lrr[-1, :mz], lower=0)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dtrtrs failed (info={info})")
+    return x
+
+
 def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml: bool,
                  ok: list[bool] | None = None) -> tuple[float, np.ndarray]:
     """:func:`profiled_deviance_grad` for any random terms (see there for the formulas)."""
@@ -136,8 +149,7 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
     r2 = f.pwrss
     nu = (cp.n - p) if reml else cp.n
     # conditional modes û: L'v = c (c = the y row of the factor)
-    x_rest = sla.solve_triangular(f.Lrr[:mz, :mz], f.Lrr[-1, :mz], trans="T", lower=True,
-                                  check_finite=False)
+    x_rest = _solve_lower_t(f.Lrr, mz)
     L11invT = f.L11inv.transpose(0, 2, 1)
     S11inv = L11invT @ f.L11inv                                    # (T1'A11_l T1 + I)^{-1}
     if sparse is None:
@@ -192,7 +204,7 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
             # singular T_k: exact 0 for a scalar term at θ_k = 0 (even in θ_k), else unknown
             g.extend([0.0 if pk == 1 and Tk[0, 0] == 0.0 else np.nan] * (pk * (pk + 1) // 2))
             continue
-        Tinv = np.linalg.inv(Tk)
+        Tinv = 1.0 / Tk if pk == 1 else _lower_inverse(Tk)
         Gld = 2.0 * (nk * np.eye(pk) - Ssum[k]) @ Tinv             # entry (b, a)
         Gr = (2.0 * nu / r2) * (Tinv.T @ (U[k].T @ U[k]))            # entry (a, b)
         for j in range(pk):
@@ -258,10 +270,8 @@ def _grad_scalar(theta: np.ndarray, cp: CrossProducts, reml: bool) -> tuple[floa
     m = Ar1.shape[0]
     lam = rest_scale(theta, cp.term_nlev, m)
     mz = qr + p  # rows of the factor without the y row
-    R = f.Lrr[:mz, :mz]
     # conditional modes: solve L' v = c (c = the y row of the factor)
-    c_rest = f.Lrr[-1, :mz]
-    x_rest = sla.solve_triangular(R, c_rest, trans="T", lower=True)
+    x_rest = _solve_lower_t(f.Lrr, mz)
     c1 = Ar1[-1] * (t1 / l)
     Bt_x = (t1 / l) * (Ar1[:mz].T @ (lam[:mz] * x_rest))
     u1 = (c1 - Bt_x) / l
@@ -288,21 +298,19 @@ def _grad_scalar(theta: np.ndarray, cp: CrossProducts, reml: bool) -> tuple[floa
             dS = np.diag(Sinv).copy()
             tr[0] += float(np.dot(Sinv[ci, ri], Kv))
         else:
+            # S⁻¹ = L⁻ᵀL⁻¹: diag(S⁻¹) are the column sums of (L⁻¹)², and with
+            # K = B B' (B = Λ_r Ar1 diag(θ_1/l_j²)), tr(S⁻¹K) = ‖L⁻¹B‖_F²
+            Linv = _lower_inverse(f.Lrr[:md, :md])
+            dS = np.einsum("ij,ij->j", Linv, Linv)
             sparse = cp.ar1_sparse()
             if sparse is not None:
                 A = sparse[0]
                 K = (A.multiply(w4[None, :]).tocsr() @ A.T.tocsr()).toarray()[:md, :md]
+                K *= lam[:md, None] * lam[None, :md]
+                tr[0] += float(np.sum((Linv.T @ Linv) * K))
             else:
-                K = (Ar1[:md] * w4[None, :]) @ Ar1[:md].T
-            K *= lam[:md, None] * lam[None, :md]
-            Rm = np.ascontiguousarray(f.Lrr[:md, :md])
-            Sinv, info = sla.lapack.dpotri(Rm, lower=1)
-            if info != 0:
-                raise np.linalg.LinAlgError("dpotri failed")
-            Sinv = np.tril(Sinv)
-            dS = np.diag(Sinv).copy()
-            Sinv = Sinv + Sinv.T - np.diag(dS)
-            tr[0] += float(np.sum(Sinv * K))
+                W = Linv @ (Ar1[:md] * (t1 / l ** 2)[None, :] * lam[:md, None])
+                tr[0] += float(np.einsum("ij,ij->", W, W))
         pos = 0
         for k in range(1, len(cp.term_p)):
             tr[k] = float(np.sum(dS[pos: pos + cp.term_nlev[k]]))

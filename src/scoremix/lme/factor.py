@@ -40,7 +40,7 @@ from scoremix.lme.crossprod import CrossProducts
 from scoremix.lme.pairs import PairStructure
 from scoremix.lme.relcov import rest_scale, scale_rest_rows, scale_rest_sym, theta_to_T
 
-__all__ = ["Factorization", "factorize", "combine_dispersion"]
+__all__ = ["Factorization", "factorize", "combine_dispersion", "batched_cholesky_inverse"]
 
 
 @dataclass
@@ -67,14 +67,14 @@ class Factorization:
     def ldL2(self) -> float:
         """``log|L_Z|²``."""
         d1 = np.diagonal(self.L11, axis1=1, axis2=2)
-        dr = np.diag(self.Lrr)[: self.q_rest]
-        return float(2 * np.sum(np.log(d1)) + 2 * np.sum(np.log(dr)))
+        dr = np.diagonal(self.Lrr)[: self.q_rest]
+        return float(2 * np.log(d1).sum() + 2 * np.log(dr).sum())
 
     @property
     def ldRX2(self) -> float:
         """``log|R_X|²``."""
-        d = np.diag(self.Lrr)[self.q_rest: self.q_rest + self.p]
-        return float(2 * np.sum(np.log(d)))
+        d = np.diagonal(self.Lrr)[self.q_rest: self.q_rest + self.p]
+        return float(2 * np.log(d).sum())
 
     @property
     def pwrss(self) -> float:
@@ -91,6 +91,43 @@ class Factorization:
             nmp = n - p
             return self.ldL2 + self.ldRX2 + nmp * (1 + np.log(2 * np.pi * r2 / nmp)) - self.ldW
         return self.ldL2 + n * (1 + np.log(2 * np.pi * r2 / n)) - self.ldW
+
+
+def batched_cholesky_inverse(S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower Cholesky factors ``L_l`` (``S_l = L_l L_l'``) of a stack ``S`` of ``n × p × p``
+    symmetric positive-definite matrices and their inverses ``L_l^{-1}``.
+
+    ``p = 2`` (the most common vector-valued random term) uses the closed form
+    ``L = [[a, 0], [b, c]]``, ``a = √s_11``, ``b = s_21/a``, ``c = √(s_22 − b²)``,
+    ``L^{-1} = [[1/a, 0], [−b/(ac), 1/c]]`` (the arithmetic of LAPACK's ``dpotrf``, without
+    the per-call overhead); other sizes use numpy's batched Cholesky and inverse.
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError
+        when some ``S_l`` is not positive definite.
+    """
+    if S.shape[-1] != 2:
+        L = np.linalg.cholesky(S)
+        return L, np.linalg.inv(L)
+    s11, s21, s22 = S[:, 0, 0], S[:, 1, 0], S[:, 1, 1]
+    if not np.all(s11 > 0):
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+    a = np.sqrt(s11)
+    b = s21 / a
+    c2 = s22 - b * b
+    if not np.all(c2 > 0):
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+    c = np.sqrt(c2)
+    L = np.zeros_like(S)
+    L[:, 0, 0] = a
+    L[:, 1, 0] = b
+    L[:, 1, 1] = c
+    Li = np.zeros_like(S)
+    Li[:, 0, 0] = 1.0 / a
+    Li[:, 1, 0] = -b / (a * c)
+    Li[:, 1, 1] = 1.0 / c
+    return L, Li
 
 
 def combine_dispersion(cp: CrossProducts, rho: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
@@ -134,9 +171,7 @@ def _downdate_sparse(cp: CrossProducts, rho: np.ndarray | None, T1: np.ndarray,
         L11inv = 1.0 / L11
         B = A.multiply((t * t / dd)[None, :]).tocsr()
     else:
-        S11 = (T1.T @ A11 @ T1) + np.eye(p1)
-        L11 = np.linalg.cholesky(S11)
-        L11inv = np.linalg.inv(L11)
+        L11, L11inv = batched_cholesky_inverse((T1.T @ A11 @ T1) + np.eye(p1))
         F = np.einsum("ab,lcb->lac", T1, L11inv)  # T_1 L_l^{-T}
         blocks = np.einsum("lab,lcb->lac", F, F)   # T_1 S11_l^{-1} T_1'
         M = sp.bsr_matrix((blocks, np.arange(n1), np.arange(n1 + 1)), shape=(n1 * p1, n1 * p1))
@@ -197,14 +232,11 @@ def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = Non
         L11 = np.sqrt(d)[:, None, None]
         L11inv = 1.0 / L11
     else:
-        S11 = (T1.T @ A11 @ T1) + np.eye(p1)
-        L11 = np.linalg.cholesky(S11)
-        L11inv = np.linalg.inv(L11)
+        L11, L11inv = batched_cholesky_inverse((T1.T @ A11 @ T1) + np.eye(p1))
     Lr1 = scale_rest_rows(_lr1_dense(Ar1, T1, L11, L11inv, n1, p1), T, cp.term_p, cp.term_nlev)
     S = _scale_both(Arr, T, cp)
-    S[np.arange(qr), np.arange(qr)] += 1.0
     S -= Lr1 @ Lr1.T
-    Lrr = np.linalg.cholesky(S)
+    Lrr = _cholesky_rest(S, qr)
     return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=Lr1, Lrr=Lrr, q_rest=qr, p=cp.p,
                          n=cp.n, ldW=ldW)
 

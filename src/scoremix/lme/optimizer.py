@@ -40,7 +40,7 @@ from scoremix.lme.crossprod import CrossProducts
 from scoremix.lme.deviance import has_analytic_gradient, profiled_deviance, profiled_deviance_grad
 
 __all__ = ["NativeControl", "OptimResult", "optimize_theta", "theta_scale", "fd_grad", "fd_hess",
-           "check_conv", "check_hess"]
+           "interior_params", "gradient_hessian", "newton_polish", "check_conv", "check_hess"]
 
 
 @dataclass
@@ -78,9 +78,16 @@ class NativeControl:
         start from ``θ = s`` on the diagonals (lme4's identity start in scaled units)
         instead of lme4's ``θ = 1``; ``False``: lme4's parametrisation and start.
     stop_rtol:
-        with the exact gradient, stop an L-BFGS-B run once an iteration lowers the criterion
-        by at most ``stop_rtol · max(1, |d|)`` and by at most half as much as the iteration before
-        (superlinear convergence; see :class:`_SuperlinearStop`); ``0`` disables the rule.
+        with the exact gradient, stop an L-BFGS-B run once the gap to the optimum estimated
+        from the last two iterations' decreases of the criterion is at most
+        ``stop_rtol · max(1, |d|)`` (see :class:`_SuperlinearStop`); ``0`` disables the
+        rule.
+    newton_polish:
+        with the exact gradient and a non-singular fit, finish with one Newton step on the
+        interior parameters using the Hessian of lme4's convergence check
+        (:func:`newton_polish`): the optimiser's criterion gap is at rounding level, but on
+        a flat criterion the parameters (and what depends on them: Satterthwaite df,
+        p-values) are only accurate to its square root.
     """
 
     maxiter: int = 5000
@@ -95,7 +102,8 @@ class NativeControl:
     analytic_gradient: bool = True
     abnormal_gtol: float = 1e-3
     scale_theta: bool = True
-    stop_rtol: float = 1e-11
+    stop_rtol: float = 1e-12
+    newton_polish: bool = True
 
     @classmethod
     def from_any(cls, control: "NativeControl | dict | None") -> "NativeControl":
@@ -411,10 +419,26 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
     # lme4's isSingular
     diag_mask = np.asarray(lower, float) == 0.0
     singular = bool(np.any(theta[diag_mask] < ctl.singular_tol))
+    # a large rest block makes each gradient cost O(m³): forward differences there
+    central = cp.Arr.shape[1] < LARGE_REST
+    pre = None
+    # (only after a converged run: a run stopped by maxiter or abnormally is reported as is)
+    if (analytic and ctl.newton_polish and free.size and ok and not singular
+            and str(opt_msg).upper().startswith("CONVERGENCE")):
+        interior = interior_params(xopt, lbf)
+        gh = gradient_hessian(grad_analytic, xopt, interior, 1e-4, central) if interior.size else None
+        if gh is not None:
+            pre = (interior, gh[1])
+            keep = np.where(np.isfinite(lbf) & (lbf == 0.0), ctl.singular_tol, -np.inf)
+            step = newton_polish(grad_analytic, xopt, fopt, lbf, ubf, interior, gh[0], gh[1],
+                                 keep_above=keep)
+            if step is not None:
+                xopt, fopt = step
+                x = full(xopt)
+                theta = x[:nth]
     if ctl.check_conv and free.size and ok and not singular:  # lme4 skips checkConv when singular
-        # a large rest block makes each gradient cost O(m³): forward differences there
         messages += check_conv(f, xopt, lbf, ctl, grad_analytic if analytic else None,
-                               is_theta=free < nth, central=cp.Arr.shape[1] < LARGE_REST)
+                               is_theta=free < nth, central=central, precomputed=pre)
     rho = np.concatenate([[1.0], np.exp(x[nth:])]) if n_rho else None
     return OptimResult(theta=theta, rho=rho, criterion=fopt, converged=ok and not messages,
                        singular=singular, n_eval=n_eval[0], messages=messages,
@@ -450,54 +474,92 @@ def theta_scale(cp: CrossProducts) -> np.ndarray:
 
 
 class _SuperlinearStop:
-    """L-BFGS-B callback that ends a run converging below the criterion's rounding level.
+    """L-BFGS-B callback that ends a run once it has converged to the criterion's rounding
+    level.
 
-    With an exact gradient L-BFGS-B converges superlinearly near the optimum; once an
-    iteration lowers the criterion ``d`` by ``δ_k ≤ rtol · max(1, |d|)`` and
-    ``δ_k ≤ δ_{k-1} / 2``, the remaining gap is at most ``δ_k`` even at a merely linear
-    rate ``r = δ_k/δ_{k-1} ≤ 1/2`` (the gap is ``δ_k r/(1-r)``), i.e. below ``rtol``.
-    Further iterations only make the line search thrash on rounding noise (the "ABNORMAL"
-    stops), so the run is ended there (``StopIteration``).
+    Let ``δ_k`` be the decrease of the criterion ``d`` in iteration ``k`` and
+    ``r = δ_k/δ_{k-1}``.  Near the optimum L-BFGS-B with an exact gradient converges
+    superlinearly; at a (pessimistic) linear rate ``r`` the remaining gap is
+    ``δ_k r/(1 − r)``.  The run is ended (``StopIteration``) once ``r ≤ 1/2``,
+    ``δ_k ≤ 10⁻⁹ max(1, |d|)``, that gap estimate is at most ``rtol · max(1, |d|)`` and
+    the projected gradient in the scaled coordinates is at most :data:`STOP_GTOL`:
+    further iterations would only make the line search thrash on rounding noise (the
+    "ABNORMAL" stops).
 
     It also counts the evaluations of the current line search (:meth:`evaluated`): more
-    than :data:`THRASH_EVALS` of them after an iteration that gained less than
-    ``1e-9 · max(1, |d|)`` is a line search failing on rounding noise, and
-    :class:`_Thrashing` ends the run at the best point so far (reported as an abnormal stop,
-    which the caller checks for stationarity as it checks L-BFGS-B's own).
+    than :data:`THRASH_EVALS` of them after an iteration that gained at most
+    ``10⁻⁹ max(1, |d|)`` is a line search failing on rounding noise, and
+    :class:`_Thrashing` ends the run at the best point so far; :meth:`converged_at_thrash`
+    tells whether the gap estimate there is at most :data:`THRASH_GAP_RTOL` (otherwise the
+    stop is reported as abnormal, which the caller checks as L-BFGS-B's own).
     """
 
     def __init__(self, rtol: float):
         self.rtol = rtol
         self.prev: float | None = None
-        self.prev_dec: float | None = None
+        self.decs: list[float] = []
         self.stopped = False
         self.in_search = 0
+
+    def _gap(self) -> float:
+        """Gap estimate ``δ_k r/(1 − r)`` from the last two decreases (``inf`` when it does
+        not apply: fewer than two iterations, no decrease, ``r > 1/2`` or ``δ_k`` above
+        ``10⁻⁹ max(1, |d|)``)."""
+        if len(self.decs) < 2 or self.prev is None:
+            return np.inf
+        d1, d0 = self.decs[-1], self.decs[-2]
+        if not (d0 > 0 and 0 <= d1 <= 0.5 * d0 and d1 <= 1e-9 * max(1.0, abs(self.prev))):
+            return np.inf
+        r = d1 / d0
+        return d1 * r / (1 - r)
 
     def __call__(self, intermediate_result) -> None:
         f = float(intermediate_result.fun)
         self.in_search = 0
         if self.prev is not None and np.isfinite(f):
-            dec = self.prev - f
-            if (self.prev_dec is not None and dec <= self.rtol * max(1.0, abs(f))
-                    and dec <= 0.5 * self.prev_dec):
-                self.stopped = True
-                raise StopIteration
-            self.prev_dec = dec
+            self.decs.append(self.prev - f)
         self.prev = f
+        if self._gap() <= self.rtol * max(1.0, abs(f)) and self.small_gradient(intermediate_result.x):
+            self.stopped = True
+            raise StopIteration
+
+    #: the last evaluation ``(y, projected gradient max)``, set by the caller
+    last: tuple[np.ndarray, float] | None = None
+
+    def small_gradient(self, y: np.ndarray) -> bool:
+        """Whether the projected gradient at the iterate ``y`` (the optimiser's scaled
+        coordinates) is at most :data:`STOP_GTOL`: a small decrease with a sizeable
+        gradient is slow progress (e.g. next to a saddle at a variance of 0), not
+        convergence."""
+        return (self.last is not None and np.array_equal(self.last[0], y)
+                and self.last[1] <= STOP_GTOL)
 
     def evaluated(self) -> None:
         """Count one evaluation; raise :class:`_Thrashing` on a line search at rounding
         level."""
         self.in_search += 1
-        if (self.in_search > THRASH_EVALS and self.prev_dec is not None and self.prev is not None
-                and self.prev_dec <= 1e-9 * max(1.0, abs(self.prev))):
+        if (self.in_search > THRASH_EVALS and self.decs and self.prev is not None
+                and 0 <= self.decs[-1] <= 1e-9 * max(1.0, abs(self.prev))):
             raise _Thrashing
+
+    def converged_at_thrash(self) -> bool:
+        """Whether a run ended by :class:`_Thrashing` is within :data:`THRASH_GAP_RTOL`
+        (gap estimate, relative) of the optimum."""
+        return self.prev is not None and self._gap() <= THRASH_GAP_RTOL * max(1.0, abs(self.prev))
 
 
 class _Thrashing(Exception):
     """A line search evaluating on at the criterion's rounding level (see
     :class:`_SuperlinearStop`)."""
 
+
+#: largest projected gradient (in the optimiser's scaled coordinates) at which
+#: :class:`_SuperlinearStop` may end a run
+STOP_GTOL = 1e-4
+
+#: a line search ended as thrashing counts as converged when the gap estimate of
+#: :class:`_SuperlinearStop` is at most this (relative)
+THRASH_GAP_RTOL = 1e-10
 
 #: evaluations of one line search after which a search near convergence is ended as thrashing
 THRASH_EVALS = 8
@@ -511,23 +573,33 @@ def _lbfgsb_scaled(fg, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, D: np.nda
     ended as thrashing the best point seen with an ``"ABNORMAL …"`` message."""
     best: list = [np.inf, None, None]
 
+    lo = np.where(np.isfinite(lb), lb / D, -np.inf)
+    hi = np.where(np.isfinite(ub), ub / D, np.inf)
+
     def fgy(y: np.ndarray):
         if stop is not None:
             stop.evaluated()
         f, g = fg(y * D)
+        gy = g * D
         if f < best[0]:
-            best[:] = [f, y.copy(), g * D]
-        return f, g * D
-    lo = np.where(np.isfinite(lb), lb / D, -np.inf)
-    hi = np.where(np.isfinite(ub), ub / D, np.inf)
+            best[:] = [f, y.copy(), gy]
+        if stop is not None:
+            stop.last = (y.copy(), _projected_grad_max(gy, y, lo, hi))
+        return f, gy
     bounds = list(zip(np.where(np.isfinite(lo), lo, None), np.where(np.isfinite(hi), hi, None)))
     y0 = np.clip(np.asarray(x0, float) / D, lo, hi)
     try:
         res = minimize(fgy, y0, jac=True, method="L-BFGS-B", bounds=bounds, callback=stop,
                        options=dict(maxiter=maxiter, ftol=ftol, gtol=gtol, maxcor=20))
     except _Thrashing:
-        res = OptimizeResult(x=best[1], fun=best[0], jac=best[2], success=False, status=2,
-                             message="ABNORMAL: line search at the criterion's rounding level")
+        if stop.converged_at_thrash():
+            res = OptimizeResult(x=best[1], fun=best[0], jac=best[2], success=True, status=0,
+                                 message="CONVERGENCE: line search at the criterion's "
+                                         "rounding level")
+        else:
+            res = OptimizeResult(x=best[1], fun=best[0], jac=best[2], success=False, status=2,
+                                 message="ABNORMAL: line search at the criterion's "
+                                         "rounding level")
     x = np.asarray(res.x, float) * D
     # never report a point outside the bounds in θ units (rounding of y · D)
     res.x = np.clip(x, lb, ub)
@@ -585,8 +657,72 @@ def _projected_grad_max(g: np.ndarray, x: np.ndarray, lb: np.ndarray, ub: np.nda
     return float(np.max(np.abs(g))) if g.size else 0.0
 
 
+def interior_params(x: np.ndarray, lb: np.ndarray) -> np.ndarray:
+    """Indices of the parameters off their lower bounds (by more than ``1e-4``, relative to
+    ``max(1, |lb|)``): those lme4's ``checkConv`` tests."""
+    return np.flatnonzero(~(np.isfinite(lb) & (x - lb < 1e-4 * np.maximum(1.0, np.abs(lb)))))
+
+
+def gradient_hessian(fg, x: np.ndarray, interior: np.ndarray, h: float = 1e-4,
+                     central: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
+    """The exact gradient ``g`` at ``x`` (all parameters) and the Hessian of the criterion
+    over the ``interior`` parameters by central (``central=False``: forward) differences of
+    the exact gradient ``fg(x) -> (f, g)`` with steps ``h·max(1, |x_i|)``, symmetrised;
+    ``None`` when ``fg`` returns ``None`` somewhere."""
+    fgx = fg(x)
+    if fgx is None:
+        return None
+    H = np.empty((interior.size, interior.size))
+    for a, i in enumerate(interior):
+        hi = h * max(1.0, abs(x[i]))
+        xp = x.copy(); xp[i] += hi
+        gp = fg(xp)
+        if central:
+            xm = x.copy(); xm[i] -= hi
+            gm = fg(xm)
+        else:
+            gm = fgx
+        if gp is None or gm is None:
+            return None
+        H[a] = (gp[1][interior] - gm[1][interior]) / ((2 if central else 1) * hi)
+    return fgx[1], (H + H.T) / 2
+
+
+def newton_polish(fg, x: np.ndarray, f0: float, lb: np.ndarray, ub: np.ndarray,
+                  interior: np.ndarray, g: np.ndarray, H: np.ndarray,
+                  keep_above: np.ndarray | None = None) -> tuple[np.ndarray, float] | None:
+    """One Newton step ``x_I ← x_I − H^{-1} g_I`` on the ``interior`` parameters ``I``
+    (``H`` positive definite): the new point and its criterion when it stays inside the
+    bounds (and above ``keep_above`` where that is given) and does not raise the criterion
+    by more than its rounding level (``1e-13`` relative); otherwise ``None``.
+
+    Near the optimum the quasi-Newton iterate has a small criterion gap but, on a flat
+    criterion, a parameter error of its square root; one Newton step with the Hessian
+    that lme4's convergence check needs anyway squares that error."""
+    try:
+        c = sla.cho_factor(H, lower=True)
+    except np.linalg.LinAlgError:
+        return None
+    d = -sla.cho_solve(c, g[interior])
+    if not np.all(np.isfinite(d)):
+        return None
+    xn = x.copy()
+    xn[interior] += d
+    if np.any(xn < lb) or np.any(xn > ub):
+        return None
+    if keep_above is not None and np.any(xn[interior] < keep_above[interior]):
+        return None
+    out = fg(xn)
+    if out is None or not np.isfinite(out[0]):
+        return None
+    if out[0] > f0 + 1e-13 * max(1.0, abs(f0)):
+        return None
+    return xn, float(out[0])
+
+
 def check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None,
-               is_theta: np.ndarray | None = None, central: bool = True) -> list[str]:
+               is_theta: np.ndarray | None = None, central: bool = True,
+               precomputed: tuple[np.ndarray, np.ndarray] | None = None) -> list[str]:
     """lme4's ``checkConv`` (gradient and Hessian) on the parameters off their bounds.
 
     With an analytic gradient ``fg`` (returning ``(f, g)`` or ``None``) the gradient is
@@ -594,31 +730,22 @@ def check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None,
     evaluations, for models whose evaluations are expensive) difference of the gradient;
     otherwise both are finite differences of ``f``.  ``is_theta`` marks the ``θ`` parameters
     (the others are ``log ρ``); lme4's eigenvalue-size checks apply to the ``θ`` block
-    only."""
-    interior = np.flatnonzero(~(np.isfinite(lb) & (x - lb < 1e-4 * np.maximum(1.0, np.abs(lb)))))
+    only.  ``precomputed = (interior, H)``: a Hessian over the same interior parameters
+    computed at a point next to ``x`` (by :func:`gradient_hessian` before a
+    :func:`newton_polish` step); the gradient is then evaluated at ``x``."""
+    interior = interior_params(x, lb)
     if interior.size == 0:
         return []
     h = 1e-4
     H = None
-    fgx = fg(x) if fg is not None else None
-    if fgx is not None:
-        g_all = fgx[1]
-        H = np.empty((interior.size, interior.size))
-        for a, i in enumerate(interior):
-            hi = h * max(1.0, abs(x[i]))
-            xp = x.copy(); xp[i] += hi
-            gp = fg(xp)
-            if central:
-                xm = x.copy(); xm[i] -= hi
-                gm = fg(xm)
-            else:
-                gm = fgx
-            if gp is None or gm is None:
-                H = None
-                break
-            H[a] = (gp[1][interior] - gm[1][interior]) / ((2 if central else 1) * hi)
-        if H is not None:
-            H = (H + H.T) / 2
+    if fg is not None and precomputed is not None and np.array_equal(precomputed[0], interior):
+        fgx = fg(x)
+        if fgx is not None:
+            g_all, H = fgx[1], precomputed[1]
+    if H is None and fg is not None:
+        gh = gradient_hessian(fg, x, interior, h, central)
+        if gh is not None:
+            g_all, H = gh
     if H is None:
         g_all = fd_grad(f, x, lb, h)
         H = fd_hess(f, x, interior, h)
