@@ -525,22 +525,27 @@ def _varcorr_frame(terms: list[dict], T: list[np.ndarray], sigma: float) -> pd.D
                 cor = S[i, j] / (sd[i] * sd[j]) if sd[i] > 0 and sd[j] > 0 else np.nan
                 rows.append((t["group"], names[j], names[i], S[i, j], cor))
     rows.append(("Residual", None, None, sigma ** 2, sigma))
-    return _normalize_varcorr(pd.DataFrame(rows, columns=["grp", "var1", "var2", "vcov", "sdcor"]))
+    grp, var1, var2, vcov, sdcor = zip(*rows)
+    return _varcorr_columns(grp, var1, var2, vcov, sdcor)
 
 
 def _normalize_varcorr(vc: pd.DataFrame) -> pd.DataFrame:
     """Columns ``grp, var1, var2`` as Python objects (``None`` where R has ``NA``), ``vcov``
     and ``sdcor`` as float."""
-    out = pd.DataFrame({
-        "grp": pd.Series([str(v) for v in vc["grp"]], dtype=object),
-        "var1": pd.Series([None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
-                           for v in vc["var1"]], dtype=object),
-        "var2": pd.Series([None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
-                           for v in vc["var2"]], dtype=object),
-        "vcov": np.asarray(vc["vcov"], dtype=float),
-        "sdcor": np.asarray(vc["sdcor"], dtype=float),
+    return _varcorr_columns(vc["grp"], vc["var1"], vc["var2"], vc["vcov"], vc["sdcor"])
+
+
+def _varcorr_columns(grp, var1, var2, vcov, sdcor) -> pd.DataFrame:
+    """The VarCorr frame of :func:`_normalize_varcorr` from its five columns."""
+    def name(v):
+        return None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
+    return pd.DataFrame({
+        "grp": pd.Series([str(v) for v in grp], dtype=object),
+        "var1": pd.Series([name(v) for v in var1], dtype=object),
+        "var2": pd.Series([name(v) for v in var2], dtype=object),
+        "vcov": np.asarray(vcov, dtype=float),
+        "sdcor": np.asarray(sdcor, dtype=float),
     })
-    return out
 
 
 def _fmt_table(rows: list[list[str]], header: list[str], align_left: Sequence[int] = (0,)) -> str:
