@@ -338,7 +338,7 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
             # a component that ends on 1e-4 is polished below with the bound BOUNDARY_EPS · s
             # (every T_k stays invertible, so every gradient is exact; the criterion is even
             # in the last diagonal of T_k, so stopping that close to 0 costs O(ε²)), then
-            # set to 0 where that does not raise the criterion
+            # set to 0 (below SNAP_TO_ZERO) where that does not raise the criterion
             near_bound = bool(np.any((lbf == 0.0) & (res.x <= 1e-4 * (1 + 1e-8))))
         else:
             res = run(x0, lbf)
@@ -361,7 +361,8 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
                 xopt, fopt = res2.x, float(res2.fun)
             opt_msg = str(res2.message)
             if analytic and near_bound:
-                on_eps = (lbf == 0.0) & (xopt <= lb2 * (1 + 1e-8))
+                # a diagonal that ended at (or next to) the ε bound: lme4 reports it as 0
+                on_eps = (lbf == 0.0) & (xopt <= SNAP_TO_ZERO * np.minimum(1.0, D))
                 if on_eps.any():
                     xs = np.where(on_eps, 0.0, xopt)
                     fs = f(xs)
@@ -615,6 +616,10 @@ def _lbfgsb_scaled(fg, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, D: np.nda
 #: polished with the bound ``BOUNDARY_EPS · s_i`` (``s`` the :func:`theta_scale`), where the
 #: exact gradient still applies, and then set to 0 if that does not raise the criterion
 BOUNDARY_EPS = 1e-8
+
+#: after boundary polishing a diagonal ``θ_i ≤ SNAP_TO_ZERO · min(1, s_i)`` is set to 0 (as
+#: lme4 reports a boundary fit) when that does not raise the criterion beyond rounding
+SNAP_TO_ZERO = 1e-6
 
 #: an abnormal L-BFGS-B stop where ``max_i |g_i|·max(|x_i|, 0.01) ≤ STATIONARY_RTOL·max(1, |f|)``
 #: (projected gradient ``g``: a 1 % move of any parameter changes the criterion by less than
