@@ -4,16 +4,20 @@ optimum (criterion, fixed effects, SEs) and native fit time vs lme4's (ratio).
 Usage (repository root)::
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=src python3 r_scripts/battery_report.py [ID ...]
+        [--times rows.json]
 
 The references are ``tests/data/battery/refs/<id>.json`` (``r_scripts/battery.R fit``);
 lme4's time is the median of 3 fits at lme4's default settings, measured when the
 references were made (see each JSON's ``timing_env`` for the BLAS).  The native time is
 the median of 3 fits here.  Times depend on the machine and its load: read the ratio only
-when both were measured on the same machine.
+when both were measured on the same machine.  ``--times rows.json`` takes both times from
+a ``benchmarks/lme_battery_speed.py --json rows.json`` run instead (lme4 in-process,
+interleaved with scoremix, so that both see the same load).
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 import time
@@ -27,7 +31,10 @@ from battery_helpers import MODELS, fit_kwargs, load_dataset, load_ref  # noqa: 
 from scoremix import UnsupportedModelError, lmer  # noqa: E402
 
 
-def main(ids: list[str]) -> None:
+def main(ids: list[str], times_json: Path | None = None) -> None:
+    bench = {}
+    if times_json is not None:
+        bench = {r["name"]: r for r in json.loads(Path(times_json).read_text())}
     print("| id | data | formula | REML | criterion rel. diff | max fixef rel. err | max SE rel. err "
           "| native s | lme4 s | ratio | status |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -57,6 +64,8 @@ def main(ids: list[str]) -> None:
             status = "DIFFERS"
         tn = statistics.median(times)
         tl = ref["lme4_time_s"]
+        if m["id"] in bench:
+            tn, tl = bench[m["id"]]["scoremix_s"], bench[m["id"]]["lme4_s"]
         extra = []
         if m["weights"]:
             extra.append(f"weights={m['weights']}")
@@ -72,4 +81,10 @@ def main(ids: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    tj = None
+    if "--times" in args:
+        i = args.index("--times")
+        tj = Path(args[i + 1])
+        del args[i: i + 2]
+    main(args, tj)

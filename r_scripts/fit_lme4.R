@@ -12,7 +12,8 @@
 #                 lme4's default tolerances are loose (variance components can be off by
 #                 ~3e-4 relative on crossed data); stored references use --tight.
 #   --weights=COL prior weights taken from column COL of the CSV.
-#   --levels=F    JSON {column: [level, ...]}: make these columns factors with exactly these
+#   --levels=F    JSON {column: [level, ...]} (or {column: {"levels": [...], "ordered": true}}
+#                 for an ordered factor): make these columns factors with exactly these
 #                 levels in this order (scoremix passes its own level order, so R and Python
 #                 fit the same contrasts whatever R's collation locale is).
 #   --control=F   JSON {"optimizer": "...", "optCtrl": {...}} for lmerControl (overrides
@@ -34,11 +35,18 @@ smx_read_csv <- function(path) {
   utils::read.csv(path, stringsAsFactors = TRUE, check.names = FALSE)
 }
 
-# Factor levels from a named list {column: levels} (as read from --levels=F).
+# Factor levels from a named list {column: levels} (as read from --levels=F); an entry
+# {"levels": [...], "ordered": true} makes an ordered factor (contr.poly in lme4).
 smx_apply_levels <- function(data, levels) {
   for (col in names(levels)) {
     if (!(col %in% names(data))) stop("levels given for column '", col, "' which is not in the data", call. = FALSE)
-    data[[col]] <- factor(as.character(data[[col]]), levels = as.character(unlist(levels[[col]])))
+    lv <- levels[[col]]
+    ord <- FALSE
+    if (is.list(lv) && !is.null(names(lv))) {
+      ord <- isTRUE(lv$ordered)
+      lv <- lv$levels
+    }
+    data[[col]] <- factor(as.character(data[[col]]), levels = as.character(unlist(lv)), ordered = ord)
   }
   data
 }

@@ -224,6 +224,24 @@ def test_lme4_backend_weights_match_native(rpy2_lme4: None) -> None:
 
 
 @pytest.mark.r
+@pytest.mark.parametrize("via", ["rpy2", "subprocess"])
+def test_lme4_backend_passes_ordered_factors(rpy2_lme4: None, via: str) -> None:
+    """An ordered pandas Categorical reaches R as an ordered factor, so lme4 uses
+    contr.poly: lme4::cake's names and criterion are the stored tight lme4 reference's
+    (treatment contrasts would give ``temperature185`` and a REML criterion of 1633.25)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from battery_helpers import MODEL_BY_ID, load_dataset, load_ref
+    m, ref = MODEL_BY_ID["cake_ordered_reml"], load_ref("cake_ordered_reml")
+    d = load_dataset(m["dataset"])
+    assert d["temperature"].cat.ordered
+    spec = build_model_spec(m["formula"], d)
+    out = lme4_backend.fit_json(spec, REML=True, control="tight", via=via)
+    assert list(out["fixef"]) == list(ref["fixef"])
+    assert -2 * out["loglik"] == pytest.approx(ref["criterion"], rel=1e-8)
+
+
+@pytest.mark.r
 def test_lme4_backend_dispersion_uses_glmmtmb(rpy2_lme4: None) -> None:
     pytest.importorskip("rpy2")
     if not rutil.r_has_packages(("glmmTMB",)):

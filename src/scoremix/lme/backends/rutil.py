@@ -142,6 +142,11 @@ def _is_categorical(s: pd.Series) -> bool:
     return not (pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s))
 
 
+def _is_ordered(s: pd.Series) -> bool:
+    """Whether ``s`` is an ordered pandas Categorical (R: an ``ordered`` factor)."""
+    return isinstance(s.dtype, pd.CategoricalDtype) and bool(s.dtype.ordered)
+
+
 def _levels(s: pd.Series) -> list[str]:
     """Level order scoremix uses: a pandas Categorical's categories, else sorted labels."""
     if isinstance(s.dtype, pd.CategoricalDtype):
@@ -155,14 +160,16 @@ def write_model_frame(spec: ModelSpec, folder: Path, weights_name: str = ".smx_w
 
     Returns ``(csv_path, levels_json_path, weights_column_or_None)``.  Floats are written
     as Python's shortest round-trip text (repr); categorical columns get their level
-    order in the JSON.
+    order in the JSON (``{"levels": [...], "ordered": true}`` for an ordered Categorical,
+    which ``r_scripts/fit_lme4.R`` makes an R ``ordered`` factor).
     """
     cols = model_frame_columns(spec)
     df = spec.data[cols].copy()
-    levels: dict[str, list[str]] = {}
+    levels: dict[str, Any] = {}
     for c in cols:
         if _is_categorical(df[c]):
-            levels[c] = _levels(df[c])
+            lv = _levels(df[c])
+            levels[c] = dict(levels=lv, ordered=True) if _is_ordered(df[c]) else lv
             df[c] = df[c].astype(str)
         elif pd.api.types.is_bool_dtype(df[c]):
             df[c] = np.where(df[c].to_numpy(), "TRUE", "FALSE")
@@ -251,10 +258,13 @@ def r_dataframe(ro: Any, spec: ModelSpec) -> Any:
 
     Numeric columns become ``double`` (integers ``integer``), booleans ``logical``, and
     everything else a ``factor`` whose levels are scoremix's (categories of a pandas
-    Categorical, else sorted labels), built from integer codes (fast, exact).
+    Categorical, else sorted labels), built from integer codes (fast, exact); an ordered
+    pandas Categorical becomes an R ``ordered`` factor, so that lme4 codes it with
+    ``contr.poly`` as the native engine does.
     """
     cols = model_frame_columns(spec)
     make_factor = ro.r("function(i, lv) structure(i, levels = lv, class = 'factor')")
+    make_ordered = ro.r("function(i, lv) structure(i, levels = lv, class = c('ordered', 'factor'))")
     make_df = ro.r("function(l) { l <- list2DF(l); l }")
     items = []
     for c in cols:
@@ -269,7 +279,8 @@ def r_dataframe(ro: Any, spec: ModelSpec) -> Any:
         else:
             lv = _levels(s)
             codes = pd.Categorical(s.astype(str), categories=lv).codes.astype(np.int32) + 1
-            items.append((c, make_factor(_r_vector(ro, codes, "Int"), ro.vectors.StrVector(lv))))
+            make = make_ordered if _is_ordered(s) else make_factor
+            items.append((c, make(_r_vector(ro, codes, "Int"), ro.vectors.StrVector(lv))))
     lst = ro.vectors.ListVector.from_length(len(items))
     for k, (_, v) in enumerate(items):
         lst[k] = v
