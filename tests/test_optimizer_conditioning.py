@@ -127,11 +127,11 @@ def test_stop_rule_on_synthetic_sequences():
     f_opt = 1000.0
     # superlinear: gaps 1e-2, 1e-4, 1e-8, 1e-16 (relative to f: 1e-5 … 1e-19)
     gaps = [1.0, 1e-2, 1e-4, 1e-8, 1e-16, 0.0]
-    k = _feed(optimizer._SuperlinearStop(1e-12), [f_opt + g for g in gaps])
+    k = _feed(optimizer.SuperlinearStop(1e-12), [f_opt + g for g in gaps])
     assert k is not None
     assert gaps[k] <= 1e-12 * f_opt
     # linear at rate 0.9: never stops on the gap estimate (r > 1/2)
     lin = [f_opt + 0.9 ** i for i in range(200)]
-    assert _feed(optimizer._SuperlinearStop(1e-12), lin) is None
+    assert _feed(optimizer.SuperlinearStop(1e-12), lin) is None
     # the same superlinear sequence with a sizeable projected gradient: no stop
-    assert _feed(optimizer._SuperlinearStop(1e-12), [f_opt + g for g in gaps], grad=1e-2) is None
+    assert _feed(optimizer.SuperlinearStop(1e-12), [f_opt + g for g in gaps], grad=1e-2) is None

@@ -6,7 +6,13 @@ nothing that grows with the number of rows) and minimises it with L-BFGS-B under
 bounds (``θ_ii ≥ 0``), with the analytic gradient of
 :func:`~scoremix.lme.deviance.profiled_deviance_grad` for homoscedastic models (scalar or
 vector-valued random terms, while every diagonal ``θ ≥ 1e-4``) and central
-finite-difference gradients otherwise.  An abnormal L-BFGS-B stop is polished by restarts
+finite-difference gradients otherwise.  L-BFGS-B works on ``θ_i / s_i`` with the column
+scales ``s`` of :func:`theta_scale` (``T_k = S_k T̃_k``: the problem whose random-effect
+columns have unit mean square) and starts from lme4's identity in those units; with the
+exact gradient a run ends once the gap to the optimum estimated from the last decreases is
+at rounding level (:class:`SuperlinearStop`), and a non-singular fit is finished by one
+Newton step with the Hessian of lme4's convergence check (:func:`newton_polish`).  An
+abnormal L-BFGS-B stop is polished by restarts
 and, if it persists away from a stationary point, reported as non-convergence.  A class-specific residual
 variance ``Var(ε_i) = σ² ρ_{d(i)}`` (``ρ_0 = 1``) adds ``log ρ_d`` (``d ≥ 1``) to the
 parameters.  After the optimisation lme4's checks are applied:
@@ -39,8 +45,9 @@ from scipy.optimize import OptimizeResult, minimize
 from scoremix.lme.crossprod import CrossProducts
 from scoremix.lme.deviance import has_analytic_gradient, profiled_deviance, profiled_deviance_grad
 
-__all__ = ["NativeControl", "OptimResult", "optimize_theta", "theta_scale", "fd_grad", "fd_hess",
-           "interior_params", "gradient_hessian", "newton_polish", "check_conv", "check_hess"]
+__all__ = ["NativeControl", "OptimResult", "optimize_theta", "theta_scale", "SuperlinearStop",
+           "fd_grad", "fd_hess", "interior_params", "gradient_hessian", "newton_polish",
+           "check_conv", "check_hess"]
 
 
 @dataclass
@@ -80,7 +87,7 @@ class NativeControl:
     stop_rtol:
         with the exact gradient, stop an L-BFGS-B run once the gap to the optimum estimated
         from the last two iterations' decreases of the criterion is at most
-        ``stop_rtol · max(1, |d|)`` (see :class:`_SuperlinearStop`); ``0`` disables the
+        ``stop_rtol · max(1, |d|)`` (see :class:`SuperlinearStop`); ``0`` disables the
         rule.
     newton_polish:
         with the exact gradient and a non-singular fit, finish with one Newton step on the
@@ -325,8 +332,8 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         def run(x_start: np.ndarray, lo: np.ndarray):
             """One L-BFGS-B run from ``x_start`` with lower bounds ``lo`` (θ units), in the
             scaled coordinates ``x / D`` and, with the exact gradient, with the
-            superlinear-convergence stop of :class:`_SuperlinearStop`."""
-            stop = _SuperlinearStop(ctl.stop_rtol) if analytic and ctl.stop_rtol > 0 else None
+            superlinear-convergence stop of :class:`SuperlinearStop`."""
+            stop = SuperlinearStop(ctl.stop_rtol) if analytic and ctl.stop_rtol > 0 else None
             return _lbfgsb_scaled(fg, x_start, lo, ubf, D, ctl.maxiter, ftol, gtol, stop)
         near_bound = False
         if analytic:
@@ -474,7 +481,7 @@ def theta_scale(cp: CrossProducts) -> np.ndarray:
     return np.asarray(out)
 
 
-class _SuperlinearStop:
+class SuperlinearStop:
     """L-BFGS-B callback that ends a run once it has converged to the criterion's rounding
     level.
 
@@ -551,15 +558,15 @@ class _SuperlinearStop:
 
 class _Thrashing(Exception):
     """A line search evaluating on at the criterion's rounding level (see
-    :class:`_SuperlinearStop`)."""
+    :class:`SuperlinearStop`)."""
 
 
 #: largest projected gradient (in the optimiser's scaled coordinates) at which
-#: :class:`_SuperlinearStop` may end a run
+#: :class:`SuperlinearStop` may end a run
 STOP_GTOL = 1e-4
 
 #: a line search ended as thrashing counts as converged when the gap estimate of
-#: :class:`_SuperlinearStop` is at most this (relative)
+#: :class:`SuperlinearStop` is at most this (relative)
 THRASH_GAP_RTOL = 1e-10
 
 #: evaluations of one line search after which a search near convergence is ended as thrashing
@@ -567,7 +574,7 @@ THRASH_EVALS = 8
 
 
 def _lbfgsb_scaled(fg, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, D: np.ndarray,
-                   maxiter: int, ftol: float, gtol: float, stop: _SuperlinearStop | None):
+                   maxiter: int, ftol: float, gtol: float, stop: SuperlinearStop | None):
     """L-BFGS-B on ``y = x / D`` for ``fg(x) -> (f, ∂f/∂x)`` under ``lb ≤ x ≤ ub``
     (``∂f/∂y = D ∂f/∂x``); the result's ``x`` is in the original units.  A run ended by
     ``stop`` reports success with the message ``"CONVERGENCE: SUPERLINEAR STOP …"``, one
