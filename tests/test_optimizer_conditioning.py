@@ -19,6 +19,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy.optimize import OptimizeResult
 
@@ -135,3 +136,39 @@ def test_stop_rule_on_synthetic_sequences():
     assert _feed(optimizer.SuperlinearStop(1e-12), lin) is None
     # the same superlinear sequence with a sizeable projected gradient: no stop
     assert _feed(optimizer.SuperlinearStop(1e-12), [f_opt + g for g in gaps], grad=1e-2) is None
+
+
+def _tiny_covariate_data(seed: int) -> pd.DataFrame:
+    """Random intercepts and slopes on a covariate of magnitude 1e-3 (slope SD 500 in its
+    units): lme4's start θ = 1 for the slope is then a variance of ~0."""
+    rng = np.random.default_rng(seed)
+    G = 20 + seed
+    n = G * 8
+    g = np.repeat(np.arange(G), 8)
+    a = rng.integers(0, 6, n)
+    x1 = rng.normal(size=n) * 1e-3
+    x2 = rng.uniform(0, 10, n) * 1e-3
+    b0 = rng.normal(size=G) * 2
+    b1 = rng.normal(size=G) * (0.0 if seed % 3 == 0 else 0.5) / 1e-3
+    y = 1 + 300 * x1 + b0[g] + b1[g] * x1 + rng.normal(size=n) + rng.normal(size=6)[a]
+    return pd.DataFrame(dict(y=y, x1=x1, x2=x2, g=g.astype(str)))
+
+
+@pytest.mark.parametrize("seed, formula, scaled", [
+    (10, "y ~ x1 + (x1 | g)", "y ~ I(x1 * 1000) + (I(x1 * 1000) | g)"),
+    (0, "y ~ x1 + (x1 | g)", "y ~ I(x1 * 1000) + (I(x1 * 1000) | g)"),
+    (6, "y ~ x1 + x2 + (x1 + x2 | g)",
+     "y ~ I(x1 * 1000) + I(x2 * 1000) + (I(x1 * 1000) + I(x2 * 1000) | g)")])
+def test_tiny_covariate_fit_equals_the_rescaled_fit(seed, formula, scaled):
+    """A covariate of magnitude 1e-3: the ML fit must equal the fit of the covariate × 1000
+    (the same model; criterion invariant, θ of the slope rows × 1e-3).  Before the saddle
+    probes worked in scaled units, seeds 10 and 0 stopped at a saddle next to a slope
+    variance of 0, 1e-3 and 4e-4 (relative) above the optimum."""
+    d = _tiny_covariate_data(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = lmer(formula, d, REML=False)
+        b = lmer(scaled, d, REML=False)
+    assert -2 * a.loglik == pytest.approx(-2 * b.loglik, rel=1e-10)
+    assert a.singular == b.singular
+    assert a.converged == b.converged

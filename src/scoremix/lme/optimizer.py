@@ -368,8 +368,11 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
                 xopt, fopt = res2.x, float(res2.fun)
             opt_msg = str(res2.message)
             if analytic and near_bound:
-                # a diagonal that ended at (or next to) the ε bound: lme4 reports it as 0
-                on_eps = (lbf == 0.0) & (xopt <= SNAP_TO_ZERO * np.minimum(1.0, D))
+                # a diagonal that ended at (or next to) the ε bound, or that never left the
+                # stage-1 bound (a zero gradient there: the criterion is flat in it), is 0
+                # for lme4
+                on_eps = (lbf == 0.0) & ((xopt <= SNAP_TO_ZERO * np.minimum(1.0, D))
+                                         | (xopt <= 1e-4 * (1 + 1e-8)))
                 if on_eps.any():
                     xs = np.where(on_eps, 0.0, xopt)
                     fs = f(xs)
@@ -378,14 +381,17 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         # a diagonal θ on its bound has a zero derivative there (the criterion is even in a
         # 1×1 θ), so a gradient method can stop at a saddle: probe away from the bound and
         # restart when that improves the criterion.
+        # "At the bound" and the probe values are in the scaled units θ_i / s_i (a slope
+        # on a covariate of magnitude 1e-3 has s_i ≈ 1e3: θ_i = 3e-4 is then a variance of
+        # ~0 and the probes must reach θ_i ~ 1e2-1e3).
         for _ in range(3):
             at_bound = [i for i in range(xopt.size) if np.isfinite(lbf[i]) and lbf[i] == 0.0
-                        and xopt[i] < ctl.singular_tol]
+                        and (xopt[i] < ctl.singular_tol or xopt[i] < ctl.singular_tol * D[i])]
             best = None
             for i in at_bound:
                 for v in (1e-3, 1e-2, 0.05, 0.2, 0.5, 1.0, 2.0):
                     xt = xopt.copy()
-                    xt[i] = v
+                    xt[i] = v * D[i]
                     ft = f(xt)
                     if ft < fopt - 1e-10 and (best is None or ft < best[1]):
                         best = (xt, ft)
