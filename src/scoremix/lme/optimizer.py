@@ -576,7 +576,7 @@ STOP_GTOL = 1e-4
 THRASH_GAP_RTOL = 1e-10
 
 #: evaluations of one line search after which a search near convergence is ended as thrashing
-THRASH_EVALS = 8
+THRASH_EVALS = 4
 
 
 def _lbfgsb_scaled(fg, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, D: np.ndarray,
