@@ -556,10 +556,15 @@ class SuperlinearStop:
                 and 0 <= self.decs[-1] <= 1e-9 * max(1.0, abs(self.prev))):
             raise _Thrashing
 
-    def converged_at_thrash(self) -> bool:
+    def converged_at_thrash(self, pg_max: float) -> bool:
         """Whether a run ended by :class:`_Thrashing` is within :data:`THRASH_GAP_RTOL`
-        (gap estimate, relative) of the optimum."""
-        return self.prev is not None and self._gap() <= THRASH_GAP_RTOL * max(1.0, abs(self.prev))
+        (gap estimate, relative) of the optimum, with a projected gradient ``pg_max`` (at
+        the best point, scaled coordinates) of at most :data:`STOP_GTOL` (a line search
+        failing with a sizeable gradient may be slow progress away from a saddle at a
+        variance of 0: it is reported as an abnormal stop, which the caller checks and
+        restarts)."""
+        return (self.prev is not None and pg_max <= STOP_GTOL
+                and self._gap() <= THRASH_GAP_RTOL * max(1.0, abs(self.prev)))
 
 
 class _Thrashing(Exception):
@@ -606,7 +611,7 @@ def _lbfgsb_scaled(fg, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, D: np.nda
         res = minimize(fgy, y0, jac=True, method="L-BFGS-B", bounds=bounds, callback=stop,
                        options=dict(maxiter=maxiter, ftol=ftol, gtol=gtol, maxcor=20))
     except _Thrashing:
-        if stop.converged_at_thrash():
+        if stop.converged_at_thrash(_projected_grad_max(best[2], best[1], lo, hi)):
             res = OptimizeResult(x=best[1], fun=best[0], jac=best[2], success=True, status=0,
                                  message="CONVERGENCE: line search at the criterion's "
                                          "rounding level")
