@@ -556,15 +556,20 @@ class SuperlinearStop:
                 and 0 <= self.decs[-1] <= 1e-9 * max(1.0, abs(self.prev))):
             raise _Thrashing
 
-    def converged_at_thrash(self, pg_max: float) -> bool:
-        """Whether a run ended by :class:`_Thrashing` is within :data:`THRASH_GAP_RTOL`
-        (gap estimate, relative) of the optimum, with a projected gradient ``pg_max`` (at
-        the best point, scaled coordinates) of at most :data:`STOP_GTOL` (a line search
-        failing with a sizeable gradient may be slow progress away from a saddle at a
-        variance of 0: it is reported as an abnormal stop, which the caller checks and
-        restarts)."""
-        return (self.prev is not None and pg_max <= STOP_GTOL
-                and self._gap() <= THRASH_GAP_RTOL * max(1.0, abs(self.prev)))
+    def converged_at_thrash(self, pg_max: float, y: np.ndarray, lo: np.ndarray) -> bool:
+        """Whether a run ended by :class:`_Thrashing` at ``y`` (scaled coordinates, lower
+        bounds ``lo``) is within :data:`THRASH_GAP_RTOL` (gap estimate, relative) of the
+        optimum.  Also required: a projected gradient ``pg_max`` of at most
+        :data:`STOP_GTOL`, or every diagonal ``θ`` (bound ``≥ 0``) at least
+        :data:`THRASH_MIN_DIAG` in scaled units.  A line search can fail with a sizeable
+        gradient when the criterion is noisier than its exact gradient (then the Newton
+        polish finishes the fit), but also while creeping away from a saddle at a variance
+        of 0 (TVbo's ranova model): that is reported as an abnormal stop, which the caller
+        checks and restarts."""
+        if self.prev is None or self._gap() > THRASH_GAP_RTOL * max(1.0, abs(self.prev)):
+            return False
+        diag = np.isfinite(lo) & (lo >= 0)
+        return bool(pg_max <= STOP_GTOL or np.all(y[diag] >= THRASH_MIN_DIAG))
 
 
 class _Thrashing(Exception):
@@ -575,6 +580,10 @@ class _Thrashing(Exception):
 #: largest projected gradient (in the optimiser's scaled coordinates) at which
 #: :class:`SuperlinearStop` may end a run
 STOP_GTOL = 1e-4
+
+#: smallest diagonal θ (scaled units) at which a thrashing line search with a sizeable
+#: gradient counts as converged (see :meth:`SuperlinearStop.converged_at_thrash`)
+THRASH_MIN_DIAG = 0.1
 
 #: a line search ended as thrashing counts as converged when the gap estimate of
 #: :class:`SuperlinearStop` is at most this (relative)
@@ -611,7 +620,7 @@ def _lbfgsb_scaled(fg, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, D: np.nda
         res = minimize(fgy, y0, jac=True, method="L-BFGS-B", bounds=bounds, callback=stop,
                        options=dict(maxiter=maxiter, ftol=ftol, gtol=gtol, maxcor=20))
     except _Thrashing:
-        if stop.converged_at_thrash(_projected_grad_max(best[2], best[1], lo, hi)):
+        if stop.converged_at_thrash(_projected_grad_max(best[2], best[1], lo, hi), best[1], lo):
             res = OptimizeResult(x=best[1], fun=best[0], jac=best[2], success=True, status=0,
                                  message="CONVERGENCE: line search at the criterion's "
                                          "rounding level")
