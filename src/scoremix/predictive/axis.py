@@ -20,15 +20,19 @@ Construction (rank based).  The knots are the distinct scores seen in fitting, p
 strata, :math:`v_0 < \dots < v_{K-1}`, plus a sentinel :math:`v_K` above all of them
 (reject everything).  At knot ``k`` the exact latent thresholds are
 :math:`T_{sk} = h_s^-(v_k)` (``transform.latent_threshold(v_k, s)``; :math:`T_{s0}=-\infty`,
-:math:`T_{sK}=+\infty`).  The knot's coordinate is the probit of the strata's average latent
-CDF there,
+:math:`T_{sK}=+\infty`).  The knots' coordinates advance by the largest latent step of any
+stratum,
 
 .. math::
 
-    U_k = \Phi^{-1}\Big(\frac1S\sum_s \Phi(T_{sk})\Big)\qquad(U_0=-\infty,\ U_K=+\infty),
+    U_{k+1} - U_k = \max_s\,(T_{s,k+1} - T_{sk})\quad(\text{strata finite at both knots}),
+    \qquad U_0=-\infty,\ U_K=+\infty,
 
-strictly increasing (between two knots the stratum owning :math:`v_k` moves) and in latent
-units.  Between knots each :math:`t_s` is linear in ``u``; a stratum that enters from
+(the median step where only strata entering from :math:`-\infty` or leaving to
+:math:`+\infty` move), strictly increasing — between two knots the stratum owning
+:math:`v_k` moves — and in latent units: no stratum's latent threshold moves faster than
+``u``, so an even grid in ``u`` is at least as fine as an even latent grid in every
+stratum.  Between knots each :math:`t_s` is linear in ``u``; a stratum that enters from
 :math:`-\infty` (leaves to :math:`+\infty`) on a segment follows
 :math:`T_{s,k+1} + \log f` (:math:`T_{sk} - \log(1-f)`), ``f`` the fraction of the segment;
 on the two open end segments :math:`t_s = T_{s1} + (u - U_1)` and
@@ -50,7 +54,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.special import ndtr, ndtri
 
 from scoremix.predictive.mixture import PredictiveError
 
@@ -146,14 +149,7 @@ class StrataAxis(ThresholdAxis):
         T[:, K] = np.inf
         T[:, 0] = -np.inf                                            # nothing lies below v_0
         self.T = T
-        A = np.mean(ndtr(T), axis=0)
-        B = np.mean(ndtr(-T), axis=0)
-        U = np.where(A < 0.5, ndtri(A), -ndtri(B))
-        if not (np.all(np.diff(U) > 0) and np.isneginf(U[0]) and np.isposinf(U[-1])
-                and np.isfinite(U[1:-1]).all()):
-            raise PredictiveError("the strata's latent thresholds do not give a strictly increasing common "
-                                  "threshold axis (latent edges beyond ±37?)")
-        self.U = U
+        self.U = _knot_coordinates(T)
         self._pos = {lv: k for k, lv in enumerate(self.levels)}
         self._pos_str = {str(lv): k for k, lv in enumerate(self.levels)}
 
@@ -252,6 +248,24 @@ class StrataAxis(ThresholdAxis):
             raise PredictiveError(f"stratum {st[miss].iloc[0]!r} (column {self.column!r}) was not seen in fitting; "
                                   f"known strata: {self.levels}")
         return out.to_numpy(dtype=np.int64)
+
+
+def _knot_coordinates(T: np.ndarray) -> np.ndarray:
+    """``U_k`` of the knots (module docstring): ``U_0 = −∞``, ``U_K = +∞``,
+    ``U_1 = max_s T_s1`` (finite ones) and ``U_{k+1} − U_k`` the largest latent step of a
+    stratum that is finite at both knots, or — at a step where only strata enter from −∞ or
+    leave to +∞ — the median of those steps.  Strictly increasing: between two knots the
+    stratum owning the lower one moves (its edges are strictly increasing)."""
+    K1 = T.shape[1]
+    with np.errstate(invalid="ignore"):
+        step = np.diff(T[:, 1:K1 - 1], axis=1)                      # (S, K-2), knots 1..K-1
+    step = np.where(np.isfinite(step), step, -np.inf).max(axis=0)
+    pos = step[np.isfinite(step) & (step > 0)]
+    fill = float(np.median(pos)) if pos.size else 1.0
+    step = np.where(np.isfinite(step) & (step > 0), step, fill)
+    first = T[:, 1]
+    u1 = float(np.max(first[np.isfinite(first)])) if np.isfinite(first).any() else 0.0
+    return np.concatenate([[-np.inf], u1 + np.concatenate([[0.0], np.cumsum(step)]), [np.inf]])
 
 
 def threshold_axis(transform: Any) -> ThresholdAxis:
