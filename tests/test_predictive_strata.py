@@ -308,4 +308,20 @@ def test_study_fit_model_fits_the_stratified_model(monkeypatch):
     direct = _quiet(sm.model_eer, fit, by="sex", label="y", data=d, n_boot=20, speaker="speaker")
     got = tab[tab["by"] == "sex"].set_index("cell")
     np.testing.assert_allclose(got["eer_model"], direct["eer_model"].to_numpy(), rtol=1e-12)
+    np.testing.assert_allclose(got["eer_empirical_lo"], direct["eer_empirical_lo"].to_numpy(), rtol=1e-12)
+    assert list(got["fit_ok"]) == list(direct["fit_ok"])
     assert out.get("det_png", b"")[:4] == b"\x89PNG"
+
+
+def test_cli_fit_stratified(tmp_path, capsys):
+    from scoremix.cli import main
+
+    d = _sim_truth(4, n=1200, n_spk=24)
+    path = tmp_path / "t.csv"
+    d.to_csv(path, index=False)
+    rc = main(["fit", str(path), "--formula", "score ~ label*sex + (1|speaker)", "--transform", "monotone-by-class",
+               "--strata", "label", "--positive", "bonafide", "--label", "label", "--model-eer", "sex"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "Model-based vs empirical EER" in out
+    rc = main(["fit", str(path), "--formula", "score ~ label", "--strata", "label"])
+    assert rc != 0 and "--strata applies only with --transform monotone-by-class" in capsys.readouterr().err
