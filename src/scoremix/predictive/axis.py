@@ -30,14 +30,16 @@ stratum,
 
 (the median step where only strata entering from :math:`-\infty` or leaving to
 :math:`+\infty` move), strictly increasing — between two knots the stratum owning
-:math:`v_k` moves — and in latent units: no stratum's latent threshold moves faster than
-``u``, so an even grid in ``u`` is at least as fine as an even latent grid in every
-stratum.  Between knots each :math:`t_s` is linear in ``u``; a stratum that enters from
+:math:`v_k` moves — and in latent units: on a segment where it is finite at both ends no
+stratum's latent threshold moves faster than ``u``, so an even grid in ``u`` is at least as
+fine there as an even latent grid.  Between knots each :math:`t_s` is linear in ``u``; a stratum that enters from
 :math:`-\infty` (leaves to :math:`+\infty`) on a segment follows
 :math:`T_{s,k+1} + \log f` (:math:`T_{sk} - \log(1-f)`), ``f`` the fraction of the segment;
 on the two open end segments :math:`t_s = T_{s1} + (u - U_1)` and
 :math:`t_s = T_{s,K-1} + (u - U_{K-1})`.  At the knots the rates are the exact step rates of
-the model; between them they interpolate continuously.  Everything depends on the scores
+the model; between them they interpolate continuously, all strata with the same fraction
+``f`` of the segment — so the EER and the minimum DCF do not depend on the choice of the
+``U_k`` (they set only the spacing of search grids).  Everything depends on the scores
 only through their ranks.  When all strata share one transform, :math:`t_s(u) = t(u)` is
 one continuous increasing bijection of the real line, so the EER, the minimum DCF and every
 rate at the optimum are *exactly* those of the shared model on its latent scale (a monotone
