@@ -181,6 +181,59 @@ def test_min_dcf_exact(table, ddf):
         assert a == b
 
 
+def _tied_table(seed: int, n: int, grid: float) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.4).astype(int)
+    y[:2] = [0, 1]
+    s = rng.normal(0.0, 1.0, n) + 1.2 * y
+    return pd.DataFrame({"score": np.round(s / grid) * grid if grid else s, "y": y})
+
+
+@pytest.mark.parametrize("seed,n,grid,nparts", [
+    (1, 400, 0.5, 17),   # few distinct values: many empty ranges, every range one value
+    (2, 300, 0.1, 9),    # ties spread over partitions and ranges
+    (3, 250, 0.0, 25),   # distinct scores, ranges of a handful
+    (4, 60, 1.0, 30),    # more partitions than distinct values
+])
+def test_range_partitioned_metrics_equal_in_memory(seed, n, grid, nparts):
+    """Per-range candidates (hull vertices, DCF minima, crossings) combined on the client
+    give the in-memory EER of every definition, its threshold and minDCF exactly (==)."""
+    t = _tied_table(seed, n, grid)
+    d = dd.from_pandas(t, npartitions=nparts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.metrics.ScoreDirectionWarning)
+        for method in sm.metrics.EER_METHODS:
+            assert sm.eer(d.score, d.y, method=method) == sm.eer(t.score, t.y, method=method), method
+            assert (sm.eer_threshold(d.score, d.y, method=method)
+                    == sm.eer_threshold(t.score, t.y, method=method)), method
+            assert (sm.eer(d.score, d.y, method=method, higher_is_positive=False)
+                    == sm.eer(t.score, t.y, method=method, higher_is_positive=False)), method
+        for kw in (dict(), dict(p_target=0.3, c_miss=2, normalize=True), dict(higher_is_positive=False)):
+            assert sm.min_dcf(d.score, d.y, **kw) == sm.min_dcf(t.score, t.y, **kw)
+
+
+def test_ranges_hold_each_value_once():
+    """Ranges are contiguous and disjoint: every copy of a score value is in one range; the
+    client holds per-range totals only (a map returns one small result per range)."""
+    from scoremix.distributed.ranges import ranged_counts
+
+    t = _tied_table(7, 500, 0.25)
+    d = dd.from_pandas(t, npartitions=8)
+    rc = ranged_counts(d.score, d.y, n_ranges=5)
+    tables = rc.map(lambda c, info: c)
+    assert 1 < rc.n_ranges <= 5 and len(tables) == rc.n_ranges
+    allv = np.concatenate([c.scores for c in tables])
+    assert np.all(np.diff(allv) > 0)                       # ascending, no value in two ranges
+    u, counts = np.unique(t.score, return_counts=True)
+    np.testing.assert_array_equal(allv, u)
+    np.testing.assert_array_equal(np.concatenate([c.n_pos + c.n_neg for c in tables]), counts)
+    pos = np.concatenate([c.n_pos for c in tables])
+    np.testing.assert_array_equal(pos, t.groupby("score").y.sum().to_numpy())
+    before = [info.pos_before for info in rc.infos]
+    np.testing.assert_array_equal(before, np.concatenate(([0], np.cumsum([c.n_pos.sum() for c in tables])[:-1])))
+    assert (rc.n_pos, rc.n_neg, rc.n_distinct) == (int(t.y.sum()), int((1 - t.y).sum()), u.size)
+
+
 def test_counts_functions_match_expanded():
     s = np.array([-1.0, 0.5, 2.0, 3.0])
     npos = np.array([0, 2, 1, 3])
