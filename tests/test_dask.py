@@ -331,6 +331,56 @@ def test_offset_response_expression_and_contrasts(table, ddf):
         sm.lmer("score ~ label + scale(x) + (1|speaker)", ddf)
 
 
+def _assert_same_subgroup_dcf(a, b):
+    ta, tb = a.table.reset_index(drop=True), b.table.reset_index(drop=True)
+    assert list(ta.columns) == list(tb.columns)
+    for col in ta.columns:
+        if col == "eer":   # golden section on the hull vertices instead of all candidates
+            np.testing.assert_allclose(tb[col].to_numpy(float), ta[col].to_numpy(float), rtol=0, atol=1e-12)
+        else:
+            pd.testing.assert_series_equal(ta[col], tb[col], check_exact=True)
+    assert a.min_dcf == b.min_dcf and a.threshold == b.threshold and a.fairness_index == b.fairness_index
+    assert abs(a.overall["eer"] - b.overall["eer"]) <= 1e-12
+
+
+@pytest.mark.parametrize("grid,nparts", [(0.0, 5), (0.5, 7)])
+def test_subgroup_dcf_dask_point_without_collecting(table, grid, nparts, monkeypatch):
+    """Point measures from per-partition counts equal the in-memory engine's (exact except
+    the EER's golden section, 1e-12); the rows are never collected."""
+    import scoremix.distributed.inputs as inputs
+
+    t = table.assign(score=(table.score / grid).round() * grid if grid else table.score,
+                     band=np.where(pd.factorize(table.speaker, sort=True)[0] % 4 == 0, "hi", "lo"))
+    # a cell with one class only and an empty cell of the level product
+    t.loc[(t.sex == t.sex.iloc[0]) & (t.band == "hi"), "y"] = 0
+    t["band"] = pd.Categorical(t["band"], categories=["hi", "lo", "zz"])
+    d = dd.from_pandas(t, npartitions=nparts)
+    monkeypatch.setattr(inputs, "collect_columns", lambda *a, **k: pytest.fail("rows collected"))
+    for kw in (dict(), dict(p_target=0.01, c_miss=10, normalize=True)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            a = sm.subgroup_dcf(t, ["sex", "band"], label="y", progress=False, **kw)
+            b = sm.subgroup_dcf(d, ["sex", "band"], label="y", progress=False, **kw)
+        _assert_same_subgroup_dcf(a, b)
+    assert b.table["note"].str.len().gt(0).any()   # the one-class / empty cells are flagged
+
+
+def test_subgroup_dcf_dask_errors(table):
+    from scoremix.fairness.subgroups import SubgroupError
+
+    t = table.copy()
+    cats = list(t["sex"].cat.categories)
+    t.loc[3, "sex"] = cats[1] if t.loc[3, "sex"] == cats[0] else cats[0]   # speaker of row 3 in two subgroups
+    with pytest.raises(SubgroupError, match="inconsistent attributes"):
+        sm.subgroup_dcf(dd.from_pandas(t, npartitions=3), ["sex"], progress=False)
+    t = table.copy()
+    t.loc[50, "score"] = np.inf
+    with pytest.raises(SubgroupError, match="non-finite value in partition 0"):
+        sm.subgroup_dcf(dd.from_pandas(t, npartitions=3), ["sex"], progress=False)
+    with pytest.raises(SubgroupError, match="nosuch"):
+        sm.subgroup_dcf(dd.from_pandas(table, npartitions=3), ["nosuch"], progress=False)
+
+
 def test_subgroup_dcf_dask_input(table, ddf):
     a = sm.subgroup_dcf(table, ["sex"], progress=False)
     b = sm.subgroup_dcf(ddf, ["sex"], progress=False)

@@ -42,6 +42,7 @@ __all__ = [
     "rates_at",
     "eer",
     "eer_from_counts",
+    "range_candidates",
     "eer_threshold",
     "dcf",
     "min_dcf",
@@ -628,7 +629,7 @@ def _take(p: _Points, idx: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return p.thresholds[idx], p.pos_below[idx], p.neg_below[idx]
 
 
-def _range_candidates(c: Any, info: Any, kind: str, params: tuple) -> Any:
+def range_candidates(c: Any, info: Any, kind: str, params: tuple) -> Any:
     r"""The operating points of one score range that the global computation of ``kind`` can
     need; the union over ranges, in order, replaces all points without changing the result.
 
@@ -691,7 +692,7 @@ def _range_candidates(c: Any, info: Any, kind: str, params: tuple) -> Any:
 
 
 def _dask_candidates(scores: Any, labels: Any, kind: str, params: tuple = ()) -> Any:
-    """Candidates of ``kind`` (see :func:`_range_candidates`) of Dask input, from exact score
+    """Candidates of ``kind`` (see :func:`range_candidates`) of Dask input, from exact score
     counts range-partitioned on the cluster (:func:`scoremix.distributed.ranges.ranged_counts`):
     the client receives per-range totals and a few points per range, never all distinct scores.
     Returns the union of the candidate points as :class:`_Points` (``"voxceleb"``: the EER and
@@ -699,7 +700,7 @@ def _dask_candidates(scores: Any, labels: Any, kind: str, params: tuple = ()) ->
     from scoremix.distributed.ranges import ranged_counts
 
     rc = ranged_counts(scores, labels, allow_posinf=False)
-    parts = rc.map(_range_candidates, kind, params)
+    parts = rc.map(range_candidates, kind, params)
     if kind == "voxceleb":
         # roc_curve's added start point (0, 0) at threshold +inf comes first, then the ranges with
         # thresholds descending; the first minimum of |fnr - fpr| wins

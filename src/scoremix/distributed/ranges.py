@@ -118,7 +118,8 @@ class RangedCounts:
     """Exact, range-partitioned score counts held on the cluster (see the module docstring).
 
     Attributes: ``n_pos``, ``n_neg`` (trials per class), ``n_distinct`` (distinct scores),
-    ``infos`` (one :class:`RangeInfo` per non-empty range, ascending), ``max_score``.
+    ``infos`` (one :class:`RangeInfo` per non-empty range, ascending), ``max_score`` and
+    ``last_counts`` (``(c⁺, c⁻)`` at the largest score).
     """
 
     def __init__(self, tables: list, summaries: list[tuple]) -> None:
@@ -129,6 +130,7 @@ class RangedCounts:
         self.n_pos = int(sum(s[1] for s in sums))
         self.n_neg = int(sum(s[2] for s in sums))
         self.max_score = sums[-1][4][0] if sums else -np.inf
+        self.last_counts = (sums[-1][4][1], sums[-1][4][2]) if sums else (0, 0)
         infos, pb, nb, ib = [], 0, 0, 0
         for m, s in enumerate(sums):
             prev = (sums[m - 1][4][1], sums[m - 1][4][2]) if m else None
