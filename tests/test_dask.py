@@ -289,6 +289,49 @@ def test_study_reads_parquet_glob(table, tmp_path):
         load_study_data(load_study(toml).data)
 
 
+def test_study_dask_fits_models_over_partitions(table, tmp_path):
+    """``study --dask ADDRESS`` with a parquet glob: each native model is fitted once over the
+    partitions (lmer on the Dask frame, per system and with the model's filters), equal to the
+    study's in-memory fit; models that need the rows stay ordinary tasks, with a reason."""
+    distributed = pytest.importorskip("dask.distributed")
+    from scoremix.study import run_study
+
+    t = table[["score", "label", "speaker", "attack", "x", "sex"]].copy()
+    t["system"] = np.where(np.arange(len(t)) % 2 == 0, "A", "B")
+    dd.from_pandas(t, npartitions=4).to_parquet(str(tmp_path / "trials"), write_index=False)
+    toml = tmp_path / "s.toml"
+    toml.write_text(
+        '[study]\nname = "g"\n[data]\nfiles = ["trials/*.parquet"]\nsystem = "system"\n'
+        'negate = { system = ["B"] }\n'
+        '[[models]]\nname = "crossed"\nformula = \'score ~ label * x + (1|speaker) + (1|attack)\'\n'
+        '[[models]]\nname = "pooled"\nformula = "score ~ label + (1|speaker)"\nper_system = false\n'
+        'filters = { sex = ["' + str(t.sex.iloc[0]) + '"] }\n'
+        '[[models]]\nname = "warped"\nformula = "score ~ label + (1|speaker)"\ntransform = "monotone"\n'
+        'per_system = false\n', encoding="utf-8")
+    lines: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mem = run_study(toml, out_dir=tmp_path / "mem", progress=False, report=False)
+        with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                      dashboard_address=None) as cluster:
+            dsk = run_study(toml, out_dir=tmp_path / "dask", dask=cluster.scheduler_address, progress=False,
+                            report=False, log=lines.append)
+    assert not dsk.failed and not mem.failed
+    fits = {(m["model"], m["system"]): m for m in dsk.models}
+    assert {k for k, m in fits.items() if "dask_partitions" in m} == {("crossed", "A"), ("crossed", "B"),
+                                                                      ("pooled", "all")}
+    assert any("warped" in s and "transform" in s for s in lines)   # the reason it stayed a task
+    for m0 in mem.models:
+        m1 = fits[(m0["model"], m0["system"])]
+        assert m1["nobs"] == m0["nobs"]
+        f0, f1 = m0["fixef"].set_index("term"), m1["fixef"].set_index("term")
+        assert list(f1.index) == list(f0.index)
+        scale = np.maximum(np.abs(f0["estimate"].to_numpy()), 1.0)
+        assert np.max(np.abs(f1["estimate"].to_numpy() - f0["estimate"].to_numpy()) / scale) < 1e-8
+        l0, l1 = m0["json"]["loglik"], m1["json"]["loglik"]
+        assert abs(l1 - l0) <= 1e-10 * abs(l0)
+
+
 @pytest.mark.slow
 def test_real_local_cluster(table):
     """Two worker processes: everything a task returns must travel between processes."""
