@@ -9,9 +9,10 @@ score.  Those are merged exactly over partitions,
     c^{\\pm}(t) = \\sum_j \\#\\{i \\in P_j : s_i = t,\\ y_i = \\pm\\},
 
 (per-partition value counts, merged with a tree of sorted unions), so EER, minDCF and the
-DET curve computed from them equal the in-memory values exactly.  Client memory is that
-of the set of distinct scores (24 bytes each), not of the trials; partitions are never
-collected.
+DET curve computed from them equal the in-memory values exactly.  :func:`score_counts` brings
+the merged table (every distinct score, 24 bytes each) to the client; the metrics use
+:mod:`scoremix.distributed.ranges` instead, which keeps the tables on the workers split by
+score range.  Partitions are never collected.
 """
 
 from __future__ import annotations
