@@ -348,6 +348,8 @@ def test_real_local_cluster(table):
         _assert_same_fit(m0, m1)
         assert sm.eer(d.score, d.label) == sm.eer(t.score, t.label)
         assert sm.min_dcf(d.score, d.label) == sm.min_dcf(t.score, t.label)
+        _assert_same_subgroup_dcf(sm.subgroup_dcf(t, ["sex"], progress=False),
+                                  sm.subgroup_dcf(d, ["sex"], progress=False))
         assert abs(sm.model_eer(m1) - sm.model_eer(m0)) < 1e-9
         np.testing.assert_allclose(m1.fitted.compute().to_numpy(), m0.fitted.to_numpy(), atol=1e-7)
 
