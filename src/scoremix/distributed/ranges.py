@@ -23,8 +23,10 @@ the client; (2) ``M − 1`` splitters at the weighted quantiles of the sketches'
 (a shuffle of count tables, no rows move); (4) per-range totals go to the client.
 
 Memory: a worker holds count tables of its partitions and ranges (each about one partition's
-distinct scores when ``M`` = number of partitions); the client holds the sketches
-(``O(M²)`` numbers) and per-range totals, never anything that grows with ``N`` at fixed ``M``.
+distinct scores when ``M`` = number of partitions ``J``; ``J/M`` partitions' worth when ``J``
+exceeds the default cap of 64 ranges, which bounds the shuffle to ``64·J`` pieces); the client
+holds the sketches (``4·J·M`` numbers) and per-range totals, never anything that grows with
+``N`` at fixed ``J``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ from scoremix.distributed.inputs import DaskInputError, tree_reduce
 from scoremix.distributed.scores import ScoreCounts, count_partition, merge_counts, partitions_of
 from scoremix.trials import NonFiniteScoreError, SingleClassError
 
-__all__ = ["RangeInfo", "RangedCounts", "ranged_counts", "split_counts", "sketch_counts",
+#: default cap on the number of ranges: the shuffle has (partitions × ranges) small pieces
+MAX_RANGES = 64
+
+__all__ = ["MAX_RANGES", "RangeInfo", "RangedCounts", "ranged_counts", "split_counts", "sketch_counts",
            "choose_splitters"]
 
 
@@ -158,7 +163,7 @@ def ranged_counts(scores: Any, labels: Any, positive: Any = None, allow_posinf: 
     """Range-partitioned exact counts of Dask ``scores`` and ``labels`` (Series or 1-D arrays
     with the same partitions), validated as the in-memory metrics validate their input (NaN,
     ``+inf`` when not allowed, one class only).  ``n_ranges``: number of ranges (default: the
-    number of partitions)."""
+    number of partitions, at most :data:`MAX_RANGES`)."""
     import dask
     from dask import delayed
 
@@ -167,7 +172,7 @@ def ranged_counts(scores: Any, labels: Any, positive: Any = None, allow_posinf: 
     if len(sp) != len(lp):
         raise DaskInputError(f"scores has {len(sp)} partitions but labels has {len(lp)}; take both "
                              "from one Dask DataFrame")
-    M = max(1, int(n_ranges if n_ranges is not None else len(sp)))
+    M = max(1, int(n_ranges if n_ranges is not None else min(len(sp), MAX_RANGES)))
     leaves = [delayed(count_partition)(s, l, positive, i) for i, (s, l) in enumerate(zip(sp, lp))]
     leaves = list(dask.persist(*leaves))
     sketches = dask.compute(*[delayed(sketch_counts)(c, 4 * M) for c in leaves])
