@@ -11,7 +11,8 @@ For each size N the script
    ``LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="3GB")``, and computes
    ``sm.eer`` / ``sm.min_dcf`` on the same Dask frame;
 3. where N ≤ ``--in-memory-max``, fits the same rows in memory (``pd.read_parquet`` +
-   ``sm.lmer``) and computes ``sm.eer`` / ``sm.min_dcf`` in memory.
+   ``sm.lmer``) and computes ``sm.eer`` / ``sm.min_dcf`` in memory; above it, up to
+   ``--in-memory-metrics-max``, only the metrics, on the score and label columns.
 
 Every step runs in its own Python process, so its peak RSS (``ru_maxrss``) is its own:
 "client" is the process that holds the Dask client (and the fit), "worker" the largest peak
@@ -147,6 +148,23 @@ def fit_memory(folder: Path) -> dict:
                 min_dcf_thr=d.threshold, nobs=m.nobs)
 
 
+def metrics_memory(folder: Path) -> dict:
+    """In-memory ``sm.eer`` / ``sm.min_dcf`` of the score and label columns only (beyond the
+    in-memory fit's reach, the exact metrics of 10⁸ trials still fit in RAM)."""
+    import pandas as pd
+
+    import scoremix as sm
+
+    t0 = time.perf_counter()
+    df = pd.read_parquet(folder, columns=["score", "label"])
+    t_read = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    e = sm.eer(df.score, df.label)
+    d = sm.min_dcf(df.score, df.label)
+    return dict(wall_read=t_read, wall_metrics=time.perf_counter() - t0, client_rss=_peak_rss_gb(), eer=e,
+                min_dcf=float(d.value), min_dcf_thr=d.threshold)
+
+
 # ----------------------------------------------------------------------------- driver
 def _child(args: list[str]) -> dict:
     out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
@@ -163,6 +181,9 @@ def main() -> None:
     ap.add_argument("--partition-rows", type=float, default=2e6)
     ap.add_argument("--in-memory-max", type=float, default=3e7,
                     help="fit in memory too up to this many rows (10M rows need ~2.4 GB)")
+    ap.add_argument("--in-memory-metrics-max", type=float, default=1e8,
+                    help="above --in-memory-max, still compute EER/minDCF in memory (score and label "
+                         "columns only) up to this many rows")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--memory-limit", default="3GB")
     ap.add_argument("--keep", action="store_true", help="keep the generated parquet files")
@@ -177,6 +198,8 @@ def main() -> None:
             res["client_rss"] = _peak_rss_gb()
         elif a.step == "dask":
             res = fit_dask(folder, a.workers, a.memory_limit)
+        elif a.step == "metrics":
+            res = metrics_memory(folder)
         else:
             res = fit_memory(folder)
         print(json.dumps(res))
@@ -194,10 +217,16 @@ def main() -> None:
         t_gen = time.perf_counter() - t0
         dk = _child(["--step", "dask", "--folder", str(folder), "--workers", str(a.workers),
                      "--memory-limit", a.memory_limit])
-        mem = None
+        mem = met = None
         if n <= a.in_memory_max:
             mem = _child(["--step", "memory", "--folder", str(folder)])
-        row = dict(n=n, generate_s=t_gen, generate_rss_gb=gen["client_rss"], dask=dk, memory=mem)
+        elif n <= a.in_memory_metrics_max:
+            met = _child(["--step", "metrics", "--folder", str(folder)])
+        row = dict(n=n, generate_s=t_gen, generate_rss_gb=gen["client_rss"], dask=dk, memory=mem,
+                   memory_metrics=met)
+        if met is not None:
+            row["eer_equal"] = dk["eer"] == met["eer"]
+            row["min_dcf_equal"] = dk["min_dcf"] == met["min_dcf"] and dk["min_dcf_thr"] == met["min_dcf_thr"]
         if mem is not None:
             row["crit_rel_diff"] = abs(dk["loglik"] - mem["loglik"]) / abs(mem["loglik"])
             fd, fm = np.array(list(dk["fixef"].values())), np.array(list(mem["fixef"].values()))
@@ -218,6 +247,10 @@ def main() -> None:
             print(f"  REML criterion rel diff {row['crit_rel_diff']:.1e}, fixef max rel diff "
                   f"{row['fixef_rel_diff']:.1e}, EER equal {row['eer_equal']}, minDCF equal "
                   f"{row['min_dcf_equal']}")
+        elif met is not None:
+            print(f"  in-memory: fit not run (above --in-memory-max); eer+minDCF of the score/label columns "
+                  f"{met['wall_metrics']:6.1f} s, peak RSS {met['client_rss']:.2f} GB; EER equal "
+                  f"{row['eer_equal']}, minDCF equal {row['min_dcf_equal']}")
         else:
             print("  in-memory: not run (above --in-memory-max)")
         if not a.keep:

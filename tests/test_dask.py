@@ -181,6 +181,59 @@ def test_min_dcf_exact(table, ddf):
         assert a == b
 
 
+def _tied_table(seed: int, n: int, grid: float) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.4).astype(int)
+    y[:2] = [0, 1]
+    s = rng.normal(0.0, 1.0, n) + 1.2 * y
+    return pd.DataFrame({"score": np.round(s / grid) * grid if grid else s, "y": y})
+
+
+@pytest.mark.parametrize("seed,n,grid,nparts", [
+    (1, 400, 0.5, 11),   # few distinct values: many empty ranges, every range one value
+    (2, 300, 0.1, 9),    # ties spread over partitions and ranges
+    (3, 250, 0.0, 12),   # distinct scores, ranges of a handful
+    (4, 60, 1.0, 12),    # more partitions than distinct values
+])
+def test_range_partitioned_metrics_equal_in_memory(seed, n, grid, nparts):
+    """Per-range candidates (hull vertices, DCF minima, crossings) combined on the client
+    give the in-memory EER of every definition, its threshold and minDCF exactly (==)."""
+    t = _tied_table(seed, n, grid)
+    d = dd.from_pandas(t, npartitions=nparts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.metrics.ScoreDirectionWarning)
+        for method in sm.metrics.EER_METHODS:
+            assert sm.eer(d.score, d.y, method=method) == sm.eer(t.score, t.y, method=method), method
+            assert (sm.eer_threshold(d.score, d.y, method=method)
+                    == sm.eer_threshold(t.score, t.y, method=method)), method
+        assert (sm.eer(d.score, d.y, higher_is_positive=False)
+                == sm.eer(t.score, t.y, higher_is_positive=False))
+        for kw in (dict(), dict(p_target=0.3, c_miss=2, normalize=True), dict(higher_is_positive=False)):
+            assert sm.min_dcf(d.score, d.y, **kw) == sm.min_dcf(t.score, t.y, **kw)
+
+
+def test_ranges_hold_each_value_once():
+    """Ranges are contiguous and disjoint: every copy of a score value is in one range; the
+    client holds per-range totals only (a map returns one small result per range)."""
+    from scoremix.distributed.ranges import ranged_counts
+
+    t = _tied_table(7, 500, 0.25)
+    d = dd.from_pandas(t, npartitions=8)
+    rc = ranged_counts(d.score, d.y, n_ranges=5)
+    tables = rc.map(lambda c, info: c)
+    assert 1 < rc.n_ranges <= 5 and len(tables) == rc.n_ranges
+    allv = np.concatenate([c.scores for c in tables])
+    assert np.all(np.diff(allv) > 0)                       # ascending, no value in two ranges
+    u, counts = np.unique(t.score, return_counts=True)
+    np.testing.assert_array_equal(allv, u)
+    np.testing.assert_array_equal(np.concatenate([c.n_pos + c.n_neg for c in tables]), counts)
+    pos = np.concatenate([c.n_pos for c in tables])
+    np.testing.assert_array_equal(pos, t.groupby("score").y.sum().to_numpy())
+    before = [info.pos_before for info in rc.infos]
+    np.testing.assert_array_equal(before, np.concatenate(([0], np.cumsum([c.n_pos.sum() for c in tables])[:-1])))
+    assert (rc.n_pos, rc.n_neg, rc.n_distinct) == (int(t.y.sum()), int((1 - t.y).sum()), u.size)
+
+
 def test_counts_functions_match_expanded():
     s = np.array([-1.0, 0.5, 2.0, 3.0])
     npos = np.array([0, 2, 1, 3])
@@ -236,6 +289,49 @@ def test_study_reads_parquet_glob(table, tmp_path):
         load_study_data(load_study(toml).data)
 
 
+def test_study_dask_fits_models_over_partitions(table, tmp_path):
+    """``study --dask ADDRESS`` with a parquet glob: each native model is fitted once over the
+    partitions (lmer on the Dask frame, per system and with the model's filters), equal to the
+    study's in-memory fit; models that need the rows stay ordinary tasks, with a reason."""
+    distributed = pytest.importorskip("dask.distributed")
+    from scoremix.study import run_study
+
+    t = table[["score", "label", "speaker", "attack", "x", "sex"]].copy()
+    t["system"] = np.where(np.arange(len(t)) % 2 == 0, "A", "B")
+    dd.from_pandas(t, npartitions=4).to_parquet(str(tmp_path / "trials"), write_index=False)
+    toml = tmp_path / "s.toml"
+    toml.write_text(
+        '[study]\nname = "g"\n[data]\nfiles = ["trials/*.parquet"]\nsystem = "system"\n'
+        'negate = { system = ["B"] }\n'
+        '[[models]]\nname = "crossed"\nformula = \'score ~ label * x + (1|speaker) + (1|attack)\'\n'
+        '[[models]]\nname = "pooled"\nformula = "score ~ label + (1|speaker)"\nper_system = false\n'
+        'filters = { sex = ["' + str(t.sex.iloc[0]) + '"] }\n'
+        '[[models]]\nname = "warped"\nformula = "score ~ label + (1|speaker)"\ntransform = "monotone"\n'
+        'per_system = false\n', encoding="utf-8")
+    lines: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mem = run_study(toml, out_dir=tmp_path / "mem", progress=False, report=False)
+        with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                      dashboard_address=None) as cluster:
+            dsk = run_study(toml, out_dir=tmp_path / "dask", dask=cluster.scheduler_address, progress=False,
+                            report=False, log=lines.append)
+    assert not dsk.failed and not mem.failed
+    fits = {(m["model"], m["system"]): m for m in dsk.models}
+    assert {k for k, m in fits.items() if "dask_partitions" in m} == {("crossed", "A"), ("crossed", "B"),
+                                                                      ("pooled", "all")}
+    assert any("warped" in s and "transform" in s for s in lines)   # the reason it stayed a task
+    for m0 in mem.models:
+        m1 = fits[(m0["model"], m0["system"])]
+        assert m1["nobs"] == m0["nobs"]
+        f0, f1 = m0["fixef"].set_index("term"), m1["fixef"].set_index("term")
+        assert list(f1.index) == list(f0.index)
+        scale = np.maximum(np.abs(f0["estimate"].to_numpy()), 1.0)
+        assert np.max(np.abs(f1["estimate"].to_numpy() - f0["estimate"].to_numpy()) / scale) < 1e-8
+        l0, l1 = m0["json"]["loglik"], m1["json"]["loglik"]
+        assert abs(l1 - l0) <= 1e-10 * abs(l0)
+
+
 @pytest.mark.slow
 def test_real_local_cluster(table):
     """Two worker processes: everything a task returns must travel between processes."""
@@ -252,6 +348,8 @@ def test_real_local_cluster(table):
         _assert_same_fit(m0, m1)
         assert sm.eer(d.score, d.label) == sm.eer(t.score, t.label)
         assert sm.min_dcf(d.score, d.label) == sm.min_dcf(t.score, t.label)
+        _assert_same_subgroup_dcf(sm.subgroup_dcf(t, ["sex"], progress=False),
+                                  sm.subgroup_dcf(d, ["sex"], progress=False))
         assert abs(sm.model_eer(m1) - sm.model_eer(m0)) < 1e-9
         np.testing.assert_allclose(m1.fitted.compute().to_numpy(), m0.fitted.to_numpy(), atol=1e-7)
 
@@ -276,6 +374,56 @@ def test_offset_response_expression_and_contrasts(table, ddf):
     _assert_same_fit(m0, m1)
     with pytest.raises(DaskInputError, match=r"scale\(\)"):
         sm.lmer("score ~ label + scale(x) + (1|speaker)", ddf)
+
+
+def _assert_same_subgroup_dcf(a, b):
+    ta, tb = a.table.reset_index(drop=True), b.table.reset_index(drop=True)
+    assert list(ta.columns) == list(tb.columns)
+    for col in ta.columns:
+        if col == "eer":   # golden section on the hull vertices instead of all candidates
+            np.testing.assert_allclose(tb[col].to_numpy(float), ta[col].to_numpy(float), rtol=0, atol=1e-12)
+        else:
+            pd.testing.assert_series_equal(ta[col], tb[col], check_exact=True)
+    assert a.min_dcf == b.min_dcf and a.threshold == b.threshold and a.fairness_index == b.fairness_index
+    assert abs(a.overall["eer"] - b.overall["eer"]) <= 1e-12
+
+
+@pytest.mark.parametrize("grid,nparts", [(0.0, 5), (0.5, 7)])
+def test_subgroup_dcf_dask_point_without_collecting(table, grid, nparts, monkeypatch):
+    """Point measures from per-partition counts equal the in-memory engine's (exact except
+    the EER's golden section, 1e-12); the rows are never collected."""
+    import scoremix.distributed.inputs as inputs
+
+    t = table.assign(score=(table.score / grid).round() * grid if grid else table.score,
+                     band=np.where(pd.factorize(table.speaker, sort=True)[0] % 4 == 0, "hi", "lo"))
+    # a cell with one class only and an empty cell of the level product
+    t.loc[(t.sex == t.sex.iloc[0]) & (t.band == "hi"), "y"] = 0
+    t["band"] = pd.Categorical(t["band"], categories=["hi", "lo", "zz"])
+    d = dd.from_pandas(t, npartitions=nparts)
+    monkeypatch.setattr(inputs, "collect_columns", lambda *a, **k: pytest.fail("rows collected"))
+    for kw in (dict(), dict(p_target=0.01, c_miss=10, normalize=True)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            a = sm.subgroup_dcf(t, ["sex", "band"], label="y", progress=False, **kw)
+            b = sm.subgroup_dcf(d, ["sex", "band"], label="y", progress=False, **kw)
+        _assert_same_subgroup_dcf(a, b)
+    assert b.table["note"].str.len().gt(0).any()   # the one-class / empty cells are flagged
+
+
+def test_subgroup_dcf_dask_errors(table):
+    from scoremix.fairness.subgroups import SubgroupError
+
+    t = table.copy()
+    cats = list(t["sex"].cat.categories)
+    t.loc[3, "sex"] = cats[1] if t.loc[3, "sex"] == cats[0] else cats[0]   # speaker of row 3 in two subgroups
+    with pytest.raises(SubgroupError, match="inconsistent attributes"):
+        sm.subgroup_dcf(dd.from_pandas(t, npartitions=3), ["sex"], progress=False)
+    t = table.copy()
+    t.loc[50, "score"] = np.inf
+    with pytest.raises(SubgroupError, match="non-finite value in partition 0"):
+        sm.subgroup_dcf(dd.from_pandas(t, npartitions=3), ["sex"], progress=False)
+    with pytest.raises(SubgroupError, match="nosuch"):
+        sm.subgroup_dcf(dd.from_pandas(table, npartitions=3), ["nosuch"], progress=False)
 
 
 def test_subgroup_dcf_dask_input(table, ddf):

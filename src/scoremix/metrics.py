@@ -42,6 +42,7 @@ __all__ = [
     "rates_at",
     "eer",
     "eer_from_counts",
+    "range_candidates",
     "eer_threshold",
     "dcf",
     "min_dcf",
@@ -614,24 +615,110 @@ def _is_dask(x: Any) -> bool:
     return hasattr(x, "__dask_graph__") and hasattr(x, "npartitions")
 
 
-def _points_any(scores: Any, labels: Any, allow_posinf: bool) -> _Points:
-    """Operating points of in-memory input, or of Dask input from exact per-partition
-    score counts merged on the cluster (:func:`scoremix.distributed.scores.score_counts`)."""
-    if _is_dask(scores) or _is_dask(labels):
-        from scoremix.distributed.scores import score_counts
-        return _points_from_counts(*score_counts(scores, labels, allow_posinf=allow_posinf))
-    s, y = _prepare(scores, labels, allow_posinf=allow_posinf)
-    return _points(s, y)
+def _range_points(c: Any, info: Any) -> _Points:
+    """The global operating points at the distinct scores of one range (see
+    :mod:`scoremix.distributed.ranges`): counts below each score offset by the trials below
+    the range; ``n_pos``/``n_neg`` are the totals of all trials."""
+    pb = info.pos_before + np.concatenate(([0], np.cumsum(c.n_pos)[:-1])).astype(np.int64)
+    nb = info.neg_before + np.concatenate(([0], np.cumsum(c.n_neg)[:-1])).astype(np.int64)
+    return _Points(np.asarray(c.scores, np.float64), pb, nb, info.n_pos, info.n_neg)
+
+
+def _take(p: _Points, idx: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    idx = np.asarray(idx, dtype=np.int64)
+    return p.thresholds[idx], p.pos_below[idx], p.neg_below[idx]
+
+
+def range_candidates(c: Any, info: Any, kind: str, params: tuple) -> Any:
+    r"""The operating points of one score range that the global computation of ``kind`` can
+    need; the union over ranges, in order, replaces all points without changing the result.
+
+    * ``"min_dcf"``: the first minimiser of :math:`C(\tau)` in the range (the global first
+      minimiser is the first minimiser of the range holding it; costs are computed
+      elementwise from the same integers, so they are the same floats).
+    * ``"rocch"``: the vertices of the lower convex hull of the range's points and the first
+      point above it (PAV blocks, then the exact integer hull). A vertex of the global ROC
+      convex hull is the unique minimiser of some :math:`a P_\text{fa} + b P_\text{miss}`,
+      :math:`a, b > 0`, over all points, hence over its range's: so it survives there, and the
+      hull of the union of the ranges' hull vertices is the global hull.
+    * ``"interp"``: the last point with :math:`d = P_\text{miss} - P_\text{fa} \le 0` and the
+      first with :math:`d > 0` (:math:`d` rises with the threshold): the global straddling pair
+      is among the union.
+    * ``"asvspoof"``: the last two points with :math:`d < 0` and the first with :math:`d \ge 0`.
+    * ``"voxceleb"``: ``(|fnr − fpr|, fnr, threshold)`` of the first minimiser (thresholds
+      descending) among the range's points kept by ``roc_curve(drop_intermediate=True)``;
+      keeping a point depends on its counts and those of the next lower score (``prev_counts``).
+    """
+    p = _range_points(c, info)
+    if kind == "min_dcf":
+        pm = p.pos_below / p.n_pos
+        pf = (p.n_neg - p.neg_below) / p.n_neg
+        return _take(p, [int(np.argmin(_cost(pm, pf, *params)))])
+    if kind == "rocch":
+        end_pb = info.pos_before + int(np.sum(c.n_pos))
+        end_nb = info.neg_before + int(np.sum(c.n_neg))
+        local = _Points(p.thresholds, p.pos_below, p.neg_below, end_pb, end_nb)
+        starts = _pav(local)[0].blocks[:-1]
+        # candidates descending in threshold (P_fa ascending), the first point above the range first
+        fa = (p.n_neg - np.append(p.neg_below[starts], end_nb))[::-1].astype(np.int64)
+        miss = np.append(p.pos_below[starts], end_pb)[::-1].astype(np.int64)
+        h = _lower_hull(fa, miss)
+        keep = np.sort(starts[::-1][h[h > 0] - 1])
+        return _take(p, keep)
+    d = p.pos_below / p.n_pos - (p.n_neg - p.neg_below) / p.n_neg
+    if kind == "interp":
+        lo, hi = np.flatnonzero(d <= 0), np.flatnonzero(d > 0)
+        return _take(p, np.concatenate((lo[-1:], hi[:1])))
+    if kind == "asvspoof":
+        lo, hi = np.flatnonzero(d < 0), np.flatnonzero(d >= 0)
+        return _take(p, np.concatenate((lo[-2:], hi[:1])))
+    if kind == "voxceleb":
+        k = info.index_before + np.arange(p.thresholds.size)
+        cp = np.asarray(c.n_pos, np.int64)
+        cn = np.asarray(c.n_neg, np.int64)
+        prev = info.prev_counts or (-1, -1)
+        pp, pn = np.concatenate(([prev[0]], cp[:-1])), np.concatenate(([prev[1]], cn[:-1]))
+        keep = (k == 0) | (k == info.n_distinct - 1) | (info.n_distinct <= 2) | (cp != pp) | (cn != pn)
+        tps = (p.n_pos - p.pos_below)[keep][::-1].astype(np.float64)
+        fps = (p.n_neg - p.neg_below)[keep][::-1].astype(np.float64)
+        fnr = 1 - tps / np.float64(p.n_pos)
+        fpr = fps / np.float64(p.n_neg)
+        e = np.abs(fnr - fpr)
+        if e.size == 0:
+            return None  # every point of the range is dropped as intermediate
+        i = int(np.argmin(e))
+        return float(e[i]), float(fnr[i]), float(p.thresholds[keep][::-1][i])
+    raise MetricInputError(f"unknown range computation {kind!r}")
+
+
+def _dask_candidates(scores: Any, labels: Any, kind: str, params: tuple = ()) -> Any:
+    """Candidates of ``kind`` (see :func:`range_candidates`) of Dask input, from exact score
+    counts range-partitioned on the cluster (:func:`scoremix.distributed.ranges.ranged_counts`):
+    the client receives per-range totals and a few points per range, never all distinct scores.
+    Returns the union of the candidate points as :class:`_Points` (``"voxceleb"``: the EER and
+    its threshold)."""
+    from scoremix.distributed.ranges import ranged_counts
+
+    rc = ranged_counts(scores, labels, allow_posinf=False)
+    parts = rc.map(range_candidates, kind, params)
+    if kind == "voxceleb":
+        # roc_curve's added start point (0, 0) at threshold +inf comes first, then the ranges with
+        # thresholds descending; the first minimum of |fnr - fpr| wins
+        cands = [(abs(np.float64(1.0) - np.float64(0.0)), 1.0, np.inf)] + [q for q in parts[::-1] if q]
+        i = int(np.argmin([c[0] for c in cands]))
+        return cands[i][1], cands[i][2]
+    thr, pb, nb = (np.concatenate([q[j] for q in parts]) for j in range(3))
+    return _Points(thr, pb, nb, rc.n_pos, rc.n_neg)
 
 
 def _eer_point(scores: Any, labels: Any, method: str, higher_is_positive: bool = True) -> tuple[float, float]:
     if method not in _EER:
         raise MetricInputError(f"unknown EER method {method!r}; choose one of {EER_METHODS}")
     if _is_dask(scores) or _is_dask(labels):
-        # exact per-partition score counts merged on the cluster (no direction check: that needs
-        # the rows; scoremix.auc on a sample does it)
-        rate, tau = _EER[method](_points_any(scores if higher_is_positive else -scores, labels,
-                                             allow_posinf=False))
+        # exact score counts, range-partitioned on the cluster; each range returns the few points
+        # the EER can need (no direction check: that needs the rows; scoremix.auc on a sample does it)
+        cand = _dask_candidates(scores if higher_is_positive else -scores, labels, method)
+        rate, tau = cand if method == "voxceleb" else _EER[method](cand)
     else:
         s, y = _prepare(scores if higher_is_positive else -_as_scores(scores), labels,
                         allow_posinf=False)
@@ -838,7 +925,8 @@ def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1,
     if speaker is not None:
         raise MetricInputError("speaker= is only used with n_boot > 0 (the speaker-cluster bootstrap)")
     if _is_dask(scores) or _is_dask(labels):
-        p = _points_any(scores if higher_is_positive else -scores, labels, allow_posinf=False)
+        p = _dask_candidates(scores if higher_is_positive else -scores, labels, "min_dcf",
+                             (p_target, c_miss, c_fa, normalize))
     else:
         s, y = _prepare(scores if higher_is_positive else -_as_scores(scores), labels,
                         allow_posinf=False)

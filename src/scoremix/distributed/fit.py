@@ -21,7 +21,7 @@ from scoremix.distributed.spec import DaskModelSpec, build_dask_model_spec
 from scoremix.lme.native import fit as native_fit
 from scoremix.lme.result import LmerResult
 
-__all__ = ["DaskLmerResult", "lmer_dask", "predict_rows", "fitted_partition", "moment_cells"]
+__all__ = ["DaskLmerResult", "lmer_dask", "predict_rows", "fitted_partition", "moment_cells", "response_frame"]
 
 
 def predict_rows(part: pd.DataFrame, fixed_design: Any, random_design: Any, keep: np.ndarray | None,
@@ -208,7 +208,7 @@ class DaskLmerResult(LmerResult):
         from scoremix.model_eer import mixture_eer
 
         names = [] if by is None else ([by] if isinstance(by, str) else list(by))
-        cells = self.moment_cells(conditional, label, positive, names, score=bool(names))
+        cells = self.moment_cells(conditional, label, positive, names)
 
         def eer_of(g: pd.DataFrame) -> float:
             neg, pos = g[g["y"] == 0], g[g["y"] == 1]
@@ -222,20 +222,42 @@ class DaskLmerResult(LmerResult):
 
         if not names:
             return eer_of(cells)
-        from scoremix.metrics import eer_from_counts
+        from scoremix.metrics import eer as empirical_eer
 
+        # the empirical EER of each subgroup: exact, range-partitioned score counts of its rows
+        resp = self.spec.frame.map_partitions(response_frame, self.spec.encoder, label, positive, names,
+                                              meta={**{c: self.spec.frame[c].dtype for c in names},
+                                                    "y": "i1", "score": "f8"})
         rows = []
         for key, g in cells.groupby(names, sort=True, dropna=False):
+            key = key if isinstance(key, tuple) else (key,)
             n_pos = int(g.loc[g["y"] == 1, "n"].sum())
             n_neg = int(g.loc[g["y"] == 0, "n"].sum())
             emp = float("nan")
             if n_pos and n_neg:
-                sc = g.groupby(["score", "y"])["n"].sum().unstack(fill_value=0)
-                emp = eer_from_counts(sc.index.to_numpy(), sc.get(1, 0 * sc.iloc[:, 0]).to_numpy(),
-                                      sc.get(0, 0 * sc.iloc[:, 0]).to_numpy())
-            rows.append((*(key if isinstance(key, tuple) else (key,)), n_neg, n_pos, eer_of(g), emp))
+                mask = None
+                for c, k in zip(names, key):
+                    hit = resp[c].isna() if pd.isna(k) else (resp[c] == k)
+                    mask = hit if mask is None else (mask & hit)
+                sub = resp[mask]
+                emp = float(empirical_eer(sub["score"], sub["y"]))
+            rows.append((*key, n_neg, n_pos, eer_of(g), emp))
         out = pd.DataFrame(rows, columns=[*names, "n_neg", "n_pos", "eer_model", "eer_empirical"])
         return out.set_index(names)
+
+
+def response_frame(part: pd.DataFrame, enc: PartitionEncoder, label: str, positive: Any,
+                   by: list[str]) -> pd.DataFrame:
+    """The ``by`` columns, the class ``y`` (0/1) and the response ``score`` of the complete
+    rows of one partition (those the fit used)."""
+    from scoremix.trials import label_to_binary
+
+    part = part.dropna(subset=enc.used)
+    out = part[by].copy()
+    out["y"] = (np.asarray(label_to_binary(part[label], positive=positive), dtype=np.int8) if len(part)
+                else np.zeros(0, np.int8))
+    out["score"] = enc.response_values(part) if len(part) else np.zeros(0)
+    return out
 
 
 def lmer_dask(formula: str, data: Any, REML: bool = True, weights: str | None = None,

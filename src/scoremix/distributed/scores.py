@@ -9,9 +9,10 @@ score.  Those are merged exactly over partitions,
     c^{\\pm}(t) = \\sum_j \\#\\{i \\in P_j : s_i = t,\\ y_i = \\pm\\},
 
 (per-partition value counts, merged with a tree of sorted unions), so EER, minDCF and the
-DET curve computed from them equal the in-memory values exactly.  Client memory is that
-of the set of distinct scores (24 bytes each), not of the trials; partitions are never
-collected.
+DET curve computed from them equal the in-memory values exactly.  :func:`score_counts` brings
+the merged table (every distinct score, 24 bytes each) to the client; the metrics use
+:mod:`scoremix.distributed.ranges` instead, which keeps the tables on the workers split by
+score range.  Partitions are never collected.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pandas as pd
 from scoremix.distributed.inputs import DaskInputError, is_dask_collection, tree_reduce
 from scoremix.trials import NonFiniteScoreError, SingleClassError, label_to_binary
 
-__all__ = ["ScoreCounts", "score_counts", "merge_counts", "count_partition"]
+__all__ = ["ScoreCounts", "score_counts", "merge_counts", "count_partition", "partitions_of"]
 
 
 class ScoreCounts(NamedTuple):
@@ -68,7 +69,8 @@ def merge_counts(parts: Sequence[ScoreCounts]) -> ScoreCounts:
     return ScoreCounts(u, pos.astype(np.int64), neg.astype(np.int64))
 
 
-def _partitions(x: Any, what: str) -> list:
+def partitions_of(x: Any, what: str) -> list:
+    """The partitions of a Dask Series/array as delayed objects (``what`` names it in errors)."""
     if not is_dask_collection(x):
         raise DaskInputError(f"{what} must be Dask too when the other one is (got {type(x).__name__})")
     return list(x.to_delayed().ravel()) if hasattr(x.to_delayed(), "ravel") else list(x.to_delayed())
@@ -82,8 +84,8 @@ def score_counts(scores: Any, labels: Any, positive: Any = None, allow_posinf: b
     import dask
     from dask import delayed
 
-    sp = _partitions(scores, "scores")
-    lp = _partitions(labels, "labels")
+    sp = partitions_of(scores, "scores")
+    lp = partitions_of(labels, "labels")
     if len(sp) != len(lp):
         raise DaskInputError(f"scores has {len(sp)} partitions but labels has {len(lp)}; take both "
                              "from one Dask DataFrame")

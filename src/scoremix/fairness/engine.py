@@ -17,7 +17,7 @@ import pandas as pd
 from scoremix.fairness.bootstrap import Population, rocch_eer_from_rates, weighted_rates_at
 from scoremix.fairness.subgroups import SubgroupError, Subgroups
 
-__all__ = ["CostSpec", "Engine", "cluster_codes", "MEASURES"]
+__all__ = ["CostSpec", "Engine", "assemble_measures", "cluster_codes", "MEASURES"]
 
 #: per-subgroup measures that get bootstrap intervals
 MEASURES = ("dcf_at_overall", "min_dcf", "threshold_own", "ratio_overall", "ratio_own",
@@ -137,7 +137,6 @@ class Engine:
         all_fnr, all_eer, fairness_index`` and per-subgroup ``(G, B)`` arrays of
         :data:`MEASURES` plus ``n_pos, n_neg, n_errors``.
         """
-        a, b = self.cost.weights
         B = M.shape[1]
         ov = self._min_cost(self.overall, M)
         fn, fp = weighted_rates_at(self._m_rank, self._m_y, self._m_cl, self._m_g, self.G, ov["thr_rank"], M)
@@ -159,22 +158,37 @@ class Engine:
                 own["eer"][g] = o["eer"]
             own["n_pos"][g] = o["n_pos"]
             own["n_neg"][g] = o["n_neg"]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            fnr = fn / own["n_pos"]
-            fpr = fp / own["n_neg"]
-            dcf_at = a * fnr + b * fpr
-            res.update({
-                "n_pos": own["n_pos"], "n_neg": own["n_neg"], "n_errors": fn + fp,
-                "dcf_at_overall": dcf_at, "min_dcf": own["min_dcf"], "threshold_own": own["threshold_own"],
-                "ratio_overall": dcf_at / ov["min_dcf"][None, :],
-                "ratio_own": own["min_dcf"] / dcf_at,
-                "fpr": fpr, "fnr": fnr,
-                "fpr_ratio": fpr / ov["fpr"][None, :], "fnr_ratio": fnr / ov["fnr"][None, :],
-                "eer": own["eer"],
-            })
-        r = res["ratio_overall"]
-        res["fairness_index"] = np.where(r > 1, r, 0.0).sum(axis=0)
-        return res
+        return assemble_measures(res, own, fn, fp, ov, self.cost)
+
+
+def assemble_measures(res: dict[str, np.ndarray], own: dict[str, np.ndarray], fn: np.ndarray, fp: np.ndarray,
+                      ov: dict[str, np.ndarray], cost: CostSpec) -> dict[str, np.ndarray]:
+    r"""The SVEva measures of every subgroup from its own minimum cost and its errors at the
+    overall threshold :math:`τ^*`.
+
+    ``own``: ``(G, B)`` ``min_dcf, threshold_own, eer, n_pos, n_neg`` of each subgroup;
+    ``fn``/``fp``: ``(G, B)`` misses / false alarms at :math:`τ^*`; ``ov``: the overall
+    ``min_dcf``, ``fpr``, ``fnr`` ``(B,)``; ``res``: the overall entries, completed in place
+    with ``dcf_at_overall = a·fnr + b·fpr``, the ratios and the Fairness Index
+    :math:`\sum_g r_g 1\{r_g > 1\}`, :math:`r_g` = ``dcf_at_overall / all_min_dcf``.
+    """
+    a, b = cost.weights
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fnr = fn / own["n_pos"]
+        fpr = fp / own["n_neg"]
+        dcf_at = a * fnr + b * fpr
+        res.update({
+            "n_pos": own["n_pos"], "n_neg": own["n_neg"], "n_errors": fn + fp,
+            "dcf_at_overall": dcf_at, "min_dcf": own["min_dcf"], "threshold_own": own["threshold_own"],
+            "ratio_overall": dcf_at / ov["min_dcf"][None, :],
+            "ratio_own": own["min_dcf"] / dcf_at,
+            "fpr": fpr, "fnr": fnr,
+            "fpr_ratio": fpr / ov["fpr"][None, :], "fnr_ratio": fnr / ov["fnr"][None, :],
+            "eer": own["eer"],
+        })
+    r = res["ratio_overall"]
+    res["fairness_index"] = np.where(r > 1, r, 0.0).sum(axis=0)
+    return res
 
 
 @contextlib.contextmanager

@@ -213,6 +213,24 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
     """
     _validate(n_boot, ci, compat, interval)
     cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
+    if (hasattr(trials, "__dask_graph__") and n_boot == 0 and compat is None and membership == "enrol"
+            and test_speaker is None and test_groups is None and speaker_table is None
+            and cluster in (None, speaker)):
+        # point measures of Dask input from per-partition counts; nothing row-sized is collected
+        from scoremix.fairness.dask_point import dask_point_measures
+
+        dprep, point = dask_point_measures(trials, groups, cost, score=score, label=label, speaker=speaker,
+                                           positive=positive, with_eer=eer)
+        settings = dict(groups=list(dprep.sg.attrs), p_target=p_target, c_miss=c_miss, c_fa=c_fa,
+                        normalize=normalize, n_boot=0, ci=ci, random_state=random_state, compat=None,
+                        membership=membership, min_speakers=min_speakers, min_errors=min_errors,
+                        interval=interval, eer=eer)
+        overall = {k: float(point[f"all_{k}"][0]) for k in ("min_dcf", "threshold", "fpr", "fnr", "eer")}
+        return SubgroupDCFResult(table=_point_table(dprep, point, min_speakers, min_errors),
+                                 min_dcf=overall["min_dcf"], threshold=overall["threshold"],
+                                 fairness_index=float(point["fairness_index"][0]),
+                                 fairness_index_ci=(np.nan, np.nan), overall=overall, settings=settings,
+                                 replicates=None, _prepared=None)
     prep = prepare_trials(trials, groups, score=score, label=label, speaker=speaker, positive=positive,
                           membership=membership, test_speaker=test_speaker, test_groups=test_groups,
                           speaker_table=speaker_table, cluster=cluster)

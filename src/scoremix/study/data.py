@@ -18,7 +18,7 @@ import pandas as pd
 from scoremix.study.config import DataConfig
 
 __all__ = ["StudyDataError", "StudyData", "load_study_data", "apply_filters", "read_data_file", "expand_data_files",
-           "ALL_SYSTEMS"]
+           "prepare_partition", "row_steps", "select_partition_rows", "ALL_SYSTEMS"]
 
 #: Probabilities are clipped to ``[LOGIT_EPS, 1 - LOGIT_EPS]`` before ``transform = "logit"``.
 LOGIT_EPS = 1e-7
@@ -127,6 +127,72 @@ def _simulate(cfg: DataConfig) -> tuple[pd.DataFrame, Any]:
     return sim.table.drop(columns=["y"]), sim
 
 
+def row_steps(df: pd.DataFrame, cfg: DataConfig, where: str) -> pd.DataFrame:
+    """The row-by-row steps of :func:`load_study_data` after the score/label conversion:
+    ``transform``, ``indicators`` and ``negate`` (each row's result depends on that row only,
+    so they apply to the partitions of a partitioned data set as to the whole table)."""
+    if cfg.transform == "logit":
+        p = df["score"].to_numpy(float)
+        bad = (p < 0) | (p > 1)
+        if bad.any():
+            raise StudyDataError(f"{where}: data.transform = 'logit' needs probabilities in [0, 1]; row "
+                                 f"{int(np.flatnonzero(bad)[0])} has score {p[bad][0]!r}")
+        p = np.clip(p, LOGIT_EPS, 1 - LOGIT_EPS)
+        df["score"] = np.log(p) - np.log1p(-p)
+    for name, conds in cfg.indicators.items():
+        if name in df.columns:
+            raise StudyDataError(f"{where}: data.indicators.{name}: the table already has a column {name!r}")
+        hit = pd.Series(True, index=df.index)
+        for col, values in conds.items():
+            if col not in df.columns:
+                raise StudyDataError(f"{where}: data.indicators.{name}: column {col!r} not in the table")
+            hit &= _matches(df[col], values)
+        df[name] = hit.astype(float)
+    if cfg.negate:
+        mask = pd.Series(False, index=df.index)
+        for col, values in cfg.negate.items():
+            if col not in df.columns:
+                raise StudyDataError(f"{where}: data.negate column {col!r} not in the table")
+            mask |= _matches(df[col], values)
+        df.loc[mask, "score"] = -df.loc[mask, "score"]
+    return df
+
+
+def prepare_partition(df: pd.DataFrame, cfg: DataConfig) -> pd.DataFrame:
+    """One partition of ``[data] files`` prepared as :func:`load_study_data` prepares the whole
+    table, for the steps that act row by row: ``rename``, ``filters`` (rows of a partition may
+    match no filter value), the score/label conversion (``score`` float, ``label``, ``y``) and
+    :func:`row_steps`.  The table-wide checks (one class only, bad values) are those of the
+    in-memory load, which the study runs first; ``sample_per_system`` and ``standardize`` act on
+    the whole table and are not applied here."""
+    from scoremix.trials import label_to_binary
+
+    if cfg.rename:
+        df = df.rename(columns=cfg.rename)
+    for col, values in cfg.filters.items():
+        df = df[_matches(df[col], values)]
+    df = df.copy()
+    score = pd.to_numeric(df[cfg.score], errors="coerce").astype(np.float64)
+    y = (np.asarray(label_to_binary(df[cfg.label], positive=cfg.positive, column=cfg.label), dtype=np.int8)
+         if len(df) else np.zeros(0, np.int8))
+    df = df.rename(columns={cfg.score: "score", cfg.label: "label"})
+    df["score"] = score.to_numpy()
+    df["y"] = y
+    return row_steps(df, cfg, "a partition of " + ", ".join(str(p) for p in cfg.files))
+
+
+def select_partition_rows(part: pd.DataFrame, system_column: str | None, system: str,
+                          filters: dict[str, list[Any]]) -> pd.DataFrame:
+    """The rows of one prepared partition in ``system`` (all systems when ``system_column`` is
+    None or ``system`` is :data:`ALL_SYSTEMS`) that pass ``filters`` (``column in values``;
+    unlike :func:`apply_filters`, a partition may hold no matching row)."""
+    if system_column is not None and system != ALL_SYSTEMS:
+        part = part[part[system_column].astype(str) == system]
+    for col, values in filters.items():
+        part = part[_matches(part[col], values)]
+    return part
+
+
 def load_study_data(cfg: DataConfig, seed: int = 0) -> StudyData:
     r"""Load, filter and validate the trials described by ``cfg``.
 
@@ -170,30 +236,7 @@ def load_study_data(cfg: DataConfig, seed: int = 0) -> StudyData:
         if col and col not in df.columns:
             raise StudyDataError(f"{where}: column {col!r} (named in [data]) not in the table "
                                  f"(columns: {', '.join(map(str, df.columns))})")
-    if cfg.transform == "logit":
-        p = df["score"].to_numpy(float)
-        bad = (p < 0) | (p > 1)
-        if bad.any():
-            raise StudyDataError(f"{where}: data.transform = 'logit' needs probabilities in [0, 1]; row "
-                                 f"{int(np.flatnonzero(bad)[0])} has score {p[bad][0]!r}")
-        p = np.clip(p, LOGIT_EPS, 1 - LOGIT_EPS)
-        df["score"] = np.log(p) - np.log1p(-p)
-    for name, conds in cfg.indicators.items():
-        if name in df.columns:
-            raise StudyDataError(f"{where}: data.indicators.{name}: the table already has a column {name!r}")
-        hit = pd.Series(True, index=df.index)
-        for col, values in conds.items():
-            if col not in df.columns:
-                raise StudyDataError(f"{where}: data.indicators.{name}: column {col!r} not in the table")
-            hit &= _matches(df[col], values)
-        df[name] = hit.astype(float)
-    if cfg.negate:
-        mask = pd.Series(False, index=df.index)
-        for col, values in cfg.negate.items():
-            if col not in df.columns:
-                raise StudyDataError(f"{where}: data.negate column {col!r} not in the table")
-            mask |= _matches(df[col], values)
-        df.loc[mask, "score"] = -df.loc[mask, "score"]
+    df = row_steps(df, cfg, where)
     sys_col = cfg.system
     if sys_col is not None:
         systems = sorted(map(str, pd.unique(df[sys_col].astype(str))))

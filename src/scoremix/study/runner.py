@@ -389,6 +389,30 @@ def _check_directions(cfg: StudyConfig, data: StudyData) -> None:
                           stacklevel=3)
 
 
+def _run_all(cfg: StudyConfig, tasks: list[Task], jobs: int, dask: str | None, progress: bool,
+             log: Any) -> list[Any]:
+    """Run every task; with ``dask`` and parquet ``[data] files`` the models are fitted over the
+    partitions on the cluster (:mod:`scoremix.study.dask_fit`), the other tasks run on it as
+    independent tasks."""
+    if not dask or not any(t.fn.__name__ == "model_task" for t in tasks):
+        return run_tasks(tasks, jobs=jobs, dask=dask, progress=progress, capture_errors=True,
+                         ignore_warnings=(ScoreDirectionWarning,))
+    from scoremix.study.dask_fit import run_dask_fits, split_dask_fits
+
+    on_dask, rest = split_dask_fits(cfg, tasks, log)
+    results: list[Any] = [None] * len(tasks)
+    if rest:
+        for i, r in zip(rest, run_tasks([tasks[i] for i in rest], jobs=jobs, dask=dask, progress=progress,
+                                        capture_errors=True, ignore_warnings=(ScoreDirectionWarning,))):
+            results[i] = r
+    if on_dask:
+        log(f"[scoremix study] fitting {len(on_dask)} model(s) over the partitions of the parquet data "
+            f"(dask {dask})")
+        for i, r in zip(on_dask, run_dask_fits(cfg, [tasks[i] for i in on_dask], dask, progress, log)):
+            results[i] = r
+    return results
+
+
 def _run(cfg: StudyConfig, data: StudyData, out: Path, jobs: int, dask: str | None, progress: bool, report: bool,
          log: Any, t0: float, extra_outputs: Any) -> StudyResult:
     """Everything after loading the data, written into ``out`` (the staging folder)."""
@@ -410,8 +434,7 @@ def _run(cfg: StudyConfig, data: StudyData, out: Path, jobs: int, dask: str | No
     t1 = time.perf_counter()
     # the score direction is checked once per system (check_direction above); per-cell metrics of
     # weak cells would repeat it by the hundred
-    results = run_tasks(tasks, jobs=jobs, dask=dask, progress=progress, capture_errors=True,
-                        ignore_warnings=(ScoreDirectionWarning,))
+    results = _run_all(cfg, tasks, jobs, dask, progress, log)
     tasks, results = _combine_chunks(tasks, results)
     res.timings["tasks"] = time.perf_counter() - t1
     _collect(res, tasks, results)

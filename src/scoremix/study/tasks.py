@@ -14,7 +14,8 @@ from scoremix.study.config import (BreakdownConfig, CompareConfig, FairnessConfi
                                    ModelConfig, ModelEERConfig, NuisanceConfig)
 from scoremix.study.figures import forest_figure, png_of
 
-__all__ = ["metrics_task", "model_task", "fit_model", "fairness_task", "fairness_point_task", "fairness_boot_task",
+__all__ = ["metrics_task", "model_task", "fit_model", "fit_model_over_partitions", "fairness_task",
+           "fairness_point_task", "fairness_boot_task",
            "fairness_combine", "breakdown_task", "compare_task", "compare_point_task", "compare_boot_task",
            "compare_combine", "nuisance_task", "png_of"]
 
@@ -298,17 +299,62 @@ def _model_fairness(fit: Any, df: pd.DataFrame, fcfg: FairnessConfig, speaker: s
 
 def model_task(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
                model_eer_cfg: ModelEERConfig | None = None, fairness_cfg: FairnessConfig | None = None,
-               speaker: str = "speaker") -> dict[str, Any]:
+               speaker: str = "speaker", fit_data: Any = None) -> dict[str, Any]:
     """:func:`fit_model` that turns a model error (bad formula for this subset, a grouping
     factor with too few levels, …) into ``{"model", "system", "backend", "error"}`` so that the
     other fits and analyses of the study still finish; the runner reports the error."""
     from scoremix.lme.errors import LmeError
 
     try:
+        if fit_data is not None:
+            return fit_model_over_partitions(model, system, fit_data, model_eer_cfg, fairness_cfg)
         return fit_model(model, system, df, seed, model_eer_cfg, fairness_cfg, speaker)
     except (LmeError, ValueError, np.linalg.LinAlgError) as exc:
         return {"model": model.name, "system": system, "backend": model.backend, "nobs": int(len(df)),
                 "error": f"{type(exc).__name__}: {exc}"}
+
+
+def fit_model_over_partitions(model: ModelConfig, system: str, ddf: Any,
+                              model_eer_cfg: ModelEERConfig | None = None,
+                              fairness_cfg: FairnessConfig | None = None) -> dict[str, Any]:
+    """Fit one (native, Gaussian) model to a Dask DataFrame of the system's trials: the
+    cross-products are summed over partitions (:func:`scoremix.distributed.lmer_dask`), so the
+    fit is the in-memory one up to summation order.  Its tables are those of :func:`fit_model`;
+    the model EER comes from merged per-partition counts (overall and per ``by`` column; the
+    empirical EER's bootstrap interval and ``filters`` need the rows and are left out), and the
+    model-based fairness table and DET overlay, which need the rows, are not computed
+    (``notes`` says so)."""
+    from scoremix.lme.api import lmer
+    from scoremix.metrics import eer as empirical_eer
+    from scoremix.model_eer import model_eer
+
+    fit = lmer(model.formula, ddf, REML=model.REML, dispersion=model.dispersion)
+    out: dict[str, Any] = {"model": model.name, "system": system, "backend": model.backend, "nobs": int(fit.nobs),
+                           "transform": "none", "dask_partitions": int(ddf.npartitions)}
+    out.update(_freq_tables(fit))
+    notes = []
+    if model_eer_cfg is not None and model_eer_cfg.filters:
+        notes.append("model_eer: filters need the rows; not computed for a model fitted over partitions")
+    elif model_eer_cfg is not None:
+        y = ddf["y"]
+        rows = [{"by": "overall", "cell": "all", "n_neg": int((y == 0).sum().compute()),
+                 "n_pos": int((y == 1).sum().compute()),
+                 "eer_model": float(model_eer(fit, conditional=model_eer_cfg.conditional, label="y", positive=1)),
+                 "eer_empirical": float(empirical_eer(ddf["score"], y)), "term_note": ""}]
+        for col in model_eer_cfg.by:
+            tab = model_eer(fit, by=col, conditional=model_eer_cfg.conditional, label="y", positive=1)
+            for key, r in tab.iterrows():
+                rows.append({"by": col, "cell": str(key), "n_neg": int(r["n_neg"]), "n_pos": int(r["n_pos"]),
+                             "eer_model": float(r["eer_model"]), "eer_empirical": float(r["eer_empirical"]),
+                             "term_note": tab.attrs.get("note", "")})
+        out["model_eer"] = _with_transform(pd.DataFrame(rows), model)
+        if model_eer_cfg.n_boot:
+            notes.append("model_eer: the empirical EER's bootstrap interval needs the rows; left out")
+    if fairness_cfg is not None and model.name in fairness_cfg.models:
+        notes.append("fairness: the model-based subgroup table needs the rows; not computed for a model "
+                     "fitted over partitions")
+    out["notes"] = notes
+    return out
 
 
 def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
