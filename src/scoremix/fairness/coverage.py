@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from scoremix.fairness.engine import CostSpec
 from scoremix.fairness.resampling import percentile_interval
-from scoremix.fairness.sveva import subgroup_dcf
+from scoremix.fairness.sveva import bootstrap_intervals, subgroup_dcf
 
 __all__ = ["CoverageDesign", "simulate_subgroup_trials", "true_subgroup_measures", "coverage_study",
            "COVERAGE_MEASURES"]
@@ -155,14 +155,17 @@ def coverage_study(design: CoverageDesign, n_datasets: int, n_boot: int = 1000, 
         df = simulate_subgroup_trials(design, seed=np.random.default_rng([seed, k]))
         res = subgroup_dcf(df, ["group"], p_target=p_target, n_boot=n_boot, ci=ci,
                            random_state=np.random.default_rng([seed, k, 1]), progress=False, eer=False,
-                           interval="expanded")
+                           interval="studentized")
         tab = res.table.set_index("subgroup")
+        ex, _ = bootstrap_intervals(res.replicates, ci, list(measures), method="expanded",
+                                    point={m: tab[m].to_numpy(float)[:, None] for m in measures},
+                                    n_speakers=tab["n_speakers"].to_numpy(float))
         for m in measures:
             t = truth.loc[tab.index, m].to_numpy()
             est = tab[m].to_numpy()
             p_lo, p_hi = percentile_interval(res.replicates[m], ci)
-            for method, lo, hi in (("percentile", p_lo, p_hi), ("expanded", tab[f"{m}_lo"].to_numpy(),
-                                                                     tab[f"{m}_hi"].to_numpy())):
+            for method, lo, hi in (("percentile", p_lo, p_hi), ("expanded", *ex[m]),
+                                   ("studentized", tab[f"{m}_lo"].to_numpy(), tab[f"{m}_hi"].to_numpy())):
                 with np.errstate(invalid="ignore"):
                     cov = (lo <= t) & (t <= hi)
                 out.append(pd.DataFrame({

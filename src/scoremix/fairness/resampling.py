@@ -66,10 +66,10 @@ from tqdm.auto import tqdm
 from scoremix.fairness.bootstrap import draw_cluster_weights
 from scoremix.fairness.engine import Engine, quiet_runtime_warnings
 
-__all__ = ["INTERVAL_METHODS", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
+__all__ = ["INTERVAL_METHODS", "studentized_interval", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
            "percentile_interval", "expanded_percentile_interval", "jackknife_weights", "jackknife_measures", "shift_t_interval", "expanded_z", "bca_t_levels", "bca_t_interval"]
 
-INTERVAL_METHODS = ("expanded", "bca-t", "percentile")
+INTERVAL_METHODS = ("studentized", "expanded", "bca-t", "percentile")
 
 
 def as_list(x: Any) -> list[Any]:
@@ -262,6 +262,47 @@ def _row_quantiles(x: np.ndarray, q: np.ndarray) -> np.ndarray:
         j = min(i + 1, m[g] - 1)
         out[g] = x[g, i] + (pos - i) * (x[g, j] - x[g, i])
     return out
+
+
+def studentized_interval(point: np.ndarray, se: np.ndarray, reps: np.ndarray, fixed: np.ndarray,
+                         se_fixed: np.ndarray, ci: float, reflect_threshold: bool = True
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """The studentised interval with a re-estimated threshold (module docstring).
+
+    On the log scale, ``log θ̂ − log θ`` is approximated by the replicates of
+    ``P_b = ŝ·T_b + D_b`` with the speaker part studentised,
+    ``T_b = (log θ*_b(τ̂) − log θ̂)/ŝ*_b`` (the replicate's measure at the *data's*
+    thresholds ``τ̂``, and the standard error of its log there), and the threshold part
+    ``D_b = log θ*_b − log θ*_b(τ̂)`` (re-choosing the threshold in the replicate; for a minimum
+    over thresholds ``D_b ≤ 0`` is its optimism).  The interval is
+    ``[θ̂·exp(−Q_{1−α/2}(P)), θ̂·exp(−Q_{α/2}(P))]``.
+
+    ``point``, ``se``: ``(G,)``; ``reps`` (``θ*_b``), ``fixed`` (``θ*_b(τ̂)``), ``se_fixed``
+    (``ŝ*_b``): ``(G, B)``.  A zero value has log ``−∞``; a replicate with ``ŝ*_b = 0`` (one
+    distinct speaker drawn) has ``T_b = ±∞`` (0 when ``θ*_b(τ̂) = θ̂``); NaN replicates are
+    missing.  Rows whose ``θ̂ ≤ 0`` or whose ``ŝ`` is not positive get NaN (the caller falls
+    back to another interval).
+    """
+    point = np.asarray(point, float)
+    se = np.asarray(se, float)
+    reps, fixed, se_fixed = (np.atleast_2d(np.asarray(x, float)) for x in (reps, fixed, se_fixed))
+    big = 1e300
+    with np.errstate(invalid="ignore", divide="ignore"), quiet_runtime_warnings():
+        lf = np.log(fixed)
+        d = lf - np.log(point)[:, None]
+        t = np.where(se_fixed > 0, d / se_fixed, np.where(d == 0, 0.0, np.sign(d) * np.inf))
+        t = np.where(fixed == 0, -np.inf, t)
+        shift = np.where((reps == 0) & (fixed == 0), 0.0, np.log(reps) - lf)
+        sign = 1.0 if reflect_threshold else -1.0
+        p = np.clip(se[:, None] * np.clip(t, -big, big), -big, big) + sign * np.clip(shift, -big, big)
+        p = np.where(np.isnan(reps) | np.isnan(fixed) | np.isinf(reps), np.nan, np.clip(p, -big, big))
+        ok = np.isfinite(point) & (point > 0) & np.isfinite(se) & (se > 0)
+        q = (1.0 - ci) / 2.0
+        p_lo = _row_quantiles(p, np.where(ok, q, np.nan))
+        p_hi = _row_quantiles(p, np.where(ok, 1.0 - q, np.nan))
+        lo = point * np.exp(-p_hi)
+        hi = point * np.exp(-p_lo)
+    return np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
 
 
 def bca_t_interval(point: np.ndarray, reps: np.ndarray, jack: np.ndarray, strata: np.ndarray,

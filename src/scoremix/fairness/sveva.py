@@ -31,11 +31,12 @@ import numpy as np
 import pandas as pd
 
 from scoremix.fairness.engine import MEASURES, CostSpec, Engine
+from scoremix.fairness.linearize import LOG_SE_MEASURES
 from scoremix.fairness.prepare import Prepared, prepare_trials
 from scoremix.fairness.reliability import flag_degenerate, flag_rows
 from scoremix.fairness.resampling import (INTERVAL_METHODS, bca_t_interval, bootstrap_pieces, concat_replicates,
                                           expanded_percentile_interval, jackknife_measures, percentile_interval,
-                                          run_bootstrap, shift_t_interval)
+                                          run_bootstrap, shift_t_interval, studentized_interval)
 
 __all__ = ["SubgroupDCFResult", "subgroup_dcf", "fairness_index", "prepare_trials", "DEFAULT_MIN_ERRORS",
            "subgroup_dcf_replicates", "concat_replicates", "bootstrap_intervals", "with_bootstrap"]
@@ -141,7 +142,7 @@ def _point_table(prep: Prepared, point: dict[str, np.ndarray], min_speakers: int
     return tab
 
 
-def _validate(n_boot: int, ci: float, compat: str | None, interval: str = "expanded") -> None:
+def _validate(n_boot: int, ci: float, compat: str | None, interval: str = "studentized") -> None:
     if interval not in INTERVAL_METHODS:
         raise ValueError(f"interval must be one of {INTERVAL_METHODS}, got {interval!r}")
     if n_boot < 0:
@@ -163,7 +164,7 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
                  test_speaker: str | None = None, test_groups: Sequence[str] | None = None,
                  speaker_table: pd.DataFrame | None = None, cluster: str | None = None,
                  min_errors: int = DEFAULT_MIN_ERRORS, eer: bool = True,
-                 interval: str = "expanded") -> SubgroupDCFResult:
+                 interval: str = "studentized") -> SubgroupDCFResult:
     """SVEva Fair subgroup measures with optional speaker-level cluster-bootstrap intervals.
 
     Parameters
@@ -225,7 +226,8 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
         point = sveva_point_measures(prep, cost)
         eng = None
     else:
-        eng = Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost, with_eer=eer)
+        eng = Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost, with_eer=eer,
+                     strata=prep.strata if n_boot > 0 and interval == "studentized" else None)
         point = eng.measures(np.ones((len(prep.cluster_labels), 1)))
     table = _point_table(prep, point, min_speakers, min_errors)
     overall = {k: float(point[f"all_{k}"][0]) for k in ("min_dcf", "threshold", "fpr", "fnr", "eer")}
@@ -282,7 +284,8 @@ def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: 
     prep = prepare_trials(trials, groups, score=score, label=label, speaker=speaker, positive=positive,
                           membership=membership, test_speaker=test_speaker, test_groups=test_groups,
                           speaker_table=speaker_table, cluster=cluster)
-    eng = Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost, with_eer=eer)
+    eng = Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost, with_eer=eer,
+                 strata=prep.strata)
     parts = [run_bootstrap([eng], prep.strata, n, np.random.default_rng(sd), progress=progress)[0]
              for sd, n in zip(seeds, counts)]
     return concat_replicates(parts)
@@ -327,9 +330,11 @@ def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, 
     r = point["ratio_overall"][:, 0]
     over = np.isfinite(r) & (r > 1)
     n_fi = float(n[over].min()) if over.any() else float(n[n > 0].min()) if (n > 0).any() else np.nan
-    if method == "expanded":
+    if method in ("expanded", "studentized"):
         iv = {m: (shift_t_interval(point[m][:, 0], reps[m], n, ci) if m in MINIMA
                   else expanded_percentile_interval(reps[m], n, ci)) for m in measures}
+        if method == "studentized":
+            iv = _studentized(iv, reps, point, ci, measures)
         lo, hi = expanded_percentile_interval(reps["fairness_index"][None, :], np.array([n_fi]), ci)
         return iv, (float(lo[0]), float(hi[0]))
     if jackknife is None or strata is None:
@@ -341,6 +346,30 @@ def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, 
     return iv, (float(lo[0]), float(hi[0]))
 
 
+def _studentized(fallback: dict[str, tuple[np.ndarray, np.ndarray]], reps: dict[str, np.ndarray],
+                 point: dict[str, np.ndarray], ci: float, measures: Sequence[str]
+                 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Studentised log-scale intervals for the measures with a standard error
+    (:data:`~scoremix.fairness.linearize.LOG_SE_MEASURES`); rows where it is undefined (an
+    estimate of 0, one speaker) and the other measures keep the ``fallback`` interval."""
+    out = dict(fallback)
+    for m in measures:
+        if m not in LOG_SE_MEASURES:
+            continue
+        key, fix = f"se_log_{m}", f"fix_{m}"
+        if key not in reps or fix not in reps or key not in point:
+            raise ValueError(f"interval='studentized' needs {key!r} and {fix!r} in the point estimates and in every "
+                             "replicate piece (engines built with strata=, as subgroup_dcf_replicates does)")
+        lo, hi = studentized_interval(point[m][:, 0], point[key][:, 0], reps[m], reps[fix], reps[key], ci,
+                                      reflect_threshold=m in MINIMA)
+        if m in ("fpr", "fnr"):
+            hi = np.minimum(hi, 1.0)
+        flo, fhi = fallback[m]
+        ok = np.isfinite(lo) & np.isfinite(hi)
+        out[m] = (np.where(ok, lo, flo), np.where(ok, hi, fhi))
+    return out
+
+
 def _engine_for(result: SubgroupDCFResult) -> Engine:
     prep = result._prepared
     if prep is None:
@@ -349,7 +378,7 @@ def _engine_for(result: SubgroupDCFResult) -> Engine:
     st = result.settings
     cost = CostSpec(p_target=st["p_target"], c_miss=st["c_miss"], c_fa=st["c_fa"], normalize=st["normalize"])
     return Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost,
-                  with_eer=bool(st.get("eer", True)))
+                  with_eer=bool(st.get("eer", True)), strata=prep.strata)
 
 
 def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.ndarray]] | dict[str, np.ndarray],
@@ -388,7 +417,7 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
     if result.settings.get("compat") == "sveva":
         raise ValueError("compat='sveva' results are point estimates only; bootstrap with compat=None")
     ci = float(result.settings.get("ci", 0.95) if ci is None else ci)
-    interval = str(result.settings.get("interval", "expanded") if interval is None else interval)
+    interval = str(result.settings.get("interval", "studentized") if interval is None else interval)
     _validate(0, ci, None, interval)
     reps = concat_replicates(replicates)
     G = len(result.table)
@@ -406,6 +435,13 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
         n_cl = np.bincount(prep.strata[prep.strata >= 0], minlength=G)[:G]
         iv, fi_ci = bootstrap_intervals(reps, ci, method="bca-t", point=point, jackknife=jack,
                                         strata=prep.strata, n_speakers=n_cl)
+    elif interval == "studentized":
+        eng = engine if engine is not None and engine.has_se else _engine_for(result)
+        prep = result._prepared
+        assert prep is not None
+        point = eng.measures(np.ones((len(prep.cluster_labels), 1)))
+        iv, fi_ci = bootstrap_intervals(reps, ci, method="studentized", point=point,
+                                        n_speakers=result.table["n_speakers"].to_numpy(float))
     elif interval == "expanded":
         t = result.table
         point = {m: t[m].to_numpy(float)[:, None] for m in MEASURES}
