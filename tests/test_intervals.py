@@ -87,10 +87,10 @@ def test_percentile_interval_equals_replicate_quantiles():
     assert np.allclose(lo, res.table["ratio_overall_lo"])
 
 
-def test_expanded_is_default_and_equals_quantiles_at_t_levels():
+def test_expanded_equals_quantiles_at_t_levels():
     df = _table(6)
-    a = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False)
-    b = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False)
+    a = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False, interval="expanded")
+    b = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False, interval="expanded")
     assert a.settings["interval"] == "expanded"
     pd.testing.assert_frame_equal(a.table, b.table)
     q = norm.cdf(-2.5705818 * np.sqrt(6 / 5))  # t_5(0.975) = 2.5705818: level 0.0080
@@ -185,6 +185,7 @@ def test_reduced_coverage_expanded_beats_percentile_at_eight_speakers():
                        measures=("ratio_overall", "fnr", "dcf_at_overall"))
     cov = r.groupby(["method", "measure", "n_speakers"])["covered"].mean()
     assert (cov.loc["expanded"] >= 0.85).all(), cov
+    assert (cov.loc["studentized"] >= 0.85).all(), cov
     assert cov.loc["expanded"].xs(8, level="n_speakers").mean() >= \
         cov.loc["percentile"].xs(8, level="n_speakers").mean()
 

@@ -350,8 +350,10 @@ def _studentized(fallback: dict[str, tuple[np.ndarray, np.ndarray]], reps: dict[
                  point: dict[str, np.ndarray], ci: float, measures: Sequence[str]
                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Studentised log-scale intervals for the measures with a standard error
-    (:data:`~scoremix.fairness.linearize.LOG_SE_MEASURES`); rows where it is undefined (an
-    estimate of 0, one speaker) and the other measures keep the ``fallback`` interval."""
+    (:data:`~scoremix.fairness.linearize.LOG_SE_MEASURES`; threshold part reflected for the
+    minimum ``min_dcf`` only, see :func:`~scoremix.fairness.resampling.studentized_interval`);
+    rows where it is undefined (an estimate of 0, one speaker) and the other measures keep
+    the ``fallback`` interval.  Rates are capped at 1."""
     out = dict(fallback)
     for m in measures:
         if m not in LOG_SE_MEASURES:
@@ -365,7 +367,7 @@ def _studentized(fallback: dict[str, tuple[np.ndarray, np.ndarray]], reps: dict[
         if m in ("fpr", "fnr"):
             hi = np.minimum(hi, 1.0)
         flo, fhi = fallback[m]
-        ok = np.isfinite(lo) & np.isfinite(hi)
+        ok = ~np.isnan(lo) & ~np.isnan(hi)  # an infinite end is kept: the data cannot bound the measure
         out[m] = (np.where(ok, lo, flo), np.where(ok, hi, fhi))
     return out
 
