@@ -293,8 +293,9 @@ def studentized_interval(point: np.ndarray, se: np.ndarray, reps: np.ndarray, fi
         t = np.where(se_fixed > 0, d / se_fixed, np.where(d == 0, 0.0, np.sign(d) * np.inf))
         t = np.where(fixed == 0, -np.inf, t)
         shift = np.where((reps == 0) & (fixed == 0), 0.0, np.log(reps) - lf)
+        shift = np.clip(shift, -big, big)
         sign = 1.0 if reflect_threshold else -1.0
-        p = np.clip(se[:, None] * np.clip(t, -big, big), -big, big) + sign * np.clip(shift, -big, big)
+        p = np.clip(se[:, None] * np.clip(t, -big, big), -big, big) + sign * shift
         p = np.where(np.isnan(reps) | np.isnan(fixed) | np.isinf(reps), np.nan, np.clip(p, -big, big))
         ok = np.isfinite(point) & (point > 0) & np.isfinite(se) & (se > 0)
         q = (1.0 - ci) / 2.0
