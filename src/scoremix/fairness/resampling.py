@@ -65,11 +65,18 @@ from tqdm.auto import tqdm
 
 from scoremix.fairness.bootstrap import draw_cluster_weights
 from scoremix.fairness.engine import Engine, quiet_runtime_warnings
+from scoremix.fairness.linearize import LOG_SE_MEASURES
 
-__all__ = ["INTERVAL_METHODS", "studentized_interval", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
+__all__ = ["INTERVAL_METHODS", "MINIMA", "RATES", "measure_intervals", "fairness_index_speakers", "studentized_interval", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
            "percentile_interval", "expanded_percentile_interval", "jackknife_weights", "jackknife_measures", "shift_t_interval", "expanded_z", "bca_t_levels", "bca_t_interval"]
 
 INTERVAL_METHODS = ("studentized", "expanded", "bca-t", "percentile")
+
+#: minima over thresholds: bias-shifted (``"shift-t"``) when not studentised; threshold part reflected when studentised
+MINIMA = ("min_dcf",)
+
+#: rates (interval ends capped at 1)
+RATES = ("fpr", "fnr")
 
 
 def as_list(x: Any) -> list[Any]:
@@ -304,6 +311,58 @@ def studentized_interval(point: np.ndarray, se: np.ndarray, reps: np.ndarray, fi
         lo = point * np.exp(-p_hi)
         hi = point * np.exp(-p_lo)
     return np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
+
+
+def fairness_index_speakers(ratio_overall: np.ndarray, n_speakers: np.ndarray) -> float:
+    """Speakers ``n`` that set the small-sample expansion of the Fairness Index interval: those
+    of the smallest subgroup whose ``ratio_overall`` exceeds 1 (the terms of the index), else of
+    the smallest non-empty subgroup (NaN if none)."""
+    r = np.asarray(ratio_overall, float)
+    n = np.asarray(n_speakers, float)
+    over = np.isfinite(r) & (r > 1)
+    if over.any():
+        return float(n[over].min())
+    return float(n[n > 0].min()) if (n > 0).any() else float("nan")
+
+
+def measure_intervals(reps: dict[str, np.ndarray], point: dict[str, np.ndarray], n: np.ndarray, ci: float,
+                      measures: Sequence[str], method: str = "studentized") -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Intervals ``{measure: (lo (G,), hi (G,))}`` of several measures by one method — the one
+    place where a method is applied (subgroup tables, paired comparisons, breakdowns).
+
+    ``"percentile"``: :func:`percentile_interval`.  ``"expanded"``: :func:`expanded_percentile_interval`
+    (:func:`shift_t_interval` for :data:`MINIMA`) with ``n`` speakers per row.  ``"studentized"``:
+    :func:`studentized_interval` for the measures of
+    :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES` (threshold part reflected for minima
+    only), needing ``point["se_log_<m>"]`` and ``reps["fix_<m>"], reps["se_log_<m>"]``; rows where
+    it is undefined (an estimate of 0, one speaker) and the other measures get the
+    ``"expanded"`` interval.  Rate ends are capped at 1.
+
+    ``reps``: ``(G, B)`` replicates per key; ``point``: ``(G,)`` estimates per key; ``n``: ``(G,)``.
+    """
+    if method not in ("studentized", "expanded", "percentile"):
+        raise ValueError(f"method must be 'studentized', 'expanded' or 'percentile', got {method!r}")
+    n = np.asarray(n, float)
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for m in measures:
+        if method == "percentile":
+            out[m] = percentile_interval(reps[m], ci)
+            continue
+        pm = np.asarray(point[m], float).reshape(-1)
+        lo, hi = shift_t_interval(pm, reps[m], n, ci) if m in MINIMA else expanded_percentile_interval(reps[m], n, ci)
+        if method == "studentized" and m in LOG_SE_MEASURES:
+            key, fix = f"se_log_{m}", f"fix_{m}"
+            if key not in reps or fix not in reps or key not in point:
+                raise ValueError(f"interval 'studentized' needs {key!r} and {fix!r} in the point estimates and in "
+                                 "every replicate piece (engines built with strata=, as subgroup_dcf_replicates does)")
+            slo, shi = studentized_interval(pm, np.asarray(point[key], float).reshape(-1), reps[m], reps[fix],
+                                            reps[key], ci, reflect_threshold=m in MINIMA)
+            ok = ~np.isnan(slo) & ~np.isnan(shi)  # an infinite end is kept: the data cannot bound the measure
+            lo, hi = np.where(ok, slo, lo), np.where(ok, shi, hi)
+        if m in RATES:
+            hi = np.minimum(hi, 1.0)
+        out[m] = (lo, hi)
+    return out
 
 
 def bca_t_interval(point: np.ndarray, reps: np.ndarray, jack: np.ndarray, strata: np.ndarray,

@@ -31,18 +31,16 @@ import numpy as np
 import pandas as pd
 
 from scoremix.fairness.engine import MEASURES, CostSpec, Engine
-from scoremix.fairness.linearize import LOG_SE_MEASURES
 from scoremix.fairness.prepare import Prepared, prepare_trials
 from scoremix.fairness.reliability import flag_degenerate, flag_rows
-from scoremix.fairness.resampling import (INTERVAL_METHODS, bca_t_interval, bootstrap_pieces, concat_replicates,
+from scoremix.fairness.resampling import (INTERVAL_METHODS, MINIMA, bca_t_interval, bootstrap_pieces, concat_replicates,
+                                          fairness_index_speakers,
                                           expanded_percentile_interval, jackknife_measures, percentile_interval,
-                                          run_bootstrap, shift_t_interval, studentized_interval)
+                                          measure_intervals, run_bootstrap, shift_t_interval)
 
 __all__ = ["SubgroupDCFResult", "subgroup_dcf", "fairness_index", "prepare_trials", "DEFAULT_MIN_ERRORS",
            "subgroup_dcf_replicates", "concat_replicates", "bootstrap_intervals", "with_bootstrap"]
 
-#: minima over thresholds: their ``"expanded"`` (and ``"bca-t"``) interval is the bias-shifted ``"shift-t"`` one
-MINIMA = ("min_dcf",)
 
 #: Doddington's rule of 30: fewer errors than this make a rate unreliable
 DEFAULT_MIN_ERRORS = 30
@@ -327,14 +325,10 @@ def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, 
     if point is None or n_speakers is None:
         raise ValueError(f"method={method!r} needs point and n_speakers")
     n = np.asarray(n_speakers, float)
-    r = point["ratio_overall"][:, 0]
-    over = np.isfinite(r) & (r > 1)
-    n_fi = float(n[over].min()) if over.any() else float(n[n > 0].min()) if (n > 0).any() else np.nan
+    n_fi = fairness_index_speakers(point["ratio_overall"][:, 0], n)
     if method in ("expanded", "studentized"):
-        iv = {m: (shift_t_interval(point[m][:, 0], reps[m], n, ci) if m in MINIMA
-                  else expanded_percentile_interval(reps[m], n, ci)) for m in measures}
-        if method == "studentized":
-            iv = _studentized(iv, reps, point, ci, measures)
+        pt = {k: np.asarray(v)[:, 0] for k, v in point.items() if np.ndim(v) == 2}
+        iv = measure_intervals(reps, pt, n, ci, measures, method)
         lo, hi = expanded_percentile_interval(reps["fairness_index"][None, :], np.array([n_fi]), ci)
         return iv, (float(lo[0]), float(hi[0]))
     if jackknife is None or strata is None:
@@ -344,32 +338,6 @@ def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, 
     lo, hi = bca_t_interval(point["fairness_index"], reps["fairness_index"][None, :],
                             jackknife["fairness_index"][None, :], strata, np.array([n_fi]), ci)
     return iv, (float(lo[0]), float(hi[0]))
-
-
-def _studentized(fallback: dict[str, tuple[np.ndarray, np.ndarray]], reps: dict[str, np.ndarray],
-                 point: dict[str, np.ndarray], ci: float, measures: Sequence[str]
-                 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Studentised log-scale intervals for the measures with a standard error
-    (:data:`~scoremix.fairness.linearize.LOG_SE_MEASURES`; threshold part reflected for the
-    minimum ``min_dcf`` only, see :func:`~scoremix.fairness.resampling.studentized_interval`);
-    rows where it is undefined (an estimate of 0, one speaker) and the other measures keep
-    the ``fallback`` interval.  Rates are capped at 1."""
-    out = dict(fallback)
-    for m in measures:
-        if m not in LOG_SE_MEASURES:
-            continue
-        key, fix = f"se_log_{m}", f"fix_{m}"
-        if key not in reps or fix not in reps or key not in point:
-            raise ValueError(f"interval='studentized' needs {key!r} and {fix!r} in the point estimates and in every "
-                             "replicate piece (engines built with strata=, as subgroup_dcf_replicates does)")
-        lo, hi = studentized_interval(point[m][:, 0], point[key][:, 0], reps[m], reps[fix], reps[key], ci,
-                                      reflect_threshold=m in MINIMA)
-        if m in ("fpr", "fnr"):
-            hi = np.minimum(hi, 1.0)
-        flo, fhi = fallback[m]
-        ok = ~np.isnan(lo) & ~np.isnan(hi)  # an infinite end is kept: the data cannot bound the measure
-        out[m] = (np.where(ok, lo, flo), np.where(ok, hi, fhi))
-    return out
 
 
 def _engine_for(result: SubgroupDCFResult) -> Engine:
