@@ -251,3 +251,40 @@ def test_cli_eer_with_intervals(tmp_path, capsys):
     assert out["min_dcf_normalized"] == pytest.approx(out["min_dcf"] / 0.05)
     assert main(["eer", str(p), "--n-boot", "60", "--speaker", "nope"]) != 0
     assert "nope" in capsys.readouterr().err
+
+
+def test_cli_eer_llr_adds_act_dcf_and_cllr_with_intervals(tmp_path, capsys):
+    from scoremix.cli import main
+
+    s, y, spk = _spk_scores(3)
+    p = tmp_path / "t.csv"
+    pd.DataFrame({"score": s, "label": y, "spk": spk}).to_csv(p, index=False)
+    assert main(["eer", str(p), "--llr", "--n-boot", "60", "--speaker", "spk", "--seed", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ad = sm.act_dcf(s, y, n_boot=60, speaker=spk, seed=4)
+    cl = sm.cllr(s, y, n_boot=60, speaker=spk, seed=4)
+    assert out["act_dcf"] == pytest.approx(sm.act_dcf(s, y)) and out["cllr"] == pytest.approx(sm.cllr(s, y))
+    assert (out["act_dcf_lo"], out["act_dcf_hi"]) == pytest.approx((ad.lo, ad.hi))
+    assert (out["cllr_lo"], out["cllr_hi"]) == pytest.approx((cl.lo, cl.hi))
+    assert main(["eer", str(p), "--llr"]) == 0
+    txt = capsys.readouterr().out
+    assert "actDCF" in txt and "Cllr" in txt
+    assert main(["eer", str(p), "--llr", "--lower-is-positive"]) != 0
+    assert "--llr" in capsys.readouterr().err
+
+
+def test_study_metrics_llr_rows_carry_act_dcf_and_cllr_intervals():
+    from scoremix.study.config import MetricsConfig
+    from scoremix.study.tasks import metrics_task
+
+    s, y, spk = _spk_scores(5)
+    cfg = MetricsConfig(n_boot=50, seed=2, speaker="spk", llr=True)
+    tab = metrics_task("sys", pd.DataFrame({"score": s, "y": y, "spk": spk}), cfg)["table"]
+    row = tab[tab["by"] == "overall"].iloc[0]
+    ad = sm.act_dcf(s, y, n_boot=50, speaker=spk, seed=2)
+    cl = sm.cllr(s, y, n_boot=50, speaker=spk, seed=2)
+    assert row["act_dcf"] == pytest.approx(float(ad)) and row["cllr"] == pytest.approx(float(cl))
+    assert (row["act_dcf_lo"], row["act_dcf_hi"]) == pytest.approx((ad.lo, ad.hi))
+    assert (row["cllr_lo"], row["cllr_hi"]) == pytest.approx((cl.lo, cl.hi))
+    assert "act_dcf" not in metrics_task("sys", pd.DataFrame({"score": s, "y": y, "spk": spk}),
+                                         MetricsConfig())["table"].columns
