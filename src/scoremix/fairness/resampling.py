@@ -4,7 +4,7 @@ Layer: below the user-facing functions (:mod:`~scoremix.fairness.sveva`,
 :mod:`~scoremix.fairness.compare`, :mod:`~scoremix.fairness.breakdown`), above the
 counting engine (:mod:`~scoremix.fairness.engine`).  Nothing here knows about tables.
 
-Three interval methods are offered for a statistic :math:`\hat\theta` of clusters (speakers)
+Four interval methods are offered for a statistic :math:`\hat\theta` of clusters (speakers)
 drawn within strata (subgroups), from bootstrap replicates :math:`\hat\theta^*_1, …,
 \hat\theta^*_B` and delete-one-cluster jackknife values :math:`\hat\theta_{(i)}`:
 
@@ -12,7 +12,18 @@ drawn within strata (subgroups), from bootstrap replicates :math:`\hat\theta^*_1
     :math:`[Q_{α/2}(\hat\theta^*), Q_{1-α/2}(\hat\theta^*)]` (the method of SVEva and of
     scoremix up to 0.x; it under-covers with few speakers and for minima over thresholds).
 
-``"expanded"`` (default)
+``"studentized"`` (default)
+    For a measure read at the data's thresholds (``τ*``, or a subgroup's own minimiser) with
+    a speaker-cluster standard error of its log (:mod:`~scoremix.fairness.linearize`): the
+    speaker part is studentised, ``T_b = (log θ*_b(τ̂) − log θ̂)/ŝ*_b`` at the data's
+    thresholds, and re-choosing the threshold in the replicate, ``D_b = log θ*_b − log θ*_b(τ̂)``,
+    is added as a percentile term; the interval is ``θ̂·exp(−Q(P))`` at the two tail levels
+    of ``P_b = ŝ·T_b − D_b`` (:func:`studentized_interval`).  For minima over thresholds the
+    threshold part is reflected (``P_b = ŝ·T_b + D_b``: ``D_b ≤ 0`` is the optimism of the
+    minimum).  Other measures, and rows without a standard error, get ``"expanded"``.
+    :func:`measure_intervals` applies a method to several measures (the one place).
+
+``"expanded"``
     Hesterberg's (2015) *expanded percentile* interval: the percentile interval at levels
     :math:`q_\pm = Φ(\pm z'_{1-α/2})` with the small-sample quantile
     :math:`z'_{q} = \sqrt{n/(n-1)}\; t_{n-1}(q)` (see below) instead of :math:`α/2`, so that

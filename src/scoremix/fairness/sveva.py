@@ -186,9 +186,11 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
         replacement; all trials of a drawn speaker enter with its multiplicity, and
         ``τ*`` is re-estimated in every replicate.
     interval:
-        ``"expanded"`` (default: percentile interval at levels expanded with Student's
-        ``t_{n-1}`` for a subgroup of ``n`` speakers, shifted by twice the bootstrap bias for
-        ``min_dcf``; its coverage is measured in ``docs/intervals.md``), ``"bca-t"`` (the same
+        ``"studentized"`` (default: log-scale bootstrap-``t`` in the speakers with the threshold
+        re-chosen in every replicate, see :func:`scoremix.fairness.resampling.studentized_interval`;
+        its coverage is measured in ``docs/intervals.md``), ``"expanded"`` (percentile interval at
+        levels expanded with Student's ``t_{n-1}`` for a subgroup of ``n`` speakers, shifted by
+        twice the bootstrap bias for ``min_dcf``), ``"bca-t"`` (the same
         expansion on bias-corrected, accelerated levels; needs a jackknife pass) or
         ``"percentile"`` (the SVEva method, which under-covers with few speakers); see
         :mod:`scoremix.fairness.resampling`.
