@@ -20,7 +20,7 @@ as in :mod:`scoremix.fairness.sveva`.  They are the values the estimators target
 subgroup's speakers are a sample from its population of speakers.
 
 :func:`coverage_study` simulates data sets, runs :func:`scoremix.fairness.subgroup_dcf`
-once per data set and scores both interval methods on the same replicates.
+once per data set and scores the three interval methods on the same replicates.
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ def true_subgroup_measures(design: CoverageDesign, p_target: float = 0.05, c_mis
 def coverage_study(design: CoverageDesign, n_datasets: int, n_boot: int = 1000, ci: float = 0.95,
                    seed: int = 0, p_target: float = 0.05, progress: bool = True,
                    measures: Sequence[str] = COVERAGE_MEASURES) -> pd.DataFrame:
-    """Simulate ``n_datasets`` data sets and score both interval methods.
+    """Simulate ``n_datasets`` data sets and score three interval methods on the same replicates:
+    ``percentile``, ``expanded`` and ``studentized`` (the default of ``subgroup_dcf``).
 
     Data set ``k`` is drawn with seed ``[seed, k]`` and bootstrapped with seed ``[seed, k, 1]``
     (:class:`numpy.random.SeedSequence` entropy), so every row is reproducible on its own.
@@ -158,7 +159,8 @@ def coverage_study(design: CoverageDesign, n_datasets: int, n_boot: int = 1000, 
                            interval="studentized")
         tab = res.table.set_index("subgroup")
         ex, _ = bootstrap_intervals(res.replicates, ci, list(measures), method="expanded",
-                                    point={m: tab[m].to_numpy(float)[:, None] for m in measures},
+                                    point={m: tab[m].to_numpy(float)[:, None]
+                                           for m in {*measures, "ratio_overall"}},
                                     n_speakers=tab["n_speakers"].to_numpy(float))
         for m in measures:
             t = truth.loc[tab.index, m].to_numpy()
