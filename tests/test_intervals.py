@@ -288,3 +288,19 @@ def test_study_metrics_llr_rows_carry_act_dcf_and_cllr_intervals():
     assert (row["cllr_lo"], row["cllr_hi"]) == pytest.approx((cl.lo, cl.hi))
     assert "act_dcf" not in metrics_task("sys", pd.DataFrame({"score": s, "y": y, "spk": spk}),
                                          MetricsConfig())["table"].columns
+
+
+def test_report_metrics_table_shows_act_dcf_and_cllr_with_units():
+    from scoremix.study.config import MetricsConfig
+    from scoremix.study.report import _metric_columns
+
+    tab = pd.DataFrame({"system": ["a"], "by": ["overall"], "cell": ["all"], "n_trials": [10], "n_pos": [5],
+                        "n_neg": [5], "eer": [0.1], "min_dcf": [0.03], "min_dcf_threshold": [1.0],
+                        "act_dcf": [0.04], "act_dcf_lo": [0.02], "act_dcf_hi": [0.06], "cllr": [0.3],
+                        "cllr_lo": [0.2], "cllr_hi": [0.4]})
+    show, cols = _metric_columns(tab, MetricsConfig(llr=True, n_boot=10))
+    assert cols[-6:] == ["actDCF (unnormalised)", "actDCF (unnormalised) lo", "actDCF (unnormalised) hi",
+                         "Cllr (bits)", "Cllr (bits) lo", "Cllr (bits) hi"]
+    assert show.loc[0, "actDCF (unnormalised) hi"] == 0.06 and show.loc[0, "Cllr (bits) lo"] == 0.2
+    assert show.loc[0, "EER % (rocch)"] == pytest.approx(10.0)
+    assert show.loc[0, "minDCF (normalised)"] == pytest.approx(0.03 / 0.05)
