@@ -18,7 +18,7 @@ Usage::
 
 ``--stratified`` fits ``transform="monotone-by-class"`` (one transform per level of
 ``--strata``; ``dgrp`` = the attack, ``bonafide`` for bona fide trials) and evaluates the
-model EERs with ``scoremix.transform.stratified_model_eer``.
+model EERs with the predictive layer (one common score threshold, ``scoremix.predictive.axis``).
 
 Prints the tables and writes ``docs/data/transform_la.csv`` (overall) and
 ``docs/data/transform_la_attack.csv`` (per attack) unless ``--csv`` names another stem.
@@ -59,13 +59,12 @@ def system_scores(d: pd.DataFrame, system: str, clip: float | None) -> np.ndarra
 def evaluate(fit, d: pd.DataFrame) -> tuple[float, pd.Series]:
     """Overall conditional model EER and per-attack model EERs (bona fide vs attack)."""
     if isinstance(getattr(fit, "transform", None), sm.StratifiedTransform):
-        from scoremix.transform import stratified_model_eer
-        att = d.loc[fit.spec.data.index, "attack"].to_numpy()
-        lab = d.loc[fit.spec.data.index, "label"].to_numpy()
-        eer_all = stratified_model_eer(fit, positive="bonafide")
-        per = {a: stratified_model_eer(fit, positive="bonafide", neg_mask=att == a)
-               for a in sorted(set(att[lab != "bonafide"]))}
-        return float(eer_all), pd.Series(per)
+        from scoremix.predictive import predictive
+        pred = predictive(fit, label="label", positive="bonafide")   # one common score threshold
+        att = d.loc[pred.frame.index, "attack"].to_numpy()
+        y = pred.y == 1
+        per = {a: float(pred.eer(y | (att == a))[0]) for a in sorted(set(att[~y]))}
+        return float(pred.eer()[0]), pd.Series(per)
     mom = trial_moments(fit, conditional=True, label="label", positive="bonafide")
     eer_all = mixture_eer(mom["mean"][mom.y == 0], mom["sd"][mom.y == 0],
                           mom["mean"][mom.y == 1], mom["sd"][mom.y == 1])

@@ -38,8 +38,9 @@ def _compare_clm(fit, ref, tol=1e-5):
     for lv in ("bonafide", "spoof"):
         a = fit.transform.stratum(lv).alpha
         r = np.asarray(ref[f"thresholds_{lv}"])
-        # our latent origin is h_s(median) = 0; clm's thresholds differ by one shift per class
-        np.testing.assert_allclose(a - a[0], r - r[0], atol=tol)
+        # no stratum intercept (absorbed columns 0): the edges are clm's class thresholds
+        # themselves, so the latent means x'β of fit.predict() are on h_s's scale
+        np.testing.assert_allclose(a, r, atol=tol)
 
 
 def test_equals_clm_nominal_thresholds():
@@ -141,9 +142,20 @@ def test_model_eer_against_truth_and_formula(sim_fit):
     assert k > 0
     assert fnr[k - 1] - 1e-12 <= e <= fnr[k] + 1e-12      # the crossing lies between
     assert fpr[k] - 1e-12 <= e <= fpr[k - 1] + 1e-12
-    assert sm.model_eer(fit, positive="bonafide") == e     # routed to the stratified EER
-    with pytest.raises(sm.ModelEERError if hasattr(sm, "ModelEERError") else Exception, match="by="):
-        sm.model_eer(fit, positive="bonafide", by="speaker")
+    assert sm.model_eer(fit, positive="bonafide") == e     # one path: the predictive layer
+    # by= (one speaker's trials): the crossing of that speaker's hand-computed rates
+    tab = sm.model_eer(fit, positive="bonafide", by="speaker", data=d, n_boot=0)
+    spk = d.loc[mom.index, "speaker"].to_numpy()
+    sp = tab.index[0]
+    m = spk == sp
+    fnr = np.array([ndtr((fit.transform.latent_threshold(t, "bonafide") - mom["mean"][pos & m])
+                         / mom["sd"][pos & m]).mean() for t in taus])
+    fpr = np.array([1 - ndtr((fit.transform.latent_threshold(t, "spoof") - mom["mean"][neg & m])
+                             / mom["sd"][neg & m]).mean() for t in taus])
+    k = np.argmax(fnr >= fpr)
+    es = tab.loc[sp, "eer_model"]
+    assert fnr[k - 1] - 1e-12 <= es <= fnr[k] + 1e-12 and fpr[k] - 1e-12 <= es <= fpr[k - 1] + 1e-12
+    assert es == stratified_model_eer(fit, positive="bonafide", pos_mask=m, neg_mask=m)
     # the empirical EER of the data the model was fitted on
     emp = sm.eer(d["score"].to_numpy(), (d.label == "bonafide").astype(int).to_numpy())
     assert abs(e - emp) < 0.02

@@ -311,7 +311,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
             df = read_data_file(Path(path))
         _check_response(df, args.formula, text_file=path.suffix not in (".parquet", ".pq"))
-        tkw = {"transform": args.transform} if args.transform else {}
+        tkw: dict = {"transform": args.transform} if args.transform else {}
+        if args.strata is not None:
+            if args.transform != "monotone-by-class":
+                raise ValueError("--strata applies only with --transform monotone-by-class")
+            tkw["control"] = {"strata": args.strata}
         fit = lmer(args.formula, df, REML=not args.ml, backend=args.backend, dispersion=args.dispersion, **tkw)
         eer_tab = _model_eer_lines(fit, df, args) if args.model_eer is not None else None
     except (LmeError, ValueError, KeyError, OSError, ImportError) as exc:
@@ -544,8 +548,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", default=None, metavar="COL", help="label column (validated, renamed to label)")
     p.add_argument("--positive", default=None, metavar="V", help="label value of the positive class")
     p.add_argument("--json", default=None, metavar="OUT", help="write the result as JSON (scoremix.lmer/1)")
-    p.add_argument("--transform", default=None, choices=("monotone",),
-                   help="fit a transformation (latent-Gaussian) mixed model h(score) = Xβ + Zb + ε, h increasing")
+    p.add_argument("--transform", default=None, choices=("monotone", "monotone-by-class"),
+                   help="fit a transformation (latent-Gaussian) mixed model h(score) = Xβ + Zb + ε, h increasing "
+                        "(monotone-by-class: one h per level of --strata)")
+    p.add_argument("--strata", default=None, metavar="COL",
+                   help="with --transform monotone-by-class: the strata column (default: label)")
     p.add_argument("--model-eer", nargs="*", default=None, metavar="BY",
                    help="print the model-based vs empirical EER (with interval and fit check), overall and per BY")
     p.add_argument("--speaker", default="speaker", metavar="COL",

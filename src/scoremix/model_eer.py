@@ -19,7 +19,10 @@ The per-trial distributions come from the one predictive layer,
 :func:`scoremix.predictive.predictive`; for a transformation model
 (``lmer(..., transform="monotone")``) they live on the latent scale :math:`z = h(s)`, where the
 EER is the same as on the score scale (``h`` is increasing) and thresholds are reported on
-the score scale through ``h⁻¹``.  Tables (``by=``) show the empirical EER with a
+the score scale through ``h⁻¹``; with one transform per stratum
+(``transform="monotone-by-class"``) the one score threshold maps to a latent threshold per
+stratum and the EER is the root over the layer's common threshold axis
+(:mod:`scoremix.predictive.axis`).  Tables (``by=``) show the empirical EER with a
 speaker-cluster bootstrap interval beside the model's and warn with
 :class:`~scoremix.predictive.gof.ModelFitWarning` when they disagree beyond sampling error.
 
@@ -440,12 +443,6 @@ def model_eer(
                                                           and all(isinstance(b, str) for b in by))):
             raise ModelEERError("for a Dask fit, by must name column(s) of the data")
         return dask_eer(by=by, conditional=conditional, label=label, positive=positive)
-    strat_eer = getattr(getattr(fit, "transform", None), "model_eer", None)
-    if callable(strat_eer):  # one transform per class: no single latent axis (transform.strata)
-        if by is not None:
-            raise ModelEERError("by= is not supported for a transform='monotone-by-class' fit; use "
-                                "scoremix.transform.stratified_model_eer(fit, pos_mask=, neg_mask=)")
-        return strat_eer(fit, label=label, positive=positive, conditional=conditional, data=data)
     if is_bayes_fit(fit):
         return _bayes_model_eer(fit, by, conditional, label, positive, data, method, hdi_prob,
                                 max_draws, progress, n_boot=n_boot, speaker=speaker, level=level, seed=seed,

@@ -387,6 +387,12 @@ def bayes_lmer(
         from scoremix.bayes.transform import latent_spec, ml_transform
 
         if isinstance(transform, str):
+            if transform == "monotone-by-class":
+                from scoremix.bayes.transform import TransformSpecError
+
+                raise TransformSpecError("bayes_lmer(transform='monotone-by-class') is not supported (one transform "
+                                         "per stratum); use transform='monotone' or the frequentist "
+                                         "lmer(..., transform='monotone-by-class')")
             if transform != "monotone":
                 raise ValueError(f"transform must be None, 'monotone' or a fitted transform, got {transform!r}")
             if isinstance(formula, ModelSpec):

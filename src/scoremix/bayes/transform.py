@@ -44,6 +44,11 @@ class TransformSpecError(ValueError):
 def latent_cells(transform: Any, scores: Any) -> tuple[np.ndarray, np.ndarray]:
     """Latent cell ``(lo_i, hi_i]`` of every score: ``(h⁻(s_i), h⁺(s_i)]`` (the transform's
     ``lower`` and ``upper`` one-sided limits)."""
+    if callable(getattr(transform, "stratum", None)) and getattr(transform, "levels", None) is not None:
+        raise TransformSpecError(
+            f"bayes_lmer does not support a transform per stratum ({type(transform).__name__} by "
+            f"{getattr(transform, 'column', None)!r}, from transform='monotone-by-class'): pass the .transform "
+            "of an lmer(..., transform='monotone') fit, or use the frequentist stratified fit")
     if not (callable(getattr(transform, "lower", None)) and callable(getattr(transform, "upper", None))):
         raise TransformSpecError(f"the transform {type(transform).__name__} has no lower()/upper() cell edges; "
                                  "pass the .transform of an lmer(..., transform='monotone') fit")

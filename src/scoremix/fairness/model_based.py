@@ -154,7 +154,8 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
     G = sg.n_groups
     W = pred.population_weights(sg.mem_trial, sg.mem_group, G)
     res = gaussian_mixture_measures(pred.mean, pred.sd, pred.positive, W, p_target=p_target, c_miss=c_miss,
-                                    c_fa=c_fa, normalize=normalize, n_grid=n_grid)
+                                    c_fa=c_fa, normalize=normalize, n_grid=n_grid,
+                                    axis=pred.axis, stratum=pred.stratum)
     res["all_threshold"] = pred.to_score(res["all_threshold"])
     res["threshold_own"] = pred.to_score(res["threshold_own"])
     tab = sg.cells.copy()

@@ -15,7 +15,9 @@ and ``C^p(τ) = c_miss·π·P_miss + c_fa·(1-π)·P_fa``.  ``τ*`` and each ``m
 found by a grid search followed by golden-section refinement; the EER solves
 ``P_miss(τ) = P_fa(τ)`` by bisection.  The SVEva ratios then follow as for the
 empirical measures (:mod:`scoremix.fairness.sveva`).  Thresholds here are on the model's
-(latent) scale; callers map them to the score scale
+(latent) scale — for a stratified transform, points of the common threshold axis
+(:mod:`scoremix.predictive.axis`), where component ``m`` is evaluated at its stratum's latent
+threshold; callers map them to the score scale
 (:meth:`scoremix.predictive.Predictive.to_score`).
 """
 
@@ -75,7 +77,8 @@ def _minimise(mix: MixtureRates, cost: CostSpec, n_grid: int, n_iter: int = 60) 
 
 def gaussian_mixture_measures(mu: np.ndarray, sd: np.ndarray, is_pos: np.ndarray, weights: np.ndarray,
                               p_target: float = 0.05, c_miss: float = 1.0, c_fa: float = 1.0,
-                              normalize: bool = False, n_grid: int = 512) -> dict[str, np.ndarray]:
+                              normalize: bool = False, n_grid: int = 512, axis: Any = None,
+                              stratum: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """All SVEva measures when each population's class scores are normal mixtures.
 
     Parameters
@@ -91,6 +94,11 @@ def gaussian_mixture_measures(mu: np.ndarray, sd: np.ndarray, is_pos: np.ndarray
         detection-cost parameters.
     n_grid:
         grid size of the threshold search before refinement.
+    axis, stratum:
+        the threshold axis of the fit and the stratum of every component
+        (:attr:`scoremix.predictive.Predictive.axis` / ``.stratum``): with a stratified
+        transform the thresholds searched are points of the common axis, one score threshold
+        for all strata.  ``None``: the latent scale.
 
     Returns
     -------
@@ -99,7 +107,7 @@ def gaussian_mixture_measures(mu: np.ndarray, sd: np.ndarray, is_pos: np.ndarray
     """
     cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
     a, b = cost.weights
-    mix = MixtureRates(mu, sd, is_pos, weights)
+    mix = MixtureRates(mu, sd, is_pos, weights, axis=axis, stratum=stratum)
     D = mix.mu.shape[0]
     # chunk over draws to bound memory
     per = max(1, int(4e6 // max(1, mix.mu.shape[1] * n_grid * mix.P)))

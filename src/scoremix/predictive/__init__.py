@@ -4,10 +4,12 @@ empirical rates.  See :mod:`scoremix.predictive.layer` and ``docs/predictive.md`
 
 from scoremix.predictive.mixture import (MixtureRates, ModelEERError, PredictiveError, batch_eer, gaussian_eer,
                                          mixture_eer)
+from scoremix.predictive.axis import StrataAxis, ThresholdAxis, is_stratified_transform, threshold_axis
 from scoremix.predictive.layer import Predictive, fit_transform, is_bayes_fit, predictive
 from scoremix.predictive.gof import ModelFitWarning, empirical_eer_interval, missing_terms
 from scoremix.predictive.det import model_det_curve, plot_model_det
 
 __all__ = ["PredictiveError", "ModelEERError", "gaussian_eer", "mixture_eer", "MixtureRates", "batch_eer",
-           "Predictive", "predictive", "is_bayes_fit", "fit_transform", "ModelFitWarning",
+           "ThresholdAxis", "StrataAxis", "threshold_axis", "is_stratified_transform", "Predictive", "predictive",
+           "is_bayes_fit", "fit_transform", "ModelFitWarning",
            "empirical_eer_interval", "missing_terms", "model_det_curve", "plot_model_det"]

@@ -29,7 +29,8 @@ def det_curve_of(pred: Predictive, mask: Any = None, n_points: int = 600, p_min:
                  ci: float = 0.95) -> pd.DataFrame:
     """DET points of the trials in ``mask`` of a :class:`Predictive`.
 
-    Returns columns ``latent`` (threshold on the model scale), ``threshold`` (score scale),
+    Returns columns ``latent`` (threshold on the model scale; for a stratified transform the
+    point of the common threshold axis, :mod:`scoremix.predictive.axis`), ``threshold`` (score scale),
     ``fnr``, ``fpr`` (posterior medians for a posterior fit) and, for a posterior fit,
     ``fnr_lo/_hi``, ``fpr_lo/_hi``.
     """
@@ -38,8 +39,8 @@ def det_curve_of(pred: Predictive, mask: Any = None, n_points: int = 600, p_min:
     if not (use & pred.positive).any() or not (use & ~pred.positive).any():
         raise PredictiveError("a DET curve needs trials of both classes")
     m, s = pred.mean[:, use], pred.sd[:, use]
-    lo, hi = float(np.min(m - 9 * s)), float(np.max(m + 9 * s))
-    t = np.linspace(lo, hi, 8 * n_points)
+    lo, hi = pred.axis.bounds(np.min(m - 9 * s), np.max(m + 9 * s))
+    t = np.linspace(float(lo), float(hi), 8 * n_points)
     fnr, fpr = pred.rates_at(t, mask, scale="latent")  # (D, T)
     med_n, med_p = np.median(fnr, axis=0), np.median(fpr, axis=0)
     keep = (med_n >= p_min) & (med_p >= p_min)
@@ -82,7 +83,8 @@ def model_det_curve(
     Parameters
     ----------
     fit:
-        an ``LmerResult`` (Gaussian or ``transform="monotone"``) or a ``BayesLmerResult``.
+        an ``LmerResult`` (Gaussian, ``transform="monotone"`` or ``"monotone-by-class"``) or a
+        ``BayesLmerResult``.
     data:
         the fitted data frame, for ``label``/``by`` columns outside the model frame.
     trials:

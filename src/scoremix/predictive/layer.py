@@ -28,6 +28,14 @@ reported on the score scale as :math:`h^{-1}(t)` (the transform's generalised in
 Because ``h`` is increasing, the EER, the minimum DCF and every subgroup ratio are the same
 whether they are minimised over latent or score thresholds; only the reported thresholds
 need the inverse.
+
+Stratified transformation models (``transform="monotone-by-class"``): trial ``i`` of stratum
+``s(i)`` has its own map :math:`h_{s(i)}`, so one score threshold τ is the latent threshold
+:math:`h^-_{s(i)}(\tau)` of that trial (``transform.latent_threshold(tau, stratum)``) and
+:math:`\mathrm{FNR}(\tau) = \sum_i b_i\Phi((h^-_{s(i)}(\tau)-m_i)/s_i)`.  Components then also
+carry their stratum, and every measure is computed over the common threshold axis of
+:mod:`scoremix.predictive.axis` (the latent scale itself for every other fit), which is the
+one place where score thresholds become latent ones.
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from scoremix.predictive.mixture import MixtureRates, ModelEERError, PredictiveError, mixture_eer
+from scoremix.predictive.axis import ThresholdAxis, is_stratified_transform, threshold_axis
+from scoremix.predictive.mixture import MixtureRates, ModelEERError, PredictiveError, batch_eer, mixture_eer
 
 __all__ = ["Predictive", "predictive", "is_bayes_fit", "model_frame_with", "term_covariance",
            "fit_transform"]
@@ -83,6 +92,12 @@ class Predictive:
         grouping factors whose random effects are marginalised (new levels).
     draws:
         posterior draw ids (``None`` for a point fit).
+    axis:
+        the threshold axis (:mod:`scoremix.predictive.axis`): the latent scale, or for a
+        stratified transform the common coordinate of the strata's latent thresholds.
+    stratum:
+        ``(m,)`` stratum of every component (index into ``axis.levels``; all 0 unless the
+        transform is stratified).
     """
 
     mean: np.ndarray
@@ -96,6 +111,16 @@ class Predictive:
     marginal_over: tuple[str, ...] = ()
     draws: np.ndarray | None = None
     conditional: bool = field(default=True)
+    axis: ThresholdAxis | None = None
+    stratum: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.axis is None:
+            self.axis = threshold_axis(self.transform)
+        if self.stratum is None:
+            if not self.axis.identity:
+                raise PredictiveError("a stratified transform needs the stratum of every component")
+            self.stratum = np.zeros(self.mean.shape[1], dtype=np.int64)
 
     # ----------------------------------------------------------------- sizes / scales
     @property
@@ -114,18 +139,16 @@ class Predictive:
         """Score thresholds → latent thresholds (identity for a Gaussian fit).
 
         Accepting ``s ≥ τ``, the latent threshold is the transform's left limit
-        ``h⁻(τ)`` (``transform.lower``, so tied scores at τ are accepted, as the empirical
-        rates count them); a transform without ``lower`` is called, ``h(τ)``."""
-        tau = np.asarray(tau, dtype=np.float64)
-        if self.transform is None:
-            return tau
-        lower = getattr(self.transform, "lower", None)
-        return np.asarray(lower(tau) if callable(lower) else self.transform(tau), dtype=np.float64)
+        ``h⁻(τ)`` (``transform.latent_threshold``, so tied scores at τ are accepted, as the
+        empirical rates count them).  Shape of ``tau``, or ``(S, *tau.shape)`` (one row per
+        stratum, ``axis.levels``) for a stratified transform."""
+        lat = self.axis.from_score(tau)
+        return lat[0] if self.axis.identity else lat
 
     def to_score(self, t: Any) -> np.ndarray:
-        """Latent thresholds → score thresholds ``h⁻¹(t)`` (identity for a Gaussian fit)."""
-        t = np.asarray(t, dtype=np.float64)
-        return t if self.transform is None else np.asarray(self.transform.inverse(t), dtype=np.float64)
+        """Thresholds on the axis (latent thresholds unless stratified) → score thresholds
+        (``h⁻¹(t)``; identity for a Gaussian fit; see :mod:`scoremix.predictive.axis`)."""
+        return self.axis.to_score(t)
 
     # ----------------------------------------------------------------- populations
     def counts(self, mask: Any = None) -> np.ndarray:
@@ -143,22 +166,27 @@ class Predictive:
 
     def mixture(self, weights: np.ndarray) -> MixtureRates:
         """Rates of the populations with component weights ``weights`` ``(P, m)``."""
-        return MixtureRates(self.mean, self.sd, self.positive, weights)
+        return MixtureRates(self.mean, self.sd, self.positive, weights, axis=self.axis, stratum=self.stratum)
 
     # ----------------------------------------------------------------- measures
     def eer(self, mask: Any = None, return_threshold: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Model EER of the trials in ``mask`` (all by default), one value per draw.
 
         Exact root of :math:`\\mathrm{FNR}(t) = \\mathrm{FPR}(t)` of the two class mixtures
-        (:func:`~scoremix.predictive.mixture.mixture_eer`); NaN when a class is missing.
-        With ``return_threshold`` also the EER threshold on the *score* scale.
+        (:func:`~scoremix.predictive.mixture.mixture_eer`); for a stratified transform the
+        root over the common threshold axis (:func:`~scoremix.predictive.mixture.batch_eer`);
+        NaN when a class is missing.  With ``return_threshold`` also the EER threshold on the
+        *score* scale.
         """
         w = self.counts(mask)
         neg = (w > 0) & ~self.positive
         pos = (w > 0) & self.positive
         e = np.full(self.n_draws, np.nan)
         t = np.full(self.n_draws, np.nan)
-        if neg.any() and pos.any():
+        if neg.any() and pos.any() and not self.axis.identity:
+            e, t = batch_eer(self.mixture(w[None, :]), return_threshold=True)
+            e, t = e[0], t[0]
+        elif neg.any() and pos.any():
             for d in range(self.n_draws):
                 e[d], t[d] = mixture_eer(self.mean[d, neg], self.sd[d, neg], self.mean[d, pos],
                                          self.sd[d, pos], w[neg], w[pos], return_threshold=True)
@@ -167,13 +195,20 @@ class Predictive:
     def rates_at(self, tau: Any, mask: Any = None, scale: str = "score") -> tuple[np.ndarray, np.ndarray]:
         """Model FNR and FPR at thresholds ``tau`` (``(D, T)`` each; accept ``s ≥ τ``).
 
-        ``scale="score"`` maps τ to the latent scale with ``h`` first; ``"latent"`` takes
-        latent thresholds.
+        ``scale="score"`` maps τ to each trial's latent threshold with
+        ``transform.latent_threshold`` (:math:`h^-_{s(i)}(\\tau)`, exact at tied scores);
+        ``"latent"`` takes points of the threshold axis (latent thresholds, unless the
+        transform is stratified: see :mod:`scoremix.predictive.axis`).
         """
         if scale not in ("score", "latent"):
             raise PredictiveError(f"scale must be 'score' or 'latent', got {scale!r}")
-        t = np.atleast_1d(self.to_latent(tau) if scale == "score" else np.asarray(tau, float))
         mix = self.mixture(self.counts(mask)[None, :])
+        if scale == "score":
+            lat = self.axis.from_score(np.atleast_1d(np.asarray(tau, dtype=np.float64)))  # (S, T)
+            lat = np.broadcast_to(lat[:, None, None, :], (lat.shape[0], 1, self.n_draws, lat.shape[1]))
+            pm, pf = mix.rates_latent(np.ascontiguousarray(lat))
+            return pm[0], pf[0]
+        t = np.atleast_1d(np.asarray(tau, float))
         tt = np.broadcast_to(t, (self.n_draws, t.size))[None]
         pm, pf = mix.rates(np.ascontiguousarray(tt))
         return pm[0], pf[0]
@@ -182,8 +217,11 @@ class Predictive:
         """Per trial ``y``, ``score``, latent ``mean`` and ``sd`` (point fits only)."""
         if self.n_draws != 1:
             raise PredictiveError("trial_table() needs a point fit (one draw); use mean/sd per draw")
-        return pd.DataFrame({"y": self.y, "score": self.score, "mean": self.mean[0, self.component],
-                             "sd": self.sd[0, self.component]}, index=self.frame.index)
+        out = pd.DataFrame({"y": self.y, "score": self.score, "mean": self.mean[0, self.component],
+                            "sd": self.sd[0, self.component]}, index=self.frame.index)
+        if not self.axis.identity:
+            out["stratum"] = np.asarray(self.axis.levels, dtype=object)[self.stratum[self.component]]
+        return out
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -388,6 +426,29 @@ def _binary(values: pd.Series, positive: Any, label: str) -> np.ndarray:
         raise PredictiveError(f"class column {label!r}: {exc}") from exc
 
 
+def _trial_strata(fit: Any, axis: ThresholdAxis, trials: pd.DataFrame | None, rows: pd.DataFrame) -> Any:
+    """Stratum label of every row for a stratified transform (``None`` otherwise): the fit's
+    per-row ``strata`` for the fitted rows, column ``axis.column`` of ``trials`` otherwise."""
+    if axis.identity:
+        return None
+    col = axis.column
+    if trials is None:
+        st = getattr(fit, "strata", None)
+        if st is not None:
+            try:
+                return pd.Series(st).loc[rows.index].to_numpy(dtype=object)
+            except KeyError:
+                pass
+        if col in rows.columns:
+            return rows[col].to_numpy(dtype=object)
+        raise PredictiveError(f"the fit has one transform per level of {col!r} but no per-row strata "
+                              "(fit.strata) for its rows")
+    if col not in trials.columns:
+        raise PredictiveError(f"strata column {col!r} not in the trial table: a fit with one transform per "
+                              f"level of {col!r} needs every trial's stratum")
+    return trials[col].to_numpy(dtype=object)
+
+
 # ----------------------------------------------------------------------------- builders
 def _point_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame | None, label: str,
                       positive: Any, marg: tuple[str, ...], conditional: bool, split: Sequence[str] = ()
@@ -424,11 +485,14 @@ def _point_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame 
         bad = int(np.flatnonzero(~(np.isfinite(mean) & np.isfinite(sd) & (sd > 0)))[0])
         raise PredictiveError(f"trial {rows.index[bad]!r} has a non-finite predictive mean or SD "
                               f"(mean={mean[bad]!r}, sd={sd[bad]!r})")
-    comp_key, comp = np.unique(np.c_[mean, sd, y.astype(float)], axis=0, return_inverse=True)
+    axis = threshold_axis(fit_transform(fit))
+    codes = axis.codes(_trial_strata(fit, axis, trials, rows), len(rows))
+    comp_key, comp = np.unique(np.c_[mean, sd, y.astype(float), codes.astype(float)], axis=0, return_inverse=True)
     return Predictive(mean=comp_key[:, 0][None, :], sd=comp_key[:, 1][None, :], positive=comp_key[:, 2] > 0.5,
                       component=np.asarray(comp).ravel().astype(np.int64), y=y,
                       score=_observed_scores(fit, trials), frame=rows, transform=fit_transform(fit),
-                      marginal_over=marg, draws=None, conditional=not marg)
+                      marginal_over=marg, draws=None, conditional=not marg, axis=axis,
+                      stratum=comp_key[:, 3].astype(np.int64))
 
 
 def _design_cells(fit: Any, rows: pd.DataFrame | None, conditional: bool) -> np.ndarray | None:
@@ -464,6 +528,9 @@ def _bayes_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame 
                       positive: Any, conditional: bool, split: Sequence[str], max_draws: int | None
                       ) -> Predictive:
     spec = getattr(fit, "spec", None)
+    if is_stratified_transform(fit_transform(fit)):
+        raise PredictiveError("posterior fits with one transform per stratum (transform='monotone-by-class') "
+                              "are not supported; use the frequentist fit (lmer) or transform='monotone'")
     if trials is None:
         if spec is None:
             raise PredictiveError("pass trials= (the fitted trial table): the fit carries no data frame")

@@ -18,7 +18,10 @@ This module is the only place where these sums are evaluated: :func:`mixture_eer
 population, Brent's method), :class:`MixtureRates` (many populations × posterior draws ×
 thresholds at once) and :func:`batch_eer` (vectorised bisection).  For a transformation
 model :math:`t` is a *latent* threshold; :class:`scoremix.predictive.Predictive` maps it to
-and from the score scale.
+and from the score scale.  With one transform per stratum (``transform="monotone-by-class"``)
+the thresholds are points ``u`` of the common threshold axis
+(:mod:`scoremix.predictive.axis`) and component ``c`` is evaluated at its stratum's latent
+threshold :math:`t_{s(c)}(u)`.
 """
 
 from __future__ import annotations
@@ -150,9 +153,16 @@ class MixtureRates:
         ``(P, m)`` non-negative weights (trial counts) of the components in each
         population; normalised within class and population.  A population without one
         class gets NaN rates for that class.
+    axis, stratum:
+        the fit's threshold axis (:mod:`scoremix.predictive.axis`) and the ``(m,)`` stratum
+        index of every component.  Thresholds passed to :meth:`rates` are points ``u`` of
+        the axis; component ``c`` is evaluated at its stratum's latent threshold
+        ``t_{s(c)}(u)``.  ``None`` (or an identity axis): ``u`` is the latent threshold of
+        every component.
     """
 
-    def __init__(self, mu: np.ndarray, sd: np.ndarray, is_pos: np.ndarray, weights: np.ndarray) -> None:
+    def __init__(self, mu: np.ndarray, sd: np.ndarray, is_pos: np.ndarray, weights: np.ndarray,
+                 axis: Any = None, stratum: np.ndarray | None = None) -> None:
         self.mu = np.atleast_2d(np.asarray(mu, float))
         self.sd = np.atleast_2d(np.asarray(sd, float))
         if self.mu.shape != self.sd.shape:
@@ -170,32 +180,58 @@ class MixtureRates:
         self.weights = W
         self._pos_idx = np.flatnonzero(self.is_pos)
         self._neg_idx = np.flatnonzero(~self.is_pos)
+        self.axis = None if axis is None or getattr(axis, "identity", True) else axis
+        m = self.mu.shape[1]
+        self.stratum = (np.zeros(m, np.int64) if stratum is None else np.asarray(stratum, np.int64))
+        if self.stratum.shape != (m,):
+            raise PredictiveError(f"stratum must hold one index per component ({m}), got {self.stratum.shape}")
 
     def subset_draws(self, sl: slice) -> "MixtureRates":
         """The same populations for the draws ``sl``."""
-        return MixtureRates(self.mu[sl], self.sd[sl], self.is_pos, self.weights)
+        return MixtureRates(self.mu[sl], self.sd[sl], self.is_pos, self.weights, self.axis, self.stratum)
 
     def rates(self, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``tau``: ``(P, D, T)`` thresholds → ``p_miss, p_fa`` of the same shape."""
-        pm = np.zeros(tau.shape)
-        pf = np.zeros(tau.shape)
+        """``tau``: ``(P, D, T)`` thresholds (axis points) → ``p_miss, p_fa`` of the same shape."""
+        if self.axis is None:
+            return self._accumulate(tau.shape, lambda sl: tau[:, :, None, :])
+        return self.rates_latent(self.axis.latent(tau))
+
+    def rates_latent(self, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``lat``: ``(S, P, D, T)`` latent thresholds per stratum (e.g. of score thresholds,
+        ``axis.from_score``) → ``p_miss, p_fa`` ``(P, D, T)``: component ``c`` at
+        ``lat[stratum[c]]``."""
+        lat = np.asarray(lat, dtype=np.float64)
+        if lat.shape[0] == 1:
+            return self._accumulate(lat.shape[1:], lambda sl: lat[0][:, :, None, :])
+        return self._accumulate(lat.shape[1:], lambda sl: np.moveaxis(lat[self.stratum[sl]], 0, 2))
+
+    def _accumulate(self, shape: tuple[int, ...], thr: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Σ_c w_pc Φ(±(t_c − μ_c)/σ_c) with ``thr(sl)`` the ``(P, D, k, T)`` (or broadcastable)
+        thresholds of components ``sl``."""
+        pm = np.zeros(shape)
+        pf = np.zeros(shape)
         for idx, out, pos in ((self._pos_idx, pm, True), (self._neg_idx, pf, False)):
             w = (self.wp if pos else self.wn)[:, idx]  # (P, k)
             for start in range(0, idx.size, 256):
                 sl = idx[start:start + 256]
                 mu = self.mu[:, sl]  # (D, k)
                 sd = self.sd[:, sl]
-                z = (tau[:, :, None, :] - mu[None, :, :, None]) / sd[None, :, :, None]  # (P, D, k, T)
+                z = (thr(sl) - mu[None, :, :, None]) / sd[None, :, :, None]  # (P, D, k, T)
                 phi = ndtr(z) if pos else ndtr(-z)
                 out += np.einsum("pk,pdkt->pdt", np.nan_to_num(w[:, start:start + 256]), phi)
         pm[~np.isfinite(self.wp.sum(axis=1))] = np.nan
         pf[~np.isfinite(self.wn.sum(axis=1))] = np.nan
         return pm, pf
 
-    def grid(self, n: int, width: float = 8.0) -> np.ndarray:
-        """``(D, n)`` evenly spaced thresholds covering every component ± ``width`` SDs."""
+    def bounds(self, width: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(D,)`` axis points below / above which every component lies ± ``width`` SDs."""
         lo = np.min(self.mu - width * self.sd, axis=1)
         hi = np.max(self.mu + width * self.sd, axis=1)
+        return (lo, hi) if self.axis is None else self.axis.bounds(lo, hi)
+
+    def grid(self, n: int, width: float = 8.0) -> np.ndarray:
+        """``(D, n)`` evenly spaced thresholds (axis points) covering every component ± ``width`` SDs."""
+        lo, hi = self.bounds(width)
         t = np.linspace(0.0, 1.0, n)
         return lo[:, None] + (hi - lo)[:, None] * t[None, :]
 
@@ -204,10 +240,12 @@ def batch_eer(mix: MixtureRates, n_iter: int = 80, return_threshold: bool = Fals
               ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """EER of every population and draw, ``(P, D)``, by bisection on ``FNR − FPR``.
 
-    With ``return_threshold=True`` also the (latent) EER thresholds, ``(P, D)``.
+    With ``return_threshold=True`` also the EER thresholds (axis points: latent thresholds
+    unless the mixture has a stratified axis), ``(P, D)``.  The bracket is every component
+    ± 10 SDs; 80 halvings leave an interval below 1e-20 of its width.
     """
-    lo = np.min(mix.mu - 10 * mix.sd, axis=1)[None, :].repeat(mix.P, 0)
-    hi = np.max(mix.mu + 10 * mix.sd, axis=1)[None, :].repeat(mix.P, 0)
+    lo, hi = mix.bounds(10.0)
+    lo, hi = lo[None, :].repeat(mix.P, 0), hi[None, :].repeat(mix.P, 0)
     for _ in range(n_iter):
         mid = 0.5 * (lo + hi)
         pm, pf = mix.rates(mid[..., None])

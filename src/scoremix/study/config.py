@@ -31,7 +31,7 @@ __all__ = [
 #: Model backends accepted in ``[[models]]``.
 BACKENDS = ("native", "statsmodels", "lme4", "bayes")
 #: values of a model's ``transform`` key (see docs/study-format.md)
-TRANSFORMS = ("monotone",)
+TRANSFORMS = ("monotone", "monotone-by-class")
 #: Analysis tables accepted under ``[analyses]``.
 ANALYSES = ("metrics", "model_eer", "fairness", "breakdown", "compare", "nuisance")
 EER_METHODS = ("rocch", "interp", "asvspoof", "voxceleb")
@@ -120,6 +120,9 @@ class ModelConfig:
     #: ``"monotone"``: a transformation (latent-Gaussian) mixed model, ``h(score) = Xβ + Zb + ε``
     #: with ``h`` increasing and estimated (``lmer(..., transform="monotone")``); ``None``: Gaussian
     transform: str | None = None
+    #: with ``transform = "monotone-by-class"``: the strata column (one transform per level;
+    #: ``control=dict(strata=...)`` of ``lmer``); ``None``: ``"label"``
+    strata: str | None = None
 
 
 @dataclass
@@ -569,6 +572,13 @@ def _parse_model(r: _Reader, data: DataConfig) -> ModelConfig:
     if m.transform is not None and m.backend not in ("native", "bayes"):
         raise r.err("transform", f"{m.transform!r} needs backend 'native' or 'bayes' (the transformation model is "
                                  f"fitted by scoremix's own engine), got backend {m.backend!r}")
+    if m.transform == "monotone-by-class" and m.backend != "native":
+        raise r.err("transform", f"'monotone-by-class' needs backend 'native' (posterior fits with one transform "
+                                 f"per stratum are not supported), got backend {m.backend!r}")
+    m.strata = r.str("strata", None)
+    if m.strata is not None and m.transform != "monotone-by-class":
+        raise r.err("strata", f"applies only with transform = \"monotone-by-class\" (got transform = "
+                              f"{m.transform!r})")
     r.finish()
     return m
 

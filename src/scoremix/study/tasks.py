@@ -338,7 +338,9 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
 
     out: dict[str, Any] = {"model": model.name, "system": system, "backend": model.backend, "nobs": int(len(df)),
                            "transform": model.transform or "none"}
-    tkw = {"transform": model.transform} if model.transform else {}
+    tkw: dict[str, Any] = {"transform": model.transform} if model.transform else {}
+    if model.transform == "monotone-by-class" and model.strata:
+        tkw["control"] = {"strata": model.strata}
     if model.backend != "bayes":
         fit = lmer(model.formula, df, REML=model.REML, backend=model.backend, dispersion=model.dispersion, **tkw)
         out.update(_freq_tables(fit))
@@ -396,7 +398,8 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
 
 
 def _with_transform(tab: pd.DataFrame | None, model: ModelConfig) -> pd.DataFrame | None:
-    """Record the model's transform (``"monotone"`` or ``"none"``) in its result table."""
+    """Record the model's transform (``"monotone"``, ``"monotone-by-class"`` or ``"none"``)
+    in its result table."""
     return None if tab is None else tab.assign(transform=model.transform or "none")
 
 

@@ -26,8 +26,6 @@ from scoremix.transform.monotone import MonotoneTransform
 from scoremix.transform.strata import (
     StratifiedTransform,
     UnknownStratumError,
-    stratified_eer,
-    stratified_error_rates,
     stratified_model_eer,
 )
 
@@ -38,5 +36,4 @@ register_transform("monotone-by-class", functools.partial(lmer_transform,
 __all__ = ["MonotoneTransform", "TransformLmerResult", "TransformControl", "fit_transform",
            "TransformError", "AllScoresTiedError", "TooFewDistinctScoresError",
            "SingleClassError",
-           "StratifiedTransform", "UnknownStratumError", "stratified_eer",
-           "stratified_error_rates", "stratified_model_eer"]
+           "StratifiedTransform", "UnknownStratumError", "stratified_model_eer"]

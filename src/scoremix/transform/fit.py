@@ -496,13 +496,16 @@ def fit_transform(spec: ModelSpec, transform: str = "monotone",
         shift = float(a0 @ c)
         transform_obj = MonotoneTransform(cells.values, alpha - shift)
         keep = [j for j in range(spec.p) if j != icpt]
-    else:   # each stratum: h_k(median of stratum k) = 0; intercept and absorbed columns 0
+    else:   # each stratum: no stratum intercept (absorbed columns 0), h_k = the fitted edges
+        # The latent mean of a trial is x'β + z'b with the absorbed columns at 0, so h_k must
+        # not be moved: a shift of h_k would need a per-stratum intercept in every prediction
+        # (there is no such column when the strata are finer than the formula's terms).
         a0 = np.zeros(nt)
         shift, shifts, trs = 0.0, [], []
         for k, ck in enumerate(S.cells):
-            sh = float(basis.weights_at_stratum(k, 0.0) @ c)
+            sh = float(basis.weights_at_stratum(k, 0.0) @ c)    # h_k(median of stratum k)
             e0, e1 = basis.edge_off[k], basis.edge_off[k + 1]
-            trs.append(MonotoneTransform(ck.values, alpha[e0:e1] - sh))
+            trs.append(MonotoneTransform(ck.values, alpha[e0:e1]))
             shifts.append(sh)
         transform_obj = StratifiedTransform(S.column, S.levels, trs)
         keep = S.keep
@@ -581,7 +584,7 @@ def fit_transform(spec: ModelSpec, transform: str = "monotone",
     if S is not None:
         info.update(strata=S.column, strata_levels=[str(v) for v in S.levels],
                     n_cells_by_stratum=[int(ck.K) for ck in S.cells],
-                    location_shift_by_stratum=shifts,
+                    median_latent_by_stratum=shifts,
                     absorbed_fixef=[names[j] for j in range(spec.p) if j not in keep],
                     fixed_sigma_levels=[str(lv) for lv, f in zip(
                         sigma_by.index if sigma_by is not None else ["(all)"], S.fixed) if f])

@@ -99,6 +99,13 @@ class MonotoneTransform:
         k = np.searchsorted(self.values, np.asarray(tau, float), side="left")
         return self._edges_ext[k]
 
+    def latent_threshold(self, tau: Any, stratum: Any = None) -> np.ndarray:
+        """Latent threshold of score threshold ``tau`` (accept ``s ≥ τ``): :meth:`lower`,
+        :math:`h^-(\\tau)`.  ``stratum`` is ignored (one transform for all trials): the same
+        signature as :meth:`scoremix.transform.StratifiedTransform.latent_threshold`, which
+        the predictive layer calls for every fit."""
+        return self.lower(tau)
+
     def __call__(self, scores: Any) -> np.ndarray:
         """Latent value ``h(s)`` (continuous, strictly increasing; see the class docstring)."""
         s = np.asarray(scores, dtype=np.float64)

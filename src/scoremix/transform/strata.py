@@ -22,8 +22,10 @@ dispersion levels (strata linked by shared levels) the first dispersion level is
 :math:`\sigma=1`, e.g. ``dispersion="~ label"`` ⇒ both classes have latent residual SD 1
 (the class's spread is carried by :math:`h_s`), ``dispersion="~ dgrp"`` with one level per
 attack inside the spoof class ⇒ attacks' SDs relative to the first attack.  Location:
-:math:`h_s(\text{median score of stratum } s)=0` (``α_s(u_s=0)=0`` in the stratum's normal
-score).
+no stratum intercept — the absorbed columns are 0 and :math:`h_s` is the fitted edges
+themselves (``clm``'s class thresholds), so the latent mean of a trial is
+:math:`x_i'\beta + z_i'b` exactly as ``fit.predict()`` gives it; :math:`h_s` at the
+stratum's median score is in ``fit_info["transform"]["median_latent_by_stratum"]``.
 
 Error rates at a score threshold :math:`\tau` (accept when :math:`S\ge\tau`), per-trial
 latent moments :math:`m_i, s_i` (``scoremix.model_eer.trial_moments``):
@@ -33,11 +35,13 @@ latent moments :math:`m_i, s_i` (``scoremix.model_eer.trial_moments``):
     \mathrm{FNR}(\tau)=\frac1{n_1}\sum_{i\in\text{pos}}\Phi\Big(\frac{h_{s(i)}(\tau)-m_i}{s_i}\Big),\qquad
     \mathrm{FPR}(\tau)=\frac1{n_0}\sum_{i\in\text{neg}}\Big[1-\Phi\Big(\frac{h_{s(i)}(\tau)-m_i}{s_i}\Big)\Big].
 
-No single latent axis carries both classes any more, so the model EER is the crossing
-FNR = FPR of the model ROC traced over score thresholds (:func:`stratified_eer`), with the
-exact left limits :math:`h_s^-(\tau)` (:meth:`StratifiedTransform.latent_threshold`) at the
-fitted distinct scores and linear interpolation between neighbouring ROC points: this
-depends on the scores only through their ranks.
+No single latent axis carries both classes any more: one score threshold is a different
+latent threshold :math:`h_s^-(\tau)` (:meth:`StratifiedTransform.latent_threshold`, the exact
+left limit at tied scores) in each stratum.  The predictive layer
+(:mod:`scoremix.predictive`, its common threshold axis :mod:`scoremix.predictive.axis`)
+computes every model-based measure of these fits — ``sm.model_eer`` (also ``by=``),
+``model_subgroup_dcf``, ``model_det_curve`` — and :func:`stratified_model_eer` is a thin
+wrapper on it; all depend on the scores only through their ranks.
 """
 
 from __future__ import annotations
@@ -47,15 +51,13 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.special import ndtr
 
 from scoremix.transform.basis import CutpointBasis
 from scoremix.transform.errors import TransformError
 from scoremix.transform.monotone import MonotoneTransform
 
 __all__ = ["StackedBasis", "StratifiedTransform", "UnknownStratumError", "fixed_dispersion_levels",
-           "stratum_confounded_columns", "stratified_error_rates", "stratified_eer",
-           "stratified_model_eer"]
+           "stratum_confounded_columns", "stratified_model_eer"]
 
 
 class UnknownStratumError(TransformError, KeyError):
@@ -243,12 +245,6 @@ class StratifiedTransform:
         exact left limit at tied scores)."""
         return self.lower(tau, stratum)
 
-    def model_eer(self, fit: Any, label: str = "label", positive: Any = None,
-                  conditional: bool = True, data: pd.DataFrame | None = None) -> float:
-        """``sm.model_eer`` of a stratified fit: :func:`stratified_model_eer`."""
-        return stratified_model_eer(fit, label=label, positive=positive, conditional=conditional,
-                                    data=data)
-
     def to_dict(self) -> dict[str, Any]:
         return dict(kind="monotone-by-class", column=self.column,
                     levels=[str(lv) if not isinstance(lv, (int, float, bool)) else lv
@@ -260,89 +256,30 @@ class StratifiedTransform:
         return cls(d["column"], d["levels"], [MonotoneTransform.from_dict(t) for t in d["transforms"]])
 
 
-def stratified_error_rates(tau: float, h_pos: Sequence[MonotoneTransform], m_pos: Sequence[np.ndarray],
-                           s_pos: Sequence[np.ndarray], h_neg: Sequence[MonotoneTransform],
-                           m_neg: Sequence[np.ndarray], s_neg: Sequence[np.ndarray],
-                           exact_ties: bool = False) -> tuple[float, float]:
-    """``(FNR(τ), FPR(τ))`` of positives/negatives given as groups (one transform and the
-    per-trial latent means/SDs of the group's trials each).  ``exact_ties`` uses
-    :math:`h^-` (the exact left limit at fitted scores) instead of the continuous ``h``."""
-    def rate(hs, ms, ss):
-        tot, n = 0.0, 0
-        for h, m, s in zip(hs, ms, ss):
-            t = h.lower(tau) if exact_ties else h(tau)
-            tot += float(np.sum(ndtr((t - np.asarray(m)) / np.asarray(s))))
-            n += len(m)
-        return tot / n
-    if not sum(len(m) for m in m_pos) or not sum(len(m) for m in m_neg):
-        raise TransformError("error rates need at least one positive and one negative trial")
-    return rate(h_pos, m_pos, s_pos), 1.0 - rate(h_neg, m_neg, s_neg)
-
-
-def stratified_eer(h_pos, m_pos, s_pos, h_neg, m_neg, s_neg) -> float:
-    """Model EER: the model ROC at every score threshold :math:`\tau` among the fitted
-    distinct scores (exact tie limits :math:`h_s^-`), FNR and FPR as in
-    :func:`stratified_error_rates`; the crossing FNR = FPR is found by bisection over the
-    thresholds (FNR − FPR increases with τ) and linear interpolation on the ROC segment
-    between the two neighbouring thresholds.  Depends on the scores only through their
-    ranks (so identical for any strictly increasing map of the scores)."""
-    grid = np.unique(np.concatenate([h.values for h in list(h_pos) + list(h_neg)]))
-    if grid[-1] != np.inf:
-        grid = np.append(grid, np.inf)
-
-    def rates(k):
-        return stratified_error_rates(float(grid[k]), h_pos, m_pos, s_pos, h_neg, m_neg, s_neg,
-                                      exact_ties=True)
-    lo, hi = 0, grid.size - 1        # d(lo) = FNR − FPR ≤ 0 at the smallest threshold
-    r_hi = rates(hi)
-    if r_hi[0] - r_hi[1] < 0:
-        return 0.5 * (r_hi[0] + r_hi[1])
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        r = rates(mid)
-        if r[0] - r[1] >= 0:
-            hi = mid
-        else:
-            lo = mid
-    (fa, pa), (fb, pb) = rates(lo), rates(hi)
-    den = (fb - fa) - (pb - pa)
-    t = (pa - fa) / den if den > 0 else 0.0
-    return float(fa + t * (fb - fa))
-
-
-def _groups(fit: Any, mom: pd.DataFrame, rows: np.ndarray):
-    tr: StratifiedTransform = fit.transform
-    st = fit.strata.loc[mom.index].to_numpy(dtype=object)[rows]
-    m = mom["mean"].to_numpy()[rows]
-    s = mom["sd"].to_numpy()[rows]
-    hs, ms, ss = [], [], []
-    for lv in pd.unique(st):
-        k = st == lv
-        hs.append(tr.stratum(lv))
-        ms.append(m[k])
-        ss.append(s[k])
-    return hs, ms, ss
-
-
 def stratified_model_eer(fit: Any, label: str = "label", positive: Any = None,
                          conditional: bool = True, data: pd.DataFrame | None = None,
                          neg_mask: np.ndarray | None = None, pos_mask: np.ndarray | None = None) -> float:
-    """Model EER of a stratified transformation fit (``transform="monotone-by-class"``).
+    """Model EER of a stratified transformation fit (``transform="monotone-by-class"``),
+    optionally of a subset of its positives/negatives.
 
-    Per-trial latent moments from :func:`scoremix.model_eer.trial_moments` (conditional or
-    marginal), the stratum transforms from ``fit.transform`` and the trials' strata from
-    ``fit.strata``; ``pos_mask``/``neg_mask`` (boolean over the model frame's rows) restrict
-    the positives/negatives (e.g. one attack's trials).  See :func:`stratified_eer`.
+    ``pos_mask``/``neg_mask`` (boolean over the model frame's rows) restrict the
+    positives/negatives (e.g. one attack's trials against all bona fide ones).  Computed by
+    the predictive layer (:func:`scoremix.predictive.predictive`, ``Predictive.eer``): per-trial
+    latent moments, each trial at its stratum's latent threshold
+    :math:`h^-_{s(i)}(\tau)`, the root of FNR = FPR over one common score threshold
+    (:mod:`scoremix.predictive.axis`).  ``sm.model_eer(fit)`` gives the same value for
+    all trials.
     """
-    from scoremix.model_eer import trial_moments
+    from scoremix.predictive import predictive
     if not isinstance(getattr(fit, "transform", None), StratifiedTransform):
         raise TransformError("stratified_model_eer needs a fit with transform='monotone-by-class'")
-    mom = trial_moments(fit, conditional=conditional, label=label, positive=positive, data=data)
-    y = mom["y"].to_numpy()
-    pos = y == 1
-    neg = y == 0
-    if pos_mask is not None:
-        pos &= np.asarray(pos_mask, bool)
-    if neg_mask is not None:
-        neg &= np.asarray(neg_mask, bool)
-    return stratified_eer(*_groups(fit, mom, pos), *_groups(fit, mom, neg))
+    pred = predictive(fit, data=data, label=label, positive=positive, conditional=conditional)
+    y = pred.y == 1
+    keep = np.ones(y.size, bool)
+    for m, cls in ((pos_mask, y), (neg_mask, ~y)):
+        if m is not None:
+            m = np.asarray(m, bool)
+            if m.shape != y.shape:
+                raise TransformError(f"masks must have one entry per model-frame row ({y.size}), got {m.shape}")
+            keep &= ~cls | m
+    return float(pred.eer(keep)[0])
