@@ -76,3 +76,35 @@ def test_model_interval_covers_population_eer():
                         n_boot=200, speaker="speaker", seed=k, check_fit=False)
         cov.append(tab["eer_model_lo"].iloc[0] <= TRUE_EER <= tab["eer_model_hi"].iloc[0])
     assert np.mean(cov) >= 0.80, np.mean(cov)
+
+
+def test_model_interval_of_a_stratified_transform_fit_uses_its_threshold_axis():
+    """transform="monotone-by-class" (one transform per class): every replicate equals the
+    layer's own mixture EER (Predictive.mixture on its common threshold axis, batch_eer) with
+    the trial weights set to the speakers' multiplicities, and the interval brackets the
+    model EER."""
+    import scoremix as sm
+    from scoremix.predictive.mixture import batch_eer
+
+    rng = np.random.default_rng(4)
+    n, n_spk = 2000, 30
+    spk = rng.integers(0, n_spk, n)
+    lab = np.where(rng.random(n) < 0.4, "bonafide", "spoof")
+    z = np.where(lab == "bonafide", 2.0, -1.0) + rng.normal(0, 0.5, n_spk)[spk] + rng.normal(size=n)
+    d = pd.DataFrame(dict(score=np.where(lab == "bonafide", np.exp(z), np.sinh(z)), label=lab,
+                          speaker=[f"s{i:02d}" for i in spk], half=np.where(spk < 15, "a", "b")))
+    fit = sm.lmer("score ~ label + (1|speaker)", d, transform="monotone-by-class", control=dict(vcov=False))
+    tab = model_eer(fit, by="half", label="label", data=d, n_boot=100, speaker="speaker", check_fit=False)
+    assert (tab["eer_model_lo"] < tab["eer_model"]).all() and (tab["eer_model"] < tab["eer_model_hi"]).all()
+    pred = predictive(fit, data=d, label="label")
+    mask = (d["half"] == "a").to_numpy()
+    codes = pd.factorize(d["speaker"], sort=True)[0]
+    lo, hi = model_eer_interval(pred, mask, codes, n_boot=30, level=0.9, seed=5)
+    cell = np.unique(codes[mask], return_inverse=True)[1]
+    M = draw_cluster_weights(np.zeros(cell.max() + 1, np.int64), 30, np.random.default_rng(5))
+    W = np.zeros((30, pred.n_components))
+    for b in range(30):
+        np.add.at(W[b], pred.component[mask], M[cell, b])
+    reps = batch_eer(pred.mixture(W))[:, 0]
+    want = expanded_percentile_interval(reps[None, :], np.array([float(cell.max() + 1)]), 0.9)
+    assert lo == pytest.approx(want[0][0], abs=1e-9) and hi == pytest.approx(want[1][0], abs=1e-9)

@@ -170,7 +170,8 @@ def model_eer_interval(pred: Any, mask: Any, clusters: Any = None, n_boot: int =
     e = np.empty(n_boot)
     for b0 in range(0, n_boot, 100):
         W = np.asarray(S @ M[:, b0:b0 + 100]).T  # (B_chunk, components)
-        mix = MixtureRates(pred.mean[:, sel], pred.sd[:, sel], pred.positive[sel], W)
+        mix = MixtureRates(pred.mean[:, sel], pred.sd[:, sel], pred.positive[sel], W, axis=pred.axis,
+                           stratum=pred.stratum[sel])  # a stratified transform: its common threshold axis
         e[b0:b0 + W.shape[0]] = batch_eer(mix)[:, 0]
     point = float(pred.eer(np.asarray(mask, bool))[0])
     lo, hi = measure_intervals({"eer": e[None, :]}, {"eer": np.array([point])}, np.array([C], float), level,
