@@ -94,9 +94,10 @@ class Engine:
         detection-cost parameters.
     strata:
         ``(C,)`` stratum (resampling subgroup) of every cluster; when given, :meth:`measures`
-        also returns the speaker-cluster standard error of the log of every measure in
-        :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES` (keys ``se_log_<measure>``),
-        the input of the studentised interval.
+        also returns every measure in :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES`
+        evaluated at the data's thresholds (keys ``fix_<measure>``) and the speaker-cluster
+        standard error of its log there (``se_log_<measure>``), the inputs of the studentised
+        interval.
     """
 
     def __init__(self, scores: np.ndarray, y: np.ndarray, clusters: np.ndarray, n_clusters: int,
