@@ -1,4 +1,4 @@
-"""Coverage of 95 % subgroup intervals (percentile vs expanded) in simulations with known truth.
+"""Coverage of 95 % subgroup intervals (percentile, expanded, studentized) in simulations with known truth.
 
 Usage::
 
@@ -15,10 +15,11 @@ trials per speaker, p_target 0.05;
 * ``other``: other shifts, σ_b = 0.3, target σ = 1.3, d = 2.5 and another seed.
 
 Every data set and every bootstrap has its own fixed seed, so the table is reproducible.
-Prints coverage per measure × subgroup size × scenario for both methods, the mean number
-of errors at τ* per size, and the per-size minimum of the expanded coverage over the six
-acceptance measures, and the per-size minimum over those measures of the coverage pooled
-over the scenarios (the input of :mod:`scoremix.fairness.reliability`).
+Prints coverage per measure × subgroup size × scenario for the three methods (percentile =
+SVEva's, expanded = the previous default, studentized = the default), the median log-width
+of the intervals, the mean number of errors at τ* per size, and for the default method the
+per-size minimum over the six acceptance measures and the three scenarios (the input of
+:mod:`scoremix.fairness.reliability`).
 """
 
 from __future__ import annotations
@@ -65,26 +66,34 @@ def main() -> None:
     cov = res.pivot_table(index=["measure", "scenario"], columns=["method", "n_speakers"], values="covered",
                           aggfunc="mean")
     cov = cov.reindex(index=pd.MultiIndex.from_product([COVERAGE_MEASURES, list(SCENARIOS)]))
-    print("coverage (percentile = old, expanded = new)")
+    print("coverage (percentile = SVEva's, expanded = previous default, studentized = default)")
     print(cov.round(3).to_string())
+    with np.errstate(all="ignore"):
+        res["log_width"] = np.log(res["hi"] / res["lo"])
+    wid = res[res.measure.isin(ACCEPT + ("min_dcf",))].pivot_table(
+        index="measure", columns=["method", "n_speakers"], values="log_width", aggfunc="median")
+    print("\nmedian log(hi/lo) over scenarios and data sets")
+    print(wid.round(2).to_string())
     err = res[res.measure == "fpr"].groupby(["scenario", "n_speakers"])["n_errors"].mean().unstack()
     print("\nmean errors at tau* per subgroup")
     print(err.round(0).to_string())
-    new = res[(res.method == "expanded") & res.measure.isin(ACCEPT)]
-    pooled = new.groupby(["measure", "n_speakers"])["covered"].mean().unstack()
-    print("\nexpanded: coverage pooled over the scenarios; its per-size minimum is "
-          "scoremix.fairness.reliability.MEASURED_COVERAGE")
-    print(pooled.round(3).to_string())
-    print(pooled.min().round(3).to_string())
-    worst = new.groupby(["measure", "scenario", "n_speakers"])["covered"].mean().groupby("n_speakers").min()
-    print("\nexpanded: minimum coverage over the six acceptance measures and the scenarios, per size")
-    print(worst.round(3).to_string())
-    md = res[(res.method == "expanded") & (res.measure == "min_dcf")].groupby("n_speakers")["covered"].mean()
-    print("\nexpanded min_dcf coverage per size (all scenarios)")
-    print(md.round(3).to_string())
-    flagged = new[new.reliable].groupby(["measure", "scenario", "n_speakers"])["covered"].mean()
-    print(f"\nreliable cells: min {flagged.min():.3f}, mean {flagged.mean():.3f} over {flagged.size} cells")
-    print(f"degenerate expanded intervals: {int(res[res.method == 'expanded'].degenerate.sum())}")
+    print(f"fewest errors at tau* in any data set: {int(res['n_errors'].min())}")
+    for method in ("studentized", "expanded", "percentile"):
+        new = res[(res.method == method) & res.measure.isin(ACCEPT)]
+        cells = new.groupby(["measure", "scenario", "n_speakers"])["covered"].mean()
+        worst = cells.groupby("n_speakers").min()
+        print(f"\n{method}: minimum coverage over the six acceptance measures and the scenarios, per size"
+              + (" (scoremix.fairness.reliability.MEASURED_COVERAGE)" if method == "studentized" else ""))
+        print(worst.round(3).to_string())
+        print(f"{method}: mean over all {cells.size} cells {cells.mean():.3f}; cells below 0.92: "
+              + ", ".join(f"{m}/{sc}/{n}={v:.3f}" for (m, sc, n), v in cells[cells < 0.92].items()))
+        md = res[(res.method == method) & (res.measure == "min_dcf")].groupby(["scenario", "n_speakers"])[
+            "covered"].mean().unstack()
+        print(f"{method} min_dcf coverage")
+        print(md.round(3).to_string())
+    print(f"\ninfinite studentized interval ends: "
+          f"{int(np.isinf(res[res.method == 'studentized'][['lo', 'hi']]).any(axis=1).sum())} of "
+          f"{int((res.method == 'studentized').sum())}")
 
 
 if __name__ == "__main__":

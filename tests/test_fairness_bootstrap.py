@@ -154,7 +154,7 @@ def test_pieces_validation():
 
 def test_paired_comparison_in_pieces():
     """compare_subgroup_dcf(n_boot=B, random_state=s) = point + compare_replicates([s], [B]);
-    pieces give the percentiles of all paired replicates, differences taken replicate-wise."""
+    pieces give the intervals of all paired replicates, differences taken replicate-wise."""
     from scoremix.fairness import compare_replicates, compare_subgroup_dcf, compare_with_bootstrap
 
     long = _two_systems()
@@ -170,11 +170,17 @@ def test_paired_comparison_in_pieces():
               for s, m in ((11, 10), (12, 10), (13, 5))]
     d = np.concatenate([x["B"]["ratio_overall"] - x["A"]["ratio_overall"] for x in direct], axis=1)
     assert d.shape == (2, 25)
-    d = np.where(np.isinf(d), np.nan, d)
-    np.testing.assert_allclose(res.table["ratio_overall_diff_lo"], np.nanquantile(d, 0.1, axis=1), rtol=1e-14)
-    np.testing.assert_allclose(res.table["ratio_overall_diff_hi"], np.nanquantile(d, 0.9, axis=1), rtol=1e-14)
+    # differences: the expanded percentile interval (t levels for each subgroup's speakers)
+    from scoremix.fairness.resampling import expanded_percentile_interval, fairness_index_speakers
+
+    n = point.table["n_speakers"].to_numpy(float)
+    lo, hi = expanded_percentile_interval(d, n, 0.8)
+    np.testing.assert_allclose(res.table["ratio_overall_diff_lo"], lo, rtol=1e-14)
+    np.testing.assert_allclose(res.table["ratio_overall_diff_hi"], hi, rtol=1e-14)
     fd = np.concatenate([x["B"]["fairness_index"] - x["A"]["fairness_index"] for x in direct])
-    assert res.fairness_index["diff"][1:] == pytest.approx((np.quantile(fd, 0.1), np.quantile(fd, 0.9)), rel=1e-14)
+    n_fi = min(fairness_index_speakers(point.points[k]["ratio_overall"][:, 0], n) for k in ("A", "B"))
+    flo, fhi = expanded_percentile_interval(fd[None, :], np.array([n_fi]), 0.8)
+    assert res.fairness_index["diff"][1:] == pytest.approx((flo[0], fhi[0]), rel=1e-14)
     assert list(res.table.columns) == list(full.table.columns)
     with pytest.raises(ValueError, match="for systems"):
         compare_with_bootstrap(point, {"A": pieces[0]["A"], "C": pieces[0]["B"]})

@@ -36,9 +36,22 @@ def test_compare_points_equal_separate_runs():
     assert cmp.fairness_index["A"][0] == pytest.approx(ra.fairness_index)
     assert cmp.fairness_index["diff"][0] == pytest.approx(rb.fairness_index - ra.fairness_index)
     # the per-system intervals equal an unpaired run with the same seed (same resamples)
-    ra_b = subgroup_dcf(df[df.system == "A"], ["sex"], n_boot=50, random_state=0, progress=False,
-                        interval="percentile")  # compare_subgroup_dcf reports percentile intervals
-    np.testing.assert_allclose(t["ratio_overall_A_lo"], ra_b.table["ratio_overall_lo"], rtol=1e-12)
+    # (the same method as subgroup_dcf: studentized by default, percentile on request)
+    for interval in ("studentized", "percentile"):
+        c = compare_subgroup_dcf(df, ["sex"], systems=("A", "B"), trial_id="trial", n_boot=50, random_state=0,
+                                 progress=False, interval=interval)
+        for nm in ("A", "B"):
+            r = subgroup_dcf(df[df.system == nm], ["sex"], n_boot=50, random_state=0, progress=False,
+                             interval=interval)
+            for m in ("ratio_overall", "ratio_own"):
+                for e in ("lo", "hi"):
+                    np.testing.assert_allclose(c.table[f"{m}_{nm}_{e}"], r.table[f"{m}_{e}"], rtol=1e-12)
+    # differences: expanded percentile of the paired replicate differences
+    from scoremix.fairness.resampling import expanded_percentile_interval
+    d = cmp.replicates["B"]["ratio_overall"] - cmp.replicates["A"]["ratio_overall"]
+    lo, hi = expanded_percentile_interval(d, t["n_speakers"].to_numpy(float), 0.95)
+    np.testing.assert_allclose(t["ratio_overall_diff_lo"], lo, rtol=1e-12)
+    np.testing.assert_allclose(t["ratio_overall_diff_hi"], hi, rtol=1e-12)
 
 
 def test_compare_identical_systems_zero_difference():

@@ -87,10 +87,10 @@ def test_percentile_interval_equals_replicate_quantiles():
     assert np.allclose(lo, res.table["ratio_overall_lo"])
 
 
-def test_expanded_is_default_and_equals_quantiles_at_t_levels():
+def test_expanded_equals_quantiles_at_t_levels():
     df = _table(6)
-    a = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False)
-    b = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False)
+    a = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False, interval="expanded")
+    b = subgroup_dcf(df, ["group"], n_boot=200, random_state=3, progress=False, eer=False, interval="expanded")
     assert a.settings["interval"] == "expanded"
     pd.testing.assert_frame_equal(a.table, b.table)
     q = norm.cdf(-2.5705818 * np.sqrt(6 / 5))  # t_5(0.975) = 2.5705818: level 0.0080
@@ -185,6 +185,7 @@ def test_reduced_coverage_expanded_beats_percentile_at_eight_speakers():
                        measures=("ratio_overall", "fnr", "dcf_at_overall"))
     cov = r.groupby(["method", "measure", "n_speakers"])["covered"].mean()
     assert (cov.loc["expanded"] >= 0.85).all(), cov
+    assert (cov.loc["studentized"] >= 0.85).all(), cov
     assert cov.loc["expanded"].xs(8, level="n_speakers").mean() >= \
         cov.loc["percentile"].xs(8, level="n_speakers").mean()
 
@@ -250,3 +251,56 @@ def test_cli_eer_with_intervals(tmp_path, capsys):
     assert out["min_dcf_normalized"] == pytest.approx(out["min_dcf"] / 0.05)
     assert main(["eer", str(p), "--n-boot", "60", "--speaker", "nope"]) != 0
     assert "nope" in capsys.readouterr().err
+
+
+def test_cli_eer_llr_adds_act_dcf_and_cllr_with_intervals(tmp_path, capsys):
+    from scoremix.cli import main
+
+    s, y, spk = _spk_scores(3)
+    p = tmp_path / "t.csv"
+    pd.DataFrame({"score": s, "label": y, "spk": spk}).to_csv(p, index=False)
+    assert main(["eer", str(p), "--llr", "--n-boot", "60", "--speaker", "spk", "--seed", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ad = sm.act_dcf(s, y, n_boot=60, speaker=spk, seed=4)
+    cl = sm.cllr(s, y, n_boot=60, speaker=spk, seed=4)
+    assert out["act_dcf"] == pytest.approx(sm.act_dcf(s, y)) and out["cllr"] == pytest.approx(sm.cllr(s, y))
+    assert (out["act_dcf_lo"], out["act_dcf_hi"]) == pytest.approx((ad.lo, ad.hi))
+    assert (out["cllr_lo"], out["cllr_hi"]) == pytest.approx((cl.lo, cl.hi))
+    assert main(["eer", str(p), "--llr"]) == 0
+    txt = capsys.readouterr().out
+    assert "actDCF" in txt and "Cllr" in txt
+    assert main(["eer", str(p), "--llr", "--lower-is-positive"]) != 0
+    assert "--llr" in capsys.readouterr().err
+
+
+def test_study_metrics_llr_rows_carry_act_dcf_and_cllr_intervals():
+    from scoremix.study.config import MetricsConfig
+    from scoremix.study.tasks import metrics_task
+
+    s, y, spk = _spk_scores(5)
+    cfg = MetricsConfig(n_boot=50, seed=2, speaker="spk", llr=True)
+    tab = metrics_task("sys", pd.DataFrame({"score": s, "y": y, "spk": spk}), cfg)["table"]
+    row = tab[tab["by"] == "overall"].iloc[0]
+    ad = sm.act_dcf(s, y, n_boot=50, speaker=spk, seed=2)
+    cl = sm.cllr(s, y, n_boot=50, speaker=spk, seed=2)
+    assert row["act_dcf"] == pytest.approx(float(ad)) and row["cllr"] == pytest.approx(float(cl))
+    assert (row["act_dcf_lo"], row["act_dcf_hi"]) == pytest.approx((ad.lo, ad.hi))
+    assert (row["cllr_lo"], row["cllr_hi"]) == pytest.approx((cl.lo, cl.hi))
+    assert "act_dcf" not in metrics_task("sys", pd.DataFrame({"score": s, "y": y, "spk": spk}),
+                                         MetricsConfig())["table"].columns
+
+
+def test_report_metrics_table_shows_act_dcf_and_cllr_with_units():
+    from scoremix.study.config import MetricsConfig
+    from scoremix.study.report import _metric_columns
+
+    tab = pd.DataFrame({"system": ["a"], "by": ["overall"], "cell": ["all"], "n_trials": [10], "n_pos": [5],
+                        "n_neg": [5], "eer": [0.1], "min_dcf": [0.03], "min_dcf_threshold": [1.0],
+                        "act_dcf": [0.04], "act_dcf_lo": [0.02], "act_dcf_hi": [0.06], "cllr": [0.3],
+                        "cllr_lo": [0.2], "cllr_hi": [0.4]})
+    show, cols = _metric_columns(tab, MetricsConfig(llr=True, n_boot=10))
+    assert cols[-6:] == ["actDCF (unnormalised)", "actDCF (unnormalised) lo", "actDCF (unnormalised) hi",
+                         "Cllr (bits)", "Cllr (bits) lo", "Cllr (bits) hi"]
+    assert show.loc[0, "actDCF (unnormalised) hi"] == 0.06 and show.loc[0, "Cllr (bits) lo"] == 0.2
+    assert show.loc[0, "EER % (rocch)"] == pytest.approx(10.0)
+    assert show.loc[0, "minDCF (normalised)"] == pytest.approx(0.03 / 0.05)

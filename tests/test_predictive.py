@@ -192,8 +192,13 @@ def test_empirical_interval_is_a_cluster_bootstrap_of_the_rocch_eer():
             mult = M[cl, j].astype(int)
             reps.append(emp_eer(np.repeat(s, mult), np.repeat(y, mult)))
     reps = np.array(reps)
-    assert r["lo"] == pytest.approx(np.quantile(reps, 0.05), abs=1e-7)
-    assert r["hi"] == pytest.approx(np.quantile(reps, 0.95), abs=1e-7)
+    # the expanded percentile interval: quantiles at levels Phi(-/+ sqrt(n/(n-1)) t_{n-1}(0.95)), n speakers
+    from scipy.stats import norm, t as student_t
+
+    k = np.unique(cl).size
+    q = norm.cdf(-np.sqrt(k / (k - 1)) * student_t.ppf(0.95, k - 1))
+    assert r["lo"] == pytest.approx(np.quantile(reps, q), abs=1e-7)
+    assert r["hi"] == pytest.approx(np.quantile(reps, 1 - q), abs=1e-7)
 
 
 def test_gaussian_fit_to_skewed_scores_warns_and_points_at_transform():

@@ -2,7 +2,7 @@
 
 Subcommands:
 
-``scoremix eer FILE --score COL --label COL [--positive V] [--method rocch] [--n-boot B --speaker COL]``
+``scoremix eer FILE --score COL --label COL [--positive V] [--method rocch] [--n-boot B --speaker COL] [--llr]``
     EER (%), minDCF and its threshold of a trial table (CSV/TSV/.gz/parquet).
 ``scoremix study STUDY.toml [--out DIR] [--jobs N] [--dask ADDRESS|local] [--set KEY=VALUE]``
     Run a study file (data, models, analyses) → one CSV/JSON per analysis, model JSON,
@@ -115,6 +115,13 @@ def _cmd_eer(args: argparse.Namespace) -> int:
             eer = metrics.eer(scores, y, method=args.method, higher_is_positive=higher, **boot)
             md = metrics.min_dcf(scores, y, p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa,
                                  normalize=args.normalize, higher_is_positive=higher, **boot)
+            if args.llr:
+                if not higher:
+                    raise ValueError("--llr: log-likelihood ratios are higher for the positive class; "
+                                     "drop --lower-is-positive")
+                ad = metrics.act_dcf(scores, y, p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa,
+                                     normalize=args.normalize, **boot)
+                cl = metrics.cllr(scores, y, **boot)
     except (ValueError, KeyError, OSError) as exc:
         return _fail("eer", str(path), exc)
     n_pos = int(y.sum())
@@ -127,6 +134,10 @@ def _cmd_eer(args: argparse.Namespace) -> int:
         "min_dcf_normalized": float(md.normalized), "min_dcf_unnormalized": float(md.unnormalized),
         "higher_is_positive": higher,
     }
+    if args.llr:
+        result.update({"act_dcf": float(ad), "cllr": float(cl)})
+        if args.n_boot:
+            result.update({"act_dcf_lo": ad.lo, "act_dcf_hi": ad.hi, "cllr_lo": cl.lo, "cllr_hi": cl.hi})
     if args.n_boot:
         result.update({"eer_lo": eer.lo, "eer_hi": eer.hi, "min_dcf_lo": md.lo, "min_dcf_hi": md.hi,
                        "n_boot": args.n_boot, "ci": args.ci, "seed": args.seed, "cluster": args.speaker or "trial",
@@ -154,6 +165,10 @@ def _cmd_eer(args: argparse.Namespace) -> int:
           f"{(md.unnormalized if args.normalize else md.normalized):.6f}")
     print(f"minDCF threshold: {md.threshold:.6g} (accept = score {'>=' if higher else '<='} threshold; "
           f"P_miss {100 * md.p_miss:.4f} %, P_fa {100 * md.p_fa:.4f} %)")
+    if args.llr:
+        print(f"actDCF ({norm}, Bayes threshold {metrics.bayes_threshold(args.p_target, args.c_miss, args.c_fa):.4g}): "
+              f"{float(ad):.6f}{iv(getattr(ad, 'lo', 0), getattr(ad, 'hi', 0), 1.0, '.6f')}")
+        print(f"Cllr: {float(cl):.4f} bits{iv(getattr(cl, 'lo', 0), getattr(cl, 'hi', 0))}")
     return 0
 
 
@@ -476,6 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="speaker (cluster) column for the bootstrap (default: every trial its own cluster)")
     p.add_argument("--ci", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--llr", action="store_true",
+                   help="scores are calibrated log-likelihood ratios: also actDCF (Bayes threshold) and Cllr")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=_cmd_eer)
 

@@ -46,7 +46,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from scoremix.predictive.gof import cluster_codes_for, empirical_eer_interval, subgroup_term_note, warn_if_misfit
+from scoremix.predictive.gof import (cluster_codes_for, empirical_eer_interval, model_eer_interval, subgroup_term_note,
+                                     warn_if_misfit)
 from scoremix.predictive.layer import is_bayes_fit, model_frame_with, predictive
 from scoremix.predictive.mixture import ModelEERError, gaussian_eer, mixture_eer
 
@@ -414,7 +415,7 @@ def model_eer(
         ``LmerResult`` only: grouping factors to marginalise (the others are conditioned
         on); overrides ``conditional``.
     n_boot, speaker, level, seed:
-        the empirical interval of tables: bootstrap replicates (0: none, and no check),
+        the intervals of tables (model and empirical): bootstrap replicates (0: none, and no check),
         cluster column (default: ``"speaker"`` if present, else the fit's first grouping
         factor, else trials), interval level and seed.
     check_fit:
@@ -424,9 +425,11 @@ def model_eer(
     -------
     float, pandas.DataFrame or PosteriorEER
         ``LmerResult`` without ``by``: the EER.  With ``by``: index = subgroup, columns
-        ``n_neg``, ``n_pos``, ``eer_model``, ``eer_empirical`` (:func:`scoremix.metrics.eer`
-        of the observed scores), ``eer_empirical_lo``, ``eer_empirical_hi`` and ``fit_ok``
-        (with ``n_boot > 0``); NaN where a subgroup lacks a class.  ``BayesLmerResult``: a
+        ``n_neg``, ``n_pos``, ``eer_model``, ``eer_model_lo``, ``eer_model_hi`` (speaker-bootstrap
+        interval of the model value, :func:`scoremix.predictive.gof.model_eer_interval`),
+        ``eer_empirical`` (:func:`scoremix.metrics.eer` of the observed scores),
+        ``eer_empirical_lo``, ``eer_empirical_hi`` and ``fit_ok`` (intervals and ``fit_ok`` with
+        ``n_boot > 0``); NaN where a subgroup lacks a class.  ``BayesLmerResult``: a
         :class:`PosteriorEER` (``.draws`` and ``.summary``, the latter with the same
         columns plus ``eer_sd``, ``eer_median`` and the HDI bounds; ``eer_model`` is the
         posterior mean).
@@ -468,14 +471,17 @@ def model_eer(
                                  level, seed) if n_pos and n_neg else
                dict.fromkeys(("eer_empirical", "eer_empirical_lo", "eer_empirical_hi", "se_logit"), float("nan")))
         model = float(pred.eer(mask)[0]) if n_pos and n_neg else float("nan")
-        rows.append((*(key if isinstance(key, tuple) else (key,)), n_neg, n_pos, model, *emp.values()))
-    out = pd.DataFrame(rows, columns=[*names, "n_neg", "n_pos", "eer_model", "eer_empirical",
-                                      "eer_empirical_lo", "eer_empirical_hi", "se_logit"]).set_index(names).sort_index()
+        m_iv = (model_eer_interval(pred, mask, clusters, n_boot, level, seed) if n_pos and n_neg
+                else (float("nan"), float("nan")))
+        rows.append((*(key if isinstance(key, tuple) else (key,)), n_neg, n_pos, model, *m_iv, *emp.values()))
+    out = pd.DataFrame(rows, columns=[*names, "n_neg", "n_pos", "eer_model", "eer_model_lo", "eer_model_hi",
+                                      "eer_empirical", "eer_empirical_lo", "eer_empirical_hi", "se_logit"]
+                       ).set_index(names).sort_index()
     if n_boot > 0:
         cols = names if (isinstance(by, str) or isinstance(by, (list, tuple))) else []
         out["fit_ok"] = ~(warn_if_misfit(fit, out, by=cols, stacklevel=3) if check_fit else np.zeros(len(out), bool))
     else:
-        out = out.drop(columns=["eer_empirical_lo", "eer_empirical_hi"])
+        out = out.drop(columns=["eer_model_lo", "eer_model_hi", "eer_empirical_lo", "eer_empirical_hi"])
     out = out.drop(columns="se_logit")
     if isinstance(by, str) or isinstance(by, (list, tuple)):  # column names (not an array of codes)
         note = subgroup_term_note(fit, names)

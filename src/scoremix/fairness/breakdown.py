@@ -14,7 +14,11 @@ For each attribute (or intersection of attributes) and each of its values ``v``,
 * ``eer`` (ROC convex hull) and ``min_dcf`` of the value's trials.
 
 Intervals come from a cluster bootstrap over speakers (or over trials when no speaker
-column is given), resampling the whole table, so shares vary too.
+column is given), resampling the whole table, so shares vary too.  They are the
+``"expanded"`` intervals of :func:`scoremix.fairness.resampling.measure_intervals` (the
+method of :func:`scoremix.fairness.subgroup_dcf` for measures without a studentised form:
+percentile at small-sample ``t`` levels for the value's ``n`` speakers, bias-shifted for the
+minimum ``min_dcf``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from tqdm.auto import tqdm
 from scoremix.fairness.bootstrap import Population, draw_cluster_weights, rocch_eer_from_rates
 from scoremix.fairness.engine import CostSpec
 from scoremix.fairness.subgroups import SubgroupError, binary_labels
-from scoremix.fairness.resampling import percentile_interval as _percentiles
+from scoremix.fairness.resampling import measure_intervals
 
 __all__ = ["breakdown", "BREAKDOWN_MEASURES"]
 
@@ -56,6 +60,7 @@ class _Breakdown:
         shp = (V, C)
         one = np.ones(r.size)
         self.A_n = _sparse(r, c, one, shp)
+        self.n_clusters = np.asarray((self.A_n > 0).sum(axis=1)).ravel().astype(float)
         self.A_pos = _sparse(r[yy], c[yy], one[yy], shp)
         self.A_tp = _sparse(r[yy & acc], c[yy & acc], one[yy & acc], shp)
         self.A_fp = _sparse(r[~yy & acc], c[~yy & acc], one[~yy & acc], shp)
@@ -193,8 +198,9 @@ def breakdown(trials: pd.DataFrame, by: Sequence[str | Sequence[str]], score: st
                     "fn_share_ratio", "fp_share_ratio", "eer", "min_dcf"):
             df[key] = pt[key][:, 0]
             if n_boot > 0 and key in BREAKDOWN_MEASURES:
-                allr = np.concatenate([r[key] for r in reps[k]], axis=1)
-                df[f"{key}_lo"], df[f"{key}_hi"] = _percentiles(allr, ci)
+                allr = {key: np.concatenate([r[key] for r in reps[k]], axis=1)}
+                df[f"{key}_lo"], df[f"{key}_hi"] = measure_intervals(allr, {key: pt[key][:, 0]}, bds[k].n_clusters,
+                                                                     ci, [key], "expanded")[key]
         df["threshold"] = threshold
         frames.append(df)
     return pd.concat(frames, ignore_index=True)

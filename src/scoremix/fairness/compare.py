@@ -1,11 +1,15 @@
 """Paired comparison of two systems' subgroup measures (SVEva Table 5 with uncertainty).
 
 Both systems score the same trials.  For subgroup ``g`` and measure ``r`` (default
-``ratio_overall``) the difference ``Δ_g = r_g^{(B)} - r_g^{(A)}`` gets a percentile
-interval from a *paired* cluster bootstrap: each replicate draws one set of speaker
-multiplicities and evaluates both systems on it, so the speaker sampling variation that
-the systems share cancels in ``Δ_g``.  The Fairness Indices and their difference are
-reported the same way.
+``ratio_overall``) the difference ``Δ_g = r_g^{(B)} - r_g^{(A)}`` gets an interval from a
+*paired* cluster bootstrap: each replicate draws one set of speaker multiplicities and
+evaluates both systems on it, so the speaker sampling variation that the systems share
+cancels in ``Δ_g``.  Each system's own measures get the interval of
+:func:`scoremix.fairness.subgroup_dcf` (:func:`~scoremix.fairness.resampling.measure_intervals`,
+default ``"studentized"``); a difference can be negative, so it gets the ``"expanded"``
+percentile interval (small-sample ``t`` levels for the subgroup's speakers), as do the
+Fairness Indices and their difference (``n`` as in ``subgroup_dcf``; for the difference, the
+smaller of the two systems' ``n``).
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import pandas as pd
 from scoremix.fairness.engine import CostSpec, Engine
 from scoremix.fairness.subgroups import SubgroupError
 from scoremix.fairness.prepare import prepare_trials
-from scoremix.fairness.resampling import as_list, bootstrap_pieces, concat_replicates, run_bootstrap
-from scoremix.fairness.resampling import percentile_interval as _percentiles
+from scoremix.fairness.resampling import (INTERVAL_METHODS, as_list, bootstrap_pieces, concat_replicates,
+                                          expanded_percentile_interval, fairness_index_speakers, measure_intervals,
+                                          run_bootstrap)
 
 __all__ = ["CompareResult", "compare_subgroup_dcf", "compare_replicates", "compare_with_bootstrap"]
 
@@ -31,13 +36,17 @@ class CompareResult:
 
     ``table``: grouping attributes, ``subgroup, n_speakers`` and per measure ``m``:
     ``m_<A>, m_<A>_lo, m_<A>_hi, m_<B>, …, m_diff, m_diff_lo, m_diff_hi`` (diff = B − A);
-    ``fairness_index``: ``{A: (FI, lo, hi), B: …, "diff": (Δ, lo, hi)}``.
+    ``fairness_index``: ``{A: (FI, lo, hi), B: …, "diff": (Δ, lo, hi)}``; ``points``: each
+    system's engine output for the data (estimates and their standard errors), the input of
+    the studentised intervals; ``interval``: the method of the per-system intervals.
     """
 
     table: pd.DataFrame
     systems: tuple[str, str]
     fairness_index: dict[str, tuple[float, float, float]]
     replicates: dict[str, dict[str, np.ndarray]] | None = None
+    points: dict[str, dict[str, np.ndarray]] | None = None
+    interval: str = "studentized"
 
 
 def _split(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, system: str,
@@ -81,8 +90,8 @@ def _setup(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, groups: Sequence[s
     if not (np.array_equal(preps[0].clusters, preps[1].clusters) and np.array_equal(preps[0].y, preps[1].y)):
         raise SubgroupError("the two systems' trials differ in speakers or labels; align them (trial_id=)")
     with_eer = "eer" in measures
-    engines = [Engine(p.scores, p.y, p.clusters, len(p.cluster_labels), p.sg, cost, with_eer=with_eer)
-               for p in preps]
+    engines = [Engine(p.scores, p.y, p.clusters, len(p.cluster_labels), p.sg, cost, with_eer=with_eer,
+                      strata=p.strata) for p in preps]
     return names, preps, engines
 
 
@@ -92,7 +101,8 @@ def compare_subgroup_dcf(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, grou
                          positive: Any = None, p_target: float = 0.05, c_miss: float = 1.0, c_fa: float = 1.0,
                          normalize: bool = False, measures: Sequence[str] = ("ratio_overall", "ratio_own"),
                          n_boot: int = 1000, ci: float = 0.95, random_state: int | np.random.Generator | None = None,
-                         membership: str = "enrol", progress: bool = True, **subgroup_kw: Any) -> CompareResult:
+                         membership: str = "enrol", progress: bool = True, interval: str = "studentized",
+                         **subgroup_kw: Any) -> CompareResult:
     """Per-subgroup differences of SVEva measures between two systems, paired bootstrap.
 
     Parameters
@@ -107,11 +117,17 @@ def compare_subgroup_dcf(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, grou
         per-subgroup measures to compare (any of the empirical table's measures).
     n_boot, ci, random_state, progress:
         paired cluster bootstrap (the same speaker multiplicities for both systems).
+    interval:
+        ``"studentized"`` (default), ``"expanded"`` or ``"percentile"``: the per-system intervals,
+        as in :func:`scoremix.fairness.subgroup_dcf`; differences and Fairness Indices get the
+        expanded percentile interval (``"percentile"``: the plain one).
 
     Returns
     -------
     CompareResult
     """
+    if interval not in INTERVAL_METHODS or interval == "bca-t":
+        raise ValueError(f"interval must be 'studentized', 'expanded' or 'percentile', got {interval!r}")
     cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
     names, preps, engines = _setup(tables, groups, system, systems, trial_id, score, label, speaker, positive,
                                    cost, measures, membership, subgroup_kw)
@@ -130,7 +146,8 @@ def compare_subgroup_dcf(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, grou
     for k, nm in enumerate(names):
         fi[nm] = (float(points[k]["fairness_index"][0]), np.nan, np.nan)
     fi["diff"] = (float(points[1]["fairness_index"][0] - points[0]["fairness_index"][0]), np.nan, np.nan)
-    res = CompareResult(table=tab, systems=names, fairness_index=fi, replicates=None)
+    res = CompareResult(table=tab, systems=names, fairness_index=fi, replicates=None,
+                        points=dict(zip(names, points)), interval=interval)
     if n_boot > 0:
         rng = np.random.default_rng(random_state)
         reps = run_bootstrap(engines, preps[0].strata, n_boot, rng, progress=progress, desc="paired bootstrap")
@@ -170,10 +187,10 @@ def compare_with_bootstrap(result: CompareResult,
                            ci: float = 0.95, measures: Sequence[str] | None = None) -> CompareResult:
     """Attach paired-bootstrap intervals to a point-estimate :class:`CompareResult`.
 
-    For system ``A``, ``B`` and the difference ``Δ = B − A`` of every measure (and of the
-    Fairness Index) the interval is the ``[(1-ci)/2, (1+ci)/2]`` percentile interval over all
-    replicates of all pieces (the difference is taken replicate by replicate, so the pairing
-    is kept).  ``compare_subgroup_dcf(..., n_boot=B, random_state=s)`` equals
+    For system ``A`` and ``B`` every measure gets the interval of ``result.interval`` (see the
+    module docstring), the difference ``Δ = B − A`` (and the Fairness Indices) the expanded
+    percentile interval, over all replicates of all pieces (the difference is taken replicate
+    by replicate, so the pairing is kept).  ``compare_subgroup_dcf(..., n_boot=B, random_state=s)`` equals
     ``compare_with_bootstrap(compare_subgroup_dcf(..., n_boot=0), compare_replicates(..., [s], [B]))``.
 
     Parameters
@@ -200,18 +217,41 @@ def compare_with_bootstrap(result: CompareResult,
         measures = [c[:-5] for c in t.columns if c.endswith("_diff") and f"{c[:-5]}_{a}" in t.columns]
     drop = {f"{m}_{s}{e}" for m in measures for s in (a, b, "diff") for e in ("", "_lo", "_hi")}
     tab = t[[c for c in t.columns if c not in drop]].copy()
+    n = t["n_speakers"].to_numpy(float)
+    method = result.interval
+    if method == "studentized" and result.points is None:
+        raise ValueError("interval='studentized' needs the result's points (the engines' output for the data); "
+                         "pass a result of compare_subgroup_dcf")
+    diff_method = "percentile" if method == "percentile" else "expanded"
     for m in measures:
         if m not in reps[a]:
             raise ValueError(f"replicates lack measure {m!r}")
         for nm in (a, b):
+            pt = ({k: np.asarray(v)[:, 0] for k, v in result.points[nm].items() if np.ndim(v) == 2}
+                  if result.points is not None else {m: t[f"{m}_{nm}"].to_numpy(float)})
             tab[f"{m}_{nm}"] = t[f"{m}_{nm}"]
-            tab[f"{m}_{nm}_lo"], tab[f"{m}_{nm}_hi"] = _percentiles(reps[nm][m], ci)
+            tab[f"{m}_{nm}_lo"], tab[f"{m}_{nm}_hi"] = measure_intervals(reps[nm], pt, n, ci, [m], method)[m]
         tab[f"{m}_diff"] = t[f"{m}_diff"]
-        tab[f"{m}_diff_lo"], tab[f"{m}_diff_hi"] = _percentiles(reps[b][m] - reps[a][m], ci)
+        d = {m: reps[b][m] - reps[a][m]}
+        tab[f"{m}_diff_lo"], tab[f"{m}_diff_hi"] = measure_intervals(d, {m: t[f"{m}_diff"].to_numpy(float)}, n, ci,
+                                                                     [m], diff_method)[m]
     fi: dict[str, tuple[float, float, float]] = {}
+    n_fi = {}
     for nm in (a, b):
-        lo, hi = _percentiles(reps[nm]["fairness_index"][None, :], ci)
-        fi[nm] = (float(result.fairness_index[nm][0]), float(lo[0]), float(hi[0]))
-    lo, hi = _percentiles((reps[b]["fairness_index"] - reps[a]["fairness_index"])[None, :], ci)
-    fi["diff"] = (float(result.fairness_index["diff"][0]), float(lo[0]), float(hi[0]))
+        r = (result.points[nm]["ratio_overall"][:, 0] if result.points is not None
+             else np.full(n.shape, np.nan))
+        n_fi[nm] = fairness_index_speakers(r, n)
+        lo, hi = _fi_interval(reps[nm]["fairness_index"], n_fi[nm], ci, diff_method)
+        fi[nm] = (float(result.fairness_index[nm][0]), lo, hi)
+    lo, hi = _fi_interval(reps[b]["fairness_index"] - reps[a]["fairness_index"], min(n_fi.values()), ci, diff_method)
+    fi["diff"] = (float(result.fairness_index["diff"][0]), lo, hi)
     return replace(result, table=tab, fairness_index=fi, replicates=reps)
+
+
+def _fi_interval(reps: np.ndarray, n: float, ci: float, method: str) -> tuple[float, float]:
+    """Interval of a Fairness Index (or a difference of two) from its ``(B,)`` replicates."""
+    if method == "percentile":
+        lo, hi = measure_intervals({"fi": reps[None, :]}, {}, np.array([n]), ci, ["fi"], "percentile")["fi"]
+    else:
+        lo, hi = expanded_percentile_interval(reps[None, :], np.array([n]), ci)
+    return float(lo[0]), float(hi[0])

@@ -20,7 +20,7 @@ as in :mod:`scoremix.fairness.sveva`.  They are the values the estimators target
 subgroup's speakers are a sample from its population of speakers.
 
 :func:`coverage_study` simulates data sets, runs :func:`scoremix.fairness.subgroup_dcf`
-once per data set and scores both interval methods on the same replicates.
+once per data set and scores the three interval methods on the same replicates.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from scoremix.fairness.engine import CostSpec
 from scoremix.fairness.resampling import percentile_interval
-from scoremix.fairness.sveva import subgroup_dcf
+from scoremix.fairness.sveva import bootstrap_intervals, subgroup_dcf
 
 __all__ = ["CoverageDesign", "simulate_subgroup_trials", "true_subgroup_measures", "coverage_study",
            "COVERAGE_MEASURES"]
@@ -138,7 +138,8 @@ def true_subgroup_measures(design: CoverageDesign, p_target: float = 0.05, c_mis
 def coverage_study(design: CoverageDesign, n_datasets: int, n_boot: int = 1000, ci: float = 0.95,
                    seed: int = 0, p_target: float = 0.05, progress: bool = True,
                    measures: Sequence[str] = COVERAGE_MEASURES) -> pd.DataFrame:
-    """Simulate ``n_datasets`` data sets and score both interval methods.
+    """Simulate ``n_datasets`` data sets and score three interval methods on the same replicates:
+    ``percentile``, ``expanded`` and ``studentized`` (the default of ``subgroup_dcf``).
 
     Data set ``k`` is drawn with seed ``[seed, k]`` and bootstrapped with seed ``[seed, k, 1]``
     (:class:`numpy.random.SeedSequence` entropy), so every row is reproducible on its own.
@@ -155,14 +156,18 @@ def coverage_study(design: CoverageDesign, n_datasets: int, n_boot: int = 1000, 
         df = simulate_subgroup_trials(design, seed=np.random.default_rng([seed, k]))
         res = subgroup_dcf(df, ["group"], p_target=p_target, n_boot=n_boot, ci=ci,
                            random_state=np.random.default_rng([seed, k, 1]), progress=False, eer=False,
-                           interval="expanded")
+                           interval="studentized")
         tab = res.table.set_index("subgroup")
+        ex, _ = bootstrap_intervals(res.replicates, ci, list(measures), method="expanded",
+                                    point={m: tab[m].to_numpy(float)[:, None]
+                                           for m in {*measures, "ratio_overall"}},
+                                    n_speakers=tab["n_speakers"].to_numpy(float))
         for m in measures:
             t = truth.loc[tab.index, m].to_numpy()
             est = tab[m].to_numpy()
             p_lo, p_hi = percentile_interval(res.replicates[m], ci)
-            for method, lo, hi in (("percentile", p_lo, p_hi), ("expanded", tab[f"{m}_lo"].to_numpy(),
-                                                                     tab[f"{m}_hi"].to_numpy())):
+            for method, lo, hi in (("percentile", p_lo, p_hi), ("expanded", *ex[m]),
+                                   ("studentized", tab[f"{m}_lo"].to_numpy(), tab[f"{m}_hi"].to_numpy())):
                 with np.errstate(invalid="ignore"):
                     cov = (lo <= t) & (t <= hi)
                 out.append(pd.DataFrame({

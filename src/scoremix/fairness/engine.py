@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from scoremix.fairness.bootstrap import Population, rocch_eer_from_rates, weighted_rates_at
+from scoremix.fairness.linearize import LOG_SE_MEASURES, StratifiedVariance, cluster_counts_at, ratio_influence
 from scoremix.fairness.subgroups import SubgroupError, Subgroups
 
 __all__ = ["CostSpec", "Engine", "assemble_measures", "cluster_codes", "MEASURES"]
@@ -91,11 +92,21 @@ class Engine:
         subgroup membership.
     cost:
         detection-cost parameters.
+    strata:
+        ``(C,)`` stratum (resampling subgroup) of every cluster; when given, :meth:`measures`
+        also returns every measure in :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES`
+        evaluated at the data's thresholds (keys ``fix_<measure>``) and the speaker-cluster
+        standard error of its log there (``se_log_<measure>``), the inputs of the studentised
+        interval.
     """
 
     def __init__(self, scores: np.ndarray, y: np.ndarray, clusters: np.ndarray, n_clusters: int,
-                 sg: Subgroups, cost: CostSpec, with_eer: bool = True) -> None:
+                 sg: Subgroups, cost: CostSpec, with_eer: bool = True, strata: np.ndarray | None = None) -> None:
         self.cost = cost
+        self._y = np.asarray(y)
+        self._cl = np.asarray(clusters, dtype=np.int64)
+        self._var = StratifiedVariance(strata) if strata is not None else None
+        self._thr0: tuple[int, list[int | None]] | None = None
         self.sg = sg
         self.G = sg.n_groups
         self.C = int(n_clusters)
@@ -109,10 +120,70 @@ class Engine:
         self._m_y = np.asarray(y)[sg.mem_trial]
         self._m_cl = np.asarray(clusters)[sg.mem_trial]
         self._m_g = sg.mem_group
+        self._m_idx = [np.flatnonzero(self._m_g == g) for g in range(self.G)]
+
+    @property
+    def has_se(self) -> bool:
+        """Whether :meth:`measures` returns the ``se_log_<measure>`` standard errors."""
+        return self._var is not None
 
     @property
     def n_candidates(self) -> int:
         return self.overall.n_candidates + sum(p.n_candidates for p in self.pops if p is not None)
+
+    def _point_thresholds(self) -> tuple[int, list[int | None]]:
+        """Value indices of the point estimates' ``τ*`` and of every subgroup's own minimiser."""
+        if self._thr0 is None:
+            one = np.ones((self.C, 1))
+            own = [int(self._min_cost(p, one)["thr_rank"][0]) if p is not None else None for p in self.pops]
+            self._thr0 = (int(self._min_cost(self.overall, one)["thr_rank"][0]), own)
+        return self._thr0
+
+    def _at_fixed_thresholds(self, M: np.ndarray) -> dict[str, np.ndarray]:
+        """For weights ``M``, every measure of :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES`
+        evaluated at the *point estimate's* thresholds (``τ*`` of the data, and each subgroup's own
+        minimiser for ``min_dcf``) as ``fix_<measure>``, and the standard error of its log as
+        ``se_log_<measure>`` (see :mod:`scoremix.fairness.linearize`); arrays ``(G, B)``."""
+        assert self._var is not None
+        a, b = self.cost.weights
+        G, B, C = self.G, M.shape[1], self.C
+        thr0, own0 = self._point_thresholds()
+        tau = np.full(B, thr0)
+        out = {f"{k}_{m}": np.full((G, B), np.nan) for m in LOG_SE_MEASURES for k in ("fix", "se_log")}
+        fn, fp, pos, neg = cluster_counts_at(self.overall.rank, self._y, self._cl, C, tau)
+        fnr_a, Jfn = ratio_influence(fn, pos, M)
+        fpr_a, Jfp = ratio_influence(fp, neg, M)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            dcf_a = a * fnr_a + b * fpr_a
+            J = {"fnr": Jfn / fnr_a, "fpr": Jfp / fpr_a, "dcf": (a * Jfn + b * Jfp) / dcf_a}
+
+        def logs(fn_g: np.ndarray, fp_g: np.ndarray, pos_g: np.ndarray, neg_g: np.ndarray) -> dict[str, np.ndarray]:
+            fnr, Afn = ratio_influence(fn_g, pos_g, M)
+            fpr, Afp = ratio_influence(fp_g, neg_g, M)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                dcf = a * fnr + b * fpr
+                return {"fnr": fnr, "fpr": fpr, "dcf": dcf, "A_fnr": Afn / fnr, "A_fpr": Afp / fpr,
+                        "A_dcf": (a * Afn + b * Afp) / dcf}
+
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for g in range(G):
+                idx = self._m_idx[g]
+                if idx.size == 0:
+                    continue
+                L = logs(*cluster_counts_at(self._m_rank[idx], self._m_y[idx], self._m_cl[idx], C, tau))
+                for m, v, Z in (("dcf_at_overall", L["dcf"], L["A_dcf"]), ("fpr", L["fpr"], L["A_fpr"]),
+                                ("fnr", L["fnr"], L["A_fnr"]),
+                                ("ratio_overall", L["dcf"] / dcf_a, L["A_dcf"] - J["dcf"]),
+                                ("fpr_ratio", L["fpr"] / fpr_a, L["A_fpr"] - J["fpr"]),
+                                ("fnr_ratio", L["fnr"] / fnr_a, L["A_fnr"] - J["fnr"])):
+                    out[f"fix_{m}"][g] = v
+                    out[f"se_log_{m}"][g] = np.sqrt(self._var(Z, M))
+                pop = self.pops[g]
+                if pop is not None and own0[g] is not None:
+                    L = logs(*cluster_counts_at(pop.rank, self._m_y[idx], self._m_cl[idx], C, np.full(B, own0[g])))
+                    out["fix_min_dcf"][g] = L["dcf"]
+                    out["se_log_min_dcf"][g] = np.sqrt(self._var(L["A_dcf"], M))
+        return out
 
     def _min_cost(self, pop: Population, M: np.ndarray):
         a, b = self.cost.weights
@@ -158,7 +229,10 @@ class Engine:
                 own["eer"][g] = o["eer"]
             own["n_pos"][g] = o["n_pos"]
             own["n_neg"][g] = o["n_neg"]
-        return assemble_measures(res, own, fn, fp, ov, self.cost)
+        res = assemble_measures(res, own, fn, fp, ov, self.cost)
+        if self._var is not None:
+            res.update(self._at_fixed_thresholds(M))
+        return res
 
 
 def assemble_measures(res: dict[str, np.ndarray], own: dict[str, np.ndarray], fn: np.ndarray, fp: np.ndarray,

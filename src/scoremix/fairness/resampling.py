@@ -4,7 +4,7 @@ Layer: below the user-facing functions (:mod:`~scoremix.fairness.sveva`,
 :mod:`~scoremix.fairness.compare`, :mod:`~scoremix.fairness.breakdown`), above the
 counting engine (:mod:`~scoremix.fairness.engine`).  Nothing here knows about tables.
 
-Three interval methods are offered for a statistic :math:`\hat\theta` of clusters (speakers)
+Four interval methods are offered for a statistic :math:`\hat\theta` of clusters (speakers)
 drawn within strata (subgroups), from bootstrap replicates :math:`\hat\theta^*_1, …,
 \hat\theta^*_B` and delete-one-cluster jackknife values :math:`\hat\theta_{(i)}`:
 
@@ -12,7 +12,18 @@ drawn within strata (subgroups), from bootstrap replicates :math:`\hat\theta^*_1
     :math:`[Q_{α/2}(\hat\theta^*), Q_{1-α/2}(\hat\theta^*)]` (the method of SVEva and of
     scoremix up to 0.x; it under-covers with few speakers and for minima over thresholds).
 
-``"expanded"`` (default)
+``"studentized"`` (default)
+    For a measure read at the data's thresholds (``τ*``, or a subgroup's own minimiser) with
+    a speaker-cluster standard error of its log (:mod:`~scoremix.fairness.linearize`): the
+    speaker part is studentised, ``T_b = (log θ*_b(τ̂) − log θ̂)/ŝ*_b`` at the data's
+    thresholds, and re-choosing the threshold in the replicate, ``D_b = log θ*_b − log θ*_b(τ̂)``,
+    is added as a percentile term; the interval is ``θ̂·exp(−Q(P))`` at the two tail levels
+    of ``P_b = ŝ·T_b − D_b`` (:func:`studentized_interval`).  For minima over thresholds the
+    threshold part is reflected (``P_b = ŝ·T_b + D_b``: ``D_b ≤ 0`` is the optimism of the
+    minimum).  Other measures, and rows without a standard error, get ``"expanded"``.
+    :func:`measure_intervals` applies a method to several measures (the one place).
+
+``"expanded"``
     Hesterberg's (2015) *expanded percentile* interval: the percentile interval at levels
     :math:`q_\pm = Φ(\pm z'_{1-α/2})` with the small-sample quantile
     :math:`z'_{q} = \sqrt{n/(n-1)}\; t_{n-1}(q)` (see below) instead of :math:`α/2`, so that
@@ -65,11 +76,18 @@ from tqdm.auto import tqdm
 
 from scoremix.fairness.bootstrap import draw_cluster_weights
 from scoremix.fairness.engine import Engine, quiet_runtime_warnings
+from scoremix.fairness.linearize import LOG_SE_MEASURES
 
-__all__ = ["INTERVAL_METHODS", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
+__all__ = ["INTERVAL_METHODS", "MINIMA", "RATES", "measure_intervals", "fairness_index_speakers", "studentized_interval", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
            "percentile_interval", "expanded_percentile_interval", "jackknife_weights", "jackknife_measures", "shift_t_interval", "expanded_z", "bca_t_levels", "bca_t_interval"]
 
-INTERVAL_METHODS = ("expanded", "bca-t", "percentile")
+INTERVAL_METHODS = ("studentized", "expanded", "bca-t", "percentile")
+
+#: minima over thresholds: bias-shifted (``"shift-t"``) when not studentised; threshold part reflected when studentised
+MINIMA = ("min_dcf",)
+
+#: rates (interval ends capped at 1)
+RATES = ("fpr", "fnr")
 
 
 def as_list(x: Any) -> list[Any]:
@@ -261,6 +279,100 @@ def _row_quantiles(x: np.ndarray, q: np.ndarray) -> np.ndarray:
         i = int(np.floor(pos))
         j = min(i + 1, m[g] - 1)
         out[g] = x[g, i] + (pos - i) * (x[g, j] - x[g, i])
+    return out
+
+
+def studentized_interval(point: np.ndarray, se: np.ndarray, reps: np.ndarray, fixed: np.ndarray,
+                         se_fixed: np.ndarray, ci: float, reflect_threshold: bool = True
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """The studentised interval with a re-estimated threshold (module docstring).
+
+    On the log scale, ``log θ̂ − log θ`` is approximated by the replicates of
+    ``P_b = ŝ·T_b + D_b`` with the speaker part studentised,
+    ``T_b = (log θ*_b(τ̂) − log θ̂)/ŝ*_b`` (the replicate's measure at the *data's*
+    thresholds ``τ̂``, and the standard error of its log there), and the threshold part
+    ``D_b = log θ*_b − log θ*_b(τ̂)`` (re-choosing the threshold in the replicate; for a minimum
+    over thresholds ``D_b ≤ 0`` is its optimism).  The interval is
+    ``[θ̂·exp(−Q_{1−α/2}(P)), θ̂·exp(−Q_{α/2}(P))]``.
+
+    ``point``, ``se``: ``(G,)``; ``reps`` (``θ*_b``), ``fixed`` (``θ*_b(τ̂)``), ``se_fixed``
+    (``ŝ*_b``): ``(G, B)``.  A zero value has log ``−∞``; a replicate with ``ŝ*_b = 0`` (one
+    distinct speaker drawn) has ``T_b = ±∞`` (0 when ``θ*_b(τ̂) = θ̂``); NaN replicates are
+    missing.  Rows whose ``θ̂ ≤ 0`` or whose ``ŝ`` is not positive get NaN (the caller falls
+    back to another interval).
+    """
+    point = np.asarray(point, float)
+    se = np.asarray(se, float)
+    reps, fixed, se_fixed = (np.atleast_2d(np.asarray(x, float)) for x in (reps, fixed, se_fixed))
+    big = 1e300
+    with np.errstate(invalid="ignore", divide="ignore"), quiet_runtime_warnings():
+        lf = np.log(fixed)
+        d = lf - np.log(point)[:, None]
+        t = np.where(se_fixed > 0, d / se_fixed, np.where(d == 0, 0.0, np.sign(d) * np.inf))
+        t = np.where(fixed == 0, -np.inf, t)
+        shift = np.where((reps == 0) & (fixed == 0), 0.0, np.log(reps) - lf)
+        shift = np.clip(shift, -big, big)
+        sign = 1.0 if reflect_threshold else -1.0
+        p = np.clip(se[:, None] * np.clip(t, -big, big), -big, big) + sign * shift
+        p = np.where(np.isnan(reps) | np.isnan(fixed) | np.isinf(reps), np.nan, np.clip(p, -big, big))
+        ok = np.isfinite(point) & (point > 0) & np.isfinite(se) & (se > 0)
+        q = (1.0 - ci) / 2.0
+        p_lo = _row_quantiles(p, np.where(ok, q, np.nan))
+        p_hi = _row_quantiles(p, np.where(ok, 1.0 - q, np.nan))
+        lo = point * np.exp(-p_hi)
+        hi = point * np.exp(-p_lo)
+    return np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
+
+
+def fairness_index_speakers(ratio_overall: np.ndarray, n_speakers: np.ndarray) -> float:
+    """Speakers ``n`` that set the small-sample expansion of the Fairness Index interval: those
+    of the smallest subgroup whose ``ratio_overall`` exceeds 1 (the terms of the index), else of
+    the smallest non-empty subgroup (NaN if none)."""
+    r = np.asarray(ratio_overall, float)
+    n = np.asarray(n_speakers, float)
+    over = np.isfinite(r) & (r > 1)
+    if over.any():
+        return float(n[over].min())
+    return float(n[n > 0].min()) if (n > 0).any() else float("nan")
+
+
+def measure_intervals(reps: dict[str, np.ndarray], point: dict[str, np.ndarray], n: np.ndarray, ci: float,
+                      measures: Sequence[str], method: str = "studentized") -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Intervals ``{measure: (lo (G,), hi (G,))}`` of several measures by one method — the one
+    place where a method is applied (subgroup tables, paired comparisons, breakdowns).
+
+    ``"percentile"``: :func:`percentile_interval`.  ``"expanded"``: :func:`expanded_percentile_interval`
+    (:func:`shift_t_interval` for :data:`MINIMA`) with ``n`` speakers per row.  ``"studentized"``:
+    :func:`studentized_interval` for the measures of
+    :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES` (threshold part reflected for minima
+    only), needing ``point["se_log_<m>"]`` and ``reps["fix_<m>"], reps["se_log_<m>"]``; rows where
+    it is undefined (an estimate of 0, one speaker) and the other measures get the
+    ``"expanded"`` interval.  Rate ends are capped at 1.
+
+    ``reps``: ``(G, B)`` replicates per key; ``point``: ``(G,)`` estimates per key; ``n``: ``(G,)``.
+    """
+    if method not in ("studentized", "expanded", "percentile"):
+        raise ValueError(f"method must be 'studentized', 'expanded' or 'percentile', got {method!r}")
+    n = np.asarray(n, float)
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for m in measures:
+        if method == "percentile":
+            out[m] = percentile_interval(reps[m], ci)
+            continue
+        pm = np.asarray(point[m], float).reshape(-1)
+        lo, hi = shift_t_interval(pm, reps[m], n, ci) if m in MINIMA else expanded_percentile_interval(reps[m], n, ci)
+        if method == "studentized" and m in LOG_SE_MEASURES:
+            key, fix = f"se_log_{m}", f"fix_{m}"
+            if key not in reps or fix not in reps or key not in point:
+                raise ValueError(f"interval 'studentized' needs {key!r} and {fix!r} in the point estimates and in "
+                                 "every replicate piece (engines built with strata=, as subgroup_dcf_replicates does)")
+            slo, shi = studentized_interval(pm, np.asarray(point[key], float).reshape(-1), reps[m], reps[fix],
+                                            reps[key], ci, reflect_threshold=m in MINIMA)
+            ok = ~np.isnan(slo) & ~np.isnan(shi)  # an infinite end is kept: the data cannot bound the measure
+            lo, hi = np.where(ok, slo, lo), np.where(ok, shi, hi)
+        if m in RATES:
+            hi = np.minimum(hi, 1.0)
+        out[m] = (lo, hi)
     return out
 
 

@@ -33,15 +33,14 @@ import pandas as pd
 from scoremix.fairness.engine import MEASURES, CostSpec, Engine
 from scoremix.fairness.prepare import Prepared, prepare_trials
 from scoremix.fairness.reliability import flag_degenerate, flag_rows
-from scoremix.fairness.resampling import (INTERVAL_METHODS, bca_t_interval, bootstrap_pieces, concat_replicates,
+from scoremix.fairness.resampling import (INTERVAL_METHODS, MINIMA, bca_t_interval, bootstrap_pieces, concat_replicates,
+                                          fairness_index_speakers,
                                           expanded_percentile_interval, jackknife_measures, percentile_interval,
-                                          run_bootstrap, shift_t_interval)
+                                          measure_intervals, run_bootstrap, shift_t_interval)
 
 __all__ = ["SubgroupDCFResult", "subgroup_dcf", "fairness_index", "prepare_trials", "DEFAULT_MIN_ERRORS",
            "subgroup_dcf_replicates", "concat_replicates", "bootstrap_intervals", "with_bootstrap"]
 
-#: minima over thresholds: their ``"expanded"`` (and ``"bca-t"``) interval is the bias-shifted ``"shift-t"`` one
-MINIMA = ("min_dcf",)
 
 #: Doddington's rule of 30: fewer errors than this make a rate unreliable
 DEFAULT_MIN_ERRORS = 30
@@ -141,7 +140,7 @@ def _point_table(prep: Prepared, point: dict[str, np.ndarray], min_speakers: int
     return tab
 
 
-def _validate(n_boot: int, ci: float, compat: str | None, interval: str = "expanded") -> None:
+def _validate(n_boot: int, ci: float, compat: str | None, interval: str = "studentized") -> None:
     if interval not in INTERVAL_METHODS:
         raise ValueError(f"interval must be one of {INTERVAL_METHODS}, got {interval!r}")
     if n_boot < 0:
@@ -163,7 +162,7 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
                  test_speaker: str | None = None, test_groups: Sequence[str] | None = None,
                  speaker_table: pd.DataFrame | None = None, cluster: str | None = None,
                  min_errors: int = DEFAULT_MIN_ERRORS, eer: bool = True,
-                 interval: str = "expanded") -> SubgroupDCFResult:
+                 interval: str = "studentized") -> SubgroupDCFResult:
     """SVEva Fair subgroup measures with optional speaker-level cluster-bootstrap intervals.
 
     Parameters
@@ -187,9 +186,11 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
         replacement; all trials of a drawn speaker enter with its multiplicity, and
         ``τ*`` is re-estimated in every replicate.
     interval:
-        ``"expanded"`` (default: percentile interval at levels expanded with Student's
-        ``t_{n-1}`` for a subgroup of ``n`` speakers, shifted by twice the bootstrap bias for
-        ``min_dcf``; its coverage is measured in ``docs/intervals.md``), ``"bca-t"`` (the same
+        ``"studentized"`` (default: log-scale bootstrap-``t`` in the speakers with the threshold
+        re-chosen in every replicate, see :func:`scoremix.fairness.resampling.studentized_interval`;
+        its coverage is measured in ``docs/intervals.md``), ``"expanded"`` (percentile interval at
+        levels expanded with Student's ``t_{n-1}`` for a subgroup of ``n`` speakers, shifted by
+        twice the bootstrap bias for ``min_dcf``), ``"bca-t"`` (the same
         expansion on bias-corrected, accelerated levels; needs a jackknife pass) or
         ``"percentile"`` (the SVEva method, which under-covers with few speakers); see
         :mod:`scoremix.fairness.resampling`.
@@ -243,7 +244,8 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
         point = sveva_point_measures(prep, cost)
         eng = None
     else:
-        eng = Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost, with_eer=eer)
+        eng = Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost, with_eer=eer,
+                     strata=prep.strata if n_boot > 0 and interval == "studentized" else None)
         point = eng.measures(np.ones((len(prep.cluster_labels), 1)))
     table = _point_table(prep, point, min_speakers, min_errors)
     overall = {k: float(point[f"all_{k}"][0]) for k in ("min_dcf", "threshold", "fpr", "fnr", "eer")}
@@ -300,7 +302,8 @@ def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: 
     prep = prepare_trials(trials, groups, score=score, label=label, speaker=speaker, positive=positive,
                           membership=membership, test_speaker=test_speaker, test_groups=test_groups,
                           speaker_table=speaker_table, cluster=cluster)
-    eng = Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost, with_eer=eer)
+    eng = Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost, with_eer=eer,
+                 strata=prep.strata)
     parts = [run_bootstrap([eng], prep.strata, n, np.random.default_rng(sd), progress=progress)[0]
              for sd, n in zip(seeds, counts)]
     return concat_replicates(parts)
@@ -342,12 +345,10 @@ def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, 
     if point is None or n_speakers is None:
         raise ValueError(f"method={method!r} needs point and n_speakers")
     n = np.asarray(n_speakers, float)
-    r = point["ratio_overall"][:, 0]
-    over = np.isfinite(r) & (r > 1)
-    n_fi = float(n[over].min()) if over.any() else float(n[n > 0].min()) if (n > 0).any() else np.nan
-    if method == "expanded":
-        iv = {m: (shift_t_interval(point[m][:, 0], reps[m], n, ci) if m in MINIMA
-                  else expanded_percentile_interval(reps[m], n, ci)) for m in measures}
+    n_fi = fairness_index_speakers(point["ratio_overall"][:, 0], n)
+    if method in ("expanded", "studentized"):
+        pt = {k: np.asarray(v)[:, 0] for k, v in point.items() if np.ndim(v) == 2}
+        iv = measure_intervals(reps, pt, n, ci, measures, method)
         lo, hi = expanded_percentile_interval(reps["fairness_index"][None, :], np.array([n_fi]), ci)
         return iv, (float(lo[0]), float(hi[0]))
     if jackknife is None or strata is None:
@@ -367,7 +368,7 @@ def _engine_for(result: SubgroupDCFResult) -> Engine:
     st = result.settings
     cost = CostSpec(p_target=st["p_target"], c_miss=st["c_miss"], c_fa=st["c_fa"], normalize=st["normalize"])
     return Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost,
-                  with_eer=bool(st.get("eer", True)))
+                  with_eer=bool(st.get("eer", True)), strata=prep.strata)
 
 
 def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.ndarray]] | dict[str, np.ndarray],
@@ -406,7 +407,7 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
     if result.settings.get("compat") == "sveva":
         raise ValueError("compat='sveva' results are point estimates only; bootstrap with compat=None")
     ci = float(result.settings.get("ci", 0.95) if ci is None else ci)
-    interval = str(result.settings.get("interval", "expanded") if interval is None else interval)
+    interval = str(result.settings.get("interval", "studentized") if interval is None else interval)
     _validate(0, ci, None, interval)
     reps = concat_replicates(replicates)
     G = len(result.table)
@@ -424,6 +425,13 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
         n_cl = np.bincount(prep.strata[prep.strata >= 0], minlength=G)[:G]
         iv, fi_ci = bootstrap_intervals(reps, ci, method="bca-t", point=point, jackknife=jack,
                                         strata=prep.strata, n_speakers=n_cl)
+    elif interval == "studentized":
+        eng = engine if engine is not None and engine.has_se else _engine_for(result)
+        prep = result._prepared
+        assert prep is not None
+        point = eng.measures(np.ones((len(prep.cluster_labels), 1)))
+        iv, fi_ci = bootstrap_intervals(reps, ci, method="studentized", point=point,
+                                        n_speakers=result.table["n_speakers"].to_numpy(float))
     elif interval == "expanded":
         t = result.table
         point = {m: t[m].to_numpy(float)[:, None] for m in MEASURES}

@@ -2,9 +2,10 @@ r"""Goodness of fit: the empirical error rate and its interval beside the model'
 
 A model-based error rate is only as good as the model's fit to the tails of the score
 distributions.  Every table of model-based EER or DCF therefore carries the empirical value
-and a *speaker-cluster bootstrap* percentile interval of it (speakers resampled with
-replacement; all trials of a drawn speaker enter with its multiplicity — the dependence
-structure of the trials).
+and a *speaker-cluster bootstrap* interval of it (speakers resampled with replacement; all
+trials of a drawn speaker enter with its multiplicity — the dependence structure of the
+trials); tables of a point fit also carry a speaker-bootstrap interval of the model value
+(:func:`model_eer_interval`).
 
 Disagreement rule.  For row ``r`` with model value :math:`m_r`, empirical value
 :math:`e_r` and ``R`` rows in the table, the model is flagged when
@@ -35,7 +36,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtri
 
-__all__ = ["ModelFitWarning", "empirical_eer_interval", "order_preserving_finite", "flag_disagreement", "missing_terms",
+__all__ = ["ModelFitWarning", "empirical_eer_interval", "model_eer_interval", "order_preserving_finite", "flag_disagreement", "missing_terms",
            "subgroup_term_note", "warn_if_misfit", "cluster_codes_for"]
 
 
@@ -70,7 +71,9 @@ def order_preserving_finite(scores: Any) -> np.ndarray:
 
 def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: int = 200, level: float = 0.95,
                            seed: int | np.random.Generator | None = 0) -> dict[str, float]:
-    """Empirical ROCCH EER with a cluster-bootstrap percentile interval.
+    """Empirical ROCCH EER with a cluster-bootstrap interval (the expanded percentile interval
+    of :func:`scoremix.fairness.resampling.measure_intervals`, small-sample ``t`` levels for the
+    ``n`` clusters).
 
     Parameters
     ----------
@@ -113,12 +116,67 @@ def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: in
     e = e[np.isfinite(e)]
     if e.size < 2:
         return out
-    q = (1 - level) / 2
-    out["lo"], out["hi"] = float(np.quantile(e, q)), float(np.quantile(e, 1 - q))
+    from scoremix.fairness.resampling import measure_intervals
+
+    lo, hi = measure_intervals({"eer": e[None, :]}, {"eer": np.array([out["eer"]])}, np.array([C], float), level,
+                               ["eer"], "expanded")["eer"]
+    out["lo"], out["hi"] = float(lo[0]), float(hi[0])
     n_min = min(int(yy.sum()), int((~yy).sum()))
     ec = np.clip(e, 0.5 / n_min, 1 - 0.5 / n_min)
     out["se_logit"] = float(np.std(np.log(ec / (1 - ec)), ddof=1))
     return out
+
+
+def model_eer_interval(pred: Any, mask: Any, clusters: Any = None, n_boot: int = 200, level: float = 0.95,
+                       seed: int | np.random.Generator | None = 0) -> tuple[float, float]:
+    r"""Speaker-cluster bootstrap interval of a point fit's model EER for the trials in ``mask``.
+
+    The model EER of a cell is the EER of its two class mixtures of per-trial Gaussians
+    (:meth:`~scoremix.predictive.layer.Predictive.eer`); component ``c`` has weight
+    :math:`w_c = \sum_{i \in 	ext{cell}} [c(i) = c]`.  A replicate draws the cell's speakers
+    (``clusters``; ``None``: trials) with replacement and re-weights every trial by its
+    speaker's multiplicity :math:`m_{s(i)}`, :math:`w^*_c = \sum_i m_{s(i)} [c(i) = c]`, and
+    recomputes the mixture EER (:func:`~scoremix.predictive.mixture.batch_eer`).  The interval
+    is the expanded percentile interval of :func:`scoremix.fairness.resampling.measure_intervals`
+    (small-sample ``t`` levels for the cell's ``n`` speakers), the method of every empirical
+    interval.  It measures how much the model EER depends on *which* speakers the cell has —
+    with ``conditional=True`` their fitted effects, the dominant uncertainty of a small
+    cell — and not the estimation error of the fixed effects and variances, which are
+    estimated from all cells.  ``(nan, nan)`` for a posterior fit (use its credible interval),
+    without replicates, or when a class is missing.
+    """
+    from scipy import sparse
+
+    from scoremix.fairness.bootstrap import draw_cluster_weights
+    from scoremix.fairness.resampling import measure_intervals
+    from scoremix.predictive.mixture import MixtureRates, batch_eer
+
+    nan = (float("nan"), float("nan"))
+    if n_boot <= 0 or pred.n_draws != 1:
+        return nan
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    idx = np.flatnonzero(np.asarray(mask, bool))
+    comp = pred.component[idx]
+    if not (pred.positive[comp].any() and (~pred.positive[comp]).any()):
+        return nan
+    cl = np.arange(idx.size) if clusters is None else np.asarray(clusters)[idx]
+    _, cl = np.unique(cl, return_inverse=True)
+    C = int(cl.max()) + 1
+    sel, comp_local = np.unique(comp, return_inverse=True)
+    S = sparse.csr_matrix((np.ones(idx.size), (comp_local, cl)), shape=(sel.size, C))
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    M = draw_cluster_weights(np.zeros(C, np.int64), n_boot, rng)
+    e = np.empty(n_boot)
+    for b0 in range(0, n_boot, 100):
+        W = np.asarray(S @ M[:, b0:b0 + 100]).T  # (B_chunk, components)
+        mix = MixtureRates(pred.mean[:, sel], pred.sd[:, sel], pred.positive[sel], W, axis=pred.axis,
+                           stratum=pred.stratum[sel])  # a stratified transform: its common threshold axis
+        e[b0:b0 + W.shape[0]] = batch_eer(mix)[:, 0]
+    point = float(pred.eer(np.asarray(mask, bool))[0])
+    lo, hi = measure_intervals({"eer": e[None, :]}, {"eer": np.array([point])}, np.array([C], float), level,
+                               ["eer"], "expanded")["eer"]
+    return float(lo[0]), float(hi[0])
 
 
 def flag_disagreement(model: Any, empirical: Any, se_logit: Any, n_min: Any, alpha: float = 0.05) -> np.ndarray:

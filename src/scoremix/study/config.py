@@ -143,6 +143,8 @@ class MetricsConfig:
     seed: int = 0
     #: cluster column of that bootstrap (``[data].speaker``; absent column: every trial its own cluster)
     speaker: str | None = None
+    #: scores are calibrated log-likelihood ratios: also actDCF (at the Bayes threshold) and Cllr
+    llr: bool = False
 
 
 @dataclass
@@ -156,7 +158,7 @@ class ModelEERConfig:
     by: list[str] = field(default_factory=list)
     conditional: bool = True
     filters: dict[str, list[Any]] = field(default_factory=dict)
-    #: speaker-bootstrap replicates of the empirical EER interval shown beside the model's
+    #: speaker-bootstrap replicates of the model and empirical EER intervals
     n_boot: int = 200
 
 
@@ -168,8 +170,8 @@ class FairnessConfig:
     n_boot: int = 200
     boot_chunk: int = 250
     ci: float = 0.95
-    #: interval method of :func:`scoremix.fairness.subgroup_dcf` ("expanded", "bca-t" or "percentile")
-    interval: str = "expanded"
+    #: interval method of :func:`scoremix.fairness.subgroup_dcf` ("studentized", "expanded", "bca-t" or "percentile")
+    interval: str = "studentized"
     p_target: float = 0.05
     c_miss: float = 1.0
     c_fa: float = 1.0
@@ -614,6 +616,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         m.n_boot = s.int("n_boot", 0, minimum=0) or 0
         m.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
         m.seed = s.int("seed", 0) or 0
+        m.llr = s.bool("llr", False)
         m.speaker = data.speaker
         used = {c for cols in m.by for c in cols}
         for i, c in enumerate(m.negatives_by):
@@ -641,7 +644,8 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         f.n_boot = s.int("n_boot", 200, minimum=0) or 0
         f.boot_chunk = s.int("boot_chunk", 250, minimum=0) or 0
         f.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
-        f.interval = s.str("interval", "expanded", choices=("expanded", "bca-t", "percentile")) or "expanded"
+        f.interval = s.str("interval", "studentized",
+                           choices=("studentized", "expanded", "bca-t", "percentile")) or "studentized"
         f.p_target = s.float("p_target", 0.05, 0.0, 1.0, open_lo=True, open_hi=True) or 0.05
         f.c_miss = s.float("c_miss", 1.0, 0.0, open_lo=True) or 1.0
         f.c_fa = s.float("c_fa", 1.0, 0.0, open_lo=True) or 1.0

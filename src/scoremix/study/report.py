@@ -159,9 +159,15 @@ def _metric_columns(tab: pd.DataFrame, cfg: Any) -> tuple[pd.DataFrame, list[str
         if f"min_dcf_{end}" in show.columns:
             show[f"{own} {end}"] = show[f"min_dcf_{end}"]
     show = show.rename(columns={"min_dcf_threshold": "minDCF threshold"})
+    act = "actDCF (normalised)" if cfg.normalize else "actDCF (unnormalised)"
+    for src, dst in (("act_dcf", act), ("cllr", "Cllr (bits)")):
+        for end in ("", "_lo", "_hi"):
+            if f"{src}{end}" in show.columns:
+                show[dst + end.replace("_", " ")] = show[f"{src}{end}"]
     want = ["system", "by", "cell", "n_trials", "n_pos", "n_neg", e, f"{e} lo", f"{e} hi", unnorm]
     want += [f"{unnorm} lo", f"{unnorm} hi", "minDCF (normalised)", "minDCF (normalised) lo",
-             "minDCF (normalised) hi", "minDCF threshold"]
+             "minDCF (normalised) hi", "minDCF threshold", act, f"{act} lo", f"{act} hi", "Cllr (bits)",
+             "Cllr (bits) lo", "Cllr (bits) hi"]
     return show, [c for c in want if c in show.columns]
 
 
@@ -171,13 +177,16 @@ def _metrics_section(res: StudyResult) -> rh.Section | None:
     tab = pd.concat([m["table"] for m in res.metrics.values()], ignore_index=True)
     cfg = res.config.analyses.metrics
     show, cols = _metric_columns(tab, cfg)
-    iv = (f" Intervals: {100 * cfg.ci:g} % speaker-cluster bootstrap (expanded percentile, {cfg.n_boot} replicates, seed "
+    iv = (f" Intervals: {100 * cfg.ci:g} % speaker-cluster bootstrap (expanded percentile, bias-shifted for minDCF, "
+          f"{cfg.n_boot} replicates, seed "
           f"{cfg.seed}); a zero-width interval is left blank." if getattr(cfg, "n_boot", 0) else
           " No intervals (set analyses.metrics.n_boot for speaker-cluster bootstrap intervals).")
     blocks: list[rh.Block] = [
         rh.Paragraph(f"EER by the {cfg.eer_method} definition (the one EER definition of this report), in %; "
                      f"minDCF with p_target={cfg.p_target}, c_miss={cfg.c_miss}, c_fa={cfg.c_fa}, as a fraction, "
-                     "unnormalised and normalised (divided by min(c_miss·p, c_fa·(1−p)))." + iv
+                     "unnormalised and normalised (divided by min(c_miss·p, c_fa·(1−p)))"
+                     + ("; actDCF at the Bayes threshold of the LLRs and Cllr in bits." if getattr(cfg, "llr", False)
+                        else ".") + iv
                      + (f" Rows: {cfg.filters}." if cfg.filters else "")
                      + (f" Cells of {cfg.negatives_by}: all positive trials vs the negatives of the cell."
                         if cfg.negatives_by else "")),
@@ -295,7 +304,8 @@ def _model_eer_section(res: StudyResult) -> rh.Section | None:
     if me is None:
         return None
     show = me.copy()
-    for c in ("eer_model", "eer_empirical", "eer_empirical_lo", "eer_empirical_hi", "eer_model_sd"):
+    for c in ("eer_model", "eer_model_lo", "eer_model_hi", "eer_empirical", "eer_empirical_lo", "eer_empirical_hi",
+              "eer_model_sd"):
         if c in show.columns:
             show[c.replace("eer", "EER") + " %"] = 100 * show.pop(c)
     show = show.drop(columns=[c for c in ("term_note",) if c in show.columns])
@@ -305,8 +315,10 @@ def _model_eer_section(res: StudyResult) -> rh.Section | None:
         "the posterior mean and SD."
         + (f" Evaluated on the rows {res.config.analyses.model_eer.filters} (the models are fitted to all "
            "their rows)." if res.config.analyses.model_eer is not None and res.config.analyses.model_eer.filters
-           else "")), rh.Table(show, caption="Model vs empirical EER (empirical: ROCCH EER with a speaker-"
-                                               "bootstrap 95 % interval)")]
+           else "")), rh.Table(show, caption="Model vs empirical EER in % (empirical: ROCCH EER; both with a "
+                                               "speaker-bootstrap 95 % interval, the model's from re-weighting "
+                                               "its per-trial Gaussians by resampled speakers, see "
+                                               "docs/intervals.md)")]
     blocks += goodness_of_fit_notes(me)
     if "eer_empirical" in me.columns and me["eer_empirical"].notna().any():
         blocks.append(rh.Figure(png_of(_eer_scatter(me.dropna(subset=["eer_empirical"]))),
@@ -394,8 +406,11 @@ def _fairness_section(res: StudyResult) -> rh.Section | None:
             f"worse off); ratio_own = minDCF^g / C_det^g(τ*) (< 1: an own threshold helps); Fairness Index = sum "
             f"of ratio_overall over subgroups above 1, shown with the number of subgroups it sums over and the "
             f"share of subgroups whose ratio interval lies above 1. Intervals: {cfg.n_boot} speaker-cluster "
-            f"bootstrap replicates, {100 * cfg.ci:g} % {cfg.interval} intervals (percentile levels "
-            f"expanded with Student's t for few speakers, bias-shifted for minDCF; see docs/intervals.md; none when n_boot = 0); a zero-width interval is left blank and "
+            f"bootstrap replicates, {100 * cfg.ci:g} % {cfg.interval} intervals ("
+            + ("log-scale speaker-studentised, threshold re-chosen in every replicate"
+               if cfg.interval == "studentized" else "percentile levels expanded with Student's t for few speakers, "
+               "bias-shifted for minDCF")
+            + "; see docs/intervals.md; none when n_boot = 0); a zero-width interval is left blank and "
             f"its row flagged. " + _reliability_sentence() + " Costs and rates are fractions; "
             + ("EER is left out here: this report's EER definition is " + _eer_definition(res) + "."
                if _eer_definition(res) != "rocch" else "EER % (rocch) is the ROC-convex-hull EER in %.")

@@ -32,8 +32,9 @@ def _agg() -> None:
 
 def _metric_row(s: np.ndarray, y: np.ndarray, cfg: MetricsConfig, speaker: np.ndarray | None = None
                 ) -> dict[str, Any]:
-    """EER and minDCF (normalised and unnormalised) of one cell; with ``cfg.n_boot`` their
-    speaker-cluster bootstrap intervals (``eer_lo/hi``, ``min_dcf_lo/hi``; NaN when degenerate)."""
+    """EER and minDCF (normalised and unnormalised) of one cell, and actDCF and Cllr when
+    ``cfg.llr``; with ``cfg.n_boot`` their speaker-cluster bootstrap intervals (``eer_lo/hi``,
+    ``min_dcf_lo/hi``, ``act_dcf_lo/hi``, ``cllr_lo/hi``; NaN when degenerate)."""
     from scoremix import metrics as M
 
     n_pos = int(y.sum())
@@ -55,6 +56,13 @@ def _metric_row(s: np.ndarray, y: np.ndarray, cfg: MetricsConfig, speaker: np.nd
 
         row["eer_lo"], row["eer_hi"] = ok(e.lo, e.hi)
         row["min_dcf_lo"], row["min_dcf_hi"] = ok(md.lo, md.hi)
+    if getattr(cfg, "llr", False):  # calibrated LLRs: actual cost at the Bayes threshold and Cllr
+        ad = M.act_dcf(s, y, p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa, normalize=cfg.normalize, **boot)
+        cl = M.cllr(s, y, **boot)
+        row.update(act_dcf=float(ad), cllr=float(cl))
+        if cfg.n_boot:
+            row["act_dcf_lo"], row["act_dcf_hi"] = ok(ad.lo, ad.hi)
+            row["cllr_lo"], row["cllr_hi"] = ok(cl.lo, cl.hi)
     return row
 
 
@@ -206,8 +214,8 @@ def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None,
 
     The model was fitted to all of ``df``; the per-trial (latent) Gaussians of the rows kept
     by ``cfg.filters`` form the class mixtures (:func:`scoremix.model_eer.model_eer`) and the
-    empirical EER is computed on the same rows, with a speaker-bootstrap interval
-    (``eer_empirical_lo/_hi``, ``cfg.n_boot`` replicates) and ``fit_ok`` (no disagreement
+    empirical EER is computed on the same rows; both carry a speaker-bootstrap interval
+    (``eer_model_lo/_hi``, ``eer_empirical_lo/_hi``, ``cfg.n_boot`` replicates) and ``fit_ok`` (no disagreement
     beyond sampling error, rule of :mod:`scoremix.predictive.gof`)."""
     from scoremix.model_eer import model_eer
 
@@ -226,7 +234,10 @@ def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None,
             tab = tab.set_axis(["all"])
         for key, r in tab.iterrows():
             rows.append({"by": col or "overall", "cell": str(key), "n_neg": int(r["n_neg"]), "n_pos": int(r["n_pos"]),
-                         "eer_model": float(r["eer_model"]), "eer_empirical": float(r["eer_empirical"]),
+                         "eer_model": float(r["eer_model"]),
+                         "eer_model_lo": float(r.get("eer_model_lo", np.nan)),
+                         "eer_model_hi": float(r.get("eer_model_hi", np.nan)),
+                         "eer_empirical": float(r["eer_empirical"]),
                          "eer_empirical_lo": float(r.get("eer_empirical_lo", np.nan)),
                          "eer_empirical_hi": float(r.get("eer_empirical_hi", np.nan)),
                          "fit_ok": bool(r.get("fit_ok", True)),
