@@ -671,6 +671,19 @@ def _row_labels(data: pd.DataFrame, mask: np.ndarray, k: int = 5) -> str:
 
 
 # --------------------------------------------------------------------------- main
+def _column_or_rows(arg: Any, name: str, n_rows: int) -> tuple[str | None, np.ndarray | None]:
+    """A ``weights=``/``offset=`` argument as ``(column name, None)``, ``(None, per-row
+    float array)`` or ``(None, None)``; an array must have one entry per data row."""
+    if arg is None:
+        return None, None
+    if isinstance(arg, str):
+        return arg, None
+    values = np.asarray(arg, dtype=np.float64).ravel()
+    if values.shape[0] != n_rows:
+        raise ValueError(f"{name} has length {values.shape[0]}, data has {n_rows} rows")
+    return None, values
+
+
 def build_model_spec(
     formula: str,
     data: pd.DataFrame,
@@ -744,26 +757,11 @@ def build_model_spec(
     used = parsed.columns
     if disp_col is not None and disp_col not in used:
         used = used + [disp_col]
-    weight_col: str | None = None
-    w_all: np.ndarray | None = None
-    if isinstance(weights, str):
-        weight_col = weights
-        if weight_col not in used:
-            used = used + [weight_col]
-    elif weights is not None:
-        w_all = np.asarray(weights, dtype=np.float64).ravel()
-        if w_all.shape[0] != len(data):
-            raise ValueError(f"weights has length {w_all.shape[0]}, data has {len(data)} rows")
-    offset_col: str | None = None
-    off_arg: np.ndarray | None = None
-    if isinstance(offset, str):
-        offset_col = offset
-        if offset_col not in used:
-            used = used + [offset_col]
-    elif offset is not None:
-        off_arg = np.asarray(offset, dtype=np.float64).ravel()
-        if off_arg.shape[0] != len(data):
-            raise ValueError(f"offset has length {off_arg.shape[0]}, data has {len(data)} rows")
+    weight_col, w_all = _column_or_rows(weights, "weights", len(data))
+    offset_col, off_arg = _column_or_rows(offset, "offset", len(data))
+    for col in (weight_col, offset_col):
+        if col is not None and col not in used:
+            used = used + [col]
     for col in used:
         if col not in data.columns:
             raise _unknown_column(col, data)
