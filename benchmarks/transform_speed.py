@@ -55,6 +55,15 @@ def simulate(n: int, seed: int = 1) -> pd.DataFrame:
                              speaker=spk.astype(str), attack=np.where(spoof, att.astype(str), "bonafide")))
 
 
+def fit_row(label: str, name: str, data: pd.DataFrame) -> tuple:
+    """Time one transformation fit of FORMULA on ``data``, print it and return its table row."""
+    fit, wall, cpu = timed(lambda: sm.lmer(FORMULA, data, dispersion="~ label", transform="monotone"))
+    info = fit.fit_info["transform"]
+    print(f"{name}: {len(data)} rows, {info['n_cells']} cells, wall {wall:.2f}s, cpu {cpu:.2f}s, "
+          f"{info['n_eval']} evaluations, converged={info['converged']}", flush=True)
+    return (label, len(data), wall, cpu, info["n_eval"], info["converged"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--system", default="rawgat_st_add")
@@ -65,23 +74,13 @@ def main() -> None:
     if LA.exists():
         long = pd.read_csv(LA)
         d = long[long["system"] == args.system].reset_index(drop=True)
-        fit, wall, cpu = timed(lambda: sm.lmer(FORMULA, d, dispersion="~ label", transform="monotone"))
-        info = fit.fit_info["transform"]
-        rows.append(("LA 71k, speaker+attack, dispersion", len(d), wall, cpu, info["n_eval"],
-                     info["converged"]))
-        print(f"LA {args.system}: {len(d)} rows, {info['n_cells']} cells, wall {wall:.2f}s, cpu {cpu:.2f}s, "
-              f"{info['n_eval']} evaluations, converged={info['converged']}", flush=True)
+        rows.append(fit_row("LA 71k, speaker+attack, dispersion", f"LA {args.system}", d))
     else:
         print(f"LA data not found at {LA}; skipping")
         d = None
     if not args.skip_1m:
         big = simulate(1_000_000)
-        fit, wall, cpu = timed(lambda: sm.lmer(FORMULA, big, dispersion="~ label", transform="monotone"))
-        info = fit.fit_info["transform"]
-        rows.append(("simulated 1M, speaker+attack, dispersion", len(big), wall, cpu, info["n_eval"],
-                     info["converged"]))
-        print(f"1M simulated: {info['n_cells']} cells, wall {wall:.2f}s, cpu {cpu:.2f}s, "
-              f"{info['n_eval']} evaluations, converged={info['converged']}", flush=True)
+        rows.append(fit_row("simulated 1M, speaker+attack, dispersion", "1M simulated", big))
         del big
     if d is not None:
         sub = d.sample(n=min(args.clmm_rows, len(d)), random_state=1).reset_index(drop=True)
