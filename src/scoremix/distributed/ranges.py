@@ -36,9 +36,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from scoremix.distributed.inputs import DaskInputError, tree_reduce
-from scoremix.distributed.scores import ScoreCounts, count_partition, merge_counts, partitions_of
-from scoremix.trials import NonFiniteScoreError, SingleClassError
+from scoremix.distributed.inputs import tree_reduce
+from scoremix.distributed.scores import ScoreCounts, check_totals, count_leaves, merge_counts
 
 #: default cap on the number of ranges: the shuffle has (partitions × ranges) small pieces
 MAX_RANGES = 64
@@ -167,27 +166,12 @@ def ranged_counts(scores: Any, labels: Any, positive: Any = None, allow_posinf: 
     import dask
     from dask import delayed
 
-    sp = partitions_of(scores, "scores")
-    lp = partitions_of(labels, "labels")
-    if len(sp) != len(lp):
-        raise DaskInputError(f"scores has {len(sp)} partitions but labels has {len(lp)}; take both "
-                             "from one Dask DataFrame")
-    M = max(1, int(n_ranges if n_ranges is not None else min(len(sp), MAX_RANGES)))
-    leaves = [delayed(count_partition)(s, l, positive, i) for i, (s, l) in enumerate(zip(sp, lp))]
+    leaves = count_leaves(scores, labels, positive)
+    M = max(1, int(n_ranges if n_ranges is not None else min(len(leaves), MAX_RANGES)))
     leaves = list(dask.persist(*leaves))
     sketches = dask.compute(*[delayed(sketch_counts)(c, 4 * M) for c in leaves])
-    n_pos = sum(s[1] for s in sketches)
-    n_neg = sum(s[2] for s in sketches)
-    if n_pos + n_neg == 0:
-        raise DaskInputError("no trials: scores and labels are empty")
-    if not allow_posinf and max(s[4] for s in sketches) == np.inf:
-        raise NonFiniteScoreError(
-            "scores has +inf value(s); no threshold rejects +inf under accept s >= threshold, "
-            "so this metric needs finite (or -inf) scores; clip them to a large finite value")
-    if n_pos == 0 or n_neg == 0:
-        present = "negative" if n_pos == 0 else "positive"
-        raise SingleClassError(f"only {present} trials ({n_pos + n_neg}) were given; the metric "
-                               "needs both classes")
+    posinf = "+inf value(s)" if not allow_posinf and max(s[4] for s in sketches) == np.inf else None
+    check_totals(sum(s[1] for s in sketches), sum(s[2] for s in sketches), posinf)
     splitters = choose_splitters(sketches, M)
     if splitters.size == 0:
         tables = [tree_reduce(leaves, merge_counts)]

@@ -25,7 +25,8 @@ import pandas as pd
 from scoremix.distributed.inputs import DaskInputError, is_dask_collection, tree_reduce
 from scoremix.trials import NonFiniteScoreError, SingleClassError, label_to_binary
 
-__all__ = ["ScoreCounts", "score_counts", "merge_counts", "count_partition", "partitions_of"]
+__all__ = ["ScoreCounts", "score_counts", "merge_counts", "count_partition", "count_leaves", "check_totals",
+           "partitions_of"]
 
 
 class ScoreCounts(NamedTuple):
@@ -84,23 +85,36 @@ def score_counts(scores: Any, labels: Any, positive: Any = None, allow_posinf: b
     import dask
     from dask import delayed
 
+    (c,) = dask.compute(tree_reduce(count_leaves(scores, labels, positive), merge_counts, split_every))
+    posinf = (f"{int(c.n_pos[-1] + c.n_neg[-1])} +inf value(s)"
+              if not allow_posinf and c.scores.size and c.scores[-1] == np.inf else None)
+    check_totals(int(c.n_pos.sum()), int(c.n_neg.sum()), posinf)
+    return c
+
+
+def count_leaves(scores: Any, labels: Any, positive: Any = None) -> list:
+    """One delayed :func:`count_partition` per partition of Dask ``scores`` and ``labels``
+    (which must have the same number of partitions)."""
+    from dask import delayed
+
     sp = partitions_of(scores, "scores")
     lp = partitions_of(labels, "labels")
     if len(sp) != len(lp):
         raise DaskInputError(f"scores has {len(sp)} partitions but labels has {len(lp)}; take both "
                              "from one Dask DataFrame")
-    leaves = [delayed(count_partition)(s, l, positive, i) for i, (s, l) in enumerate(zip(sp, lp))]
-    (c,) = dask.compute(tree_reduce(leaves, merge_counts, split_every))
-    n_pos, n_neg = int(c.n_pos.sum()), int(c.n_neg.sum())
+    return [delayed(count_partition)(s, l, positive, i) for i, (s, l) in enumerate(zip(sp, lp))]
+
+
+def check_totals(n_pos: int, n_neg: int, posinf: str | None = None) -> None:
+    """The input checks of the in-memory metrics on class totals: no trials, ``+inf`` scores
+    where not allowed (``posinf`` names them, e.g. ``"3 +inf value(s)"``), one class only."""
     if n_pos + n_neg == 0:
         raise DaskInputError("no trials: scores and labels are empty")
-    if not allow_posinf and c.scores.size and c.scores[-1] == np.inf:
-        k = int(c.n_pos[-1] + c.n_neg[-1])
+    if posinf is not None:
         raise NonFiniteScoreError(
-            f"scores has {k} +inf value(s); no threshold rejects +inf under accept s >= threshold, "
+            f"scores has {posinf}; no threshold rejects +inf under accept s >= threshold, "
             "so this metric needs finite (or -inf) scores; clip them to a large finite value")
     if n_pos == 0 or n_neg == 0:
         present = "negative" if n_pos == 0 else "positive"
         raise SingleClassError(f"only {present} trials ({n_pos + n_neg}) were given; the metric "
                                "needs both classes")
-    return c
