@@ -50,9 +50,12 @@ from scoremix.predictive.gof import (cluster_codes_for, empirical_eer_interval, 
                                      warn_if_misfit)
 from scoremix.predictive.layer import is_bayes_fit, model_frame_with, predictive
 from scoremix.predictive.mixture import ModelEERError, gaussian_eer, mixture_eer
+from scoremix.predictive.param_boot import (ModelIntervalError, parametric_eer_replicates, parametric_interval,
+                                            population_eer, resolve_model_interval)
 
 __all__ = [
     "ModelEERError",
+    "ModelIntervalError",
     "gaussian_eer",
     "model_eer_from_moments",
     "mixture_eer",
@@ -341,6 +344,26 @@ def _bayes_model_eer(
                         conditional=conditional)
 
 
+def _model_interval_method(fit: Any, model_interval: str, by: Any, pred: Any) -> str:
+    """``"parametric"`` or ``"speakers"`` for a point fit's table (see ``model_eer``'s
+    ``model_interval``).  The parametric interval is for the *population* EER of a cell (new
+    levels of every grouping factor); a breakdown by a grouping factor the model conditions on
+    makes each cell one level's EER, so ``"auto"`` uses ``"speakers"`` there and an explicit
+    ``"parametric"`` raises :class:`ModelIntervalError`."""
+    how = resolve_model_interval(fit, model_interval)
+    cols = [by] if isinstance(by, str) else list(by) if isinstance(by, (list, tuple)) else []
+    groups = {t.group_factor for t in (getattr(getattr(fit, "spec", None), "terms", None) or [])}
+    own = [c for c in cols if c in groups and c not in pred.marginal_over]
+    if how == "parametric" and own:
+        if model_interval == "parametric":
+            raise ModelIntervalError(
+                f"model_interval='parametric' is for the population EER of a cell, but by={own} names a "
+                f"grouping factor the model conditions on (each cell is one {own[0]!r} level's EER); use "
+                "model_interval='speakers', conditional=False, or marginal_over=")
+        return "speakers"
+    return how
+
+
 def model_eer(
     fit: Any,
     by: str | Sequence[str] | Any | None = None,
@@ -359,6 +382,7 @@ def model_eer(
     level: float = 0.95,
     seed: int = 0,
     check_fit: bool = True,
+    model_interval: str = "auto",
 ) -> float | pd.DataFrame | PosteriorEER:
     """EER implied by a fitted linear mixed model, overall or per subgroup.
 
@@ -410,23 +434,39 @@ def model_eer(
         Bayesian fits only: use at most this many posterior draws (evenly spaced); None
         uses all of them.
     progress:
-        Bayesian fits only: show a progress bar over subgroups (``method="mixture"``).
+        show a progress bar: over subgroups (Bayesian fits, ``method="mixture"``) or over the
+        refits of the parametric model interval.
     marginal_over:
         ``LmerResult`` only: grouping factors to marginalise (the others are conditioned
         on); overrides ``conditional``.
     n_boot, speaker, level, seed:
-        the intervals of tables (model and empirical): bootstrap replicates (0: none, and no check),
-        cluster column (default: ``"speaker"`` if present, else the fit's first grouping
-        factor, else trials), interval level and seed.
+        the intervals of tables (model and empirical): bootstrap replicates (0: none, and no check;
+        for ``model_interval="parametric"`` the number of refits), cluster column (default:
+        ``"speaker"`` if present, else the fit's first grouping factor, else trials), interval
+        level and seed.
     check_fit:
         warn (:class:`~scoremix.predictive.gof.ModelFitWarning`) on disagreement.
+    model_interval:
+        ``LmerResult`` tables: the method of ``eer_model_lo/_hi``.  ``"parametric"``: parametric
+        bootstrap (simulate from the fit with new random effects, refit, recompute the model
+        EER; basic interval on the logit scale for the population EER of the cell,
+        :mod:`scoremix.predictive.param_boot`) — it includes the estimation error of β̂, the
+        variances and σ̂.  ``"speakers"``: re-weight the fitted per-trial Gaussians by
+        resampled speakers (:func:`scoremix.predictive.gof.model_eer_interval`; the
+        parameters are held fixed, so it under-covers with few speakers).  ``"auto"``
+        (default): ``"parametric"`` for Gaussian point fits, ``"speakers"`` where no refit is
+        available (transformation fits) or where the table breaks down by a grouping factor it
+        conditions on (the cell's EER is then that level's, not a population's).  The column
+        ``eer_model_interval`` (and ``table.attrs["model_interval"]``) names the method used.
+        An explicit ``"parametric"`` that cannot be run raises :class:`ModelIntervalError`;
+        a posterior fit accepts only ``"auto"`` (its interval is the credible interval).
 
     Returns
     -------
     float, pandas.DataFrame or PosteriorEER
         ``LmerResult`` without ``by``: the EER.  With ``by``: index = subgroup, columns
-        ``n_neg``, ``n_pos``, ``eer_model``, ``eer_model_lo``, ``eer_model_hi`` (speaker-bootstrap
-        interval of the model value, :func:`scoremix.predictive.gof.model_eer_interval`),
+        ``n_neg``, ``n_pos``, ``eer_model``, ``eer_model_lo``, ``eer_model_hi`` (interval of the
+        model value, method in ``eer_model_interval``: see ``model_interval``),
         ``eer_empirical`` (:func:`scoremix.metrics.eer` of the observed scores),
         ``eer_empirical_lo``, ``eer_empirical_hi`` and ``fit_ok`` (intervals and ``fit_ok`` with
         ``n_boot > 0``); NaN where a subgroup lacks a class.  ``BayesLmerResult``: a
@@ -444,6 +484,9 @@ def model_eer(
             raise ModelEERError("for a Dask fit, by must name column(s) of the data")
         return dask_eer(by=by, conditional=conditional, label=label, positive=positive)
     if is_bayes_fit(fit):
+        if model_interval != "auto":
+            raise ModelIntervalError(f"model_interval={model_interval!r} is for point fits: a posterior fit's "
+                                     "model interval is its credible interval (hdi_prob); use 'auto'")
         return _bayes_model_eer(fit, by, conditional, label, positive, data, method, hdi_prob,
                                 max_draws, progress, n_boot=n_boot, speaker=speaker, level=level, seed=seed,
                                 check_fit=check_fit)
@@ -460,23 +503,42 @@ def model_eer(
     clusters = cluster_codes_for(frame, spk)
     key_frame = pd.DataFrame({f"k{j}": k for j, k in enumerate(keys)})
     grouped = key_frame.groupby(list(key_frame.columns), sort=True, dropna=False)
-    rows = []
+    cells = []
     for key, idx in grouped.indices.items():
         mask = np.zeros(len(pred.y), bool)
         mask[idx] = True
+        cells.append((key, mask))
+    how = _model_interval_method(fit, model_interval, by, pred) if n_boot > 0 else None
+    both = [bool(pred.y[m].any() and not pred.y[m].all()) for _, m in cells]
+    if how == "parametric":
+        masks = [m for (_, m), ok in zip(cells, both) if ok]
+        reps = parametric_eer_replicates(fit, masks, n_boot, seed, label=label, positive=positive, data=data,
+                                         conditional=conditional, marginal_over=marginal_over, progress=progress)
+        truth = population_eer(fit, masks, label=label, positive=positive, data=data)
+        it = iter(range(len(masks)))
+    rows = []
+    for (key, mask), ok in zip(cells, both):
         yy = pred.y[mask]
         n_pos = int(yy.sum())
         n_neg = int(yy.size - n_pos)
         emp = (empirical_columns(pred.score[mask], yy, None if clusters is None else clusters[mask], n_boot,
-                                 level, seed) if n_pos and n_neg else
+                                 level, seed) if ok else
                dict.fromkeys(("eer_empirical", "eer_empirical_lo", "eer_empirical_hi", "se_logit"), float("nan")))
-        model = float(pred.eer(mask)[0]) if n_pos and n_neg else float("nan")
-        m_iv = (model_eer_interval(pred, mask, clusters, n_boot, level, seed) if n_pos and n_neg
-                else (float("nan"), float("nan")))
+        model = float(pred.eer(mask)[0]) if ok else float("nan")
+        if not ok or how is None:
+            m_iv = (float("nan"), float("nan"))
+        elif how == "parametric":
+            j = next(it)
+            m_iv = parametric_interval(model, reps[j], float(truth[j]), level)
+        else:
+            m_iv = model_eer_interval(pred, mask, clusters, n_boot, level, seed)
         rows.append((*(key if isinstance(key, tuple) else (key,)), n_neg, n_pos, model, *m_iv, *emp.values()))
     out = pd.DataFrame(rows, columns=[*names, "n_neg", "n_pos", "eer_model", "eer_model_lo", "eer_model_hi",
                                       "eer_empirical", "eer_empirical_lo", "eer_empirical_hi", "se_logit"]
                        ).set_index(names).sort_index()
+    if how is not None:
+        out.insert(out.columns.get_loc("eer_model_hi") + 1, "eer_model_interval", how)
+        out.attrs["model_interval"] = how
     if n_boot > 0:
         cols = names if (isinstance(by, str) or isinstance(by, (list, tuple))) else []
         out["fit_ok"] = ~(warn_if_misfit(fit, out, by=cols, stacklevel=3) if check_fit else np.zeros(len(out), bool))

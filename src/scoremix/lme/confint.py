@@ -41,7 +41,7 @@ from scoremix.lme.factor import factorize
 from scoremix.lme.optimizer import NativeControl, fd_grad, optimize_theta
 from scoremix.lme.relcov import theta_to_T
 
-__all__ = ["confint", "profile_names", "dispersion_names", "theta_to_psi", "psi_to_theta"]
+__all__ = ["confint", "simulate_response", "profile_names", "dispersion_names", "theta_to_psi", "psi_to_theta"]
 
 
 # ------------------------------------------------------------------------ ψ parameterisation
@@ -351,8 +351,13 @@ def _confint_profile(m: "LmerResult", level: float, want: Sequence[str], progres
     return out
 
 
-def _simulate(m: "LmerResult", rng: np.random.Generator) -> np.ndarray:
-    spec = m.spec
+def simulate_response(m: "LmerResult", rng: np.random.Generator) -> np.ndarray:
+    """One parametric-bootstrap response of a fit (lme4's ``simulate(m)`` with new levels):
+    ``y* = Xβ̂ + Zb* + ε*`` with ``b*_k ~ N(0, Σ̂_k)`` for every level of every random term
+    (drawn term by term, level-major, from ``rng.standard_normal``) and
+    ``ε*_i ~ N(0, σ̂²_{d(i)}/w_i)`` (the residual SD of the row's dispersion level, prior
+    weights ``w``).  The offset is left out, as in ``spec.y``."""
+    spec = m.require_spec("simulate_response")
     eta = spec.X @ m.fixef.to_numpy()
     for t, S in zip(spec.terms, m.cov_re()):
         Lc = _psd_chol(S)
@@ -380,7 +385,7 @@ def _confint_boot(m: "LmerResult", level: float, n_boot: int, seed: int | None,
     draws = np.empty((n_boot, len(names)))
     ctl = NativeControl(check_conv=False, warn=False)
     for b in tqdm(range(n_boot), desc="bootstrap", disable=not progress):
-        ystar = _simulate(m, rng)
+        ystar = simulate_response(m, rng)
         cpb = cp.with_response(ystar)
         o = optimize_theta(cpb, m.REML, spec.theta_lower(), m.theta.to_numpy(), ctl, n_rho=n_rho,
                            rho_start=None if rho_hat is None else rho_hat[1:])

@@ -225,6 +225,22 @@ class Predictive:
 
 
 # ----------------------------------------------------------------------------- helpers
+def unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, axis=0, return_inverse=True)`` for a finite float matrix (rows in
+    lexicographic order, first column most significant), by one ``np.lexsort`` of the columns
+    instead of a sort of the rows as byte strings (an order of magnitude faster; it runs once
+    per parametric-bootstrap refit)."""
+    a = np.asarray(a, dtype=np.float64)
+    if a.shape[0] == 0:
+        return a.copy(), np.zeros(0, np.int64)
+    order = np.lexsort(a.T[::-1])
+    s = a[order]
+    new = np.r_[True, np.any(s[1:] != s[:-1], axis=1)]
+    inv = np.empty(a.shape[0], np.int64)
+    inv[order] = np.cumsum(new) - 1
+    return s[new], inv
+
+
 def _is_null(v: Any) -> bool:
     return v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA
 
@@ -487,7 +503,7 @@ def _point_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame 
                               f"(mean={mean[bad]!r}, sd={sd[bad]!r})")
     axis = threshold_axis(fit_transform(fit))
     codes = axis.codes(_trial_strata(fit, axis, trials, rows), len(rows))
-    comp_key, comp = np.unique(np.c_[mean, sd, y.astype(float), codes.astype(float)], axis=0, return_inverse=True)
+    comp_key, comp = unique_rows(np.c_[mean, sd, y.astype(float), codes.astype(float)])
     return Predictive(mean=comp_key[:, 0][None, :], sd=comp_key[:, 1][None, :], positive=comp_key[:, 2] > 0.5,
                       component=np.asarray(comp).ravel().astype(np.int64), y=y,
                       score=_observed_scores(fit, trials), frame=rows, transform=fit_transform(fit),

@@ -1,0 +1,208 @@
+r"""Parametric-bootstrap interval of a point fit's model EER (lme4's ``bootMer`` with new levels).
+
+The model EER of a cell, :math:`\hat e = e(\hat\vartheta)`, is a function of the fitted
+parameters :math:`\hat\vartheta = (\hat\beta, \hat\Sigma, \hat\sigma)` (and, with
+``conditional=True``, of the fitted random effects :math:`\hat b`).  It estimates the
+*population* EER of the cell: the EER of the cell's trials for new levels of every grouping
+factor,
+
+.. math::
+
+    e_{\mathrm{pop}}(\vartheta) = \mathrm{EER}\Big(\textstyle\sum_{i\in\text{cell}} N\big(x_i^\top\beta,\;
+    \sigma_{c(i)}^2/w_i + \sum_k z_{ik}^\top\Sigma_k z_{ik}\big)\ \text{per class}\Big),
+
+which is the marginal model EER (``conditional=False``) at :math:`\vartheta`.
+
+Replicate :math:`r = 1 \dots R` (:func:`parametric_eer_replicates`):
+
+1. simulate :math:`y^{*}_r = X\hat\beta + Z b^{*}_r + \varepsilon^{*}_r` with new random
+   effects :math:`b^{*}_r \sim N(0, \hat\Sigma)` and :math:`\varepsilon^{*}_r \sim N(0, \hat\sigma^2_{c(i)}/w_i)`
+   (:func:`scoremix.lme.confint.simulate_response`, one ``numpy`` generator seeded once);
+2. refit the same model (same REML/ML) with the native engine, warm-started at
+   :math:`\hat\theta`, on the cross-products of the new response;
+3. recompute the cell's model EER :math:`\hat e^{*}_r` from the refit exactly as
+   :func:`scoremix.model_eer` computes :math:`\hat e` (same ``conditional`` /
+   ``marginal_over``, same trials).
+
+In the bootstrap world the truth is :math:`e_{\mathrm{pop}}(\hat\vartheta)` (the original fit's
+marginal model EER of the cell), so :math:`\operatorname{logit}\hat e^{*}_r -
+\operatorname{logit} e_{\mathrm{pop}}(\hat\vartheta)` imitates the estimation error
+:math:`\operatorname{logit}\hat e - \operatorname{logit} e_{\mathrm{pop}}(\vartheta)`, including
+the bias of a conditional model EER (finite sample of speakers, shrunken effects) against the
+population value.  The interval (:func:`parametric_interval`) is the *basic* (reverse
+percentile) interval on the logit scale,
+
+.. math::
+
+    \Big[\operatorname{logit}^{-1}\big(2\ell - q_{1-\alpha/2}\big),\;
+         \operatorname{logit}^{-1}\big(2\ell - q_{\alpha/2}\big)\Big],\qquad
+    \ell = \operatorname{logit}\hat e + \operatorname{logit} e_{\mathrm{pop}}(\hat\vartheta) - \operatorname{logit}\hat e
+    \;\;(\text{i.e. } 2\ell - q = \operatorname{logit}\hat e + \operatorname{logit} e_{\mathrm{pop}}(\hat\vartheta) - q),
+
+with :math:`q_a` the :math:`a`-quantile of :math:`\operatorname{logit}\hat e^{*}_r`.  For the
+marginal EER :math:`e_{\mathrm{pop}}(\hat\vartheta) = \hat e` and this is the plain basic
+interval :math:`[2\operatorname{logit}\hat e - q_{1-\alpha/2},\, 2\operatorname{logit}\hat e - q_{\alpha/2}]`.
+``docs/intervals.md`` compares it with the percentile interval and the speaker re-weighting
+of :func:`scoremix.predictive.gof.model_eer_interval` (coverage measured in
+``benchmarks/coverage_model_eer.py``).
+
+Not available (:class:`ModelIntervalError` when asked for explicitly): posterior fits (their
+credible interval is the interval), transformation fits (``transform=``: a refit is a full
+transformation-model fit per replicate) and fits without a model spec; ``model_interval="auto"``
+gives those the speaker re-weighting interval and says so in the table's
+``eer_model_interval`` column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+
+from scoremix.predictive.layer import fit_transform, is_bayes_fit, predictive
+from scoremix.predictive.mixture import ModelEERError
+
+__all__ = ["MODEL_INTERVALS", "ModelIntervalError", "ModelIntervalWarning", "parametric_unavailable",
+           "resolve_model_interval", "parametric_refits", "parametric_eer_replicates", "population_eer",
+           "parametric_interval"]
+
+#: values of ``model_eer(..., model_interval=)``
+MODEL_INTERVALS = ("auto", "parametric", "speakers")
+
+
+class ModelIntervalError(ModelEERError):
+    """The requested model-EER interval method cannot be computed for this fit."""
+
+
+class ModelIntervalWarning(UserWarning):
+    """Some parametric-bootstrap replicates could not be used (failed refits or EERs)."""
+
+
+def parametric_unavailable(fit: Any) -> str | None:
+    """Why the parametric bootstrap cannot be run for ``fit`` (``None``: it can)."""
+    if is_bayes_fit(fit):
+        return "a posterior (bayes_lmer) fit has its credible interval instead"
+    if fit_transform(fit) is not None:
+        return (f"a transformation fit (transform={type(fit_transform(fit)).__name__}) would need a full "
+                "transformation-model refit per replicate")
+    spec = getattr(fit, "spec", None)
+    if spec is None or getattr(spec, "X", None) is None:
+        return "the fit carries no model spec (X, Z, y) to simulate from and refit"
+    if not hasattr(fit, "cov_re") or not hasattr(fit, "fixef"):
+        return f"{type(fit).__name__} is not an LmerResult (needs fixef, cov_re, sigma)"
+    return None
+
+
+def resolve_model_interval(fit: Any, model_interval: str) -> str:
+    """The method that makes the model interval: ``"parametric"`` or ``"speakers"``.
+
+    ``"auto"`` is ``"parametric"`` whenever :func:`parametric_unavailable` allows it, else
+    ``"speakers"``; an explicit ``"parametric"`` that cannot be run raises
+    :class:`ModelIntervalError` naming the reason."""
+    if model_interval not in MODEL_INTERVALS:
+        raise ModelIntervalError(f"model_interval must be one of {MODEL_INTERVALS}, got {model_interval!r}")
+    why = parametric_unavailable(fit)
+    if model_interval == "auto":
+        return "speakers" if why else "parametric"
+    if model_interval == "parametric" and why:
+        raise ModelIntervalError(f"model_interval='parametric' is not available: {why}; use "
+                                 "model_interval='speakers' (speaker re-weighting of the fitted Gaussians) "
+                                 "or 'auto'")
+    return model_interval
+
+
+def parametric_refits(fit: Any, n_boot: int, seed: int | np.random.Generator | None = 0,
+                      progress: bool = True) -> Any:
+    """Yield ``n_boot`` refits of ``fit`` to responses simulated from it (steps 1–2 of the
+    module docstring): native engine, same REML/ML, warm-started at :math:`\\hat\\theta`,
+    without the convergence checks and warnings (counted by the caller through
+    ``refit.converged`` if needed)."""
+    from tqdm.auto import tqdm
+
+    from scoremix.lme.confint import simulate_response
+    from scoremix.lme.crossprod import crossproducts
+    from scoremix.lme.native import NativeControl, fit as native_fit
+
+    spec = fit.spec
+    cp = getattr(fit, "cp", None)
+    if cp is None:
+        cp = crossproducts(spec)
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    ctl = NativeControl(theta_start=np.asarray(fit.theta, float), check_conv=False, warn=False)
+    for _ in tqdm(range(n_boot), desc="parametric bootstrap (model EER)", disable=not progress, leave=False):
+        ystar = simulate_response(fit, rng)
+        yield native_fit(dataclasses.replace(spec, y=ystar), REML=fit.REML, control=ctl,
+                         cp=cp.with_response(ystar))
+
+
+def parametric_eer_replicates(fit: Any, masks: Sequence[np.ndarray], n_boot: int,
+                              seed: int | np.random.Generator | None = 0, *, label: str = "label",
+                              positive: Any = None, data: Any = None, conditional: bool = True,
+                              marginal_over: Sequence[str] | None = None, progress: bool = True) -> np.ndarray:
+    """``(len(masks), n_boot)`` replicates :math:`\\hat e^{*}_r` of the model EER of every cell
+    (boolean masks over the model frame's rows), one refit per replicate shared by all
+    cells; NaN where a refit's EER is not finite.  Warns :class:`ModelIntervalWarning` when a
+    refit fails."""
+    out = np.full((len(masks), n_boot), np.nan)
+    failed = 0
+    for r, refit in enumerate(parametric_refits(fit, n_boot, seed, progress)):
+        try:
+            pred = predictive(refit, data=data, label=label, positive=positive, conditional=conditional,
+                              marginal_over=marginal_over)
+        except (ValueError, ArithmeticError):
+            failed += 1
+            continue
+        for j, m in enumerate(masks):
+            out[j, r] = float(pred.eer(m)[0])
+    if failed:
+        warnings.warn(f"{failed} of {n_boot} parametric-bootstrap refits gave no predictive distribution "
+                      "and were left out of the model-EER interval", ModelIntervalWarning, stacklevel=3)
+    return out
+
+
+def population_eer(fit: Any, masks: Sequence[np.ndarray], *, label: str = "label", positive: Any = None,
+                   data: Any = None) -> np.ndarray:
+    """:math:`e_{\\mathrm{pop}}(\\hat\\vartheta)` of every cell: the fit's marginal model EER
+    (new levels of every grouping factor) of the cell's trials — the truth of the bootstrap
+    world."""
+    pred = predictive(fit, data=data, label=label, positive=positive, conditional=False)
+    return np.array([float(pred.eer(m)[0]) for m in masks])
+
+
+def _logit(p: Any) -> np.ndarray:
+    p = np.asarray(p, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return np.log(p) - np.log1p(-p)
+
+
+def _expit(x: Any) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
+
+
+def parametric_interval(point: float, replicates: Any, truth: float, level: float = 0.95,
+                        kind: str = "basic") -> tuple[float, float]:
+    """Interval of the model EER from parametric-bootstrap replicates (module docstring).
+
+    ``kind="basic"``: :math:`\\operatorname{logit}^{-1}(\\operatorname{logit}\\hat e +
+    \\operatorname{logit} e_{\\mathrm{pop}}(\\hat\\vartheta) - q_{1-\\alpha/2,\\,\\alpha/2})`;
+    ``"percentile"``: the replicates' quantiles (no bias correction).  ``(nan, nan)`` with
+    fewer than two finite replicates or a non-finite point / truth."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    e = np.asarray(replicates, dtype=np.float64)
+    e = e[np.isfinite(e) & (e > 0) & (e < 1)]
+    nan = (float("nan"), float("nan"))
+    if e.size < 2 or not (0 < point < 1):
+        return nan
+    a = (1 - level) / 2
+    q_lo, q_hi = np.quantile(_logit(e), [a, 1 - a])
+    if kind == "percentile":
+        return float(_expit(q_lo)), float(_expit(q_hi))
+    if kind != "basic":
+        raise ValueError(f"kind must be 'basic' or 'percentile', got {kind!r}")
+    if not (0 < truth < 1):
+        return nan
+    c = _logit(point) + _logit(truth)
+    return float(_expit(c - q_hi)), float(_expit(c - q_lo))
