@@ -529,7 +529,8 @@ def model_eer(
             m_iv = (float("nan"), float("nan"))
         elif how == "parametric":
             j = next(it)
-            m_iv = parametric_interval(model, reps[j], float(truth[j]), level)
+            n_cl = len(np.unique(clusters[mask])) if clusters is not None else int(mask.sum())
+            m_iv = parametric_interval(model, reps[j], float(truth[j]), n_cl, level)
         else:
             m_iv = model_eer_interval(pred, mask, clusters, n_boot, level, seed)
         rows.append((*(key if isinstance(key, tuple) else (key,)), n_neg, n_pos, model, *m_iv, *emp.values()))

@@ -181,28 +181,36 @@ def _expit(x: Any) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
 
 
-def parametric_interval(point: float, replicates: Any, truth: float, level: float = 0.95,
+def parametric_interval(point: float, replicates: Any, truth: float, n_clusters: float, level: float = 0.95,
                         kind: str = "basic") -> tuple[float, float]:
     """Interval of the model EER from parametric-bootstrap replicates (module docstring).
 
-    ``kind="basic"``: :math:`\\operatorname{logit}^{-1}(\\operatorname{logit}\\hat e +
-    \\operatorname{logit} e_{\\mathrm{pop}}(\\hat\\vartheta) - q_{1-\\alpha/2,\\,\\alpha/2})`;
-    ``"percentile"``: the replicates' quantiles (no bias correction).  ``(nan, nan)`` with
-    fewer than two finite replicates or a non-finite point / truth."""
+    ``q_lo, q_hi`` are Hesterberg's expanded percentiles of the logit replicates
+    (:func:`scoremix.fairness.resampling.expanded_percentile_interval`: levels
+    :math:`\Phi(\mp z')` with :math:`z' = \sqrt{n/(n-1)}\,t_{n-1}((1+\mathrm{level})/2)` for the cell's
+    ``n_clusters`` speakers — the small-sample levels of every interval in scoremix).
+    ``kind="basic"`` (the default of ``model_eer``):
+    :math:`[\operatorname{logit}^{-1}(c - q_{hi}),\, \operatorname{logit}^{-1}(c - q_{lo})]` with
+    :math:`c = \operatorname{logit}\hat e + \operatorname{logit} e_{\mathrm{pop}}(\hat\vartheta)`;
+    ``"percentile"``: :math:`[\operatorname{logit}^{-1} q_{lo}, \operatorname{logit}^{-1} q_{hi}]` (no bias
+    correction; for the benchmark).  ``(nan, nan)`` with fewer than two finite replicates,
+    fewer than two clusters, or a point / truth outside (0, 1)."""
+    from scoremix.fairness.resampling import expanded_percentile_interval
+
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    if kind not in ("basic", "percentile"):
+        raise ValueError(f"kind must be 'basic' or 'percentile', got {kind!r}")
     e = np.asarray(replicates, dtype=np.float64)
     e = e[np.isfinite(e) & (e > 0) & (e < 1)]
     nan = (float("nan"), float("nan"))
-    if e.size < 2 or not (0 < point < 1):
+    if e.size < 2 or not (0 < point < 1) or not n_clusters >= 2:
         return nan
-    a = (1 - level) / 2
-    q_lo, q_hi = np.quantile(_logit(e), [a, 1 - a])
+    lo, hi = expanded_percentile_interval(_logit(e)[None, :], np.array([float(n_clusters)]), level)
+    q_lo, q_hi = float(lo[0]), float(hi[0])
     if kind == "percentile":
         return float(_expit(q_lo)), float(_expit(q_hi))
-    if kind != "basic":
-        raise ValueError(f"kind must be 'basic' or 'percentile', got {kind!r}")
     if not (0 < truth < 1):
         return nan
-    c = _logit(point) + _logit(truth)
+    c = float(_logit(point) + _logit(truth))
     return float(_expit(c - q_hi)), float(_expit(c - q_lo))
