@@ -19,7 +19,7 @@ from scoremix.predictive import predictive
 from scoremix.lme.confint import simulate_response
 from scoremix.predictive.gof import model_eer_interval
 from scoremix.predictive.param_boot import ModelIntervalError, ModelIntervalWarning, parametric_eer_replicates
-from scoremix.predictive.mixture import mixture_eer
+from scoremix.predictive.mixture import ModelEERError, mixture_eer
 
 D, SD_B = 3.0, 0.5
 #: population EER of the simulation: classes N(0, 1 + SD_B²) and N(D, 1 + SD_B²)
@@ -117,6 +117,23 @@ def test_parametric_replicate_is_a_refit_of_data_simulated_with_the_same_seed():
     old = model_eer(fit, by="half", data=df, n_boot=12, seed=5, speaker="speaker", model_interval="speakers",
                     check_fit=False)
     assert (old["eer_model_interval"] == "speakers").all()
+
+
+def test_model_eer_tables_share_refits_and_equal_single_tables():
+    """model_eer_tables (one set of refits for several breakdowns) gives the tables of separate
+    model_eer calls with the same seed (each of which refits the same simulated responses)."""
+    from scoremix.model_eer import model_eer_tables
+
+    df = _sim(6, 5, n_tar=10, n_non=30).assign(half=lambda d: np.where(d["speaker"] < "s03", "a", "b"),
+                                               third=lambda d: np.where(d["speaker"] < "s02", "x", "y"))
+    fit = lmer("score ~ label + (1 | speaker)", df)
+    kw = dict(data=df, n_boot=8, seed=2, speaker="speaker", check_fit=False, progress=False)
+    both = model_eer_tables(fit, ["half", "third", "speaker"], **kw)
+    for by, tab in zip(["half", "third", "speaker"], both):
+        pd.testing.assert_frame_equal(tab, model_eer(fit, by=by, **kw))
+    assert [t.attrs["model_interval"] for t in both] == ["parametric", "parametric", "speakers"]
+    with pytest.raises(ModelEERError, match="every breakdown"):
+        model_eer_tables(fit, [None], **kw)
 
 
 def test_model_interval_named_errors_and_labels():

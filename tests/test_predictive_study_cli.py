@@ -72,6 +72,7 @@ def test_fit_model_passes_transform_and_records_it(monkeypatch):
     tab = out["model_eer"]
     assert set(tab["transform"]) == {"monotone"}
     assert {"eer_empirical_lo", "eer_empirical_hi", "fit_ok", "term_note"} <= set(tab.columns)
+    assert set(tab["eer_model_interval"]) == {"speakers"}  # a transformation fit: labelled speaker re-weighting
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = real("score ~ label + (1 | speaker)", df, dispersion="~ label", transform="monotone")

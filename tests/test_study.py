@@ -42,6 +42,7 @@ by = ["sex", ["sex", "nationality"]]
 
 [analyses.model_eer]
 by = ["sex"]
+n_boot = 50   # parametric-bootstrap refits of the model interval (and empirical replicates)
 
 [analyses.fairness]
 groups = ["sex"]

@@ -23,11 +23,13 @@ SHARED = ("asvspoof2019_la_eval", "asvspoof2021_df_interventions", "asvspoof2019
 REDUCED = {
     "asvspoof2019_la_eval": {"data.sample_per_system": 1000, "data.sample_by": "utt",
                              "data.filters": {"system": ["lfcc_gmm_highres", "rawgat_st_add"]},
-                             "analyses.fairness.n_boot": 20, "analyses.compare.n_boot": 20},
-    "asvspoof2021_df_interventions": {"data.sample_per_system": 300},
+                             "analyses.fairness.n_boot": 20, "analyses.compare.n_boot": 20,
+                             "analyses.model_eer.n_boot": 40},
+    "asvspoof2021_df_interventions": {"data.sample_per_system": 300, "analyses.model_eer.n_boot": 40},
     "asvspoof2019_asv_baseline": {"data.sample_per_system": 2500, "data.sample_by": "utt",
-                                  "analyses.fairness.n_boot": 20},
-    "sv_fairness_voxceleb1h": {"data.simulate.n_trials": 4000, "analyses.fairness.n_boot": 20},
+                                  "analyses.fairness.n_boot": 20, "analyses.model_eer.n_boot": 40},
+    "sv_fairness_voxceleb1h": {"data.simulate.n_trials": 4000, "analyses.fairness.n_boot": 20,
+                               "analyses.model_eer.n_boot": 40},
 }
 
 

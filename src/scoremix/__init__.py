@@ -74,6 +74,8 @@ from scoremix.model_eer import (
     gaussian_eer,
     mixture_eer,
     model_eer,
+    model_eer_tables,
+    ModelIntervalError,
     model_eer_from_moments,
 )
 from scoremix.predictive import (
@@ -133,7 +135,7 @@ __all__ = [
     "NuisanceLLR", "NuisanceModel", "nuisance_model", "CONFIGURATIONS", "Configuration",
     "class_mean_difference", "class_means", "delta_covariates", "delta_covariates_for",
     "partial_bias_grid", "zscore_by", "gaussian_eer", "mixture_eer", "model_eer",
-    "model_eer_from_moments", "PosteriorEER",
+    "model_eer_from_moments", "PosteriorEER", "model_eer_tables", "ModelIntervalError",
     # one predictive layer, model DET curves, goodness of fit
     "ModelFitWarning", "Predictive", "PredictiveError", "model_det_curve", "predictive",
     # studies

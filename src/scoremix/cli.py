@@ -350,28 +350,34 @@ def _check_writable(path: Path) -> None:
 
 
 def _model_eer_lines(fit: Any, df: "pd.DataFrame", args: argparse.Namespace) -> str:
-    """``fit --model-eer [BY ...]``: model vs empirical EER (speaker-bootstrap interval,
-    fit_ok) overall and per ``BY`` column; disagreements also warn (ModelFitWarning)."""
+    """``fit --model-eer [BY ...]``: model vs empirical EER (both with intervals,
+    fit_ok) overall and per ``BY`` column (:func:`scoremix.model_eer.model_eer_tables`);
+    disagreements also warn (ModelFitWarning)."""
     import numpy as np
     import pandas as pd
 
-    from scoremix.model_eer import model_eer
+    from scoremix.model_eer import model_eer_tables
 
     label = "label" if "label" in df.columns else args.label
     speaker = args.speaker if args.speaker in df.columns else None
     parts, notes = [], []
-    for col in [None, *args.model_eer]:
-        by = col if col else pd.Series(np.zeros(len(fit.spec.data), int), index=fit.spec.data.index, name="cell")
-        tab = model_eer(fit, by=by, label=label, positive=args.positive, data=df, speaker=speaker)
+    cols = [None, *args.model_eer]
+    bys = [col if col else pd.Series(np.zeros(len(fit.spec.data), int), index=fit.spec.data.index, name="cell")
+           for col in cols]
+    # one set of parametric-bootstrap refits (the model interval) shared by every table
+    tables = model_eer_tables(fit, bys, label=label, positive=args.positive, data=df, speaker=speaker)
+    for col, tab in zip(cols, tables):
         tab.index = pd.Index(["all"] if col is None else [str(v) for v in tab.index], name="cell")
         tab.insert(0, "by", col or "overall")
         parts.append(tab.reset_index())
         if tab.attrs.get("note"):
             notes.append(f"note: {tab.attrs['note']}")
     out = pd.concat(parts, ignore_index=True)[["by", "cell"] + [c for c in parts[0].columns if c not in ("by", "cell")]]
-    for c in ("eer_model", "eer_empirical", "eer_empirical_lo", "eer_empirical_hi"):
-        out[c] = (100 * out[c]).round(4)
-    return ("\nModel-based vs empirical EER (%; empirical: ROCCH with a speaker-bootstrap 95 % interval; "
+    for c in ("eer_model", "eer_model_lo", "eer_model_hi", "eer_empirical", "eer_empirical_lo", "eer_empirical_hi"):
+        if c in out.columns:
+            out[c] = (100 * out[c]).round(4)
+    return ("\nModel-based vs empirical EER (%; empirical: ROCCH with a speaker-bootstrap 95 % interval; model: "
+            "95 % interval made by the method in eer_model_interval, see docs/intervals.md; "
             "fit_ok = no disagreement beyond sampling error):\n" + out.to_string(index=False)
             + "".join("\n" + n for n in notes))
 
@@ -524,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace an existing non-empty output folder (once the new run is complete)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--n-trials", type=int, default=20000, help="number of trials (default 20000)")
-    p.add_argument("--n-boot", type=int, default=200, help="bootstrap replicates of the fairness table (default 200)")
+    p.add_argument("--n-boot", type=int, default=200, help="bootstrap replicates of the fairness table and of the model-vs-empirical EER intervals (default 200)")
     p.add_argument("--bayes", action="store_true", help="also fit the model with PyMC (slower)")
     p.add_argument("--bayes-draws", type=int, default=1000,
                    help="posterior draws (and tuning steps) per chain with --bayes (default 1000: bulk and tail "

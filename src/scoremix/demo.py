@@ -96,6 +96,7 @@ by = ["sex", ["sex", "nationality"]]
 [analyses.model_eer]
 models = ["crossed", "crossed_disp"]
 by = ["subgroup"]
+n_boot = {n_boot}
 
 [analyses.fairness]
 groups = ["subgroup"]
@@ -184,7 +185,8 @@ def run_demo(out_dir: str | Path, seed: int = 0, n_trials: int = 20000, progress
     progress:
         progress bars and stage messages.
     n_boot:
-        speaker-bootstrap replicates of the fairness table.
+        speaker-bootstrap replicates of the fairness table and of the empirical EER interval, and
+        parametric-bootstrap refits of the model EER interval (model-vs-empirical table).
     bayes, bayes_draws:
         also fit the crossed model with PyMC (``bayes_draws`` draws and tuning steps, 2 chains).
     jobs, dask:

@@ -61,6 +61,7 @@ __all__ = [
     "mixture_eer",
     "trial_moments",
     "model_eer",
+    "model_eer_tables",
     "PosteriorEER",
 ]
 
@@ -490,34 +491,84 @@ def model_eer(
         return _bayes_model_eer(fit, by, conditional, label, positive, data, method, hdi_prob,
                                 max_draws, progress, n_boot=n_boot, speaker=speaker, level=level, seed=seed,
                                 check_fit=check_fit)
+    if by is None:
+        pred = predictive(fit, data=data, label=label, positive=positive, conditional=conditional,
+                          marginal_over=marginal_over)
+        return float(pred.eer()[0])
+    return model_eer_tables(fit, [by], conditional=conditional, label=label, positive=positive, data=data,
+                            marginal_over=marginal_over, n_boot=n_boot, speaker=speaker, level=level, seed=seed,
+                            check_fit=check_fit, model_interval=model_interval, progress=progress, stacklevel=5)[0]
+
+
+def _is_names(by: Any) -> bool:
+    return isinstance(by, str) or (isinstance(by, (list, tuple)) and all(isinstance(b, str) for b in by))
+
+
+def model_eer_tables(
+    fit: Any,
+    bys: Sequence[Any],
+    conditional: bool = True,
+    label: str = "label",
+    positive: Any = None,
+    data: pd.DataFrame | None = None,
+    *,
+    marginal_over: Sequence[str] | None = None,
+    n_boot: int = 200,
+    speaker: str | None = None,
+    level: float = 0.95,
+    seed: int = 0,
+    check_fit: bool = True,
+    model_interval: str = "auto",
+    progress: bool = True,
+    stacklevel: int = 4,
+) -> list[pd.DataFrame]:
+    """``[model_eer(fit, by=b, ...) for b in bys]`` for a point fit (``LmerResult``), with one
+    parametric-bootstrap refit per replicate shared by every table (the refits are the costly
+    part; a study's overall and per-column tables then cost one set of ``n_boot`` refits).
+    Arguments as :func:`model_eer` (``stacklevel``: of the
+    :class:`~scoremix.predictive.gof.ModelFitWarning`, 4 = the caller of this function); every
+    ``b`` must be a breakdown (not ``None``)."""
+    if is_bayes_fit(fit) or not hasattr(fit, "spec") or callable(getattr(fit, "dask_model_eer", None)):
+        raise ModelEERError("model_eer_tables needs a point fit (an LmerResult on in-memory data); call "
+                            "model_eer per breakdown for posterior or Dask fits")
+    if any(b is None for b in bys):
+        raise ModelEERError("model_eer_tables: every breakdown must name column(s) or be an array (got None); "
+                            "the overall value is model_eer(fit) or a breakdown by a constant")
     pred = predictive(fit, data=data, label=label, positive=positive, conditional=conditional,
                       marginal_over=marginal_over)
-    if by is None:
-        return float(pred.eer()[0])
-    if isinstance(by, str) or (isinstance(by, (list, tuple)) and all(isinstance(b, str) for b in by)):
-        frame = model_frame_with(fit, data, [by] if isinstance(by, str) else list(by))
-    else:
-        frame = fit.spec.data
-    keys, names = _by_keys(frame, by, len(pred.y))
-    frame, spk = _speaker_column(fit, frame, data, speaker)
-    clusters = cluster_codes_for(frame, spk)
-    key_frame = pd.DataFrame({f"k{j}": k for j, k in enumerate(keys)})
-    grouped = key_frame.groupby(list(key_frame.columns), sort=True, dropna=False)
-    cells = []
-    for key, idx in grouped.indices.items():
-        mask = np.zeros(len(pred.y), bool)
-        mask[idx] = True
-        cells.append((key, mask))
-    how = _model_interval_method(fit, model_interval, by, pred) if n_boot > 0 else None
-    both = [bool(pred.y[m].any() and not pred.y[m].all()) for _, m in cells]
-    if how == "parametric":
-        masks = [m for (_, m), ok in zip(cells, both) if ok]
+    plans = []
+    for by in bys:
+        frame = model_frame_with(fit, data, [by] if isinstance(by, str) else list(by)) if _is_names(by) \
+            else fit.spec.data
+        keys, names = _by_keys(frame, by, len(pred.y))
+        frame, spk = _speaker_column(fit, frame, data, speaker)
+        clusters = cluster_codes_for(frame, spk)
+        key_frame = pd.DataFrame({f"k{j}": k for j, k in enumerate(keys)})
+        cells = []
+        for key, idx in key_frame.groupby(list(key_frame.columns), sort=True, dropna=False).indices.items():
+            mask = np.zeros(len(pred.y), bool)
+            mask[idx] = True
+            cells.append((key, mask, bool(pred.y[mask].any() and not pred.y[mask].all())))
+        how = _model_interval_method(fit, model_interval, by, pred) if n_boot > 0 else None
+        plans.append((by, names, clusters, cells, how))
+    masks = [m for *_, cells, how in plans if how == "parametric" for _, m, ok in cells if ok]
+    if masks:
         reps = parametric_eer_replicates(fit, masks, n_boot, seed, label=label, positive=positive, data=data,
                                          conditional=conditional, marginal_over=marginal_over, progress=progress)
         truth = population_eer(fit, masks, label=label, positive=positive, data=data)
-        it = iter(range(len(masks)))
+    it = iter(range(len(masks)))
+    return [_point_table(fit, pred, by, names, clusters, cells, how, reps if masks else None,
+                         truth if masks else None, it, n_boot, level, seed, check_fit, stacklevel)
+            for by, names, clusters, cells, how in plans]
+
+
+def _point_table(fit: Any, pred: Any, by: Any, names: list[str], clusters: np.ndarray | None, cells: list,
+                 how: str | None, reps: np.ndarray | None, truth: np.ndarray | None, it: Any, n_boot: int,
+                 level: float, seed: int, check_fit: bool, stacklevel: int) -> pd.DataFrame:
+    """One ``model_eer`` table of a point fit from its cells; ``it`` yields the rows of
+    ``reps``/``truth`` of the parametric cells in order."""
     rows = []
-    for (key, mask), ok in zip(cells, both):
+    for key, mask, ok in cells:
         yy = pred.y[mask]
         n_pos = int(yy.sum())
         n_neg = int(yy.size - n_pos)
@@ -542,7 +593,8 @@ def model_eer(
         out.attrs["model_interval"] = how
     if n_boot > 0:
         cols = names if (isinstance(by, str) or isinstance(by, (list, tuple))) else []
-        out["fit_ok"] = ~(warn_if_misfit(fit, out, by=cols, stacklevel=3) if check_fit else np.zeros(len(out), bool))
+        out["fit_ok"] = ~(warn_if_misfit(fit, out, by=cols, stacklevel=stacklevel) if check_fit
+                          else np.zeros(len(out), bool))
     else:
         out = out.drop(columns=["eer_model_lo", "eer_model_hi", "eer_empirical_lo", "eer_empirical_hi"])
     out = out.drop(columns="se_logit")

@@ -4,8 +4,9 @@ A model-based error rate is only as good as the model's fit to the tails of the 
 distributions.  Every table of model-based EER or DCF therefore carries the empirical value
 and a *speaker-cluster bootstrap* interval of it (speakers resampled with replacement; all
 trials of a drawn speaker enter with its multiplicity — the dependence structure of the
-trials); tables of a point fit also carry a speaker-bootstrap interval of the model value
-(:func:`model_eer_interval`).
+trials); tables of a point fit also carry an interval of the model value: a parametric
+bootstrap (:mod:`scoremix.predictive.param_boot`) or the speaker re-weighting of
+:func:`model_eer_interval` (``model_eer(..., model_interval=)``).
 
 Disagreement rule.  For row ``r`` with model value :math:`m_r`, empirical value
 :math:`e_r` and ``R`` rows in the table, the model is flagged when
@@ -129,7 +130,8 @@ def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: in
 
 def model_eer_interval(pred: Any, mask: Any, clusters: Any = None, n_boot: int = 200, level: float = 0.95,
                        seed: int | np.random.Generator | None = 0) -> tuple[float, float]:
-    r"""Speaker-cluster bootstrap interval of a point fit's model EER for the trials in ``mask``.
+    r"""Speaker-cluster bootstrap interval of a point fit's model EER for the trials in ``mask``
+    (``model_eer(..., model_interval="speakers")``; the default for transformation fits).
 
     The model EER of a cell is the EER of its two class mixtures of per-trial Gaussians
     (:meth:`~scoremix.predictive.layer.Predictive.eer`); component ``c`` has weight

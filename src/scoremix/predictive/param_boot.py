@@ -34,14 +34,17 @@ percentile) interval on the logit scale,
 
 .. math::
 
-    \Big[\operatorname{logit}^{-1}\big(2\ell - q_{1-\alpha/2}\big),\;
-         \operatorname{logit}^{-1}\big(2\ell - q_{\alpha/2}\big)\Big],\qquad
-    \ell = \operatorname{logit}\hat e + \operatorname{logit} e_{\mathrm{pop}}(\hat\vartheta) - \operatorname{logit}\hat e
-    \;\;(\text{i.e. } 2\ell - q = \operatorname{logit}\hat e + \operatorname{logit} e_{\mathrm{pop}}(\hat\vartheta) - q),
+    \Big[\operatorname{logit}^{-1}\big(c - q_{hi}\big),\;
+         \operatorname{logit}^{-1}\big(c - q_{lo}\big)\Big],\qquad
+    c = \operatorname{logit}\hat e + \operatorname{logit} e_{\mathrm{pop}}(\hat\vartheta),
 
-with :math:`q_a` the :math:`a`-quantile of :math:`\operatorname{logit}\hat e^{*}_r`.  For the
+where :math:`q_{lo}, q_{hi}` are quantiles of :math:`\operatorname{logit}\hat e^{*}_r` at
+Hesterberg's expanded levels :math:`\Phi(\mp z')`, :math:`z' = \sqrt{n/(n-1)}\,t_{n-1}((1+\mathrm{level})/2)`,
+for the cell's ``n`` speakers (the small-sample levels of every interval in scoremix: the
+bootstrap spread is computed at :math:`\hat\Sigma`, itself estimated from ``n`` speakers, and
+plugging it in under-covers like a ``z`` interval with an estimated variance).  For the
 marginal EER :math:`e_{\mathrm{pop}}(\hat\vartheta) = \hat e` and this is the plain basic
-interval :math:`[2\operatorname{logit}\hat e - q_{1-\alpha/2},\, 2\operatorname{logit}\hat e - q_{\alpha/2}]`.
+interval :math:`[2\operatorname{logit}\hat e - q_{hi},\, 2\operatorname{logit}\hat e - q_{lo}]`.
 ``docs/intervals.md`` compares it with the percentile interval and the speaker re-weighting
 of :func:`scoremix.predictive.gof.model_eer_interval` (coverage measured in
 ``benchmarks/coverage_model_eer.py``).

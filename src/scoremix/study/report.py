@@ -315,10 +315,11 @@ def _model_eer_section(res: StudyResult) -> rh.Section | None:
         "the posterior mean and SD."
         + (f" Evaluated on the rows {res.config.analyses.model_eer.filters} (the models are fitted to all "
            "their rows)." if res.config.analyses.model_eer is not None and res.config.analyses.model_eer.filters
-           else "")), rh.Table(show, caption="Model vs empirical EER in % (empirical: ROCCH EER; both with a "
-                                               "speaker-bootstrap 95 % interval, the model's from re-weighting "
-                                               "its per-trial Gaussians by resampled speakers, see "
-                                               "docs/intervals.md)")]
+           else "")), rh.Table(show, caption="Model vs empirical EER in % with 95 % intervals (empirical: ROCCH EER, "
+                                               "speaker bootstrap; model: the method in eer_model_interval — "
+                                               "'parametric': refits to data simulated from the model with new "
+                                               "speakers, 'speakers': its per-trial Gaussians re-weighted by "
+                                               "resampled speakers; see docs/intervals.md)")]
     blocks += goodness_of_fit_notes(me)
     if "eer_empirical" in me.columns and me["eer_empirical"].notna().any():
         blocks.append(rh.Figure(png_of(_eer_scatter(me.dropna(subset=["eer_empirical"]))),

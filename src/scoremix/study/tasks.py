@@ -214,22 +214,26 @@ def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None,
 
     The model was fitted to all of ``df``; the per-trial (latent) Gaussians of the rows kept
     by ``cfg.filters`` form the class mixtures (:func:`scoremix.model_eer.model_eer`) and the
-    empirical EER is computed on the same rows; both carry a speaker-bootstrap interval
-    (``eer_model_lo/_hi``, ``eer_empirical_lo/_hi``, ``cfg.n_boot`` replicates) and ``fit_ok`` (no disagreement
-    beyond sampling error, rule of :mod:`scoremix.predictive.gof`)."""
-    from scoremix.model_eer import model_eer
+    empirical EER is computed on the same rows; both carry an interval (``eer_model_lo/_hi``, made
+    by the method named in ``eer_model_interval``: a parametric bootstrap of ``cfg.n_boot`` refits
+    for Gaussian fits; ``eer_empirical_lo/_hi``: a speaker bootstrap) and ``fit_ok`` (no
+    disagreement beyond sampling error, rule of :mod:`scoremix.predictive.gof`)."""
+    from scoremix.model_eer import model_eer_tables
 
     if cfg is None:
         return None
     data, sel = _model_eer_data(df, cfg)
     spk = speaker if speaker is not None and speaker in df.columns else None
     rows = []
+    bys: list[Any] = []
     for col in [None, *cfg.by]:
         by: Any = [*sel] + ([col] if col else [])
-        if not by:
-            by = pd.Series(np.zeros(len(data), np.int64), index=data.index, name="overall")
-        tab = _evaluated(model_eer(fit, by=by, conditional=cfg.conditional, label="y", data=data,
-                                   n_boot=cfg.n_boot, speaker=spk), sel)
+        bys.append(by if by else pd.Series(np.zeros(len(data), np.int64), index=data.index, name="overall"))
+    # one set of parametric-bootstrap refits for the overall and every per-column table
+    tables = model_eer_tables(fit, bys, conditional=cfg.conditional, label="y", data=data, n_boot=cfg.n_boot,
+                              speaker=spk, progress=False)
+    for col, tab in zip([None, *cfg.by], tables):
+        tab = _evaluated(tab, sel)
         if col is None:
             tab = tab.set_axis(["all"])
         for key, r in tab.iterrows():
@@ -237,6 +241,7 @@ def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None,
                          "eer_model": float(r["eer_model"]),
                          "eer_model_lo": float(r.get("eer_model_lo", np.nan)),
                          "eer_model_hi": float(r.get("eer_model_hi", np.nan)),
+                         "eer_model_interval": str(r.get("eer_model_interval", "")),
                          "eer_empirical": float(r["eer_empirical"]),
                          "eer_empirical_lo": float(r.get("eer_empirical_lo", np.nan)),
                          "eer_empirical_hi": float(r.get("eer_empirical_hi", np.nan)),
