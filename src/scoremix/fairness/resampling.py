@@ -68,7 +68,7 @@ drawn within strata (subgroups), from bootstrap replicates :math:`\hat\theta^*_1
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from scipy.stats import norm, t as student_t
@@ -78,7 +78,7 @@ from scoremix.fairness.bootstrap import draw_cluster_weights
 from scoremix.fairness.engine import Engine, quiet_runtime_warnings
 from scoremix.fairness.linearize import LOG_SE_MEASURES
 
-__all__ = ["INTERVAL_METHODS", "MINIMA", "RATES", "measure_intervals", "fairness_index_speakers", "studentized_interval", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
+__all__ = ["INTERVAL_METHODS", "MINIMA", "RATES", "measure_intervals", "cap_intervals", "fairness_index_speakers", "studentized_interval", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
            "percentile_interval", "expanded_percentile_interval", "jackknife_weights", "jackknife_measures", "shift_t_interval", "expanded_z", "bca_t_levels", "bca_t_interval"]
 
 INTERVAL_METHODS = ("studentized", "expanded", "bca-t", "percentile")
@@ -336,8 +336,24 @@ def fairness_index_speakers(ratio_overall: np.ndarray, n_speakers: np.ndarray) -
     return float(n[n > 0].min()) if (n > 0).any() else float("nan")
 
 
+def cap_intervals(iv: dict[str, tuple[np.ndarray, np.ndarray]], upper: Mapping[str, float] | None
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Interval ends capped at each measure's logical maximum ``upper[m]`` (e.g.
+    :meth:`~scoremix.fairness.engine.CostSpec.upper_bounds`); measures without one unchanged."""
+    if not upper:
+        return iv
+    out = {}
+    for m, (lo, hi) in iv.items():
+        if m in upper:
+            with np.errstate(invalid="ignore"):
+                lo, hi = np.minimum(lo, upper[m]), np.minimum(hi, upper[m])
+        out[m] = (lo, hi)
+    return out
+
+
 def measure_intervals(reps: dict[str, np.ndarray], point: dict[str, np.ndarray], n: np.ndarray, ci: float,
-                      measures: Sequence[str], method: str = "studentized") -> dict[str, tuple[np.ndarray, np.ndarray]]:
+                      measures: Sequence[str], method: str = "studentized",
+                      upper: Mapping[str, float] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Intervals ``{measure: (lo (G,), hi (G,))}`` of several measures by one method — the one
     place where a method is applied (subgroup tables, paired comparisons, breakdowns).
 
@@ -347,7 +363,8 @@ def measure_intervals(reps: dict[str, np.ndarray], point: dict[str, np.ndarray],
     :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES` (threshold part reflected for minima
     only), needing ``point["se_log_<m>"]`` and ``reps["fix_<m>"], reps["se_log_<m>"]``; rows where
     it is undefined (an estimate of 0, one speaker) and the other measures get the
-    ``"expanded"`` interval.  Rate ends are capped at 1.
+    ``"expanded"`` interval.  Rate ends are capped at 1, and every end at ``upper[m]`` when
+    given (:func:`cap_intervals`).
 
     ``reps``: ``(G, B)`` replicates per key; ``point``: ``(G,)`` estimates per key; ``n``: ``(G,)``.
     """
@@ -373,7 +390,7 @@ def measure_intervals(reps: dict[str, np.ndarray], point: dict[str, np.ndarray],
         if m in RATES:
             hi = np.minimum(hi, 1.0)
         out[m] = (lo, hi)
-    return out
+    return cap_intervals(out, upper)
 
 
 def bca_t_interval(point: np.ndarray, reps: np.ndarray, jack: np.ndarray, strata: np.ndarray,
