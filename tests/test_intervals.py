@@ -362,3 +362,55 @@ def test_interval_end_text_and_forest_plot_of_an_unbounded_end():
     segs = [s for c in ax.collections for s in getattr(c, "get_segments", lambda: [])()]
     ends = sorted(float(s[1][0]) for s in segs if len(s) == 2 and s[0][1] == s[1][1] and s[0][0] == 0.8)
     assert ends and ends[-1] > 1.2
+
+
+@pytest.mark.parametrize("hip", [True, False])
+def test_weighted_replicates_equal_reevaluation_on_resampled_trials(hip):
+    """Every built-in metric's vectorised replicate equals the metric re-evaluated on the
+    trials of the drawn speakers, each repeated as often as its speaker was drawn (ties,
+    an empty class in some replicates, infinite LLRs, both score directions)."""
+    from scoremix.fairness.bootstrap import draw_cluster_weights
+    from scoremix.metrics import WeightedReplicates
+
+    rng = np.random.default_rng(7)
+    C = 7
+    cl = np.repeat(np.arange(C), 30)
+    y = np.tile(np.r_[np.ones(6, int), np.zeros(24, int)], C)
+    y[cl == 6] = 0  # speaker 6 has nontargets only
+    s = np.round(np.where(y == 1, 2.0, 0.0) + rng.normal(0, 0.3, C)[cl] + rng.normal(size=y.size), 1)  # ties
+    llr = s - 1.0
+    llr[np.flatnonzero((y == 0) & (cl == 3))[0]] = np.inf  # an infinitely wrong LLR of speaker 3
+    sgn = 1.0 if hip else -1.0
+    M = draw_cluster_weights(np.zeros(C, np.int64), 40, np.random.default_rng(0))
+    M[:, 0] = 0.0
+    M[6, 0] = C  # replicate 0: speaker 6 only — no target trial
+    kinds = {
+        "eer": (dict(), lambda a, b: sm.eer(sgn * a, b, higher_is_positive=hip), s),
+        "min_dcf": (dict(p_target=0.2, c_miss=1.0, c_fa=2.0, normalize=True),
+                    lambda a, b: sm.min_dcf(sgn * a, b, 0.2, 1.0, 2.0, True, higher_is_positive=hip).value, s),
+        "dcf": (dict(threshold=0.1, p_target=0.2, c_miss=1.0, c_fa=2.0, normalize=False),
+                lambda a, b: sm.dcf(a, b, 0.1, 0.2, 1.0, 2.0, False), s),
+        "cllr": (dict(), lambda a, b: sm.cllr(a, b), llr),
+    }
+    import warnings
+
+    for kind, (params, stat, x) in kinds.items():
+        xs = x if kind in ("dcf", "cllr") else sgn * x
+        fast = WeightedReplicates(kind, xs if kind in ("eer", "min_dcf") else x, y, cl, C, **params)(M)
+        assert np.isnan(fast[0]), kind
+        for b in range(1, M.shape[1]):
+            idx = np.repeat(np.arange(y.size), M[cl, b].astype(int))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                want = stat(xs[idx] if kind in ("eer", "min_dcf") else x[idx], y[idx])
+            if np.isinf(want):
+                assert fast[b] == want, (kind, b)
+            else:
+                assert fast[b] == pytest.approx(want, abs=1e-9), (kind, b)
+        assert any(np.isinf(fast[1:])) == (kind == "cllr"), kind
+    # the public functions use them: the same interval as the slow re-evaluation from the same draws
+    spk = np.array([f"s{c}" for c in cl])
+    slow = sm.metrics.cluster_bootstrap(lambda a, b: sm.eer(sgn * a, b, higher_is_positive=hip), s, y, speaker=spk,
+                                        n_boot=60, seed=3)
+    quick = sm.eer(sgn * s, y, higher_is_positive=hip, n_boot=60, speaker=spk, seed=3)
+    assert quick.lo == pytest.approx(slow.lo, abs=1e-9) and quick.hi == pytest.approx(slow.hi, abs=1e-9)
