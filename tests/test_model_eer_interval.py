@@ -141,8 +141,9 @@ def test_model_interval_named_errors_and_labels():
 
     df = _sim(6, 3, n_tar=10, n_non=30).assign(half=lambda d: np.where(d["speaker"] < "s03", "a", "b"))
     fit = lmer("score ~ label + (1 | speaker)", df)
-    with pytest.raises(ModelIntervalError, match="model_interval must be one of"):
-        model_eer(fit, by="half", data=df, n_boot=5, model_interval="bootMer")
+    for n_boot in (5, 0):
+        with pytest.raises(ModelIntervalError, match="model_interval must be one of"):
+            model_eer(fit, by="half", data=df, n_boot=n_boot, model_interval="bootMer")
     # a breakdown by the grouping factor the model conditions on: each cell is one speaker's EER
     with pytest.raises(ModelIntervalError, match=r"by=\['speaker'\] names a grouping factor"):
         model_eer(fit, by="speaker", data=df, n_boot=5, model_interval="parametric")

@@ -50,8 +50,8 @@ from scoremix.predictive.gof import (cluster_codes_for, empirical_eer_interval, 
                                      warn_if_misfit)
 from scoremix.predictive.layer import is_bayes_fit, model_frame_with, predictive
 from scoremix.predictive.mixture import ModelEERError, gaussian_eer, mixture_eer
-from scoremix.predictive.param_boot import (ModelIntervalError, parametric_eer_replicates, parametric_interval,
-                                            population_eer, resolve_model_interval)
+from scoremix.predictive.param_boot import (MODEL_INTERVALS, ModelIntervalError, parametric_eer_replicates,
+                                            parametric_interval, population_eer, resolve_model_interval)
 
 __all__ = [
     "ModelEERError",
@@ -531,6 +531,8 @@ def model_eer_tables(
     if is_bayes_fit(fit) or not hasattr(fit, "spec") or callable(getattr(fit, "dask_model_eer", None)):
         raise ModelEERError("model_eer_tables needs a point fit (an LmerResult on in-memory data); call "
                             "model_eer per breakdown for posterior or Dask fits")
+    if model_interval not in MODEL_INTERVALS:
+        raise ModelIntervalError(f"model_interval must be one of {MODEL_INTERVALS}, got {model_interval!r}")
     if any(b is None for b in bys):
         raise ModelEERError("model_eer_tables: every breakdown must name column(s) or be an array (got None); "
                             "the overall value is model_eer(fit) or a breakdown by a constant")
