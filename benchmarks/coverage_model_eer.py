@@ -16,10 +16,11 @@ Rows (coverage of the truth by the 95 % interval, median width in EER percentage
 
 * ``speakers (old)``: :func:`scoremix.predictive.gof.model_eer_interval` — the conditional
   model EER's per-trial Gaussians re-weighted by resampled speakers (parameters fixed);
-* ``parametric basic`` / ``parametric percentile``: :mod:`scoremix.predictive.param_boot` —
-  simulate from the fit with new speakers, refit, recompute the model EER; basic (bias-corrected,
-  the default of ``model_eer``) or percentile interval on the logit scale; for the conditional
-  model EER (``conditional=True``, the tables' default) and the marginal one (``conditional=False``);
+* ``parametric normal`` / ``basic`` / ``percentile``: :mod:`scoremix.predictive.param_boot` —
+  simulate from the fit with new speakers, refit, recompute the model EER; bias-corrected normal
+  (the default of ``model_eer``), basic or percentile interval on the logit scale, all at the
+  expanded small-sample levels; for the conditional model EER (``conditional=True``, the tables'
+  default) and the marginal one (``conditional=False``);
 * ``empirical``: :func:`scoremix.predictive.gof.empirical_eer_interval` (speaker-cluster
   bootstrap of the ROCCH EER, expanded percentile interval).
 """
@@ -38,7 +39,7 @@ from tqdm.auto import tqdm
 from scoremix import lmer
 from scoremix.predictive import predictive
 from scoremix.predictive.gof import empirical_eer_interval, model_eer_interval
-from scoremix.predictive.param_boot import parametric_interval, parametric_refits, population_eer
+from scoremix.predictive.param_boot import PARAMETRIC_KINDS, parametric_interval, parametric_refits, population_eer
 
 D, SD_B = 3.0, 0.5
 TRUE_EER = float(norm.cdf(-D / (2 * np.sqrt(1 + SD_B ** 2))))
@@ -72,14 +73,12 @@ def one_set(n_spk: int, k: int, n_boot: int) -> dict[str, tuple[float, float]]:
         reps_m[r] = float(predictive(refit, data=df, conditional=False).eer()[0])
     emp = empirical_eer_interval(df["score"].to_numpy(), (df["label"] == "target").to_numpy(), spk, n_boot=n_boot,
                                  seed=k)
-    return {
-        "speakers (old), conditional": model_eer_interval(pc, mask, spk, n_boot=n_boot, seed=k),
-        "parametric basic, conditional": parametric_interval(e_c, reps_c, truth_hat, n_spk, kind="basic"),
-        "parametric percentile, conditional": parametric_interval(e_c, reps_c, truth_hat, n_spk, kind="percentile"),
-        "parametric basic, marginal": parametric_interval(e_m, reps_m, truth_hat, n_spk, kind="basic"),
-        "parametric percentile, marginal": parametric_interval(e_m, reps_m, truth_hat, n_spk, kind="percentile"),
-        "empirical (speaker bootstrap)": (emp["lo"], emp["hi"]),
-    }
+    out = {"speakers (old), conditional": model_eer_interval(pc, mask, spk, n_boot=n_boot, seed=k)}
+    for mode, e, reps in (("conditional", e_c, reps_c), ("marginal", e_m, reps_m)):
+        for kind in PARAMETRIC_KINDS:
+            out[f"parametric {kind}, {mode}"] = parametric_interval(e, reps, truth_hat, n_spk, kind=kind)
+    out["empirical (speaker bootstrap)"] = (emp["lo"], emp["hi"])
+    return out
 
 
 def markdown(t: pd.DataFrame) -> str:

@@ -199,8 +199,9 @@ def test_parametric_model_interval_covers_population_eer():
     """COVERAGE_SETS data sets of 10 speakers (σ_b = 0.5, the hard case of the benchmark): the 95 %
     parametric model interval of the conditional model EER covers the population EER
     Φ(−d / (2 √(1 + σ_b²))) in >= 0.90 of them.  Uses COVERAGE_REFITS refits per data set
-    (the tables default to 200) to stay under a minute; benchmarks/coverage_model_eer.py
-    measures PLACEHOLDER."""
+    (the tables default to 200) to stay under a minute; on the benchmark's data sets 40 refits
+    cover 0.94 and 200 refits 0.95 (benchmarks/coverage_model_eer.py; the old speaker
+    re-weighting interval 0.76)."""
     cov = []
     for k in range(COVERAGE_SETS):
         df = _sim(10, 2000 + k)

@@ -67,12 +67,14 @@ import numpy as np
 from scoremix.predictive.layer import fit_transform, is_bayes_fit, predictive
 from scoremix.predictive.mixture import ModelEERError
 
-__all__ = ["MODEL_INTERVALS", "ModelIntervalError", "ModelIntervalWarning", "parametric_unavailable",
+__all__ = ["MODEL_INTERVALS", "PARAMETRIC_KINDS", "ModelIntervalError", "ModelIntervalWarning", "parametric_unavailable",
            "resolve_model_interval", "parametric_refits", "parametric_eer_replicates", "population_eer",
            "parametric_interval"]
 
 #: values of ``model_eer(..., model_interval=)``
 MODEL_INTERVALS = ("auto", "parametric", "speakers")
+#: interval forms of :func:`parametric_interval` (``"normal"`` is the tables')
+PARAMETRIC_KINDS = ("normal", "basic", "percentile")
 
 
 class ModelIntervalError(ModelEERError):
@@ -185,31 +187,43 @@ def _expit(x: Any) -> np.ndarray:
 
 
 def parametric_interval(point: float, replicates: Any, truth: float, n_clusters: float, level: float = 0.95,
-                        kind: str = "basic") -> tuple[float, float]:
+                        kind: str = "normal") -> tuple[float, float]:
     """Interval of the model EER from parametric-bootstrap replicates (module docstring).
 
-    ``q_lo, q_hi`` are Hesterberg's expanded percentiles of the logit replicates
-    (:func:`scoremix.fairness.resampling.expanded_percentile_interval`: levels
-    :math:`\Phi(\mp z')` with :math:`z' = \sqrt{n/(n-1)}\,t_{n-1}((1+\mathrm{level})/2)` for the cell's
-    ``n_clusters`` speakers — the small-sample levels of every interval in scoremix).
-    ``kind="basic"`` (the default of ``model_eer``):
-    :math:`[\operatorname{logit}^{-1}(c - q_{hi}),\, \operatorname{logit}^{-1}(c - q_{lo})]` with
-    :math:`c = \operatorname{logit}\hat e + \operatorname{logit} e_{\mathrm{pop}}(\hat\vartheta)`;
-    ``"percentile"``: :math:`[\operatorname{logit}^{-1} q_{lo}, \operatorname{logit}^{-1} q_{hi}]` (no bias
-    correction; for the benchmark).  ``(nan, nan)`` with fewer than two finite replicates,
-    fewer than two clusters, or a point / truth outside (0, 1)."""
-    from scoremix.fairness.resampling import expanded_percentile_interval
+    With :math:`\ell^{*}_r = \operatorname{logit}\hat e^{*}_r`, :math:`c = \operatorname{logit}\hat e
+    + \operatorname{logit} e_{\mathrm{pop}}(\hat\vartheta)` and Hesterberg's expanded quantile
+    :math:`z' = \sqrt{n/(n-1)}\,t_{n-1}((1+\mathrm{level})/2)` for the cell's ``n_clusters``
+    speakers (:func:`scoremix.fairness.resampling.expanded_z`):
+
+    * ``"normal"`` (the default of ``model_eer``): bias-corrected normal interval on the logit
+      scale, :math:`\operatorname{logit}^{-1}\big(c - \bar\ell^{*} \mp z'\,\mathrm{sd}(\ell^{*})\big)`;
+    * ``"basic"``: :math:`[\operatorname{logit}^{-1}(c - q_{hi}),\, \operatorname{logit}^{-1}(c - q_{lo})]`
+      with :math:`q_{lo}, q_{hi}` the quantiles of :math:`\ell^{*}` at levels :math:`\Phi(\mp z')`
+      (:func:`scoremix.fairness.resampling.expanded_percentile_interval`);
+    * ``"percentile"``: :math:`[\operatorname{logit}^{-1} q_{lo}, \operatorname{logit}^{-1} q_{hi}]`
+      (no bias correction).
+
+    ``(nan, nan)`` with fewer than two finite replicates, fewer than two clusters, or a point /
+    truth outside (0, 1)."""
+    from scoremix.fairness.resampling import expanded_percentile_interval, expanded_z
 
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
-    if kind not in ("basic", "percentile"):
-        raise ValueError(f"kind must be 'basic' or 'percentile', got {kind!r}")
+    if kind not in PARAMETRIC_KINDS:
+        raise ValueError(f"kind must be one of {PARAMETRIC_KINDS}, got {kind!r}")
     e = np.asarray(replicates, dtype=np.float64)
     e = e[np.isfinite(e) & (e > 0) & (e < 1)]
     nan = (float("nan"), float("nan"))
     if e.size < 2 or not (0 < point < 1) or not n_clusters >= 2:
         return nan
-    lo, hi = expanded_percentile_interval(_logit(e)[None, :], np.array([float(n_clusters)]), level)
+    ell = _logit(e)
+    if kind == "normal":
+        if not (0 < truth < 1):
+            return nan
+        centre = float(_logit(point) + _logit(truth) - ell.mean())
+        half = float(expanded_z(np.array([float(n_clusters)]), level)[0]) * float(ell.std(ddof=1))
+        return float(_expit(centre - half)), float(_expit(centre + half))
+    lo, hi = expanded_percentile_interval(ell[None, :], np.array([float(n_clusters)]), level)
     q_lo, q_hi = float(lo[0]), float(hi[0])
     if kind == "percentile":
         return float(_expit(q_lo)), float(_expit(q_hi))
