@@ -450,7 +450,7 @@ def model_eer(
     model_interval:
         ``LmerResult`` tables: the method of ``eer_model_lo/_hi``.  ``"parametric"``: parametric
         bootstrap (simulate from the fit with new random effects, refit, recompute the model
-        EER; basic interval on the logit scale for the population EER of the cell,
+        EER; bias-corrected normal interval on the logit scale for the population EER of the cell,
         :mod:`scoremix.predictive.param_boot`) — it includes the estimation error of β̂, the
         variances and σ̂.  ``"speakers"``: re-weight the fitted per-trial Gaussians by
         resampled speakers (:func:`scoremix.predictive.gof.model_eer_interval`; the
