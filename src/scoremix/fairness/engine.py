@@ -178,7 +178,7 @@ class Engine:
                 idx = self._m_idx[g]
                 if idx.size == 0:
                     continue
-                L = logs(*cluster_counts_at(self._m_rank[idx], self._m_y[idx], self._m_cl[idx], C, tau))
+                L = L_tau = logs(*cluster_counts_at(self._m_rank[idx], self._m_y[idx], self._m_cl[idx], C, tau))
                 for m, v, Z in (("dcf_at_overall", L["dcf"], L["A_dcf"]), ("fpr", L["fpr"], L["A_fpr"]),
                                 ("fnr", L["fnr"], L["A_fnr"]),
                                 ("ratio_overall", L["dcf"] / dcf_a, L["A_dcf"] - J["dcf"]),
@@ -191,6 +191,9 @@ class Engine:
                     L = logs(*cluster_counts_at(pop.rank, self._m_y[idx], self._m_cl[idx], C, np.full(B, own0[g])))
                     out["fix_min_dcf"][g] = L["dcf"]
                     out["se_log_min_dcf"][g] = np.sqrt(self._var(L["A_dcf"], M))
+                    # ratio_own = minDCF_g / C_g(τ*): both read at the data's thresholds
+                    out["fix_ratio_own"][g] = L["dcf"] / L_tau["dcf"]
+                    out["se_log_ratio_own"][g] = np.sqrt(self._var(L["A_dcf"] - L_tau["A_dcf"], M))
         return out
 
     def _min_cost(self, pop: Population, M: np.ndarray):

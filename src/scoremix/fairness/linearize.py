@@ -20,7 +20,8 @@ subgroup ``g``), and its log has the cluster influence (linearisation)
 trials (``J_c``); a ratio to an overall quantity has the influence ``A_{gc} − J_c``
 (``ratio_overall``: ``dcf`` over the overall minDCF, whose derivative in ``τ`` vanishes at
 ``τ*``; ``fpr_ratio``, ``fnr_ratio``).  ``min_dcf`` of a subgroup is the ``dcf`` influence at
-its own minimising threshold (envelope theorem).  For speakers drawn within strata
+its own minimising threshold (envelope theorem), and ``ratio_own = minDCF_g / C_g(τ*)`` has
+the difference of the two ``dcf`` influences (own minimiser minus ``τ*``).  For speakers drawn within strata
 (subgroups) ``s`` of ``n_s`` speakers the variance of the log measure is
 
 .. math::
@@ -41,7 +42,8 @@ import scipy.sparse as sp
 __all__ = ["LOG_SE_MEASURES", "cluster_counts_at", "StratifiedVariance", "ratio_influence"]
 
 #: measures that get a log-scale standard error per replicate (key ``se_log_<measure>``)
-LOG_SE_MEASURES = ("dcf_at_overall", "min_dcf", "ratio_overall", "fpr", "fnr", "fpr_ratio", "fnr_ratio")
+LOG_SE_MEASURES = ("dcf_at_overall", "min_dcf", "ratio_overall", "fpr", "fnr", "fpr_ratio", "fnr_ratio",
+                   "ratio_own")
 
 
 def cluster_counts_at(rank: np.ndarray, y: np.ndarray, clusters: np.ndarray, n_clusters: int,
