@@ -239,3 +239,54 @@ def test_two_way_pieces_and_with_bootstrap_agree():
     reps = subgroup_dcf_replicates(df, ["group"], [2], [30], **kw)
     again = with_bootstrap(subgroup_dcf(df, ["group"], progress=False, **kw), reps)
     pd.testing.assert_frame_equal(full.table, again.table)
+
+
+def test_cli_test_speaker_flag(tmp_path, capsys):
+    from scoremix.cli import main
+
+    df = _crossed(0.5, sizes=(6,))
+    df["label"] = np.where(df["label"] == 1, "target", "nontarget")
+    path = tmp_path / "t.csv"
+    df.to_csv(path, index=False)
+    csv = tmp_path / "out.csv"
+    rc = main(["fairness", str(path), "--groups", "group", "--test-speaker", "test_speaker", "--n-boot", "20",
+               "--seed", "3", "--csv", str(csv), "--no-progress"])
+    assert rc == 0 and "two-way (enrolment x test speaker)" in capsys.readouterr().out
+    want = subgroup_dcf(df, ["group"], test_speaker="test_speaker", resample="two-way", n_boot=20, random_state=3,
+                        progress=False)
+    got = pd.read_csv(csv)
+    np.testing.assert_allclose(got["fpr_lo"], want.table["fpr_lo"], rtol=1e-12)
+    np.testing.assert_allclose(got["ratio_overall_hi"], want.table["ratio_overall_hi"], rtol=1e-12)
+    rc = main(["fairness", str(path), "--groups", "group", "--test-speaker", "nope", "--n-boot", "5"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'nope'" in err
+
+
+def test_study_fairness_test_speaker(tmp_path):
+    """``[analyses.fairness] test_speaker = "..."`` runs the two-way bootstrap in the study's
+    chunked tasks: the table equals ``with_bootstrap`` of ``subgroup_dcf_replicates`` with the
+    study's chunk seeds."""
+    import json
+
+    from scoremix.study import load_study, run_study
+    from scoremix.study.parallel import chunk_seeds
+    from scoremix.fairness.sveva import subgroup_dcf_replicates, with_bootstrap
+
+    df = _crossed(0.5, sizes=(6, 12))
+    df.to_csv(tmp_path / "t.csv", index=False)
+    toml = tmp_path / "s.toml"
+    toml.write_text('[study]\nname = "crossed"\nseed = 5\n[data]\nfile = "t.csv"\nlabel = "label"\n'
+                    'speaker = "speaker"\nsubgroups = ["group"]\n[analyses.fairness]\nn_boot = 24\nboot_chunk = 12\n'
+                    'test_speaker = "test_speaker"\n', encoding="utf-8")
+    cfg = load_study(toml)
+    assert cfg.analyses.fairness.test_speaker == "test_speaker"
+    res = run_study(cfg, out_dir=tmp_path / "o", progress=False, report=False)
+    got = pd.read_csv(res.out_dir / "fairness.csv")
+    system = str(got["system"].iloc[0])
+    seeds = chunk_seeds(5, f"fairness/{system}", 2)
+    kw = dict(label="label", test_speaker="test_speaker", resample="two-way")
+    reps = subgroup_dcf_replicates(df, ["group"], seeds, [12, 12], **kw)
+    want = with_bootstrap(subgroup_dcf(df, ["group"], progress=False, **kw), reps).table
+    np.testing.assert_allclose(got["fpr_lo"], want["fpr_lo"], rtol=1e-10)
+    np.testing.assert_allclose(got["dcf_at_overall_hi"], want["dcf_at_overall_hi"], rtol=1e-10)
+    assert json.loads((res.out_dir / "fairness_summary.json").read_text())[system]["boot_chunks"] == 2
