@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from scoremix.fairness import SubgroupError, subgroup_dcf
-from scoremix.fairness.bootstrap import draw_cluster_weights, two_way_pairs
+from scoremix.fairness.bootstrap import TwoWayDesign, draw_cluster_weights, two_way_pairs
 from scoremix.fairness.coverage import CoverageDesign, simulate_subgroup_trials, true_subgroup_measures
 from scoremix.fairness.engine import CostSpec
 from scoremix.fairness.linearize import CrossedVariance, StratifiedVariance
@@ -95,7 +95,7 @@ def test_crossed_variance_by_explicit_sums():
     es, ts = np.array([0, 0, 1]), np.array([0, 0, 0])
     Z = rng.normal(size=(8, 3))
     M = np.array([[1, 2, 0], [1, 0, 1], [1, 1, 2], [1, 1, 0], [1, 2, 1], [1, 0, 2]], dtype=float)
-    cv = CrossedVariance(pe, pt, es, ts)
+    cv = CrossedVariance(TwoWayDesign(pe, pt, 3, 3), es, ts)
     ve, vt, vp = cv.parts(Z, M)
     for b in range(3):
         me, mt = M[:3, b], M[3:, b]
@@ -121,7 +121,7 @@ def test_crossed_variance_estimates_the_variance_of_a_crossed_mean():
     sa, sc, se = 0.6, 0.8, 1.0
     e, t = np.meshgrid(np.arange(R), np.arange(T), indexing="ij")
     pe, pt = e.ravel(), t.ravel()
-    cv = CrossedVariance(pe, pt, np.zeros(R), np.zeros(T))
+    cv = CrossedVariance(TwoWayDesign(pe, pt, R, T), np.zeros(R), np.zeros(T))
     one = StratifiedVariance(np.zeros(R))
     rng = np.random.default_rng(1)
     v2, v1 = [], []
@@ -139,9 +139,9 @@ def test_crossed_variance_estimates_the_variance_of_a_crossed_mean():
 
 
 def test_fnr_pieces_equal_one_way_because_targets_carry_the_enrolment_weight():
-    """Enrolment weights are drawn first with the one-way generator's stream, and target trials
-    carry them alone: a measure of target trials at the data's threshold and its standard error
-    are the one-way ones."""
+    """Within one chunk of replicates the enrolment weights are drawn first, from the same stream
+    as the one-way bootstrap's, and target trials carry them alone: a measure of target trials at
+    the data's threshold and its standard error are the one-way ones."""
     df = _crossed(0.5)
     kw = dict(test_speaker="test_speaker", n_boot=60, random_state=9, progress=False, eer=False)
     one = subgroup_dcf(df, ["group"], **kw)

@@ -122,8 +122,7 @@ class Engine:
             if int(n_clusters) != two_way.n_pairs:
                 raise ValueError(f"a two-way engine needs n_clusters = {two_way.n_pairs} pairs, got {n_clusters}")
             st = None if strata is None else np.asarray(strata)
-            self._var = None if st is None else CrossedVariance(two_way.pair_enrol, two_way.pair_test,
-                                                                st[:two_way.n_enrol], st[two_way.n_enrol:])
+            self._var = None if st is None else CrossedVariance(two_way, st[:two_way.n_enrol], st[two_way.n_enrol:])
         self._thr0: tuple[int, list[int | None]] | None = None
         self.sg = sg
         self.G = sg.n_groups
@@ -152,11 +151,6 @@ class Engine:
         n = self.overall.n_candidates + sum(p.n_candidates for p in self.pops if p is not None)
         return n if self.two_way is None else n + self.two_way.n_pairs
 
-    @property
-    def n_units(self) -> int:
-        """Rows of the weights :meth:`measures` takes: clusters, or enrolment + test speakers (two-way)."""
-        return self.C if self.two_way is None else self.two_way.n_units
-
     def _point_thresholds(self) -> tuple[int, list[int | None]]:
         """Value indices of the point estimates' ``τ*`` and of every subgroup's own minimiser."""
         if self._thr0 is None:
@@ -166,8 +160,8 @@ class Engine:
         return self._thr0
 
     def _at_fixed_thresholds(self, M: np.ndarray, U: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        """For (pair) weights ``M`` and, two-way, unit weights ``U``, every measure of :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES`
-        evaluated at the *point estimate's* thresholds (``τ*`` of the data, and each subgroup's own
+        """For (pair) weights ``M`` and, two-way, unit weights ``U``, every measure of
+        :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES` evaluated at the *point estimate's* thresholds (``τ*`` of the data, and each subgroup's own
         minimiser for ``min_dcf``) as ``fix_<measure>``, and the standard error of its log as
         ``se_log_<measure>`` (see :mod:`scoremix.fairness.linearize`); arrays ``(G, B)``."""
         assert self._var is not None

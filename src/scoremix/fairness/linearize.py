@@ -60,6 +60,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from scoremix.fairness.bootstrap import TwoWayDesign
+
 __all__ = ["LOG_SE_MEASURES", "cluster_counts_at", "StratifiedVariance", "CrossedVariance", "ratio_influence"]
 
 #: measures that get a log-scale standard error per replicate (key ``se_log_<measure>``)
@@ -136,34 +138,32 @@ class CrossedVariance:
 
     Parameters
     ----------
-    pair_enrol, pair_test:
-        ``(P,)`` enrolment unit (``[0, R)``) and test unit (``[0, T)``, ``-1`` = target pair,
-        enrolment weight only) of every pair.
+    design:
+        the pairs (enrolment unit, test unit or ``-1`` for a target pair) and unit counts.
     enrol_strata, test_strata:
         ``(R,)`` and ``(T,)`` strata of the units of each side.
     """
 
-    def __init__(self, pair_enrol: np.ndarray, pair_test: np.ndarray, enrol_strata: np.ndarray,
-                 test_strata: np.ndarray) -> None:
-        pe = np.asarray(pair_enrol, dtype=np.int64)
-        pt = np.asarray(pair_test, dtype=np.int64)
-        self.R = int(np.asarray(enrol_strata).size)
-        self.T = int(np.asarray(test_strata).size)
+    def __init__(self, design: TwoWayDesign, enrol_strata: np.ndarray, test_strata: np.ndarray) -> None:
+        pe = np.asarray(design.pair_enrol, dtype=np.int64)
+        pt = np.asarray(design.pair_test, dtype=np.int64)
+        self.design = design
+        self.R, self.T = int(design.n_enrol), int(design.n_test)
+        if np.asarray(enrol_strata).size != self.R or np.asarray(test_strata).size != self.T:
+            raise ValueError(f"strata of {self.R} enrolment and {self.T} test speakers expected, got "
+                             f"{np.asarray(enrol_strata).size} and {np.asarray(test_strata).size}")
         P = pe.size
-        self._pe, self._pt = pe, pt
-        self._nt = pt >= 0
+        nt = pt >= 0
         cols = np.arange(P)
         self._Ae = sp.csr_matrix((np.ones(P), (pe, cols)), shape=(self.R, P))
-        self._At = sp.csr_matrix((np.ones(int(self._nt.sum())), (pt[self._nt], cols[self._nt])), shape=(self.T, P))
+        self._At = sp.csr_matrix((np.ones(int(nt.sum())), (pt[nt], cols[nt])), shape=(self.T, P))
         self._ve = StratifiedVariance(enrol_strata)
         self._vt = StratifiedVariance(test_strata)
 
     def pair_weights(self, M: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(w^E, w^T, W)`` ``(P, B)``: each pair's enrolment factor, test factor (1 for target
         pairs) and their product, for unit weights ``M`` ``(R + T, B)`` (computed once per batch)."""
-        we = M[:self.R][self._pe]
-        wt = np.ones_like(we)
-        wt[self._nt] = M[self.R:][self._pt[self._nt]]
+        we, wt = self.design.side_weights(M)
         return we, wt, we * wt
 
     def parts(self, Z: np.ndarray, M: np.ndarray,

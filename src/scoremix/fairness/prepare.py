@@ -16,7 +16,7 @@ from scoremix.fairness.bootstrap import TwoWayDesign, two_way_pairs
 from scoremix.fairness.engine import cluster_codes
 from scoremix.fairness.subgroups import SubgroupError, Subgroups, binary_labels, define_subgroups
 
-__all__ = ["Prepared", "prepare_trials", "RESAMPLING"]
+__all__ = ["Prepared", "prepare_trials", "two_way_units", "RESAMPLING"]
 
 #: resampling designs: ``"one-way"`` (one speaker column, the default) or ``"two-way"`` (enrolment × test speakers)
 RESAMPLING = ("one-way", "two-way")

@@ -243,7 +243,7 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
         settings = dict(groups=list(dprep.sg.attrs), p_target=p_target, c_miss=c_miss, c_fa=c_fa,
                         normalize=normalize, n_boot=0, ci=ci, random_state=random_state, compat=None,
                         membership=membership, min_speakers=min_speakers, min_errors=min_errors,
-                        interval=interval, eer=eer)
+                        interval=interval, eer=eer, resample=resample)
         overall = {k: float(point[f"all_{k}"][0]) for k in ("min_dcf", "threshold", "fpr", "fnr", "eer")}
         return SubgroupDCFResult(table=_point_table(dprep, point, min_speakers, min_errors),
                                  min_dcf=overall["min_dcf"], threshold=overall["threshold"],
