@@ -304,3 +304,113 @@ def test_report_metrics_table_shows_act_dcf_and_cllr_with_units():
     assert show.loc[0, "actDCF (unnormalised) hi"] == 0.06 and show.loc[0, "Cllr (bits) lo"] == 0.2
     assert show.loc[0, "EER % (rocch)"] == pytest.approx(10.0)
     assert show.loc[0, "minDCF (normalised)"] == pytest.approx(0.03 / 0.05)
+
+
+def test_unbounded_interval_end_is_kept_named_and_printed_as_unbounded():
+    """Subgroup x: its false alarms all come from one of 6 speakers (the others' nontarget
+    scores stop at 1.0, below τ*), so (5/6)^6 = 33 % of the replicates draw no false alarm
+    there (> α/2): the data cannot bound x's fpr_ratio from above.  The studentised end is
+    +inf, the note names it, the row is not flagged for it, and tables print 'unbounded',
+    never 'inf'.  Ends with a logical maximum are capped there instead: a rate at 1, a minDCF
+    at the cost of the better trivial system, min(c_miss·p, c_fa·(1−p)) = 0.05 here."""
+    from scoremix.report_html import Table, _table_html
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for g, n_spk in (("x", 6), ("y", 30)):
+        for j in range(n_spk):
+            non = rng.normal(0.5 if (g == "x" and j == 0) else 0.0, 1, 100)
+            if g == "x" and j > 0:
+                non = np.minimum(non, 1.0)
+            tar = rng.normal(3, 1, 20)
+            for s, lab in ((tar, 1), (non, 0)):
+                rows.append(pd.DataFrame({"speaker": f"{g}{j}", "group": g, "label": lab, "score": s}))
+    df = pd.concat(rows, ignore_index=True)
+    res = subgroup_dcf(df, ["group"], n_boot=400, random_state=0, progress=False, eer=False)
+    t = res.table.set_index("subgroup")
+    x = t.loc["x"]
+    assert x["fpr"] > 0 and (df.query("group == 'x' and label == 0").score > res.threshold).sum() == 2
+    assert 0 < x["fpr_ratio"] and np.isposinf(x["fpr_ratio_hi"]) and np.isfinite(x["fpr_ratio_lo"])
+    assert x["fpr_hi"] == 1.0
+    assert x["min_dcf_hi"] == pytest.approx(0.05, abs=1e-15)
+    assert (t["min_dcf_hi"] <= 0.05 + 1e-15).all()
+    assert x["reliable"] and "unbounded interval" in x["note"] and "fpr_ratio" in x["note"]
+    assert "unbounded" not in t.loc["y", "note"]
+    html = _table_html(Table(res.table[["subgroup", "fpr_ratio", "fpr_ratio_lo", "fpr_ratio_hi"]]))
+    assert "unbounded" in html and ">inf<" not in html
+    # normalised costs: the trivial system costs 1
+    r2 = subgroup_dcf(df, ["group"], n_boot=400, random_state=0, progress=False, eer=False, normalize=True)
+    assert r2.table.set_index("subgroup").loc["x", "min_dcf_hi"] == pytest.approx(1.0, abs=1e-12)
+
+
+def test_interval_end_text_and_forest_plot_of_an_unbounded_end():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from scoremix.fairness.plots import plot_forest
+    from scoremix.report_html import format_interval_end, is_interval_end
+
+    assert format_interval_end(float("inf")) == "unbounded" and format_interval_end(float("-inf")) == "unbounded"
+    assert format_interval_end(float("nan")) == "–" and format_interval_end(0.123456) == "0.1235"
+    assert is_interval_end("fpr_ratio_hi") and is_interval_end("EER % (rocch) lo") and not is_interval_end("threshold")
+    tab = pd.DataFrame({"subgroup": ["a", "b"], "ratio_overall": [1.2, 0.9], "ratio_overall_lo": [0.8, 0.7],
+                        "ratio_overall_hi": [np.inf, 1.1], "reliable": [True, True]})
+    fig = plot_forest(tab)
+    ax = fig.axes[0]
+    # the unbounded row is drawn as a dotted line from its lower end to past every finite value, with an arrow
+    assert any(t.get_text() == "interval unbounded above" for t in ax.get_legend().get_texts())
+    segs = [s for c in ax.collections for s in getattr(c, "get_segments", lambda: [])()]
+    ends = sorted(float(s[1][0]) for s in segs if len(s) == 2 and s[0][1] == s[1][1] and s[0][0] == 0.8)
+    assert ends and ends[-1] > 1.2
+
+
+@pytest.mark.parametrize("hip", [True, False])
+def test_weighted_replicates_equal_reevaluation_on_resampled_trials(hip):
+    """Every built-in metric's vectorised replicate equals the metric re-evaluated on the
+    trials of the drawn speakers, each repeated as often as its speaker was drawn (ties,
+    an empty class in some replicates, infinite LLRs, both score directions)."""
+    from scoremix.fairness.bootstrap import draw_cluster_weights
+    from scoremix.metrics import WeightedReplicates
+
+    rng = np.random.default_rng(7)
+    C = 7
+    cl = np.repeat(np.arange(C), 30)
+    y = np.tile(np.r_[np.ones(6, int), np.zeros(24, int)], C)
+    y[cl == 6] = 0  # speaker 6 has nontargets only
+    s = np.round(np.where(y == 1, 2.0, 0.0) + rng.normal(0, 0.3, C)[cl] + rng.normal(size=y.size), 1)  # ties
+    llr = s - 1.0
+    llr[np.flatnonzero((y == 0) & (cl == 3))[0]] = np.inf  # an infinitely wrong LLR of speaker 3
+    sgn = 1.0 if hip else -1.0
+    M = draw_cluster_weights(np.zeros(C, np.int64), 40, np.random.default_rng(0))
+    M[:, 0] = 0.0
+    M[6, 0] = C  # replicate 0: speaker 6 only — no target trial
+    kinds = {
+        "eer": (dict(), lambda a, b: sm.eer(sgn * a, b, higher_is_positive=hip), s),
+        "min_dcf": (dict(p_target=0.2, c_miss=1.0, c_fa=2.0, normalize=True),
+                    lambda a, b: sm.min_dcf(sgn * a, b, 0.2, 1.0, 2.0, True, higher_is_positive=hip).value, s),
+        "dcf": (dict(threshold=0.1, p_target=0.2, c_miss=1.0, c_fa=2.0, normalize=False),
+                lambda a, b: sm.dcf(a, b, 0.1, 0.2, 1.0, 2.0, False), s),
+        "cllr": (dict(), lambda a, b: sm.cllr(a, b), llr),
+    }
+    import warnings
+
+    for kind, (params, stat, x) in kinds.items():
+        xs = x if kind in ("dcf", "cllr") else sgn * x
+        fast = WeightedReplicates(kind, xs if kind in ("eer", "min_dcf") else x, y, cl, C, **params)(M)
+        assert np.isnan(fast[0]), kind
+        for b in range(1, M.shape[1]):
+            idx = np.repeat(np.arange(y.size), M[cl, b].astype(int))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                want = stat(xs[idx] if kind in ("eer", "min_dcf") else x[idx], y[idx])
+            if np.isinf(want):
+                assert fast[b] == want, (kind, b)
+            else:
+                assert fast[b] == pytest.approx(want, abs=1e-9), (kind, b)
+        assert any(np.isinf(fast[1:])) == (kind == "cllr"), kind
+    # the public functions use them: the same interval as the slow re-evaluation from the same draws
+    spk = np.array([f"s{c}" for c in cl])
+    slow = sm.metrics.cluster_bootstrap(lambda a, b: sm.eer(sgn * a, b, higher_is_positive=hip), s, y, speaker=spk,
+                                        n_boot=60, seed=3)
+    quick = sm.eer(sgn * s, y, higher_is_positive=hip, n_boot=60, speaker=spk, seed=3)
+    assert quick.lo == pytest.approx(slow.lo, abs=1e-9) and quick.hi == pytest.approx(slow.hi, abs=1e-9)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.stats import norm
 
 from scoremix.fairness import subgroup_dcf
 from scoremix.fairness.engine import CostSpec, Engine
@@ -110,6 +111,13 @@ def test_studentized_interval_by_hand():
         lo, hi = studentized_interval(point, se, reps, fixed, se_fixed, 0.5, reflect_threshold=reflect)
         assert lo[0] == pytest.approx(2.0 * np.exp(-np.quantile(p, 0.75)))
         assert hi[0] == pytest.approx(2.0 * np.exp(-np.quantile(p, 0.25)))
+    # a minimum: the reflected threshold part weighted by `optimism`, levels expanded by sqrt(n/(n-1))
+    q = norm.cdf(-norm.ppf(0.75) * np.sqrt(5 / 4))
+    p = np.clip(0.5 * t + 2.0 * shift, -1e300, 1e300)
+    lo, hi = studentized_interval(point, se, reps, fixed, se_fixed, 0.5, reflect_threshold=True, optimism=2.0,
+                                  n=np.array([5.0]))
+    assert lo[0] == pytest.approx(2.0 * np.exp(-np.quantile(p, 1 - q)))
+    assert hi[0] == pytest.approx(2.0 * np.exp(-np.quantile(p, q)))
     # an estimate of zero or a zero standard error: no studentised interval
     lo, hi = studentized_interval(np.array([0.0, 1.0]), np.array([0.5, 0.0]), np.ones((2, 3)), np.ones((2, 3)),
                                   np.ones((2, 3)), 0.95)
@@ -125,11 +133,15 @@ def test_studentized_is_the_default_and_uses_the_replicates():
     eng = Engine(p.scores, p.y, p.clusters, len(p.cluster_labels), p.sg, CostSpec(p_target=0.5), with_eer=False,
                  strata=p.strata)
     pt = eng.measures(np.ones((len(p.cluster_labels), 1)))
+    n = res.table["n_speakers"].to_numpy(float)
     for m, reflect in (("fpr", False), ("ratio_overall", False), ("min_dcf", True)):
         lo, hi = studentized_interval(pt[m][:, 0], pt[f"se_log_{m}"][:, 0], R[m], R[f"fix_{m}"],
-                                      R[f"se_log_{m}"], 0.95, reflect_threshold=reflect)
+                                      R[f"se_log_{m}"], 0.95, reflect_threshold=reflect,
+                                      optimism=2.0 if reflect else 1.0, n=n if reflect else None)
         if m == "fpr":
             hi = np.minimum(hi, 1.0)  # rates are capped at 1
+        if m == "min_dcf":  # a minimum DCF is at most the trivial system's cost, min(0.5, 0.5)
+            lo, hi = np.minimum(lo, 0.5), np.minimum(hi, 0.5)
         ok = ~np.isnan(lo)
         assert ok.all()
         assert np.allclose(res.table[f"{m}_lo"].to_numpy()[ok], lo[ok])

@@ -146,12 +146,14 @@ def _cmd_eer(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return 0
 
+    from scoremix.report_html import format_interval_end
+
     def iv(lo: float, hi: float, scale: float = 1.0, fmt: str = ".4f") -> str:
         if not args.n_boot:
             return ""
         if not hi > lo:  # a zero-width interval is no interval
             return " [interval degenerate]"
-        return f" [{scale * lo:{fmt}}, {scale * hi:{fmt}}]"
+        return f" [{format_interval_end(scale * lo, fmt)}, {format_interval_end(scale * hi, fmt)}]"
 
     norm = "normalised" if args.normalize else "unnormalised"
     other = "unnormalised" if args.normalize else "normalised"
@@ -410,9 +412,13 @@ def _cmd_fairness(args: argparse.Namespace) -> int:
                         "note"]
             if c in res.table.columns]
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
-        print(res.table[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        from scoremix.report_html import format_interval_end, is_interval_end
+
+        ends = {c: format_interval_end for c in cols if is_interval_end(c)}
+        print(res.table[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}", formatters=ends))
     lo, hi = res.fairness_index_ci
-    fi_ci = "" if args.n_boot == 0 else (f" [{lo:.4g}, {hi:.4g}]" if hi > lo else " [interval degenerate]")
+    fi_ci = "" if args.n_boot == 0 else (f" [{format_interval_end(lo)}, {format_interval_end(hi)}]" if hi > lo
+                                         else " [interval degenerate]")
     share = "" if args.n_boot == 0 else f"; ratio interval above 1 in {100 * res.share_above_one:.0f} % of them"
     print(f"overall minDCF {res.min_dcf:.6g} at threshold {res.threshold:.6g}; Fairness Index "
           f"{res.fairness_index:.4g}{fi_ci} over {res.n_subgroups} subgroups{share}")

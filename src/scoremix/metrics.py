@@ -29,6 +29,7 @@ from scoremix.trials import NonFiniteScoreError, SingleClassError, TrialTableErr
 __all__ = [
     "MetricInputError",
     "ScoreDirectionWarning",
+    "WeightedReplicates",
     "auc",
     "check_direction",
     "DetCurve",
@@ -106,9 +107,82 @@ class Estimate(float):
         return f"Estimate({float(self)!r}, lo={self.lo!r}, hi={self.hi!r}, ci={self.ci!r}, n_boot={self.n_boot})"
 
 
+class WeightedReplicates:
+    r"""Vectorised replicates of a built-in metric under cluster weights.
+
+    A metric of weighted trials, where trial ``i`` counts ``w_i = m_{c(i)}`` times (the
+    bootstrap multiplicity of its cluster), computed for all ``B`` columns of a ``(C, B)``
+    weight matrix at once instead of re-evaluating the metric on repeated trials — equal to
+    that re-evaluation (tested to 1e-9).  ``kind``:
+
+    * ``"eer"``: ROCCH EER, :math:`\max_α \min_τ αP_{miss} + (1-α)P_{fa}` over the exact
+      candidate thresholds of :class:`scoremix.fairness.bootstrap.Population`;
+    * ``"min_dcf"``: :math:`\min_τ C(τ)` over the same candidates (``+∞`` = reject all
+      included);
+    * ``"dcf"``: :math:`C(τ)` at the fixed threshold ``params["threshold"]`` (accept
+      :math:`s ≥ τ`);
+    * ``"cllr"``: :math:`\frac{1}{2\ln 2}[\sum_{y=1} w\ln(1+e^{-ℓ})/\sum_{y=1} w +
+      \sum_{y=0} w\ln(1+e^{ℓ})/\sum_{y=0} w]` (an infinite cost stays infinite only in
+      replicates that draw its cluster).
+
+    A replicate without a trial of some class is NaN (the re-evaluation would fail).
+    """
+
+    def __init__(self, kind: str, scores: np.ndarray, y: np.ndarray, clusters: np.ndarray, n_clusters: int,
+                 **params: Any) -> None:
+        if kind not in ("eer", "min_dcf", "dcf", "cllr"):
+            raise ValueError(f"kind must be 'eer', 'min_dcf', 'dcf' or 'cllr', got {kind!r}")
+        self.kind, self.params = kind, params
+        self.s = np.asarray(scores, np.float64)
+        self.y = np.asarray(y).astype(bool)
+        self.cl = np.asarray(clusters, np.int64)
+        self.C = int(n_clusters)
+        self._population: Any = None
+
+    def _per_cluster(self, v: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return np.bincount(self.cl[mask], weights=v[mask], minlength=self.C)
+
+    def __call__(self, M: np.ndarray) -> np.ndarray:
+        """``(B,)`` metric values for cluster weights ``M`` ``(C, B)``."""
+        from scoremix.fairness.bootstrap import Population, rocch_eer_from_rates
+
+        M = np.asarray(M, np.float64)
+        y = self.y
+        ones = np.ones(self.s.size)
+        n_pos = self._per_cluster(ones, y) @ M
+        n_neg = self._per_cluster(ones, ~y) @ M
+        empty = (n_pos <= 0) | (n_neg <= 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if self.kind in ("eer", "min_dcf"):
+                if self._population is None:
+                    self._population = Population(self.s, y, self.cl, self.C)
+                pm, pf = self._population.counts(M).rates()
+                if self.kind == "eer":
+                    out = rocch_eer_from_rates(pm, pf)
+                else:
+                    pr = self.params
+                    out = np.min(_cost(pm, pf, pr["p_target"], pr["c_miss"], pr["c_fa"], pr["normalize"]), axis=0)
+            elif self.kind == "dcf":
+                pr = self.params
+                acc = self.s >= pr["threshold"]
+                pm = (self._per_cluster(ones, y & ~acc) @ M) / n_pos
+                pf = (self._per_cluster(ones, ~y & acc) @ M) / n_neg
+                out = _cost(pm, pf, pr["p_target"], pr["c_miss"], pr["c_fa"], pr["normalize"])
+            else:
+                cost = np.where(y, np.logaddexp(0.0, -self.s), np.logaddexp(0.0, self.s))
+                inf = np.isinf(cost)
+                parts = []
+                for cls, n in ((y, n_pos), (~y, n_neg)):
+                    fin = self._per_cluster(np.where(inf, 0.0, cost), cls) @ M / n
+                    bad = self._per_cluster(inf.astype(float), cls) @ M > 0  # a drawn cluster with an infinite cost
+                    parts.append(np.where(bad, np.inf, fin))
+                out = (parts[0] + parts[1]) / (2 * np.log(2))
+        return np.where(empty, np.nan, out)
+
+
 def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, n_boot: int = 1000,
                       seed: int | np.random.Generator | None = None, ci: float = 0.95,
-                      minimum: bool = False) -> Estimate:
+                      minimum: bool = False, weighted: WeightedReplicates | None = None) -> Estimate:
     r"""Speaker-cluster bootstrap interval of any metric ``stat(scores, labels) -> float``.
 
     Replicate ``b`` draws the ``C`` speakers (clusters; every trial its own cluster when
@@ -119,6 +193,10 @@ def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, 
     thresholds such as minDCF) it is shifted by twice the bootstrap bias.  Replicates in
     which ``stat`` fails (e.g. one class only) are dropped.  Speakers are numbered in the
     sorted order of their string form (that fixes which speaker gets which draw of ``seed``).
+
+    ``weighted``: a :class:`WeightedReplicates` factory ``(scores, y, clusters, C) -> it`` for
+    ``stat`` — the built-in metrics use it to compute all replicates at once from the same
+    weights (the same replicates, orders of magnitude faster on large tables).
     """
     from scoremix.fairness.bootstrap import draw_cluster_weights
     from scoremix.fairness.resampling import expanded_percentile_interval, shift_t_interval
@@ -143,13 +221,17 @@ def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, 
     C = int(cl.max()) + 1
     point = float(stat(s, y))
     M = draw_cluster_weights(np.zeros(C, np.int64), int(n_boot), np.random.default_rng(seed)).astype(np.int64)
-    reps = np.empty(int(n_boot))
-    for b in range(int(n_boot)):
-        idx = np.repeat(np.arange(n), M[cl, b])
-        try:
-            reps[b] = float(stat(s[idx], y[idx]))
-        except TrialTableError:
-            reps[b] = np.nan
+    if weighted is not None:
+        w = weighted(s, y, cl, C)
+        reps = np.concatenate([w(M[:, b0:b0 + 200]) for b0 in range(0, int(n_boot), 200)])
+    else:
+        reps = np.empty(int(n_boot))
+        for b in range(int(n_boot)):
+            idx = np.repeat(np.arange(n), M[cl, b])
+            try:
+                reps[b] = float(stat(s[idx], y[idx]))
+            except TrialTableError:
+                reps[b] = np.nan
     nn = np.array([float(C)])
     if minimum:
         lo, hi = shift_t_interval(np.array([point]), reps[None, :], nn, ci)
@@ -169,13 +251,14 @@ def _quietly(stat: Any) -> Any:
 
 
 def _maybe_interval(value: float, stat: Any, scores: Any, labels: Any, n_boot: int, speaker: Any,
-                    seed: Any, ci: float) -> float:
+                    seed: Any, ci: float, weighted: Any = None) -> float:
     """``value`` unchanged without a bootstrap, else an :class:`Estimate` of ``stat``."""
     if not n_boot:
         if speaker is not None:
             raise MetricInputError("speaker= is only used with n_boot > 0 (the speaker-cluster bootstrap)")
         return value
-    est = cluster_bootstrap(stat, scores, labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci)
+    est = cluster_bootstrap(stat, scores, labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci,
+                            weighted=weighted)
     return Estimate(value, est.lo, est.hi, est.ci, est.n_boot, est.n_clusters)
 
 
@@ -794,8 +877,10 @@ def eer(scores: Any, labels: Any, method: EerMethod = "rocch", higher_is_positiv
         when ``n_boot > 0``.
     """
     value = _eer_point(scores, labels, method, higher_is_positive)[0]
+    sign = 1.0 if higher_is_positive else -1.0
+    fast = ((lambda s, y, cl, C: WeightedReplicates("eer", sign * s, y, cl, C)) if method == "rocch" else None)
     return _maybe_interval(value, _quietly(lambda a, b: _eer_point(a, b, method, higher_is_positive)[0]), scores,
-                           labels, n_boot, speaker, seed, ci)
+                           labels, n_boot, speaker, seed, ci, weighted=fast)
 
 
 def eer_threshold(scores: Any, labels: Any, method: EerMethod = "rocch", higher_is_positive: bool = True) -> float:
@@ -917,9 +1002,13 @@ def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1,
     _check_costs(p_target, c_miss, c_fa)
     if n_boot:
         point = min_dcf(scores, labels, p_target, c_miss, c_fa, normalize, higher_is_positive)
+        sign = 1.0 if higher_is_positive else -1.0
+        fast = (lambda s, y, cl, C: WeightedReplicates("min_dcf", sign * s, y, cl, C, p_target=p_target,
+                                                       c_miss=c_miss, c_fa=c_fa, normalize=normalize))
         est = cluster_bootstrap(_quietly(lambda a, b: min_dcf(a, b, p_target, c_miss, c_fa, normalize,
                                                               higher_is_positive).value), scores,
-                                labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci, minimum=True)
+                                labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci, minimum=True,
+                                weighted=fast)
         return MinDCF(point.value, point.threshold, point.p_miss, point.p_fa, point.p_target, point.c_miss,
                       point.c_fa, point.normalize, est.lo, est.hi, est.ci, est.n_boot)
     if speaker is not None:
@@ -973,8 +1062,10 @@ def act_dcf(llrs: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c
     """
     thr = bayes_threshold(p_target, c_miss, c_fa)
     value = dcf(llrs, labels, thr, p_target, c_miss, c_fa, normalize)
+    fast = (lambda s, y, cl, C: WeightedReplicates("dcf", s, y, cl, C, threshold=thr, p_target=p_target,
+                                                   c_miss=c_miss, c_fa=c_fa, normalize=normalize))
     return _maybe_interval(value, lambda a, b: dcf(a, b, thr, p_target, c_miss, c_fa, normalize), llrs, labels,
-                           n_boot, speaker, seed, ci)
+                           n_boot, speaker, seed, ci, weighted=fast)
 
 
 # ----------------------------------------------------------------------------- Cllr
@@ -997,7 +1088,8 @@ def cllr(llrs: Any, labels: Any, *, n_boot: int = 0, speaker: Any = None,
     tp = np.logaddexp(0.0, -s[pos]).mean()
     tn = np.logaddexp(0.0, s[~pos]).mean()
     value = float((tp + tn) / (2 * np.log(2)))
-    return _maybe_interval(value, cllr, llrs, labels, n_boot, speaker, seed, ci)
+    return _maybe_interval(value, cllr, llrs, labels, n_boot, speaker, seed, ci,
+                           weighted=lambda s, y, cl, C: WeightedReplicates("cllr", s, y, cl, C))
 
 
 def min_cllr(llrs: Any, labels: Any) -> float:

@@ -18,7 +18,7 @@ from typing import Any, Union
 import pandas as pd
 
 __all__ = ["Paragraph", "Table", "Figure", "Section", "figure_to_png", "png_data_uri",
-           "render_html", "write_html"]
+           "render_html", "write_html", "is_interval_end", "format_interval_end"]
 
 
 @dataclass
@@ -74,11 +74,32 @@ def png_data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
+def is_interval_end(column: Any) -> bool:
+    """Whether a column holds an interval end (``<measure>_lo/_hi`` or a report's ``… lo/hi``)."""
+    name = str(column)
+    return name.endswith(("_lo", "_hi", " lo", " hi"))
+
+
+def format_interval_end(v: Any, fmt: str = ".4g") -> str:
+    """An interval end as text: an infinite end (the data cannot bound the measure on that
+    side) reads ``unbounded``, never ``inf``; NaN (no interval) reads ``–``."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if x != x:
+        return "–"
+    if x in (float("inf"), float("-inf")):
+        return "unbounded"
+    return format(x, fmt)
+
+
 def _table_html(block: Table) -> str:
     fmt = block.float_format
+    ends = {c: (lambda v, f=fmt: format_interval_end(v, f)) for c in block.data.columns if is_interval_end(c)}
     out = block.data.to_html(
         index=block.index, escape=True, border=0, classes="data",
-        float_format=lambda v: format(v, fmt), na_rep="–",
+        float_format=lambda v: format(v, fmt), na_rep="–", formatters=ends or None,
     )
     if block.caption:
         out = f'<p class="caption">{html.escape(block.caption)}</p>\n' + out

@@ -47,6 +47,8 @@ class CompareResult:
     replicates: dict[str, dict[str, np.ndarray]] | None = None
     points: dict[str, dict[str, np.ndarray]] | None = None
     interval: str = "studentized"
+    #: logical maxima of the measures (:meth:`CostSpec.upper_bounds`), where interval ends are capped
+    upper: dict[str, float] | None = None
 
 
 def _split(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, system: str,
@@ -147,7 +149,7 @@ def compare_subgroup_dcf(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, grou
         fi[nm] = (float(points[k]["fairness_index"][0]), np.nan, np.nan)
     fi["diff"] = (float(points[1]["fairness_index"][0] - points[0]["fairness_index"][0]), np.nan, np.nan)
     res = CompareResult(table=tab, systems=names, fairness_index=fi, replicates=None,
-                        points=dict(zip(names, points)), interval=interval)
+                        points=dict(zip(names, points)), interval=interval, upper=cost.upper_bounds())
     if n_boot > 0:
         rng = np.random.default_rng(random_state)
         reps = run_bootstrap(engines, preps[0].strata, n_boot, rng, progress=progress, desc="paired bootstrap")
@@ -230,7 +232,8 @@ def compare_with_bootstrap(result: CompareResult,
             pt = ({k: np.asarray(v)[:, 0] for k, v in result.points[nm].items() if np.ndim(v) == 2}
                   if result.points is not None else {m: t[f"{m}_{nm}"].to_numpy(float)})
             tab[f"{m}_{nm}"] = t[f"{m}_{nm}"]
-            tab[f"{m}_{nm}_lo"], tab[f"{m}_{nm}_hi"] = measure_intervals(reps[nm], pt, n, ci, [m], method)[m]
+            tab[f"{m}_{nm}_lo"], tab[f"{m}_{nm}_hi"] = measure_intervals(reps[nm], pt, n, ci, [m], method,
+                                                                         upper=result.upper)[m]
         tab[f"{m}_diff"] = t[f"{m}_diff"]
         d = {m: reps[b][m] - reps[a][m]}
         tab[f"{m}_diff_lo"], tab[f"{m}_diff_hi"] = measure_intervals(d, {m: t[f"{m}_diff"].to_numpy(float)}, n, ci,

@@ -51,6 +51,14 @@ class CostSpec:
             return a / m, b / m
         return a, b
 
+    def upper_bounds(self) -> dict[str, float]:
+        """Logical maxima of the cost measures, in this spec's units: a minimum DCF is at most
+        the cost of the better trivial system (accept or reject all), ``min(a, b)`` (1 when
+        normalised); a DCF at a fixed threshold at most ``a + b``; rates at most 1; ``ratio_own
+        = minDCF/C(τ*) ≤ 1``.  Interval ends are capped at them."""
+        a, b = self.weights
+        return {"min_dcf": min(a, b), "dcf_at_overall": a + b, "fpr": 1.0, "fnr": 1.0, "ratio_own": 1.0}
+
 
 def cluster_codes(trials: pd.DataFrame, cluster: str, sg: Subgroups, role_code: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

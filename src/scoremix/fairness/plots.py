@@ -273,6 +273,13 @@ def plot_forest(table: pd.DataFrame, measure: str = "ratio_overall", ax: Any = N
     if err is not None:
         fin = np.isfinite(err).all(axis=0)
         ax.hlines(ypos[fin], err[0, fin], err[1, fin], color="gray", lw=1.2)
+        up = np.isfinite(err[0]) & np.isposinf(err[1])  # unbounded above: a line running off the right edge
+        if up.any():
+            edge = np.nanmax(np.r_[err[np.isfinite(err)], v[np.isfinite(v)], ref]) * 1.15
+            ax.hlines(ypos[up], err[0, up], edge, color="gray", lw=1.2, ls=":")
+            ax.scatter(np.full(up.sum(), edge), ypos[up], marker=">", color="gray", zorder=3,
+                       label="interval unbounded above")
+            ax.legend(fontsize=7, loc="lower right")
     ax.scatter(v[rel], ypos[rel], color="tab:blue", zorder=3)
     ax.scatter(v[~rel], ypos[~rel], facecolors="none", edgecolors="tab:red", zorder=3)
     labels = [f"{s}{'' if r else ' (unreliable)'}" for s, r in zip(tab["subgroup"], rel)]

@@ -98,19 +98,28 @@ def flag_degenerate(table: pd.DataFrame, measures: Sequence[str]) -> tuple[pd.Se
     """Rows whose interval of some measure has zero width (``lo == hi``, e.g. one speaker) while
     its estimate is finite: ``reliable`` becomes False and the note names the measures.
     Such intervals are blanked (set to NaN) in ``table`` in place, so they are never printed
-    as intervals."""
+    as intervals.
+
+    An interval with an infinite end (more than α/2 of the replicates have no error, so the
+    data cannot bound the measure on that side) is kept — it is honest, and covers — and the
+    note names the measures (``unbounded interval: …``) without flagging the row: reports print
+    that end as ``unbounded``."""
     reliable = table["reliable"].copy()
     note = table["note"].astype(str).copy()
     for i, idx in enumerate(table.index):
-        bad = []
+        bad, unbounded = [], []
         for m in measures:
             lo, hi, v = table.at[idx, f"{m}_lo"], table.at[idx, f"{m}_hi"], table.at[idx, m]
             if np.isfinite(v) and np.isfinite(lo) and np.isfinite(hi) and not hi > lo:
                 bad.append(m)
                 table.at[idx, f"{m}_lo"] = np.nan
                 table.at[idx, f"{m}_hi"] = np.nan
+            elif np.isfinite(v) and (np.isinf(lo) or np.isinf(hi)):
+                unbounded.append(m)
         if bad:
             reliable.iloc[i] = False
-            extra = f"degenerate (zero-width) interval: {', '.join(bad)}"
+        for extra in ([f"degenerate (zero-width) interval: {', '.join(bad)}"] if bad else []) + (
+                [f"unbounded interval (too few errors in the resamples to bound it): {', '.join(unbounded)}"]
+                if unbounded else []):
             note.iloc[i] = f"{note.iloc[i]}; {extra}" if note.iloc[i] else extra
     return reliable, note

@@ -33,8 +33,8 @@ import pandas as pd
 from scoremix.fairness.engine import MEASURES, CostSpec, Engine
 from scoremix.fairness.prepare import RESAMPLING, Prepared, prepare_trials
 from scoremix.fairness.reliability import flag_degenerate, flag_rows
-from scoremix.fairness.resampling import (INTERVAL_METHODS, MINIMA, bca_t_interval, bootstrap_pieces, concat_replicates,
-                                          fairness_index_speakers,
+from scoremix.fairness.resampling import (INTERVAL_METHODS, MINIMA, bca_t_interval, bootstrap_pieces, cap_intervals,
+                                          concat_replicates, fairness_index_speakers,
                                           expanded_percentile_interval, jackknife_measures, percentile_interval,
                                           measure_intervals, run_bootstrap, shift_t_interval)
 
@@ -328,7 +328,8 @@ def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: 
 def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, np.ndarray], ci: float = 0.95,
                         measures: Sequence[str] = MEASURES, *, method: str = "percentile",
                         point: dict[str, np.ndarray] | None = None, jackknife: dict[str, np.ndarray] | None = None,
-                        strata: np.ndarray | None = None, n_speakers: np.ndarray | None = None
+                        strata: np.ndarray | None = None, n_speakers: np.ndarray | None = None,
+                        upper: dict[str, float] | None = None
                         ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], tuple[float, float]]:
     """Intervals of the subgroup measures and of the Fairness Index from bootstrap replicates.
 
@@ -347,6 +348,9 @@ def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, 
     and the number of speakers of every subgroup ``n_speakers``.  The Fairness Index uses
     the speaker count of the smallest subgroup whose ratio exceeds 1.
 
+    ``upper``: logical maxima of the measures (:meth:`CostSpec.upper_bounds`), at which every
+    method's interval ends are capped.
+
     Returns
     -------
     ``({measure: (lo (G,), hi (G,))}, (FI_lo, FI_hi))``
@@ -357,14 +361,14 @@ def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, 
     if method == "percentile":
         iv = {m: percentile_interval(reps[m], ci) for m in measures}
         lo, hi = percentile_interval(reps["fairness_index"][None, :], ci)
-        return iv, (float(lo[0]), float(hi[0]))
+        return cap_intervals(iv, upper), (float(lo[0]), float(hi[0]))
     if point is None or n_speakers is None:
         raise ValueError(f"method={method!r} needs point and n_speakers")
     n = np.asarray(n_speakers, float)
     n_fi = fairness_index_speakers(point["ratio_overall"][:, 0], n)
     if method in ("expanded", "studentized"):
         pt = {k: np.asarray(v)[:, 0] for k, v in point.items() if np.ndim(v) == 2}
-        iv = measure_intervals(reps, pt, n, ci, measures, method)
+        iv = measure_intervals(reps, pt, n, ci, measures, method, upper=upper)
         lo, hi = expanded_percentile_interval(reps["fairness_index"][None, :], np.array([n_fi]), ci)
         return iv, (float(lo[0]), float(hi[0]))
     if jackknife is None or strata is None:
@@ -373,7 +377,7 @@ def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, 
               else bca_t_interval(point[m][:, 0], reps[m], jackknife[m], strata, n, ci)) for m in measures}
     lo, hi = bca_t_interval(point["fairness_index"], reps["fairness_index"][None, :],
                             jackknife["fairness_index"][None, :], strata, np.array([n_fi]), ci)
-    return iv, (float(lo[0]), float(hi[0]))
+    return cap_intervals(iv, upper), (float(lo[0]), float(hi[0]))
 
 
 def make_engine(prep: Prepared, cost: CostSpec, with_eer: bool = True, with_se: bool = True) -> Engine:
@@ -432,6 +436,9 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
     interval = str(result.settings.get("interval", "studentized") if interval is None else interval)
     _validate(0, ci, None, interval, str(result.settings.get("resample", "one-way")))
     reps = concat_replicates(replicates)
+    st0 = result.settings
+    upper = CostSpec(p_target=st0["p_target"], c_miss=st0["c_miss"], c_fa=st0["c_fa"],
+                     normalize=st0["normalize"]).upper_bounds()
     G = len(result.table)
     for m in MEASURES:
         if m not in reps:
@@ -446,21 +453,21 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
         jack = jackknife_measures(eng, prep.strata)
         n_cl = np.bincount(prep.strata[prep.strata >= 0], minlength=G)[:G]
         iv, fi_ci = bootstrap_intervals(reps, ci, method="bca-t", point=point, jackknife=jack,
-                                        strata=prep.strata, n_speakers=n_cl)
+                                        strata=prep.strata, n_speakers=n_cl, upper=upper)
     elif interval == "studentized":
         eng = engine if engine is not None and engine.has_se else _engine_for(result)
         prep = result._prepared
         assert prep is not None
         point = eng.measures(np.ones((len(prep.cluster_labels), 1)))
         iv, fi_ci = bootstrap_intervals(reps, ci, method="studentized", point=point,
-                                        n_speakers=result.table["n_speakers"].to_numpy(float))
+                                        n_speakers=result.table["n_speakers"].to_numpy(float), upper=upper)
     elif interval == "expanded":
         t = result.table
         point = {m: t[m].to_numpy(float)[:, None] for m in MEASURES}
         iv, fi_ci = bootstrap_intervals(reps, ci, method="expanded", point=point,
-                                        n_speakers=t["n_speakers"].to_numpy(float))
+                                        n_speakers=t["n_speakers"].to_numpy(float), upper=upper)
     else:
-        iv, fi_ci = bootstrap_intervals(reps, ci)
+        iv, fi_ci = bootstrap_intervals(reps, ci, upper=upper)
     old_iv = {f"{m}_{e}" for m in MEASURES for e in ("lo", "hi")}
     base = result.table[[c for c in result.table.columns if c not in old_iv]].copy()
     for m in MEASURES:
