@@ -296,10 +296,10 @@ def test_study_fairness_test_speaker(tmp_path):
 def test_two_way_covers_where_one_way_does_not():
     """The benchmark's crossed design at a smaller scale (σ_c = 0.5, 40 test speakers shared by
     subgroups of 5, 8, 15 and 30 enrolment speakers, 200 nontarget trials per speaker), 40 data
-    sets, B = 200: the two-way studentised 95 % intervals of dcf_at_overall, fpr_ratio and
+    sets, B = 150: the two-way studentised 95 % intervals of dcf_at_overall, fpr_ratio and
     ratio_overall cover the closed-form truth in >= 0.85 of the data sets per measure and size
-    (benchmark: >= 0.927; here 0.90-1.0), and on average more often than the one-way ones, which
-    miss the test speakers' shared effect (here mean 0.979 vs 0.935; benchmark: down to 0.807)."""
+    (benchmark: >= 0.927; here 0.925-1.0), and on average more often than the one-way ones, which
+    miss the test speakers' shared effect (here mean 0.979 vs 0.923; benchmark: down to 0.807)."""
     from scoremix.fairness.coverage import coverage_study
 
     d = CoverageDesign(sizes=(5, 8, 15, 30), shift_non=(0.3, 0.2, -0.1, 0.0), shift_tar=(-0.2, 0.1, 0.2, 0.0),
@@ -307,7 +307,7 @@ def test_two_way_covers_where_one_way_does_not():
     meas = ("dcf_at_overall", "fpr_ratio", "ratio_overall")
     cov = {}
     for rs in ("one-way", "two-way"):
-        r = coverage_study(d, 40, n_boot=200, seed=31, progress=False, measures=meas, resample=rs)
+        r = coverage_study(d, 40, n_boot=150, seed=31, progress=False, measures=meas, resample=rs)
         cov[rs] = r[r.method == "studentized"].groupby(["measure", "n_speakers"])["covered"].mean()
     assert (cov["two-way"] >= 0.85).all(), cov
     assert cov["two-way"].mean() > cov["one-way"].mean() + 0.02, cov
