@@ -408,9 +408,38 @@ def test_weighted_replicates_equal_reevaluation_on_resampled_trials(hip):
             else:
                 assert fast[b] == pytest.approx(want, abs=1e-9), (kind, b)
         assert any(np.isinf(fast[1:])) == (kind == "cllr"), kind
-    # the public functions use them: the same interval as the slow re-evaluation from the same draws
+    # the public function: the studentised interval of the slow re-evaluation's replicates from the same draws
+    from scoremix.fairness.overall import studentized_overall_interval
+
     spk = np.array([f"s{c}" for c in cl])
-    slow = sm.metrics.cluster_bootstrap(lambda a, b: sm.eer(sgn * a, b, higher_is_positive=hip), s, y, speaker=spk,
-                                        n_boot=60, seed=3)
     quick = sm.eer(sgn * s, y, higher_is_positive=hip, n_boot=60, speaker=spk, seed=3)
-    assert quick.lo == pytest.approx(slow.lo, abs=1e-9) and quick.hi == pytest.approx(slow.hi, abs=1e-9)
+    M = draw_cluster_weights(np.zeros(C, np.int64), 60, np.random.default_rng(3))
+    slow = []
+    for b in range(60):
+        idx = np.repeat(np.arange(y.size), M[cl, b].astype(int))
+        try:
+            slow.append(sm.eer(s[idx], y[idx]))
+        except sm.metrics.MetricInputError:
+            slow.append(np.nan)
+    lo, hi = studentized_overall_interval("eer", s, y, cl, C, M, np.array(slow), 0.95)
+    assert quick.interval == "studentized"
+    assert quick.lo == pytest.approx(lo, abs=1e-9) and quick.hi == pytest.approx(hi, abs=1e-9)
+
+
+def test_log_se_of_two_ratios_is_the_cluster_sandwich_by_hand():
+    """h = a·ΣmU/ΣmP + b·ΣmV/ΣmN; Var(log h) = C/(C−1)·Σ_c m_c (Z_c − Z̄)², Z_c the influence."""
+    from scoremix.fairness.overall import log_se_two_ratios
+
+    rng = np.random.default_rng(3)
+    C = 6
+    P, N = rng.integers(5, 20, C).astype(float), rng.integers(50, 90, C).astype(float)
+    U, V = np.floor(P * rng.random(C)), np.floor(N * rng.random(C) * 0.2)
+    a, b = 0.05, 0.95
+    m = np.array([2.0, 0, 1, 1, 0, 2])
+    h, se = log_se_two_ratios(U, P, V, N, a, b, m[:, None])
+    ru, rv = m @ U / (m @ P), m @ V / (m @ N)
+    assert h[0] == pytest.approx(a * ru + b * rv, rel=1e-12)
+    z = (a * (U - ru * P) / (m @ P) + b * (V - rv * N) / (m @ N)) / (a * ru + b * rv)
+    zbar = (m @ z) / C
+    var = C / (C - 1) * (m @ (z - zbar) ** 2)
+    assert se[0] == pytest.approx(np.sqrt(var), rel=1e-10)

@@ -192,13 +192,15 @@ def test_empirical_interval_is_a_cluster_bootstrap_of_the_rocch_eer():
             mult = M[cl, j].astype(int)
             reps.append(emp_eer(np.repeat(s, mult), np.repeat(y, mult)))
     reps = np.array(reps)
-    # the expanded percentile interval: quantiles at levels Phi(-/+ sqrt(n/(n-1)) t_{n-1}(0.95)), n speakers
-    from scipy.stats import norm, t as student_t
+    # the studentised interval of sm.eer(n_boot=) on those replicates
+    from scoremix.fairness.overall import studentized_overall_interval
 
-    k = np.unique(cl).size
-    q = norm.cdf(-np.sqrt(k / (k - 1)) * student_t.ppf(0.95, k - 1))
-    assert r["lo"] == pytest.approx(np.quantile(reps, q), abs=1e-7)
-    assert r["hi"] == pytest.approx(np.quantile(reps, 1 - q), abs=1e-7)
+    g = np.random.default_rng(7)
+    M = np.concatenate([draw_cluster_weights(np.zeros(25, np.int64), m, g) for m in (50, 10)], axis=1)
+    codes = np.unique(cl, return_inverse=True)[1]
+    lo, hi = studentized_overall_interval("eer", s, y, codes, 25, M, reps, 0.9)
+    assert r["lo"] == pytest.approx(lo, abs=1e-7) and r["hi"] == pytest.approx(hi, abs=1e-7)
+    assert r["lo"] < r["eer"] < r["hi"]
 
 
 def test_gaussian_fit_to_skewed_scores_warns_and_points_at_transform():

@@ -141,7 +141,7 @@ def _cmd_eer(args: argparse.Namespace) -> int:
     if args.n_boot:
         result.update({"eer_lo": eer.lo, "eer_hi": eer.hi, "min_dcf_lo": md.lo, "min_dcf_hi": md.hi,
                        "n_boot": args.n_boot, "ci": args.ci, "seed": args.seed, "cluster": args.speaker or "trial",
-                       "interval": "expanded"})
+                       "interval": getattr(eer, "interval", "expanded")})
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -159,7 +159,8 @@ def _cmd_eer(args: argparse.Namespace) -> int:
     other = "unnormalised" if args.normalize else "normalised"
     print(f"{path}: {y.size} trials ({n_pos} positive, {y.size - n_pos} negative)")
     if args.n_boot:
-        print(f"intervals: {100 * args.ci:g} % expanded-percentile, {args.n_boot} speaker-cluster bootstrap replicates "
+        print(f"intervals: {100 * args.ci:g} % {getattr(eer, 'interval', 'expanded')} (EER; minDCF, actDCF and Cllr "
+              f"studentized), {args.n_boot} speaker-cluster bootstrap replicates "
               f"(cluster: {args.speaker or 'each trial'}), seed {args.seed}")
     print(f"EER ({args.method}): {100 * float(eer):.4f} %{iv(getattr(eer, 'lo', 0), getattr(eer, 'hi', 0), 100)}")
     print(f"minDCF (p_target={args.p_target:g}, c_miss={args.c_miss:g}, c_fa={args.c_fa:g}, {norm}): "

@@ -76,7 +76,8 @@ class Estimate(float):
 
     Attributes: ``lo``, ``hi`` (interval ends, NaN when not computed), ``ci`` (level),
     ``n_boot`` (replicates), ``n_clusters`` (speakers, or trials without a speaker column)
-    and ``interval`` (the method, ``"expanded"``: see :mod:`scoremix.fairness.resampling`).
+    and ``interval`` (the method: ``"studentized"``, :mod:`scoremix.fairness.overall`, or
+    ``"expanded"``, :mod:`scoremix.fairness.resampling`).
     Arithmetic returns plain floats; ``float(e)`` is the point estimate.
     """
 
@@ -196,7 +197,10 @@ def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, 
 
     ``weighted``: a :class:`WeightedReplicates` factory ``(scores, y, clusters, C) -> it`` for
     ``stat`` — the built-in metrics use it to compute all replicates at once from the same
-    weights (the same replicates, orders of magnitude faster on large tables).
+    weights (the same replicates, orders of magnitude faster on large tables) and get the
+    *studentised* interval of :mod:`scoremix.fairness.overall` (the method of the subgroup
+    tables; the expanded interval above where it is undefined).  ``Estimate.interval`` says
+    which interval was made.
     """
     from scoremix.fairness.bootstrap import draw_cluster_weights
     from scoremix.fairness.resampling import expanded_percentile_interval, shift_t_interval
@@ -232,6 +236,12 @@ def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, 
                 reps[b] = float(stat(s[idx], y[idx]))
             except TrialTableError:
                 reps[b] = np.nan
+    if weighted is not None:
+        from scoremix.fairness.overall import studentized_overall_interval
+
+        slo, shi = studentized_overall_interval(w.kind, w.s, w.y, w.cl, w.C, M, reps, ci, **w.params)
+        if not (np.isnan(slo) or np.isnan(shi)):
+            return Estimate(point, slo, shi, ci, int(n_boot), C, "studentized")
     nn = np.array([float(C)])
     if minimum:
         lo, hi = shift_t_interval(np.array([point]), reps[None, :], nn, ci)
@@ -259,7 +269,7 @@ def _maybe_interval(value: float, stat: Any, scores: Any, labels: Any, n_boot: i
         return value
     est = cluster_bootstrap(stat, scores, labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci,
                             weighted=weighted)
-    return Estimate(value, est.lo, est.hi, est.ci, est.n_boot, est.n_clusters)
+    return Estimate(value, est.lo, est.hi, est.ci, est.n_boot, est.n_clusters, est.interval)
 
 
 # ----------------------------------------------------------------------------- inputs

@@ -160,11 +160,14 @@ def two_way_pairs(enrol: np.ndarray, test: np.ndarray, n_enrol: int, n_test: int
     return pair.astype(np.int64), design
 
 
-def rocch_eer_from_rates(p_miss: np.ndarray, p_fa: np.ndarray, n_iter: int = 45) -> np.ndarray:
+def rocch_eer_from_rates(p_miss: np.ndarray, p_fa: np.ndarray, n_iter: int = 45,
+                         return_alpha: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """ROCCH EER from miss/false-alarm rates at a sufficient set of thresholds.
 
     ``p_miss``, ``p_fa``: ``(K, B)``; returns ``(B,)``
-    ``max_α min_k α·p_miss[k] + (1-α)·p_fa[k]`` (NaN where a column has NaN).
+    ``max_α min_k α·p_miss[k] + (1-α)·p_fa[k]`` (NaN where a column has NaN); with
+    ``return_alpha`` also the maximising ``α`` ``(B,)`` (the slope weight of the hull
+    segment that meets the diagonal).
     """
     p_miss = np.asarray(p_miss, dtype=float)
     p_fa = np.asarray(p_fa, dtype=float)
@@ -189,9 +192,15 @@ def rocch_eer_from_rates(p_miss: np.ndarray, p_fa: np.ndarray, n_iter: int = 45)
         fc, fd = np.where(right, fd, f_new), np.where(right, f_new, fc)
         a, b, c, d = a_new, b_new, c_new, d_new
     lo, hi = a, b
-    out = np.maximum(np.maximum(fc, fd), np.maximum(f(lo), f(hi)))
+    cands = np.stack([c, d, lo, hi])
+    vals = np.stack([fc, fd, f(lo), f(hi)])
+    best = np.argmax(vals, axis=0)
+    out = vals[best, np.arange(B)]
     bad = np.isnan(p_miss).any(axis=0) | np.isnan(p_fa).any(axis=0)
-    return np.where(bad, np.nan, out)
+    out = np.where(bad, np.nan, out)
+    if return_alpha:
+        return out, np.where(bad, np.nan, cands[best, np.arange(B)])
+    return out
 
 
 @dataclass

@@ -71,8 +71,10 @@ def order_preserving_finite(scores: Any) -> np.ndarray:
 
 def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: int = 200, level: float = 0.95,
                            seed: int | np.random.Generator | None = 0) -> dict[str, float]:
-    """Empirical ROCCH EER with a cluster-bootstrap interval (the expanded percentile interval
-    of :func:`scoremix.fairness.resampling.measure_intervals`, small-sample ``t`` levels for the
+    """Empirical ROCCH EER with a cluster-bootstrap interval: the studentised interval of
+    :func:`scoremix.fairness.overall.studentized_overall_interval` (the method of ``sm.eer(...,
+    n_boot=)``), or where that is undefined the expanded percentile interval of
+    :func:`scoremix.fairness.resampling.measure_intervals` (small-sample ``t`` levels for the
     ``n`` clusters).
 
     Parameters
@@ -89,8 +91,8 @@ def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: in
     dict with ``eer``, ``lo``, ``hi`` and ``se_logit`` (bootstrap SD of the logit EER;
     NaN without replicates).
     """
-    from scoremix.fairness.bootstrap import Population, draw_cluster_weights, rocch_eer_from_rates
-    from scoremix.metrics import eer
+    from scoremix.fairness.bootstrap import draw_cluster_weights
+    from scoremix.metrics import WeightedReplicates, eer
 
     s = order_preserving_finite(scores)
     yy = np.asarray(y).astype(bool)
@@ -106,21 +108,21 @@ def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: in
     _, cl = np.unique(cl, return_inverse=True)
     C = int(cl.max()) + 1
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    pop = Population(s, yy, cl, C)
-    boot = []
-    for b0 in range(0, n_boot, 50):
-        M = draw_cluster_weights(np.zeros(C, np.int64), min(50, n_boot - b0), rng)
-        pm, pf = pop.counts(M).rates()
-        boot.append(rocch_eer_from_rates(pm, pf))
-    e = np.concatenate(boot)
-    e = e[np.isfinite(e)]
+    M = np.concatenate([draw_cluster_weights(np.zeros(C, np.int64), min(50, n_boot - b0), rng)
+                        for b0 in range(0, n_boot, 50)], axis=1)
+    e_all = WeightedReplicates("eer", s, yy, cl, C)(M)
+    e = e_all[np.isfinite(e_all)]
     if e.size < 2:
         return out
+    from scoremix.fairness.overall import studentized_overall_interval
     from scoremix.fairness.resampling import measure_intervals
 
-    lo, hi = measure_intervals({"eer": e[None, :]}, {"eer": np.array([out["eer"]])}, np.array([C], float), level,
-                               ["eer"], "expanded")["eer"]
-    out["lo"], out["hi"] = float(lo[0]), float(hi[0])
+    lo, hi = studentized_overall_interval("eer", s, yy, cl, C, M, e_all, level)
+    if np.isnan(lo) or np.isnan(hi):
+        elo, ehi = measure_intervals({"eer": e[None, :]}, {"eer": np.array([out["eer"]])}, np.array([C], float),
+                                     level, ["eer"], "expanded")["eer"]
+        lo, hi = float(elo[0]), float(ehi[0])
+    out["lo"], out["hi"] = lo, hi
     n_min = min(int(yy.sum()), int((~yy).sum()))
     ec = np.clip(e, 0.5 / n_min, 1 - 0.5 / n_min)
     out["se_logit"] = float(np.std(np.log(ec / (1 - ec)), ddof=1))
