@@ -399,9 +399,11 @@ def _cmd_fairness(args: argparse.Namespace) -> int:
             check_direction(df["score"].to_numpy(float), df["y"].to_numpy())
         with warnings.catch_warnings():  # checked once above, not again per subgroup
             warnings.simplefilter("ignore", ScoreDirectionWarning)
+            two_way = {} if args.test_speaker is None else {"test_speaker": args.test_speaker, "resample": "two-way"}
             res = subgroup_dcf(df, args.groups, score="score", label="y", speaker=args.speaker,
                                p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa, normalize=args.normalize,
-                               n_boot=args.n_boot, ci=args.ci, random_state=args.seed, progress=not args.no_progress)
+                               n_boot=args.n_boot, ci=args.ci, random_state=args.seed, progress=not args.no_progress,
+                               **two_way)
     except (SubgroupError, ValueError, KeyError, OSError) as exc:
         return _fail("fairness", str(path), exc)
     import pandas as pd
@@ -423,7 +425,8 @@ def _cmd_fairness(args: argparse.Namespace) -> int:
           f"{res.fairness_index:.4g}{fi_ci} over {res.n_subgroups} subgroups{share}")
     if args.n_boot:
         print(f"intervals: {100 * args.ci:g} % {res.settings.get('interval', 'expanded')}, {args.n_boot} "
-              f"speaker-cluster bootstrap replicates; reliable = measured coverage >= 0.90 "
+              f"{'speaker-cluster' if args.test_speaker is None else 'two-way (enrolment x test speaker)'} "
+              f"bootstrap replicates; reliable = measured coverage >= 0.90 "
               f"(docs/intervals.md)")
     if args.csv:
         out = Path(args.csv)
@@ -575,6 +578,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", default="label", metavar="COL", help="label column (default: label)")
     p.add_argument("--positive", default=None, metavar="V", help="label value of the positive class")
     p.add_argument("--speaker", default="speaker", metavar="COL", help="speaker (cluster) column (default: speaker)")
+    p.add_argument("--test-speaker", default=None, metavar="COL",
+                   help="test speaker column: resample enrolment x test speakers (two-way bootstrap for crossed "
+                        "nontarget trials; docs/intervals.md)")
     p.add_argument("--n-boot", type=int, default=0, help="bootstrap replicates (default 0: no intervals)")
     p.add_argument("--ci", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
