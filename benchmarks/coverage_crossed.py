@@ -31,7 +31,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from scoremix.fairness.coverage import CoverageDesign, coverage_study
+from scoremix.fairness.coverage import CoverageDesign, coverage_pivot, coverage_study
 
 ACCEPT = ("ratio_overall", "fpr", "fnr", "fpr_ratio", "fnr_ratio", "dcf_at_overall")
 MEASURES = ACCEPT + ("min_dcf",)
@@ -68,16 +68,12 @@ def main() -> None:
     pd.set_option("display.width", 200)
     print(f"\n{n_sets} data sets per scenario, B = {n_boot}, 95 % studentized intervals; "
           f"{time.perf_counter() - t0:.0f} s\n")
-    cov = res.pivot_table(index=["measure", "scenario"], columns=["resample", "n_speakers"], values="covered",
-                          aggfunc="mean")
-    cov = cov.reindex(index=pd.MultiIndex.from_product([MEASURES, list(SCENARIOS)]))
+    cov = coverage_pivot(res, "resample", MEASURES, SCENARIOS)
     print("coverage (one-way = enrolment speakers only; two-way = enrolment x test speakers)")
     print(cov.round(3).to_string())
     with np.errstate(all="ignore"):
         res["log_width"] = np.log(res["hi"] / res["lo"])
-    wid = res.pivot_table(index=["measure", "scenario"], columns=["resample", "n_speakers"], values="log_width",
-                          aggfunc="median")
-    wid = wid.reindex(index=pd.MultiIndex.from_product([MEASURES, list(SCENARIOS)]))
+    wid = coverage_pivot(res, "resample", MEASURES, SCENARIOS, value="log_width", aggfunc="median")
     print("\nmedian log(hi/lo)")
     print(wid.round(2).to_string())
     worst = res[res.measure.isin(ACCEPT)].groupby(["resample", "scenario", "measure", "n_speakers"])["covered"] \

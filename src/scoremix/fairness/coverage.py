@@ -52,7 +52,7 @@ from scoremix.fairness.engine import CostSpec
 from scoremix.fairness.resampling import percentile_interval
 from scoremix.fairness.sveva import bootstrap_intervals, subgroup_dcf
 
-__all__ = ["CoverageDesign", "simulate_subgroup_trials", "true_subgroup_measures", "coverage_study",
+__all__ = ["CoverageDesign", "simulate_subgroup_trials", "true_subgroup_measures", "coverage_study", "coverage_pivot",
            "COVERAGE_MEASURES"]
 
 #: measures whose intervals the coverage study scores
@@ -216,3 +216,12 @@ def coverage_study(design: CoverageDesign, n_datasets: int, n_boot: int = 1000, 
                     "estimate": est, "lo": lo, "hi": hi, "covered": cov, "degenerate": ~(hi > lo),
                     "reliable": tab["reliable"].to_numpy()}))
     return pd.concat(out, ignore_index=True)
+
+
+def coverage_pivot(res: pd.DataFrame, by: str, measures: Sequence[str], scenarios: Sequence[str],
+                   value: str = "covered", aggfunc: str = "mean") -> pd.DataFrame:
+    """A long coverage table (:func:`coverage_study`, with a ``scenario`` column) as measure ×
+    scenario rows and ``by`` (e.g. ``"method"``) × subgroup size columns, rows in the order of
+    ``measures`` and ``scenarios``; ``value="log_width"`` with ``aggfunc="median"`` gives widths."""
+    tab = res.pivot_table(index=["measure", "scenario"], columns=[by, "n_speakers"], values=value, aggfunc=aggfunc)
+    return tab.reindex(index=pd.MultiIndex.from_product([list(measures), list(scenarios)]))
