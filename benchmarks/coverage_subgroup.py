@@ -30,7 +30,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from scoremix.fairness.coverage import COVERAGE_MEASURES, CoverageDesign, coverage_study
+from scoremix.fairness.coverage import COVERAGE_MEASURES, CoverageDesign, coverage_pivot, coverage_study
 
 ACCEPT = ("ratio_overall", "fpr", "fnr", "fpr_ratio", "fnr_ratio", "dcf_at_overall")
 
@@ -66,9 +66,7 @@ def main() -> None:
     pd.set_option("display.width", 200)
     print(f"\n{n_sets} data sets per scenario, B = {n_boot}, seed offset {args.seed_offset}, 95 % intervals; "
           f"{time.perf_counter() - t0:.0f} s\n")
-    cov = res.pivot_table(index=["measure", "scenario"], columns=["method", "n_speakers"], values="covered",
-                          aggfunc="mean")
-    cov = cov.reindex(index=pd.MultiIndex.from_product([COVERAGE_MEASURES, list(SCENARIOS)]))
+    cov = coverage_pivot(res, "method", COVERAGE_MEASURES, SCENARIOS)
     print("coverage (percentile = SVEva's, expanded = previous default, studentized = default)")
     print(cov.round(3).to_string())
     with np.errstate(all="ignore"):

@@ -141,7 +141,7 @@ def _cmd_eer(args: argparse.Namespace) -> int:
     if args.n_boot:
         result.update({"eer_lo": eer.lo, "eer_hi": eer.hi, "min_dcf_lo": md.lo, "min_dcf_hi": md.hi,
                        "n_boot": args.n_boot, "ci": args.ci, "seed": args.seed, "cluster": args.speaker or "trial",
-                       "interval": "expanded"})
+                       "interval": getattr(eer, "interval", "expanded")})
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -159,7 +159,8 @@ def _cmd_eer(args: argparse.Namespace) -> int:
     other = "unnormalised" if args.normalize else "normalised"
     print(f"{path}: {y.size} trials ({n_pos} positive, {y.size - n_pos} negative)")
     if args.n_boot:
-        print(f"intervals: {100 * args.ci:g} % expanded-percentile, {args.n_boot} speaker-cluster bootstrap replicates "
+        print(f"intervals: {100 * args.ci:g} % {getattr(eer, 'interval', 'expanded')} (EER; minDCF, actDCF and Cllr "
+              f"studentized), {args.n_boot} speaker-cluster bootstrap replicates "
               f"(cluster: {args.speaker or 'each trial'}), seed {args.seed}")
     print(f"EER ({args.method}): {100 * float(eer):.4f} %{iv(getattr(eer, 'lo', 0), getattr(eer, 'hi', 0), 100)}")
     print(f"minDCF (p_target={args.p_target:g}, c_miss={args.c_miss:g}, c_fa={args.c_fa:g}, {norm}): "
@@ -404,9 +405,11 @@ def _cmd_fairness(args: argparse.Namespace) -> int:
             check_direction(df["score"].to_numpy(float), df["y"].to_numpy())
         with warnings.catch_warnings():  # checked once above, not again per subgroup
             warnings.simplefilter("ignore", ScoreDirectionWarning)
+            two_way = {} if args.test_speaker is None else {"test_speaker": args.test_speaker, "resample": "two-way"}
             res = subgroup_dcf(df, args.groups, score="score", label="y", speaker=args.speaker,
                                p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa, normalize=args.normalize,
-                               n_boot=args.n_boot, ci=args.ci, random_state=args.seed, progress=not args.no_progress)
+                               n_boot=args.n_boot, ci=args.ci, random_state=args.seed, progress=not args.no_progress,
+                               **two_way)
     except (SubgroupError, ValueError, KeyError, OSError) as exc:
         return _fail("fairness", str(path), exc)
     import pandas as pd
@@ -428,7 +431,8 @@ def _cmd_fairness(args: argparse.Namespace) -> int:
           f"{res.fairness_index:.4g}{fi_ci} over {res.n_subgroups} subgroups{share}")
     if args.n_boot:
         print(f"intervals: {100 * args.ci:g} % {res.settings.get('interval', 'expanded')}, {args.n_boot} "
-              f"speaker-cluster bootstrap replicates; reliable = measured coverage >= 0.90 "
+              f"{'speaker-cluster' if args.test_speaker is None else 'two-way (enrolment x test speaker)'} "
+              f"bootstrap replicates; reliable = measured coverage >= 0.90 "
               f"(docs/intervals.md)")
     if args.csv:
         out = Path(args.csv)
@@ -580,6 +584,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", default="label", metavar="COL", help="label column (default: label)")
     p.add_argument("--positive", default=None, metavar="V", help="label value of the positive class")
     p.add_argument("--speaker", default="speaker", metavar="COL", help="speaker (cluster) column (default: speaker)")
+    p.add_argument("--test-speaker", default=None, metavar="COL",
+                   help="test speaker column: resample enrolment x test speakers (two-way bootstrap for crossed "
+                        "nontarget trials; docs/intervals.md)")
     p.add_argument("--n-boot", type=int, default=0, help="bootstrap replicates (default 0: no intervals)")
     p.add_argument("--ci", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Population", "draw_cluster_weights", "rocch_eer_from_rates", "weighted_rates_at"]
+__all__ = ["Population", "TwoWayDesign", "draw_cluster_weights", "rocch_eer_from_rates", "two_way_pairs",
+           "weighted_rates_at"]
 
 _GOLD = (np.sqrt(5.0) - 1.0) / 2.0
 
@@ -70,6 +71,93 @@ def draw_cluster_weights(strata: np.ndarray, n_boot: int, rng: np.random.Generat
         counts = np.bincount(flat, minlength=n_boot * ns).reshape(n_boot, ns)
         M[idx, :] = counts.T
     return M
+
+
+@dataclass(frozen=True)
+class TwoWayDesign:
+    r"""Crossed (two-way, "pigeonhole") resampling of enrolment × test speakers (Owen 2007).
+
+    The resampling *units* are the ``R`` enrolment speakers followed by the ``T`` test speakers;
+    a replicate's unit weights ``M`` ``(R + T, B)`` are drawn by :func:`draw_cluster_weights`
+    (independent multinomials per side, within strata).  Trials are grouped into *pairs*
+    ``p = (e, t)`` (the trials of one enrolment speaker against one test speaker); pair ``p``
+    gets the product weight
+
+    .. math::
+
+        W_{pb} = M^{E}_{e(p)b}\,M^{T}_{t(p)b} \quad\text{(nontarget pairs)},\qquad
+        W_{pb} = M^{E}_{e(p)b} \quad\text{(target pairs, } t(p) = -1\text{)}:
+
+    in a target trial enrolment and test speaker are the same person, whose dependence the
+    enrolment side already resamples.
+
+    Attributes
+    ----------
+    pair_enrol:
+        ``(P,)`` enrolment unit of each pair, in ``[0, R)``.
+    pair_test:
+        ``(P,)`` test unit of each pair, in ``[0, T)``, or ``-1`` for target pairs.
+    n_enrol, n_test:
+        ``R`` and ``T``.
+    """
+
+    pair_enrol: np.ndarray
+    pair_test: np.ndarray
+    n_enrol: int
+    n_test: int
+
+    @property
+    def n_pairs(self) -> int:
+        return int(self.pair_enrol.size)
+
+    @property
+    def n_units(self) -> int:
+        return int(self.n_enrol + self.n_test)
+
+    def side_weights(self, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(W^E, W^T)`` ``(P, B)``: each pair's enrolment-side and test-side factor (1 for target pairs)."""
+        M = np.asarray(M, dtype=np.float64)
+        if M.shape[0] != self.n_units:
+            raise ValueError(f"two-way weights need {self.n_units} rows (enrolment then test speakers), "
+                             f"got {M.shape[0]}")
+        we = M[self.pair_enrol]
+        wt = np.ones_like(we)
+        nt = self.pair_test >= 0
+        wt[nt] = M[self.n_enrol + self.pair_test[nt]]
+        return we, wt
+
+    def pair_weights(self, M: np.ndarray) -> np.ndarray:
+        """``(P, B)`` pair weights ``W`` (class docstring) from unit weights ``M`` ``(R + T, B)``."""
+        we, wt = self.side_weights(M)
+        return we * wt
+
+
+def two_way_pairs(enrol: np.ndarray, test: np.ndarray, n_enrol: int, n_test: int
+                  ) -> tuple[np.ndarray, TwoWayDesign]:
+    """Pair codes of trials for :class:`TwoWayDesign`.
+
+    Parameters
+    ----------
+    enrol:
+        ``(n,)`` enrolment unit of every trial, in ``[0, n_enrol)``.
+    test:
+        ``(n,)`` test unit of every trial, in ``[0, n_test)``, or ``-1`` where the trial carries
+        the enrolment weight only (target trials).
+    n_enrol, n_test:
+        numbers of units per side.
+
+    Returns
+    -------
+    ``(pair (n,), design)``: the pair code of every trial (pairs sorted by enrolment, then test
+    unit) and the design.
+    """
+    enrol = np.asarray(enrol, dtype=np.int64)
+    test = np.asarray(test, dtype=np.int64)
+    key = enrol * (int(n_test) + 1) + (test + 1)
+    ukey, pair = np.unique(key, return_inverse=True)
+    design = TwoWayDesign(pair_enrol=ukey // (int(n_test) + 1), pair_test=ukey % (int(n_test) + 1) - 1,
+                          n_enrol=int(n_enrol), n_test=int(n_test))
+    return pair.astype(np.int64), design
 
 
 def rocch_eer_from_rates(p_miss: np.ndarray, p_fa: np.ndarray, n_iter: int = 45,

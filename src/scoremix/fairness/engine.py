@@ -14,8 +14,9 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from scoremix.fairness.bootstrap import Population, rocch_eer_from_rates, weighted_rates_at
-from scoremix.fairness.linearize import LOG_SE_MEASURES, StratifiedVariance, cluster_counts_at, ratio_influence
+from scoremix.fairness.bootstrap import Population, TwoWayDesign, rocch_eer_from_rates, weighted_rates_at
+from scoremix.fairness.linearize import (LOG_SE_MEASURES, CrossedVariance, StratifiedVariance, cluster_counts_at,
+                                         ratio_influence)
 from scoremix.fairness.subgroups import SubgroupError, Subgroups
 
 __all__ = ["CostSpec", "Engine", "assemble_measures", "cluster_codes", "MEASURES"]
@@ -106,14 +107,30 @@ class Engine:
         evaluated at the data's thresholds (keys ``fix_<measure>``) and the speaker-cluster
         standard error of its log there (``se_log_<measure>``), the inputs of the studentised
         interval.
+    two_way:
+        crossed enrolment × test-speaker resampling: ``clusters`` are then the pair codes of
+        :class:`~scoremix.fairness.bootstrap.TwoWayDesign` (``n_clusters`` = its ``n_pairs``),
+        the weights given to :meth:`measures` are *unit* weights ``(R + T, B)`` (enrolment, then
+        test speakers) turned into pair weights by ``two_way.pair_weights``, ``strata`` are the
+        units' strata and the standard errors are two-way
+        (:class:`~scoremix.fairness.linearize.CrossedVariance`).
     """
 
     def __init__(self, scores: np.ndarray, y: np.ndarray, clusters: np.ndarray, n_clusters: int,
-                 sg: Subgroups, cost: CostSpec, with_eer: bool = True, strata: np.ndarray | None = None) -> None:
+                 sg: Subgroups, cost: CostSpec, with_eer: bool = True, strata: np.ndarray | None = None,
+                 two_way: TwoWayDesign | None = None) -> None:
         self.cost = cost
         self._y = np.asarray(y)
         self._cl = np.asarray(clusters, dtype=np.int64)
-        self._var = StratifiedVariance(strata) if strata is not None else None
+        self.two_way = two_way
+        self._var: StratifiedVariance | CrossedVariance | None
+        if two_way is None:
+            self._var = StratifiedVariance(strata) if strata is not None else None
+        else:
+            if int(n_clusters) != two_way.n_pairs:
+                raise ValueError(f"a two-way engine needs n_clusters = {two_way.n_pairs} pairs, got {n_clusters}")
+            st = None if strata is None else np.asarray(strata)
+            self._var = None if st is None else CrossedVariance(two_way, st[:two_way.n_enrol], st[two_way.n_enrol:])
         self._thr0: tuple[int, list[int | None]] | None = None
         self.sg = sg
         self.G = sg.n_groups
@@ -137,7 +154,10 @@ class Engine:
 
     @property
     def n_candidates(self) -> int:
-        return self.overall.n_candidates + sum(p.n_candidates for p in self.pops if p is not None)
+        """Rows of the per-replicate count matrices (sizes the bootstrap's chunks); a two-way
+        engine adds its dense pair weights."""
+        n = self.overall.n_candidates + sum(p.n_candidates for p in self.pops if p is not None)
+        return n if self.two_way is None else n + self.two_way.n_pairs
 
     def _point_thresholds(self) -> tuple[int, list[int | None]]:
         """Value indices of the point estimates' ``τ*`` and of every subgroup's own minimiser."""
@@ -147,12 +167,23 @@ class Engine:
             self._thr0 = (int(self._min_cost(self.overall, one)["thr_rank"][0]), own)
         return self._thr0
 
-    def _at_fixed_thresholds(self, M: np.ndarray) -> dict[str, np.ndarray]:
-        """For weights ``M``, every measure of :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES`
-        evaluated at the *point estimate's* thresholds (``τ*`` of the data, and each subgroup's own
+    def _at_fixed_thresholds(self, M: np.ndarray, U: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """For (pair) weights ``M`` and, two-way, unit weights ``U``, every measure of
+        :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES` evaluated at the *point estimate's* thresholds (``τ*`` of the data, and each subgroup's own
         minimiser for ``min_dcf``) as ``fix_<measure>``, and the standard error of its log as
         ``se_log_<measure>`` (see :mod:`scoremix.fairness.linearize`); arrays ``(G, B)``."""
         assert self._var is not None
+        var = self._var
+        if isinstance(var, CrossedVariance):
+            assert U is not None
+            pw = var.pair_weights(U)
+
+            def variance(Z: np.ndarray) -> np.ndarray:
+                return var(Z, U, pw)
+        else:
+            def variance(Z: np.ndarray) -> np.ndarray:
+                return var(Z, M)
+
         a, b = self.cost.weights
         G, B, C = self.G, M.shape[1], self.C
         thr0, own0 = self._point_thresholds()
@@ -178,19 +209,22 @@ class Engine:
                 idx = self._m_idx[g]
                 if idx.size == 0:
                     continue
-                L = logs(*cluster_counts_at(self._m_rank[idx], self._m_y[idx], self._m_cl[idx], C, tau))
+                L = L_tau = logs(*cluster_counts_at(self._m_rank[idx], self._m_y[idx], self._m_cl[idx], C, tau))
                 for m, v, Z in (("dcf_at_overall", L["dcf"], L["A_dcf"]), ("fpr", L["fpr"], L["A_fpr"]),
                                 ("fnr", L["fnr"], L["A_fnr"]),
                                 ("ratio_overall", L["dcf"] / dcf_a, L["A_dcf"] - J["dcf"]),
                                 ("fpr_ratio", L["fpr"] / fpr_a, L["A_fpr"] - J["fpr"]),
                                 ("fnr_ratio", L["fnr"] / fnr_a, L["A_fnr"] - J["fnr"])):
                     out[f"fix_{m}"][g] = v
-                    out[f"se_log_{m}"][g] = np.sqrt(self._var(Z, M))
+                    out[f"se_log_{m}"][g] = np.sqrt(variance(Z))
                 pop = self.pops[g]
                 if pop is not None and own0[g] is not None:
                     L = logs(*cluster_counts_at(pop.rank, self._m_y[idx], self._m_cl[idx], C, np.full(B, own0[g])))
                     out["fix_min_dcf"][g] = L["dcf"]
-                    out["se_log_min_dcf"][g] = np.sqrt(self._var(L["A_dcf"], M))
+                    out["se_log_min_dcf"][g] = np.sqrt(variance(L["A_dcf"]))
+                    # ratio_own = minDCF_g / C_g(τ*): both read at the data's thresholds
+                    out["fix_ratio_own"][g] = L["dcf"] / L_tau["dcf"]
+                    out["se_log_ratio_own"][g] = np.sqrt(variance(L["A_dcf"] - L_tau["A_dcf"]))
         return out
 
     def _min_cost(self, pop: Population, M: np.ndarray):
@@ -210,12 +244,15 @@ class Engine:
         return out
 
     def measures(self, M: np.ndarray) -> dict[str, np.ndarray]:
-        """Evaluate for weights ``M`` ``(C, B)``.
+        """Evaluate for weights ``M`` ``(C, B)`` (two-way: unit weights ``(R + T, B)``).
 
         Returns a dict with overall ``(B,)`` arrays ``all_min_dcf, all_threshold, all_fpr,
         all_fnr, all_eer, fairness_index`` and per-subgroup ``(G, B)`` arrays of
         :data:`MEASURES` plus ``n_pos, n_neg, n_errors``.
         """
+        U = None
+        if self.two_way is not None:
+            U, M = M, self.two_way.pair_weights(M)
         B = M.shape[1]
         ov = self._min_cost(self.overall, M)
         fn, fp = weighted_rates_at(self._m_rank, self._m_y, self._m_cl, self._m_g, self.G, ov["thr_rank"], M)
@@ -239,7 +276,7 @@ class Engine:
             own["n_neg"][g] = o["n_neg"]
         res = assemble_measures(res, own, fn, fp, ov, self.cost)
         if self._var is not None:
-            res.update(self._at_fixed_thresholds(M))
+            res.update(self._at_fixed_thresholds(M, U))
         return res
 
 

@@ -20,7 +20,8 @@ subgroup ``g``), and its log has the cluster influence (linearisation)
 trials (``J_c``); a ratio to an overall quantity has the influence ``A_{gc} − J_c``
 (``ratio_overall``: ``dcf`` over the overall minDCF, whose derivative in ``τ`` vanishes at
 ``τ*``; ``fpr_ratio``, ``fnr_ratio``).  ``min_dcf`` of a subgroup is the ``dcf`` influence at
-its own minimising threshold (envelope theorem).  For speakers drawn within strata
+its own minimising threshold (envelope theorem), and ``ratio_own = minDCF_g / C_g(τ*)`` has
+the difference of the two ``dcf`` influences (own minimiser minus ``τ*``).  For speakers drawn within strata
 (subgroups) ``s`` of ``n_s`` speakers the variance of the log measure is
 
 .. math::
@@ -31,6 +32,28 @@ its own minimising threshold (envelope theorem).  For speakers drawn within stra
 the usual stratified cluster (sandwich) variance; strata of one speaker contribute 0.
 The threshold is held fixed: the variability of ``τ*`` is left to the bootstrap, whose
 ``t`` distribution absorbs it.
+
+**Crossed (two-way) resampling.**  When enrolment speakers ``e`` and test speakers ``t``
+are both resampled (:class:`~scoremix.fairness.bootstrap.TwoWayDesign`, pair weights
+``W_p = m^E_e m^T_t``), the same influences are computed per *pair* ``p = (e, t)``
+(``Z_p``) and summed to each side, a drawn copy of a speaker carrying the other side's
+multiplicities: ``Z^E_e = Σ_{p∋e} m^T_{t(p)} Z_p`` and ``Z^T_t = Σ_{p∋t} m^E_{e(p)} Z_p``.
+With ``V_E``, ``V_T`` the stratified sandwiches above of ``Z^E`` (enrolment strata) and
+``Z^T`` (test strata), and the pair part ``V_P = Σ_{p:\,t(p)≥0} W_p Z_p^2``, the variance
+is Owen's (2007) two-way estimate
+
+.. math::
+
+    \widehat{\mathrm{Var}}_2 = \max\big(V_E + V_T - V_P,\; V_E,\; V_T\big).
+
+For ``Z_{et} = α_e + β_t + ε_{et}`` (``R`` enrolment × ``T`` test speakers)
+``E V_E ≈ σ_α²/R + σ_ε²/(RT)``, ``E V_T ≈ σ_β²/T + σ_ε²/(RT)`` and
+``E V_P ≈ (σ_α² + σ_β² + σ_ε²)/(RT)``: the pair-level noise counted in both sides is
+subtracted once.  The difference can fall below one side's sandwich when the other side
+has no effect of its own (it is then that side's sandwich minus noise); each side's
+one-way sandwich is a consistent estimate of the variance that side alone causes, so the
+larger of the two is kept as a floor.  Target pairs (``t(p) = -1``, enrolment weight only)
+enter ``Z^E`` alone.
 """
 
 from __future__ import annotations
@@ -38,10 +61,13 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["LOG_SE_MEASURES", "cluster_counts_at", "StratifiedVariance", "ratio_influence"]
+from scoremix.fairness.bootstrap import TwoWayDesign
+
+__all__ = ["LOG_SE_MEASURES", "cluster_counts_at", "StratifiedVariance", "CrossedVariance", "ratio_influence"]
 
 #: measures that get a log-scale standard error per replicate (key ``se_log_<measure>``)
-LOG_SE_MEASURES = ("dcf_at_overall", "min_dcf", "ratio_overall", "fpr", "fnr", "fpr_ratio", "fnr_ratio")
+LOG_SE_MEASURES = ("dcf_at_overall", "min_dcf", "ratio_overall", "fpr", "fnr", "fpr_ratio", "fnr_ratio",
+                   "ratio_own")
 
 
 def cluster_counts_at(rank: np.ndarray, y: np.ndarray, clusters: np.ndarray, n_clusters: int,
@@ -107,3 +133,57 @@ class StratifiedVariance:
         s2 = np.asarray(self._S @ (M * Z * Z))
         v = self._f[:, None] * (s2 - s1 ** 2 / self._n[:, None])
         return np.maximum(np.sum(v, axis=0), 0.0)
+
+
+class CrossedVariance:
+    """The two-way variance ``max(V_E + V_T − V_P, V_E, V_T)`` of the module docstring.
+
+    Parameters
+    ----------
+    design:
+        the pairs (enrolment unit, test unit or ``-1`` for a target pair) and unit counts.
+    enrol_strata, test_strata:
+        ``(R,)`` and ``(T,)`` strata of the units of each side.
+    """
+
+    def __init__(self, design: TwoWayDesign, enrol_strata: np.ndarray, test_strata: np.ndarray) -> None:
+        pe = np.asarray(design.pair_enrol, dtype=np.int64)
+        pt = np.asarray(design.pair_test, dtype=np.int64)
+        self.design = design
+        self.R, self.T = int(design.n_enrol), int(design.n_test)
+        if np.asarray(enrol_strata).size != self.R or np.asarray(test_strata).size != self.T:
+            raise ValueError(f"strata of {self.R} enrolment and {self.T} test speakers expected, got "
+                             f"{np.asarray(enrol_strata).size} and {np.asarray(test_strata).size}")
+        P = pe.size
+        nt = pt >= 0
+        cols = np.arange(P)
+        self._Ae = sp.csr_matrix((np.ones(P), (pe, cols)), shape=(self.R, P))
+        self._At = sp.csr_matrix((np.ones(int(nt.sum())), (pt[nt], cols[nt])), shape=(self.T, P))
+        self._ve = StratifiedVariance(enrol_strata)
+        self._vt = StratifiedVariance(test_strata)
+
+    def pair_weights(self, M: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(w^E, w^T, W)`` ``(P, B)``: each pair's enrolment factor, test factor (1 for target
+        pairs) and their product, for unit weights ``M`` ``(R + T, B)`` (computed once per batch)."""
+        we, wt = self.design.side_weights(M)
+        return we, wt, we * wt
+
+    def parts(self, Z: np.ndarray, M: np.ndarray,
+              weights: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(V_E, V_T, V_P)`` ``(B,)`` each, for pair influences ``Z`` ``(P, B)`` and unit weights
+        ``M`` ``(R + T, B)`` (enrolment units first); ``weights``: :meth:`pair_weights` of ``M``."""
+        we, wt, W = self.pair_weights(M) if weights is None else weights
+        Z0 = np.where(W > 0, Z, 0.0)
+        ve = self._ve(np.asarray(self._Ae @ (wt * Z0)), M[:self.R])
+        vt = self._vt(np.asarray(self._At @ (we * Z0)), M[self.R:]) if self.T else np.zeros(M.shape[1])
+        Z0 *= Z0
+        Z0 *= W
+        vp = np.asarray(self._At @ Z0).sum(axis=0) if self.T else np.zeros(M.shape[1])  # nontarget pairs only
+        return ve, vt, vp
+
+    def __call__(self, Z: np.ndarray, M: np.ndarray,
+                 weights: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        """``(B,)`` variance estimates (``weights``: :meth:`pair_weights` of ``M``, to reuse)."""
+        ve, vt, vp = self.parts(Z, M, weights)
+        return np.maximum(np.maximum(ve + vt - vp, ve), vt)

@@ -80,7 +80,7 @@ from scoremix.fairness.bootstrap import draw_cluster_weights
 from scoremix.fairness.engine import Engine, quiet_runtime_warnings
 from scoremix.fairness.linearize import LOG_SE_MEASURES
 
-__all__ = ["INTERVAL_METHODS", "MINIMA", "RATES", "MINIMUM_OPTIMISM", "measure_intervals", "cap_intervals", "fairness_index_speakers", "studentized_interval", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
+__all__ = ["INTERVAL_METHODS", "MINIMA", "RATES", "MINIMUM_OPTIMISM", "log_threshold_part", "ratio_own_threshold_part", "measure_intervals", "cap_intervals", "fairness_index_speakers", "studentized_interval", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
            "percentile_interval", "expanded_percentile_interval", "jackknife_weights", "jackknife_measures", "shift_t_interval", "expanded_z", "bca_t_levels", "bca_t_interval"]
 
 INTERVAL_METHODS = ("studentized", "expanded", "bca-t", "percentile")
@@ -296,8 +296,8 @@ def _row_quantiles(x: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 def studentized_interval(point: np.ndarray, se: np.ndarray, reps: np.ndarray, fixed: np.ndarray,
                          se_fixed: np.ndarray, ci: float, reflect_threshold: bool = True,
-                         optimism: float = 1.0, n: np.ndarray | None = None
-                         ) -> tuple[np.ndarray, np.ndarray]:
+                         optimism: float = 1.0, n: np.ndarray | None = None,
+                         threshold_part: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The studentised interval with a re-estimated threshold (module docstring).
 
     On the log scale, ``log θ̂ − log θ`` is approximated by the replicates of
@@ -312,6 +312,8 @@ def studentized_interval(point: np.ndarray, se: np.ndarray, reps: np.ndarray, fi
     instead of ``ŝ·T_b − D_b``.  ``n`` (``(G,)`` speakers per row): tail levels
     ``Φ(∓z_{1−α/2}·√(n/(n−1)))`` instead of ``α/2`` — the threshold part is a percentile term
     whose bootstrap variance is ``(n−1)/n`` of the real one (NaN for ``n < 2``).
+    ``threshold_part``: ``(G, B)`` the term added to ``ŝ·T_b`` instead of ``±optimism·D_b`` (a
+    measure whose threshold part has pieces treated differently, :func:`ratio_own_threshold_part`).
 
     ``point``, ``se``: ``(G,)``; ``reps`` (``θ*_b``), ``fixed`` (``θ*_b(τ̂)``), ``se_fixed``
     (``ŝ*_b``): ``(G, B)``.  A zero value has log ``−∞``; a replicate with ``ŝ*_b = 0`` (one
@@ -331,7 +333,8 @@ def studentized_interval(point: np.ndarray, se: np.ndarray, reps: np.ndarray, fi
         shift = np.where((reps == 0) & (fixed == 0), 0.0, np.log(reps) - lf)
         shift = np.clip(shift, -big, big)
         weight = float(optimism) if reflect_threshold else -1.0
-        p = np.clip(se[:, None] * np.clip(t, -big, big), -big, big) + weight * shift
+        part = weight * shift if threshold_part is None else np.clip(np.atleast_2d(threshold_part), -big, big)
+        p = np.clip(se[:, None] * np.clip(t, -big, big), -big, big) + part
         p = np.where(np.isnan(reps) | np.isnan(fixed) | np.isinf(reps), np.nan, np.clip(p, -big, big))
         ok = np.isfinite(point) & (point > 0) & np.isfinite(se) & (se > 0)
         if n is None:
@@ -344,6 +347,22 @@ def studentized_interval(point: np.ndarray, se: np.ndarray, reps: np.ndarray, fi
         lo = point * np.exp(-p_hi)
         hi = point * np.exp(-p_lo)
     return np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
+
+
+def log_threshold_part(reps: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+    """``D_b = log θ*_b − log θ*_b(τ̂)`` (0 where both are 0), the threshold part of a replicate."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        reps, fixed = np.asarray(reps, float), np.asarray(fixed, float)
+        return np.where((reps == 0) & (fixed == 0), 0.0, np.log(reps) - np.log(fixed))
+
+
+def ratio_own_threshold_part(reps: dict[str, np.ndarray]) -> np.ndarray:
+    r"""Threshold part of ``ratio_own = minDCF_g / C_g(τ*)``: its minimum's part reflected with
+    weight :data:`MINIMUM_OPTIMISM` as for ``min_dcf``, its ``C_g(τ*)`` part as for
+    ``dcf_at_overall`` (unreflected, entering with the ratio's minus sign):
+    ``MINIMUM_OPTIMISM·D^{min}_b + D^{dcf}_b``."""
+    return (MINIMUM_OPTIMISM * log_threshold_part(reps["min_dcf"], reps["fix_min_dcf"])
+            + log_threshold_part(reps["dcf_at_overall"], reps["fix_dcf_at_overall"]))
 
 
 def fairness_index_speakers(ratio_overall: np.ndarray, n_speakers: np.ndarray) -> float:
@@ -405,11 +424,12 @@ def measure_intervals(reps: dict[str, np.ndarray], point: dict[str, np.ndarray],
             if key not in reps or fix not in reps or key not in point:
                 raise ValueError(f"interval 'studentized' needs {key!r} and {fix!r} in the point estimates and in "
                                  "every replicate piece (engines built with strata=, as subgroup_dcf_replicates does)")
-            minimum = m in MINIMA
+            minimum = m in MINIMA or m == "ratio_own"
+            part = ratio_own_threshold_part(reps) if m == "ratio_own" else None
             slo, shi = studentized_interval(pm, np.asarray(point[key], float).reshape(-1), reps[m], reps[fix],
                                             reps[key], ci, reflect_threshold=minimum,
                                             optimism=MINIMUM_OPTIMISM if minimum else 1.0,
-                                            n=n if minimum else None)
+                                            n=n if minimum else None, threshold_part=part)
             ok = ~np.isnan(slo) & ~np.isnan(shi)  # an infinite end is kept: the data cannot bound the measure
             lo, hi = np.where(ok, slo, lo), np.where(ok, shi, hi)
         if m in RATES:

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from scoremix.fairness.engine import MEASURES, CostSpec, Engine
-from scoremix.fairness.prepare import Prepared, prepare_trials
+from scoremix.fairness.prepare import RESAMPLING, Prepared, prepare_trials
 from scoremix.fairness.reliability import flag_degenerate, flag_rows
 from scoremix.fairness.resampling import (INTERVAL_METHODS, MINIMA, bca_t_interval, bootstrap_pieces, cap_intervals,
                                           concat_replicates, fairness_index_speakers,
@@ -140,7 +140,13 @@ def _point_table(prep: Prepared, point: dict[str, np.ndarray], min_speakers: int
     return tab
 
 
-def _validate(n_boot: int, ci: float, compat: str | None, interval: str = "studentized") -> None:
+def _validate(n_boot: int, ci: float, compat: str | None, interval: str = "studentized",
+              resample: str = "one-way") -> None:
+    if resample not in RESAMPLING:
+        raise ValueError(f"resample must be one of {RESAMPLING}, got {resample!r}")
+    if resample == "two-way" and interval == "bca-t":
+        raise ValueError("interval='bca-t' (delete-one-speaker jackknife) is not available with "
+                         "resample='two-way'; use 'studentized' (two-way standard errors), 'expanded' or 'percentile'")
     if interval not in INTERVAL_METHODS:
         raise ValueError(f"interval must be one of {INTERVAL_METHODS}, got {interval!r}")
     if n_boot < 0:
@@ -162,7 +168,7 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
                  test_speaker: str | None = None, test_groups: Sequence[str] | None = None,
                  speaker_table: pd.DataFrame | None = None, cluster: str | None = None,
                  min_errors: int = DEFAULT_MIN_ERRORS, eer: bool = True,
-                 interval: str = "studentized") -> SubgroupDCFResult:
+                 interval: str = "studentized", resample: str = "one-way") -> SubgroupDCFResult:
     """SVEva Fair subgroup measures with optional speaker-level cluster-bootstrap intervals.
 
     Parameters
@@ -178,6 +184,17 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
     speaker:
         the (enrolment) speaker column; the bootstrap resamples these speakers within
         their subgroup (``cluster=`` picks another column).
+    resample:
+        ``"one-way"`` (default): resample the speakers of one column (``cluster``, else
+        ``speaker``; the test speaker with ``membership="test"``).  ``"two-way"``: Owen's (2007)
+        crossed "pigeonhole" bootstrap of enrolment speakers (``speaker`` or ``cluster``, within
+        their subgroups) × test speakers (``test_speaker=``, all together, or within their
+        subgroups when ``membership`` uses the test speaker's attributes): independent
+        multinomial weights per side, a nontarget trial weighted by the product of its two
+        speakers' weights, a target trial by its enrolment speaker's weight only; the
+        studentised interval then uses the two-way standard error of
+        :mod:`scoremix.fairness.linearize`.  Use it when test speakers appear in nontarget
+        trials of several enrolment speakers (a crossed design); see ``docs/intervals.md``.
     p_target, c_miss, c_fa, normalize:
         cost parameters (SVEva defaults: 0.05, 1, 1, unnormalised).
     n_boot, ci, random_state:
@@ -212,9 +229,10 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
     -------
     SubgroupDCFResult
     """
-    _validate(n_boot, ci, compat, interval)
+    _validate(n_boot, ci, compat, interval, resample)
     cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
     if (hasattr(trials, "__dask_graph__") and n_boot == 0 and compat is None and membership == "enrol"
+            and resample == "one-way"
             and test_speaker is None and test_groups is None and speaker_table is None
             and cluster in (None, speaker)):
         # point measures of Dask input from per-partition counts; nothing row-sized is collected
@@ -225,7 +243,7 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
         settings = dict(groups=list(dprep.sg.attrs), p_target=p_target, c_miss=c_miss, c_fa=c_fa,
                         normalize=normalize, n_boot=0, ci=ci, random_state=random_state, compat=None,
                         membership=membership, min_speakers=min_speakers, min_errors=min_errors,
-                        interval=interval, eer=eer)
+                        interval=interval, eer=eer, resample=resample)
         overall = {k: float(point[f"all_{k}"][0]) for k in ("min_dcf", "threshold", "fpr", "fnr", "eer")}
         return SubgroupDCFResult(table=_point_table(dprep, point, min_speakers, min_errors),
                                  min_dcf=overall["min_dcf"], threshold=overall["threshold"],
@@ -234,18 +252,17 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
                                  replicates=None, _prepared=None)
     prep = prepare_trials(trials, groups, score=score, label=label, speaker=speaker, positive=positive,
                           membership=membership, test_speaker=test_speaker, test_groups=test_groups,
-                          speaker_table=speaker_table, cluster=cluster)
+                          speaker_table=speaker_table, cluster=cluster, resample=resample)
     settings = dict(groups=list(prep.sg.attrs), p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize,
                     n_boot=n_boot, ci=ci, random_state=random_state, compat=compat, membership=membership,
-                    min_speakers=min_speakers, min_errors=min_errors, interval=interval, eer=eer)
+                    min_speakers=min_speakers, min_errors=min_errors, interval=interval, eer=eer, resample=resample)
     if compat == "sveva":
         from scoremix.fairness.compat import sveva_point_measures
 
         point = sveva_point_measures(prep, cost)
         eng = None
     else:
-        eng = Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost, with_eer=eer,
-                     strata=prep.strata if n_boot > 0 and interval == "studentized" else None)
+        eng = make_engine(prep, cost, with_eer=eer, with_se=n_boot > 0 and interval == "studentized")
         point = eng.measures(np.ones((len(prep.cluster_labels), 1)))
     table = _point_table(prep, point, min_speakers, min_errors)
     overall = {k: float(point[f"all_{k}"][0]) for k in ("min_dcf", "threshold", "fpr", "fnr", "eer")}
@@ -271,7 +288,7 @@ def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: 
                             membership: str = "enrol", progress: bool = False, *,
                             test_speaker: str | None = None, test_groups: Sequence[str] | None = None,
                             speaker_table: pd.DataFrame | None = None, cluster: str | None = None,
-                            eer: bool = True) -> dict[str, np.ndarray]:
+                            eer: bool = True, resample: str = "one-way") -> dict[str, np.ndarray]:
     """Cluster-bootstrap replicates of every SVEva measure, in independently seeded pieces.
 
     Piece ``j`` draws ``counts[j]`` replicates from ``numpy.random.default_rng(seeds[j])``
@@ -283,7 +300,7 @@ def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: 
     Parameters
     ----------
     trials, groups, score, label, speaker, positive, p_target, c_miss, c_fa, normalize, membership,
-    test_speaker, test_groups, speaker_table, cluster, eer:
+    test_speaker, test_groups, speaker_table, cluster, eer, resample:
         as in :func:`subgroup_dcf`.
     seeds:
         one seed (int, ``numpy.random.SeedSequence`` or anything ``default_rng`` accepts) per piece.
@@ -301,9 +318,8 @@ def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: 
     cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
     prep = prepare_trials(trials, groups, score=score, label=label, speaker=speaker, positive=positive,
                           membership=membership, test_speaker=test_speaker, test_groups=test_groups,
-                          speaker_table=speaker_table, cluster=cluster)
-    eng = Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost, with_eer=eer,
-                 strata=prep.strata)
+                          speaker_table=speaker_table, cluster=cluster, resample=resample)
+    eng = make_engine(prep, cost, with_eer=eer)
     parts = [run_bootstrap([eng], prep.strata, n, np.random.default_rng(sd), progress=progress)[0]
              for sd, n in zip(seeds, counts)]
     return concat_replicates(parts)
@@ -364,6 +380,13 @@ def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, 
     return cap_intervals(iv, upper), (float(lo[0]), float(hi[0]))
 
 
+def make_engine(prep: Prepared, cost: CostSpec, with_eer: bool = True, with_se: bool = True) -> Engine:
+    """The counting engine of prepared trials (one-way or two-way, :attr:`Prepared.two_way`); with
+    ``with_se`` it also returns the standard errors the studentised interval needs."""
+    return Engine(prep.scores, prep.y, prep.clusters, prep.n_clusters, prep.sg, cost, with_eer=with_eer,
+                  strata=prep.strata if with_se else None, two_way=prep.two_way)
+
+
 def _engine_for(result: SubgroupDCFResult) -> Engine:
     prep = result._prepared
     if prep is None:
@@ -371,8 +394,7 @@ def _engine_for(result: SubgroupDCFResult) -> Engine:
                          "for a result rebuilt without them")
     st = result.settings
     cost = CostSpec(p_target=st["p_target"], c_miss=st["c_miss"], c_fa=st["c_fa"], normalize=st["normalize"])
-    return Engine(prep.scores, prep.y, prep.clusters, len(prep.cluster_labels), prep.sg, cost,
-                  with_eer=bool(st.get("eer", True)), strata=prep.strata)
+    return make_engine(prep, cost, with_eer=bool(st.get("eer", True)))
 
 
 def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.ndarray]] | dict[str, np.ndarray],
@@ -412,7 +434,7 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
         raise ValueError("compat='sveva' results are point estimates only; bootstrap with compat=None")
     ci = float(result.settings.get("ci", 0.95) if ci is None else ci)
     interval = str(result.settings.get("interval", "studentized") if interval is None else interval)
-    _validate(0, ci, None, interval)
+    _validate(0, ci, None, interval, str(result.settings.get("resample", "one-way")))
     reps = concat_replicates(replicates)
     st0 = result.settings
     upper = CostSpec(p_target=st0["p_target"], c_miss=st0["c_miss"], c_fa=st0["c_fa"],

@@ -180,6 +180,8 @@ class FairnessConfig:
     models: list[str] = field(default_factory=list)
     conditional: bool = True
     filters: dict[str, list[Any]] = field(default_factory=dict)
+    #: test speaker column: resample enrolment × test speakers (``subgroup_dcf(resample="two-way")``)
+    test_speaker: str | None = None
 
 
 @dataclass
@@ -654,6 +656,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         f.models = model_list(s, "models", names, [])
         f.conditional = s.bool("conditional", True)
         f.filters = s.filters("filters")
+        f.test_speaker = s.str("test_speaker", None)
         s.finish()
         a.fairness = f
     if r.has("breakdown"):

@@ -177,7 +177,9 @@ def _metrics_section(res: StudyResult) -> rh.Section | None:
     tab = pd.concat([m["table"] for m in res.metrics.values()], ignore_index=True)
     cfg = res.config.analyses.metrics
     show, cols = _metric_columns(tab, cfg)
-    iv = (f" Intervals: {100 * cfg.ci:g} % speaker-cluster bootstrap (expanded percentile, bias-shifted for minDCF, "
+    iv = (f" Intervals: {100 * cfg.ci:g} % speaker-cluster bootstrap (studentised on the log scale, minima over "
+          f"thresholds with their optimism corrected; the expanded percentile interval for EER definitions other "
+          f"than rocch; docs/intervals.md; "
           f"{cfg.n_boot} replicates, seed "
           f"{cfg.seed}); a zero-width interval is left blank." if getattr(cfg, "n_boot", 0) else
           " No intervals (set analyses.metrics.n_boot for speaker-cluster bootstrap intervals).")

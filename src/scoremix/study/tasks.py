@@ -488,8 +488,9 @@ def _posterior_fairness(bres: Any, df: pd.DataFrame, fcfg: FairnessConfig, speak
 # ---------------------------------------------------------------------------------------
 
 def _sveva_kwargs(cfg: FairnessConfig, speaker: str) -> dict[str, Any]:
+    two_way = {} if cfg.test_speaker is None else {"test_speaker": cfg.test_speaker, "resample": "two-way"}
     return dict(score="score", label="y", speaker=speaker, p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa,
-                normalize=cfg.normalize, membership=cfg.membership)
+                normalize=cfg.normalize, membership=cfg.membership, **two_way)
 
 
 def fairness_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, speaker: str, seed: int,
