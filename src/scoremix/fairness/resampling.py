@@ -21,8 +21,9 @@ drawn within strata (subgroups), from bootstrap replicates :math:`\hat\theta^*_1
     of ``P_b = ŝ·T_b − D_b`` (:func:`studentized_interval`).  For minima over thresholds the
     threshold part is reflected and doubled, ``P_b = ŝ·T_b + 2·D_b`` (``D_b ≤ 0`` is the
     optimism of re-minimising; the bootstrap sees about half of the real optimism, see
-    :data:`MINIMUM_OPTIMISM`), at the tail levels ``Φ(∓z_{1−α/2}·√(n/(n−1)))``.  Other
-    measures, and rows without a standard error, get ``"expanded"``.
+    :data:`MINIMUM_OPTIMISM`), at the tail levels ``Φ(∓z_{1−α/2}·√(n/(n−1)))``; ``ratio_own``
+    (a minimum over ``C_g(τ*)``) likewise, with :func:`ratio_own_threshold_part`.  Other
+    measures (``eer``, ``threshold_own``), and rows without a standard error, get ``"expanded"``.
     :func:`measure_intervals` applies a method to several measures (the one place).
 
 ``"expanded"``
