@@ -173,6 +173,17 @@ def test_true_measures_match_numerical_integration_over_speakers():
     grid = np.linspace(tau - 1, tau + 1, 4001)
     assert min(cost(t) for t in grid) >= float(tr["all_min_dcf"].iloc[0]) - 1e-12
     assert row["ratio_overall"] == pytest.approx(row["dcf_at_overall"] / tr["all_min_dcf"].iloc[0])
+    # the subgroup's EER: the threshold where its miss and false-alarm rates (speaker effect integrated
+    # out numerically) are equal
+    from scipy.optimize import brentq
+
+    def gap(t):
+        fn = quad(lambda b: norm.cdf((t - d.d - d.shift_tar[g] - b) / d.sigma_pos) * norm.pdf(b, 0, sb), -8, 8)[0]
+        fp = quad(lambda b: norm.sf(t - d.shift_non[g] - b) * norm.pdf(b, 0, sb), -8, 8)[0]
+        return fn - fp, fn
+
+    t_e = brentq(lambda t: gap(t)[0], -2, 5, xtol=1e-12)
+    assert row["eer"] == pytest.approx(gap(t_e)[1], rel=1e-7)
 
 
 @pytest.mark.slow

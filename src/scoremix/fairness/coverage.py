@@ -29,7 +29,9 @@ subgroups with weights ``n_g / Σ n`` (every speaker has the same number of tria
 **true** measures are therefore closed forms of normal CDFs:
 ``P^g_{miss}(τ) = Φ((τ - μ_1 - δ_{g,1})/\sqrt{σ_1^2+σ_b^2})``,
 ``P^g_{fa}(τ) = 1 - Φ((τ - δ_{g,0})/\sqrt{1+σ_b^2})``, ``τ*`` minimises the mixture's
-cost (bounded 1-D search to 1e-10), ``minDCF_g`` the subgroup's, and the ratios follow
+cost (bounded 1-D search to 1e-10), ``minDCF_g`` the subgroup's, the subgroup's EER is
+``Φ((μ_0 + δ_{g,0} − μ_1 − δ_{g,1}) / (s_0 + s_1))`` (``s_y`` the population SDs; the binormal
+ROC meets the diagonal there), and the ratios follow
 as in :mod:`scoremix.fairness.sveva`.  They are the values the estimators target: the
 subgroup's speakers are a sample from its population of speakers.
 
@@ -57,7 +59,7 @@ __all__ = ["CoverageDesign", "simulate_subgroup_trials", "true_subgroup_measures
 
 #: measures whose intervals the coverage study scores
 COVERAGE_MEASURES = ("ratio_overall", "fpr", "fnr", "fpr_ratio", "fnr_ratio", "dcf_at_overall", "min_dcf",
-                     "ratio_own")
+                     "ratio_own", "eer")
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,8 @@ def true_subgroup_measures(design: CoverageDesign, p_target: float = 0.05, c_mis
         _, min_g = argmin_cost(g)
         rows.append(dict(subgroup=name, n_speakers=design.sizes[g], dcf_at_overall=dcf_at, min_dcf=min_g,
                          ratio_overall=dcf_at / min_all, ratio_own=min_g / dcf_at, fpr=fpr, fnr=fnr,
-                         fpr_ratio=fpr / fpr_all, fnr_ratio=fnr / fnr_all, threshold=tau, all_min_dcf=min_all))
+                         fpr_ratio=fpr / fpr_all, fnr_ratio=fnr / fnr_all, threshold=tau, all_min_dcf=min_all,
+                         eer=float(ndtr((mu0[g] - mu1[g]) / (s0 + s1)))))
     return pd.DataFrame(rows).set_index("subgroup")
 
 
@@ -195,7 +198,7 @@ def coverage_study(design: CoverageDesign, n_datasets: int, n_boot: int = 1000, 
     for k in tqdm(range(n_datasets), desc="coverage data sets", disable=not progress, unit="set"):
         df = simulate_subgroup_trials(design, seed=np.random.default_rng([seed, k]))
         res = subgroup_dcf(df, ["group"], p_target=p_target, n_boot=n_boot, ci=ci,
-                           random_state=np.random.default_rng([seed, k, 1]), progress=False, eer=False,
+                           random_state=np.random.default_rng([seed, k, 1]), progress=False, eer="eer" in measures,
                            interval="studentized", **two)
         tab = res.table.set_index("subgroup")
         ex, _ = bootstrap_intervals(res.replicates, ci, list(measures), method="expanded",

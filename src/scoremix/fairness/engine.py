@@ -55,9 +55,9 @@ class CostSpec:
         """Logical maxima of the cost measures, in this spec's units: a minimum DCF is at most
         the cost of the better trivial system (accept or reject all), ``min(a, b)`` (1 when
         normalised); a DCF at a fixed threshold at most ``a + b``; rates at most 1; ``ratio_own
-        = minDCF/C(τ*) ≤ 1``.  Interval ends are capped at them."""
+        = minDCF/C(τ*) ≤ 1``; a ROCCH EER at most ½.  Interval ends are capped at them."""
         a, b = self.weights
-        return {"min_dcf": min(a, b), "dcf_at_overall": a + b, "fpr": 1.0, "fnr": 1.0, "ratio_own": 1.0}
+        return {"min_dcf": min(a, b), "dcf_at_overall": a + b, "fpr": 1.0, "fnr": 1.0, "ratio_own": 1.0, "eer": 0.5}
 
 
 def cluster_codes(trials: pd.DataFrame, cluster: str, sg: Subgroups, role_code: np.ndarray
@@ -132,6 +132,7 @@ class Engine:
             st = None if strata is None else np.asarray(strata)
             self._var = None if st is None else CrossedVariance(two_way, st[:two_way.n_enrol], st[two_way.n_enrol:])
         self._thr0: tuple[int, list[int | None]] | None = None
+        self._eer0: list[tuple[float, int] | None] | None = None
         self.sg = sg
         self.G = sg.n_groups
         self.C = int(n_clusters)
@@ -166,6 +167,27 @@ class Engine:
             own = [int(self._min_cost(p, one)["thr_rank"][0]) if p is not None else None for p in self.pops]
             self._thr0 = (int(self._min_cost(self.overall, one)["thr_rank"][0]), own)
         return self._thr0
+
+    def _eer_saddles(self) -> list[tuple[float, int] | None]:
+        """Per subgroup, the point estimate's ROCCH saddle: ``(α̂, value index of τ̂)`` with
+        ``EER = min_τ α̂·P_miss(τ) + (1−α̂)·P_fa(τ)`` attained at ``τ̂`` (None: no trials)."""
+        if self._eer0 is None:
+            one = np.ones((self.C, 1))
+            out: list[tuple[float, int] | None] = []
+            for p in self.pops:
+                if p is None:
+                    out.append(None)
+                    continue
+                pm, pf = p.counts(one).rates()
+                _, alpha = rocch_eer_from_rates(pm, pf, return_alpha=True)
+                al = float(alpha[0])
+                if not np.isfinite(al):
+                    out.append(None)
+                    continue
+                k = int(np.argmin(al * pm[:, 0] + (1.0 - al) * pf[:, 0]))
+                out.append((al, int(p.cand[k])))
+            self._eer0 = out
+        return self._eer0
 
     def _at_fixed_thresholds(self, M: np.ndarray, U: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """For (pair) weights ``M`` and, two-way, unit weights ``U``, every measure of
@@ -202,7 +224,7 @@ class Engine:
             with np.errstate(invalid="ignore", divide="ignore"):
                 dcf = a * fnr + b * fpr
                 return {"fnr": fnr, "fpr": fpr, "dcf": dcf, "A_fnr": Afn / fnr, "A_fpr": Afp / fpr,
-                        "A_dcf": (a * Afn + b * Afp) / dcf}
+                        "A_dcf": (a * Afn + b * Afp) / dcf, "I_fnr": Afn, "I_fpr": Afp}
 
         with np.errstate(invalid="ignore", divide="ignore"):
             for g in range(G):
@@ -225,6 +247,14 @@ class Engine:
                     # ratio_own = minDCF_g / C_g(τ*): both read at the data's thresholds
                     out["fix_ratio_own"][g] = L["dcf"] / L_tau["dcf"]
                     out["se_log_ratio_own"][g] = np.sqrt(variance(L["A_dcf"] - L_tau["A_dcf"]))
+                saddle = self._eer_saddles()[g] if self.with_eer and pop is not None else None
+                if saddle is not None:
+                    # EER = min_τ α̂·fnr + (1−α̂)·fpr at the data's saddle (envelope theorem in α and τ)
+                    al, thr_e = saddle
+                    L = logs(*cluster_counts_at(pop.rank, self._m_y[idx], self._m_cl[idx], C, np.full(B, thr_e)))
+                    h = al * L["fnr"] + (1.0 - al) * L["fpr"]
+                    out["fix_eer"][g] = h
+                    out["se_log_eer"][g] = np.sqrt(variance((al * L["I_fnr"] + (1.0 - al) * L["I_fpr"]) / h))
         return out
 
     def _min_cost(self, pop: Population, M: np.ndarray):

@@ -21,7 +21,9 @@ trials (``J_c``); a ratio to an overall quantity has the influence ``A_{gc} − 
 (``ratio_overall``: ``dcf`` over the overall minDCF, whose derivative in ``τ`` vanishes at
 ``τ*``; ``fpr_ratio``, ``fnr_ratio``).  ``min_dcf`` of a subgroup is the ``dcf`` influence at
 its own minimising threshold (envelope theorem), and ``ratio_own = minDCF_g / C_g(τ*)`` has
-the difference of the two ``dcf`` influences (own minimiser minus ``τ*``).  For speakers drawn within strata
+the difference of the two ``dcf`` influences (own minimiser minus ``τ*``).  The ROCCH ``eer``
+of a subgroup is, at the data's saddle ``α̂``, the minimum over thresholds of the cost with
+weights ``(α̂, 1 − α̂)`` and gets that cost's influence at its minimiser.  For speakers drawn within strata
 (subgroups) ``s`` of ``n_s`` speakers the variance of the log measure is
 
 .. math::
@@ -67,7 +69,7 @@ __all__ = ["LOG_SE_MEASURES", "cluster_counts_at", "StratifiedVariance", "Crosse
 
 #: measures that get a log-scale standard error per replicate (key ``se_log_<measure>``)
 LOG_SE_MEASURES = ("dcf_at_overall", "min_dcf", "ratio_overall", "fpr", "fnr", "fpr_ratio", "fnr_ratio",
-                   "ratio_own")
+                   "ratio_own", "eer")
 
 
 def cluster_counts_at(rank: np.ndarray, y: np.ndarray, clusters: np.ndarray, n_clusters: int,

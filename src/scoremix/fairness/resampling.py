@@ -21,8 +21,10 @@ drawn within strata (subgroups), from bootstrap replicates :math:`\hat\theta^*_1
     of ``P_b = ŝ·T_b − D_b`` (:func:`studentized_interval`).  For minima over thresholds the
     threshold part is reflected and doubled, ``P_b = ŝ·T_b + 2·D_b`` (``D_b ≤ 0`` is the
     optimism of re-minimising; the bootstrap sees about half of the real optimism, see
-    :data:`MINIMUM_OPTIMISM`), at the tail levels ``Φ(∓z_{1−α/2}·√(n/(n−1)))``.  Other
-    measures, and rows without a standard error, get ``"expanded"``.
+    :data:`MINIMUM_OPTIMISM`), at the tail levels ``Φ(∓z_{1−α/2}·√(n/(n−1)))``; so are the ROCCH
+    ``eer`` (a minimum over thresholds at its saddle) and ``ratio_own`` (a minimum over
+    ``C_g(τ*)``, with :func:`ratio_own_threshold_part`).  ``threshold_own``, and rows without
+    a standard error, get ``"expanded"``.
     :func:`measure_intervals` applies a method to several measures (the one place).
 
 ``"expanded"``
@@ -80,7 +82,7 @@ from scoremix.fairness.bootstrap import draw_cluster_weights
 from scoremix.fairness.engine import Engine, quiet_runtime_warnings
 from scoremix.fairness.linearize import LOG_SE_MEASURES
 
-__all__ = ["INTERVAL_METHODS", "MINIMA", "RATES", "MINIMUM_OPTIMISM", "log_threshold_part", "ratio_own_threshold_part", "measure_intervals", "cap_intervals", "fairness_index_speakers", "studentized_interval", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
+__all__ = ["INTERVAL_METHODS", "MINIMA", "RATES", "REFLECTED", "MINIMUM_OPTIMISM", "log_threshold_part", "ratio_own_threshold_part", "measure_intervals", "cap_intervals", "fairness_index_speakers", "studentized_interval", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
            "percentile_interval", "expanded_percentile_interval", "jackknife_weights", "jackknife_measures", "shift_t_interval", "expanded_z", "bca_t_levels", "bca_t_interval"]
 
 INTERVAL_METHODS = ("studentized", "expanded", "bca-t", "percentile")
@@ -90,6 +92,11 @@ MINIMA = ("min_dcf",)
 
 #: rates (interval ends capped at 1)
 RATES = ("fpr", "fnr")
+
+#: measures whose studentised threshold part is reflected with weight :data:`MINIMUM_OPTIMISM` and
+#: whose levels are ``√(n/(n−1))``-expanded: minima over thresholds (``eer`` is one at its saddle;
+#: ``ratio_own`` has a minimum in its numerator, :func:`ratio_own_threshold_part`)
+REFLECTED = ("min_dcf", "ratio_own", "eer")
 
 #: weight of the reflected threshold part of a studentised interval of a minimum over thresholds
 #: (``P_b = ŝ·T_b + c·D_b``).  The optimism of a minimum seen by the bootstrap, the mean of
@@ -424,7 +431,7 @@ def measure_intervals(reps: dict[str, np.ndarray], point: dict[str, np.ndarray],
             if key not in reps or fix not in reps or key not in point:
                 raise ValueError(f"interval 'studentized' needs {key!r} and {fix!r} in the point estimates and in "
                                  "every replicate piece (engines built with strata=, as subgroup_dcf_replicates does)")
-            minimum = m in MINIMA or m == "ratio_own"
+            minimum = m in REFLECTED
             part = ratio_own_threshold_part(reps) if m == "ratio_own" else None
             slo, shi = studentized_interval(pm, np.asarray(point[key], float).reshape(-1), reps[m], reps[fix],
                                             reps[key], ci, reflect_threshold=minimum,
