@@ -188,7 +188,7 @@ def _expit(x: Any) -> np.ndarray:
 
 def parametric_interval(point: float, replicates: Any, truth: float, n_clusters: float, level: float = 0.95,
                         kind: str = "normal") -> tuple[float, float]:
-    """Interval of the model EER from parametric-bootstrap replicates (module docstring).
+    r"""Interval of the model EER from parametric-bootstrap replicates (module docstring).
 
     With :math:`\ell^{*}_r = \operatorname{logit}\hat e^{*}_r`, :math:`c = \operatorname{logit}\hat e
     + \operatorname{logit} e_{\mathrm{pop}}(\hat\vartheta)` and Hesterberg's expanded quantile
