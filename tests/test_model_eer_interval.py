@@ -135,6 +135,13 @@ def test_model_eer_tables_share_refits_and_equal_single_tables():
     assert [t.attrs["model_interval"] for t in both] == ["parametric", "parametric", "speakers"]
     with pytest.raises(ModelEERError, match="every breakdown"):
         model_eer_tables(fit, [None], **kw)
+    # n_refits: the refits of the model interval apart from the empirical replicates
+    few = model_eer(fit, by="half", **{**kw, "n_boot": 30, "n_refits": 8})
+    tab = model_eer(fit, by="half", **kw)
+    pd.testing.assert_frame_equal(few[["eer_model_lo", "eer_model_hi"]], tab[["eer_model_lo", "eer_model_hi"]])
+    assert not np.allclose(few["eer_empirical_lo"], tab["eer_empirical_lo"])
+    with pytest.raises(ModelIntervalError, match="n_refits"):
+        model_eer(fit, by="half", **{**kw, "n_refits": 1})
 
 
 def test_model_interval_named_errors_and_labels():

@@ -85,6 +85,8 @@ def sim_study(tmp_path_factory) -> tuple[Path, object]:
     ({"models[0].dispersion": "label"}, "models[0].dispersion"),
     ({"data.filters": {"system": []}}, "data.filters.system"),
     ({"analyses.fairness.filters": {"sex": []}}, "analyses.fairness.filters.sex"),
+    ({"analyses.model_eer.model_interval": "bayes"}, "analyses.model_eer.model_interval"),
+    ({"analyses.model_eer.n_refits": -1}, "analyses.model_eer.n_refits"),
 ])
 def test_config_errors_name_the_key(patch, key):
     raw = apply_overrides(_raw(), patch)

@@ -384,6 +384,7 @@ def model_eer(
     seed: int = 0,
     check_fit: bool = True,
     model_interval: str = "auto",
+    n_refits: int | None = None,
 ) -> float | pd.DataFrame | PosteriorEER:
     """EER implied by a fitted linear mixed model, overall or per subgroup.
 
@@ -447,6 +448,10 @@ def model_eer(
         level and seed.
     check_fit:
         warn (:class:`~scoremix.predictive.gof.ModelFitWarning`) on disagreement.
+    n_refits:
+        refits of the parametric model interval (default ``n_boot``): each costs about one fit,
+        while an empirical replicate costs microseconds, so large tables may want fewer refits
+        than empirical replicates.
     model_interval:
         ``LmerResult`` tables: the method of ``eer_model_lo/_hi``.  ``"parametric"``: parametric
         bootstrap (simulate from the fit with new random effects, refit, recompute the model
@@ -497,7 +502,8 @@ def model_eer(
         return float(pred.eer()[0])
     return model_eer_tables(fit, [by], conditional=conditional, label=label, positive=positive, data=data,
                             marginal_over=marginal_over, n_boot=n_boot, speaker=speaker, level=level, seed=seed,
-                            check_fit=check_fit, model_interval=model_interval, progress=progress, stacklevel=5)[0]
+                            check_fit=check_fit, model_interval=model_interval, n_refits=n_refits, progress=progress,
+                            stacklevel=5)[0]
 
 
 def _is_names(by: Any) -> bool:
@@ -519,6 +525,7 @@ def model_eer_tables(
     seed: int = 0,
     check_fit: bool = True,
     model_interval: str = "auto",
+    n_refits: int | None = None,
     progress: bool = True,
     stacklevel: int = 4,
 ) -> list[pd.DataFrame]:
@@ -555,7 +562,10 @@ def model_eer_tables(
         plans.append((by, names, clusters, cells, how))
     masks = [m for *_, cells, how in plans if how == "parametric" for _, m, ok in cells if ok]
     if masks:
-        reps = parametric_eer_replicates(fit, masks, n_boot, seed, label=label, positive=positive, data=data,
+        refits = n_boot if n_refits is None else int(n_refits)
+        if refits < 2:
+            raise ModelIntervalError(f"n_refits must be >= 2 for a parametric model interval, got {n_refits!r}")
+        reps = parametric_eer_replicates(fit, masks, refits, seed, label=label, positive=positive, data=data,
                                          conditional=conditional, marginal_over=marginal_over, progress=progress)
         truth = population_eer(fit, masks, label=label, positive=positive, data=data)
     it = iter(range(len(masks)))

@@ -158,8 +158,12 @@ class ModelEERConfig:
     by: list[str] = field(default_factory=list)
     conditional: bool = True
     filters: dict[str, list[Any]] = field(default_factory=dict)
-    #: speaker-bootstrap replicates of the model and empirical EER intervals
+    #: speaker-bootstrap replicates of the empirical EER intervals (and refits of the model interval)
     n_boot: int = 200
+    #: method of the model-EER interval: "auto" (parametric refits for Gaussian fits), "parametric", "speakers"
+    model_interval: str = "auto"
+    #: refits of the parametric model interval (0: n_boot)
+    n_refits: int = 0
 
 
 @dataclass
@@ -635,6 +639,8 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         me.conditional = s.bool("conditional", True)
         me.filters = s.filters("filters")
         me.n_boot = s.int("n_boot", 200, minimum=0) or 0
+        me.model_interval = s.str("model_interval", "auto", choices=("auto", "parametric", "speakers")) or "auto"
+        me.n_refits = s.int("n_refits", 0, minimum=0) or 0
         s.finish()
         a.model_eer = me
     if r.has("fairness"):

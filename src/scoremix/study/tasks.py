@@ -231,7 +231,8 @@ def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None,
         bys.append(by if by else pd.Series(np.zeros(len(data), np.int64), index=data.index, name="overall"))
     # one set of parametric-bootstrap refits for the overall and every per-column table
     tables = model_eer_tables(fit, bys, conditional=cfg.conditional, label="y", data=data, n_boot=cfg.n_boot,
-                              speaker=spk, progress=False)
+                              speaker=spk, progress=False, model_interval=cfg.model_interval,
+                              n_refits=cfg.n_refits or None)
     for col, tab in zip([None, *cfg.by], tables):
         tab = _evaluated(tab, sel)
         if col is None:
