@@ -64,7 +64,8 @@ def _empirical(scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
     }
 
 
-#: The embedded study of ``scoremix demo`` (a study TOML; ``{seed}``, ``{n_trials}``, ``{n_boot}`` filled in).
+#: The embedded study of ``scoremix demo`` (a study TOML; ``{seed}``, ``{n_trials}``, ``{n_boot}``, ``{n_refits}``
+#: filled in).
 DEMO_STUDY_TOML = """
 [study]
 name = "scoremix-demo"
@@ -97,6 +98,7 @@ by = ["sex", ["sex", "nationality"]]
 models = ["crossed", "crossed_disp"]
 by = ["subgroup"]
 n_boot = {n_boot}
+n_refits = {n_refits}
 
 [analyses.fairness]
 groups = ["subgroup"]
@@ -130,7 +132,8 @@ def demo_study(seed: int = 0, n_trials: int = 20000, n_boot: int = 200, bayes: b
 
     from scoremix.study.config import parse_study
 
-    text = DEMO_STUDY_TOML.format(seed=seed, n_trials=n_trials, n_boot=n_boot)
+    # the parametric model-EER interval refits the model: a quarter of the replicates (at least 20)
+    text = DEMO_STUDY_TOML.format(seed=seed, n_trials=n_trials, n_boot=n_boot, n_refits=max(20, n_boot // 4))
     raw = tomllib.loads(text)
     if bayes:
         extra = tomllib.loads(DEMO_BAYES_TOML.format(draws=bayes_draws))["models"]
@@ -185,8 +188,9 @@ def run_demo(out_dir: str | Path, seed: int = 0, n_trials: int = 20000, progress
     progress:
         progress bars and stage messages.
     n_boot:
-        speaker-bootstrap replicates of the fairness table and of the empirical EER interval, and
-        parametric-bootstrap refits of the model EER interval (model-vs-empirical table).
+        speaker-bootstrap replicates of the fairness table and of the empirical EER interval; a
+        quarter of it (at least 20) is the number of parametric-bootstrap refits of the model EER
+        interval (model-vs-empirical table; each refit costs about one fit).
     bayes, bayes_draws:
         also fit the crossed model with PyMC (``bayes_draws`` draws and tuning steps, 2 chains).
     jobs, dask:
