@@ -140,12 +140,22 @@ class WeightedReplicates:
         self.C = int(n_clusters)
         self._population: Any = None
 
+    @property
+    def population(self) -> Any:
+        """The trials prepared for weighted counting (:class:`scoremix.fairness.bootstrap.Population`),
+        built once and shared with the interval of :mod:`scoremix.fairness.overall`."""
+        if self._population is None:
+            from scoremix.fairness.bootstrap import Population
+
+            self._population = Population(self.s, self.y, self.cl, self.C)
+        return self._population
+
     def _per_cluster(self, v: np.ndarray, mask: np.ndarray) -> np.ndarray:
         return np.bincount(self.cl[mask], weights=v[mask], minlength=self.C)
 
     def __call__(self, M: np.ndarray) -> np.ndarray:
         """``(B,)`` metric values for cluster weights ``M`` ``(C, B)``."""
-        from scoremix.fairness.bootstrap import Population, rocch_eer_from_rates
+        from scoremix.fairness.bootstrap import rocch_eer_from_rates
 
         M = np.asarray(M, np.float64)
         y = self.y
@@ -155,9 +165,7 @@ class WeightedReplicates:
         empty = (n_pos <= 0) | (n_neg <= 0)
         with np.errstate(invalid="ignore", divide="ignore"):
             if self.kind in ("eer", "min_dcf"):
-                if self._population is None:
-                    self._population = Population(self.s, y, self.cl, self.C)
-                pm, pf = self._population.counts(M).rates()
+                pm, pf = self.population.counts(M).rates()
                 if self.kind == "eer":
                     out = rocch_eer_from_rates(pm, pf)
                 else:
@@ -239,7 +247,9 @@ def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, 
     if weighted is not None:
         from scoremix.fairness.overall import studentized_overall_interval
 
-        slo, shi = studentized_overall_interval(w.kind, w.s, w.y, w.cl, w.C, M, reps, ci, **w.params)
+        slo, shi = studentized_overall_interval(w.kind, w.s, w.y, w.cl, w.C, M, reps, ci,
+                                                population=w.population if w.kind in ("eer", "min_dcf") else None,
+                                                **w.params)
         if not (np.isnan(slo) or np.isnan(shi)):
             return Estimate(point, slo, shi, ci, int(n_boot), C, "studentized")
     nn = np.array([float(C)])

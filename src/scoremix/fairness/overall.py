@@ -69,8 +69,8 @@ def log_se_two_ratios(U: np.ndarray, P: np.ndarray, V: np.ndarray, N: np.ndarray
 
 
 def studentized_overall_interval(kind: str, scores: np.ndarray, y: np.ndarray, clusters: np.ndarray,
-                                 n_clusters: int, M: np.ndarray, reps: np.ndarray, ci: float, **params: Any
-                                 ) -> tuple[float, float]:
+                                 n_clusters: int, M: np.ndarray, reps: np.ndarray, ci: float,
+                                 population: Population | None = None, **params: Any) -> tuple[float, float]:
     """Studentised interval of one overall measure (module docstring).
 
     Parameters
@@ -88,6 +88,9 @@ def studentized_overall_interval(kind: str, scores: np.ndarray, y: np.ndarray, c
         NaN where a replicate lacks a class).
     ci:
         interval level.
+    population:
+        the trials' :class:`~scoremix.fairness.bootstrap.Population` when the caller already
+        built it (the replicates did); built here otherwise.
 
     Returns
     -------
@@ -118,7 +121,7 @@ def studentized_overall_interval(kind: str, scores: np.ndarray, y: np.ndarray, c
         point, se = log_se_two_ratios(U, P, V, N, a, b, ones)
     else:
         if kind == "eer":
-            pop = Population(s, y, cl, C)
+            pop = population if population is not None else Population(s, y, cl, C)
             pm0, pf0 = pop.counts(ones).rates()
             value, alpha = rocch_eer_from_rates(pm0, pf0, return_alpha=True)
             a, b = float(alpha[0]), 1.0 - float(alpha[0])
@@ -131,7 +134,7 @@ def studentized_overall_interval(kind: str, scores: np.ndarray, y: np.ndarray, c
             thr = np.array([np.searchsorted(values, params["threshold"], side="left")])
         else:
             if kind == "min_dcf":
-                pop = Population(s, y, cl, C)
+                pop = population if population is not None else Population(s, y, cl, C)
                 pm0, pf0 = pop.counts(ones).rates()
                 upper = min(a, b)
             k_hat = int(np.argmin(a * pm0[:, 0] + b * pf0[:, 0]))

@@ -337,8 +337,7 @@ def studentized_interval(point: np.ndarray, se: np.ndarray, reps: np.ndarray, fi
         d = lf - np.log(point)[:, None]
         t = np.where(se_fixed > 0, d / se_fixed, np.where(d == 0, 0.0, np.sign(d) * np.inf))
         t = np.where(fixed == 0, -np.inf, t)
-        shift = np.where((reps == 0) & (fixed == 0), 0.0, np.log(reps) - lf)
-        shift = np.clip(shift, -big, big)
+        shift = np.clip(log_threshold_part(reps, fixed), -big, big)
         weight = float(optimism) if reflect_threshold else -1.0
         part = weight * shift if threshold_part is None else np.clip(np.atleast_2d(threshold_part), -big, big)
         p = np.clip(se[:, None] * np.clip(t, -big, big), -big, big) + part
@@ -411,8 +410,8 @@ def measure_intervals(reps: dict[str, np.ndarray], point: dict[str, np.ndarray],
     :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES` (threshold part reflected for minima
     only), needing ``point["se_log_<m>"]`` and ``reps["fix_<m>"], reps["se_log_<m>"]``; rows where
     it is undefined (an estimate of 0, one speaker) and the other measures get the
-    ``"expanded"`` interval.  Rate ends are capped at 1, and every end at ``upper[m]`` when
-    given (:func:`cap_intervals`).
+    ``"expanded"`` interval.  Ends are capped (:func:`cap_intervals`) at ``upper[m]`` when given
+    and rate ends (:data:`RATES`) at 1 in any case.
 
     ``reps``: ``(G, B)`` replicates per key; ``point``: ``(G,)`` estimates per key; ``n``: ``(G,)``.
     """
@@ -439,10 +438,8 @@ def measure_intervals(reps: dict[str, np.ndarray], point: dict[str, np.ndarray],
                                             n=n if minimum else None, threshold_part=part)
             ok = ~np.isnan(slo) & ~np.isnan(shi)  # an infinite end is kept: the data cannot bound the measure
             lo, hi = np.where(ok, slo, lo), np.where(ok, shi, hi)
-        if m in RATES:
-            hi = np.minimum(hi, 1.0)
         out[m] = (lo, hi)
-    return cap_intervals(out, upper)
+    return cap_intervals(out, {**{r: 1.0 for r in RATES}, **(upper or {})})
 
 
 def bca_t_interval(point: np.ndarray, reps: np.ndarray, jack: np.ndarray, strata: np.ndarray,

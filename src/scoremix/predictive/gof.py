@@ -111,14 +111,15 @@ def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: in
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     M = np.concatenate([draw_cluster_weights(np.zeros(C, np.int64), min(50, n_boot - b0), rng)
                         for b0 in range(0, n_boot, 50)], axis=1)
-    e_all = WeightedReplicates("eer", s, yy, cl, C)(M)
+    w = WeightedReplicates("eer", s, yy, cl, C)
+    e_all = w(M)
     e = e_all[np.isfinite(e_all)]
     if e.size < 2:
         return out
     from scoremix.fairness.overall import studentized_overall_interval
     from scoremix.fairness.resampling import measure_intervals
 
-    lo, hi = studentized_overall_interval("eer", s, yy, cl, C, M, e_all, level)
+    lo, hi = studentized_overall_interval("eer", s, yy, cl, C, M, e_all, level, population=w.population)
     if np.isnan(lo) or np.isnan(hi):
         elo, ehi = measure_intervals({"eer": e[None, :]}, {"eer": np.array([out["eer"]])}, np.array([C], float),
                                      level, ["eer"], "expanded")["eer"]
