@@ -68,22 +68,38 @@ def _direction_warnings(command: str, where: str | None, hint: str) -> Iterator[
 
     from scoremix.metrics import ScoreDirectionWarning
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ScoreDirectionWarning)
-        try:
-            yield
-        finally:
-            seen: set[str] = set()
-            for w in caught:
-                if issubclass(w.category, ScoreDirectionWarning):
-                    text = " ".join(str(w.message).split())
-                    if text not in seen:
-                        seen.add(text)
-                        prefix = f"{where}: " if where else ""
-                        print(f"scoremix {command}: warning: {prefix}ScoreDirectionWarning: {text}{hint}",
-                              file=sys.stderr)
-                else:
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    # Record inside, re-emit outside: re-emitting while the recorder is active appends to the list
+    # being iterated, which loops forever (and grows memory) as soon as any warning is raised.
+    recorded: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ScoreDirectionWarning)
+            try:
+                yield
+            finally:
+                recorded = list(caught)
+    finally:
+        _emit_once(recorded, command, where, hint)
+
+
+def _emit_once(recorded: list, command: str, where: str | None, hint: str) -> None:
+    """Emit recorded warnings once each (by category and text), outside any recorder."""
+    import warnings
+
+    from scoremix.metrics import ScoreDirectionWarning
+
+    seen: set[tuple[str, str]] = set()
+    for w in recorded:
+        text = " ".join(str(w.message).split())
+        key = (w.category.__name__, text)
+        if key in seen:
+            continue
+        seen.add(key)
+        if issubclass(w.category, ScoreDirectionWarning):
+            prefix = f"{where}: " if where else ""
+            print(f"scoremix {command}: warning: {prefix}ScoreDirectionWarning: {text}{hint}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 # ---------------------------------------------------------------------------------------
