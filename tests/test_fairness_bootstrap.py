@@ -9,7 +9,7 @@ from scipy.optimize import minimize_scalar
 from scipy.stats import norm
 
 from scoremix.fairness import subgroup_dcf
-from scoremix.fairness.bootstrap import draw_cluster_weights
+from scoremix.resampling.bootstrap import draw_cluster_weights
 
 
 def test_cluster_weights_resample_within_strata():
@@ -171,7 +171,7 @@ def test_paired_comparison_in_pieces():
     d = np.concatenate([x["B"]["ratio_overall"] - x["A"]["ratio_overall"] for x in direct], axis=1)
     assert d.shape == (2, 25)
     # differences: the expanded percentile interval (t levels for each subgroup's speakers)
-    from scoremix.fairness.resampling import expanded_percentile_interval, fairness_index_speakers
+    from scoremix.resampling.intervals import expanded_percentile_interval, fairness_index_speakers
 
     n = point.table["n_speakers"].to_numpy(float)
     lo, hi = expanded_percentile_interval(d, n, 0.8)

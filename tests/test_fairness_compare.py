@@ -47,7 +47,7 @@ def test_compare_points_equal_separate_runs():
                 for e in ("lo", "hi"):
                     np.testing.assert_allclose(c.table[f"{m}_{nm}_{e}"], r.table[f"{m}_{e}"], rtol=1e-12)
     # differences: expanded percentile of the paired replicate differences
-    from scoremix.fairness.resampling import expanded_percentile_interval
+    from scoremix.resampling.intervals import expanded_percentile_interval
     d = cmp.replicates["B"]["ratio_overall"] - cmp.replicates["A"]["ratio_overall"]
     lo, hi = expanded_percentile_interval(d, t["n_speakers"].to_numpy(float), 0.95)
     np.testing.assert_allclose(t["ratio_overall_diff_lo"], lo, rtol=1e-12)

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from scoremix.fairness import SubgroupError, subgroup_dcf
-from scoremix.fairness.bootstrap import TwoWayDesign, draw_cluster_weights, two_way_pairs
+from scoremix.resampling.bootstrap import TwoWayDesign, draw_cluster_weights, two_way_pairs
 from scoremix.fairness.coverage import CoverageDesign, simulate_subgroup_trials, true_subgroup_measures
 from scoremix.fairness.engine import CostSpec
-from scoremix.fairness.linearize import CrossedVariance, StratifiedVariance
+from scoremix.resampling.linearize import CrossedVariance, StratifiedVariance
 from scoremix.fairness.prepare import prepare_trials
 from scoremix.fairness.sveva import make_engine
 

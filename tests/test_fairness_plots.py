@@ -51,7 +51,7 @@ def test_other_plots(result):
 def test_det_bootstrap_band_one_replicate_matches_brute_force():
     from scipy.stats import norm
 
-    from scoremix.fairness.bootstrap import draw_cluster_weights
+    from scoremix.resampling.bootstrap import draw_cluster_weights
     from scoremix.fairness.plots import det_bootstrap_band
 
     rng = np.random.default_rng(3)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from scoremix.fairness import SubgroupError, define_subgroups, fairness_index, subgroup_dcf
-from scoremix.fairness.bootstrap import Population, draw_cluster_weights, rocch_eer_from_rates
+from scoremix.resampling.bootstrap import Population, draw_cluster_weights, rocch_eer_from_rates
 from scoremix.fairness.engine import CostSpec, Engine
 from scoremix.fairness.sveva import prepare_trials
 

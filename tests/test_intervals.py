@@ -14,10 +14,10 @@ from scipy.stats import norm
 
 import scoremix as sm
 from scoremix.fairness import subgroup_dcf
-from scoremix.fairness.bootstrap import draw_cluster_weights
+from scoremix.resampling.bootstrap import draw_cluster_weights
 from scoremix.fairness.coverage import CoverageDesign, coverage_study, simulate_subgroup_trials, true_subgroup_measures
 from scoremix.fairness.reliability import MEASURED_COVERAGE, MIN_COVERAGE, flag_rows, measured_coverage
-from scoremix.fairness.resampling import (bca_t_interval, bca_t_levels, expanded_z, jackknife_weights,
+from scoremix.resampling.intervals import (bca_t_interval, bca_t_levels, expanded_z, jackknife_weights,
                                           percentile_interval, shift_t_interval)
 
 
@@ -380,7 +380,7 @@ def test_weighted_replicates_equal_reevaluation_on_resampled_trials(hip):
     """Every built-in metric's vectorised replicate equals the metric re-evaluated on the
     trials of the drawn speakers, each repeated as often as its speaker was drawn (ties,
     an empty class in some replicates, infinite LLRs, both score directions)."""
-    from scoremix.fairness.bootstrap import draw_cluster_weights
+    from scoremix.resampling.bootstrap import draw_cluster_weights
     from scoremix.metrics import WeightedReplicates
 
     rng = np.random.default_rng(7)
@@ -420,7 +420,7 @@ def test_weighted_replicates_equal_reevaluation_on_resampled_trials(hip):
                 assert fast[b] == pytest.approx(want, abs=1e-9), (kind, b)
         assert any(np.isinf(fast[1:])) == (kind == "cllr"), kind
     # the public function: the studentised interval of the slow re-evaluation's replicates from the same draws
-    from scoremix.fairness.overall import studentized_overall_interval
+    from scoremix.resampling.overall import studentized_overall_interval
 
     spk = np.array([f"s{c}" for c in cl])
     quick = sm.eer(sgn * s, y, higher_is_positive=hip, n_boot=60, speaker=spk, seed=3)
@@ -439,7 +439,7 @@ def test_weighted_replicates_equal_reevaluation_on_resampled_trials(hip):
 
 def test_log_se_of_two_ratios_is_the_cluster_sandwich_by_hand():
     """h = a·ΣmU/ΣmP + b·ΣmV/ΣmN; Var(log h) = C/(C−1)·Σ_c m_c (Z_c − Z̄)², Z_c the influence."""
-    from scoremix.fairness.overall import log_se_two_ratios
+    from scoremix.resampling.overall import log_se_two_ratios
 
     rng = np.random.default_rng(3)
     C = 6

@@ -12,8 +12,8 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 
 from scoremix import lmer
-from scoremix.fairness.bootstrap import draw_cluster_weights
-from scoremix.fairness.resampling import expanded_percentile_interval
+from scoremix.resampling.bootstrap import draw_cluster_weights
+from scoremix.resampling.intervals import expanded_percentile_interval
 from scoremix.model_eer import model_eer
 from scoremix.predictive import predictive
 from scoremix.lme.confint import simulate_response

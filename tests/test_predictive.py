@@ -174,7 +174,7 @@ def test_single_gaussian_det_is_a_straight_probit_line():
 
 def test_empirical_interval_is_a_cluster_bootstrap_of_the_rocch_eer():
     """The fast weighted-count bootstrap equals the slow one that replicates whole speakers."""
-    from scoremix.fairness.bootstrap import draw_cluster_weights
+    from scoremix.resampling.bootstrap import draw_cluster_weights
 
     rng = np.random.default_rng(2)
     n = 600
@@ -193,7 +193,7 @@ def test_empirical_interval_is_a_cluster_bootstrap_of_the_rocch_eer():
             reps.append(emp_eer(np.repeat(s, mult), np.repeat(y, mult)))
     reps = np.array(reps)
     # the studentised interval of sm.eer(n_boot=) on those replicates
-    from scoremix.fairness.overall import studentized_overall_interval
+    from scoremix.resampling.overall import studentized_overall_interval
 
     g = np.random.default_rng(7)
     M = np.concatenate([draw_cluster_weights(np.zeros(25, np.int64), m, g) for m in (50, 10)], axis=1)

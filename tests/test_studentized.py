@@ -11,9 +11,9 @@ from scipy.stats import norm
 
 from scoremix.fairness import subgroup_dcf
 from scoremix.fairness.engine import CostSpec, Engine
-from scoremix.fairness.linearize import StratifiedVariance, cluster_counts_at
+from scoremix.resampling.linearize import StratifiedVariance, cluster_counts_at
 from scoremix.fairness.prepare import prepare_trials
-from scoremix.fairness.resampling import studentized_interval
+from scoremix.resampling.intervals import studentized_interval
 
 
 def _tiny() -> pd.DataFrame:

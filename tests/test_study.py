@@ -447,7 +447,7 @@ def test_chunked_bootstrap_identical_serial_joblib_dask(tmp_path):
                                    progress=False).replicates for s, m in zip(seeds, [10, 10, 3])]
     dd = np.concatenate([x["B"]["ratio_overall"] - x["A"]["ratio_overall"] for x in direct], axis=1)
     # paired differences: the expanded percentile interval (t levels for the 12 speakers of each subgroup)
-    from scoremix.fairness.resampling import expanded_percentile_interval
+    from scoremix.resampling.intervals import expanded_percentile_interval
 
     want_lo, want_hi = expanded_percentile_interval(dd, np.array([12.0, 12.0]), 0.95)
     np.testing.assert_allclose(ca["compare.csv"]["ratio_overall_diff_lo"], want_lo, rtol=1e-12)

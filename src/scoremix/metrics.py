@@ -76,8 +76,8 @@ class Estimate(float):
 
     Attributes: ``lo``, ``hi`` (interval ends, NaN when not computed), ``ci`` (level),
     ``n_boot`` (replicates), ``n_clusters`` (speakers, or trials without a speaker column)
-    and ``interval`` (the method: ``"studentized"``, :mod:`scoremix.fairness.overall`, or
-    ``"expanded"``, :mod:`scoremix.fairness.resampling`).
+    and ``interval`` (the method: ``"studentized"``, :mod:`scoremix.resampling.overall`, or
+    ``"expanded"``, :mod:`scoremix.resampling.intervals`).
     Arithmetic returns plain floats; ``float(e)`` is the point estimate.
     """
 
@@ -117,7 +117,7 @@ class WeightedReplicates:
     that re-evaluation (tested to 1e-9).  ``kind``:
 
     * ``"eer"``: ROCCH EER, :math:`\max_α \min_τ αP_{miss} + (1-α)P_{fa}` over the exact
-      candidate thresholds of :class:`scoremix.fairness.bootstrap.Population`;
+      candidate thresholds of :class:`scoremix.resampling.bootstrap.Population`;
     * ``"min_dcf"``: :math:`\min_τ C(τ)` over the same candidates (``+∞`` = reject all
       included);
     * ``"dcf"``: :math:`C(τ)` at the fixed threshold ``params["threshold"]`` (accept
@@ -142,10 +142,10 @@ class WeightedReplicates:
 
     @property
     def population(self) -> Any:
-        """The trials prepared for weighted counting (:class:`scoremix.fairness.bootstrap.Population`),
-        built once and shared with the interval of :mod:`scoremix.fairness.overall`."""
+        """The trials prepared for weighted counting (:class:`scoremix.resampling.bootstrap.Population`),
+        built once and shared with the interval of :mod:`scoremix.resampling.overall`."""
         if self._population is None:
-            from scoremix.fairness.bootstrap import Population
+            from scoremix.resampling.bootstrap import Population
 
             self._population = Population(self.s, self.y, self.cl, self.C)
         return self._population
@@ -155,7 +155,7 @@ class WeightedReplicates:
 
     def __call__(self, M: np.ndarray) -> np.ndarray:
         """``(B,)`` metric values for cluster weights ``M`` ``(C, B)``."""
-        from scoremix.fairness.bootstrap import rocch_eer_from_rates
+        from scoremix.resampling.bootstrap import rocch_eer_from_rates
 
         M = np.asarray(M, np.float64)
         y = self.y
@@ -197,7 +197,7 @@ def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, 
     Replicate ``b`` draws the ``C`` speakers (clusters; every trial its own cluster when
     ``speaker`` is None) with replacement and evaluates ``stat`` on the trials of the drawn
     speakers, each repeated as often as its speaker was drawn.  The interval is the
-    *expanded percentile* interval of :mod:`scoremix.fairness.resampling` (levels
+    *expanded percentile* interval of :mod:`scoremix.resampling.intervals` (levels
     :math:`Φ(\mp\sqrt{C/(C-1)}\,t_{C-1}(1-α/2))`); with ``minimum=True`` (a minimum over
     thresholds such as minDCF) it is shifted by twice the bootstrap bias.  Replicates in
     which ``stat`` fails (e.g. one class only) are dropped.  Speakers are numbered in the
@@ -206,12 +206,12 @@ def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, 
     ``weighted``: a :class:`WeightedReplicates` factory ``(scores, y, clusters, C) -> it`` for
     ``stat`` — the built-in metrics use it to compute all replicates at once from the same
     weights (the same replicates, orders of magnitude faster on large tables) and get the
-    *studentised* interval of :mod:`scoremix.fairness.overall` (the method of the subgroup
+    *studentised* interval of :mod:`scoremix.resampling.overall` (the method of the subgroup
     tables; the expanded interval above where it is undefined).  ``Estimate.interval`` says
     which interval was made.
     """
-    from scoremix.fairness.bootstrap import draw_cluster_weights
-    from scoremix.fairness.resampling import expanded_percentile_interval, shift_t_interval
+    from scoremix.resampling.bootstrap import draw_cluster_weights
+    from scoremix.resampling.intervals import expanded_percentile_interval, shift_t_interval
 
     if int(n_boot) < 1:
         raise MetricInputError(f"n_boot must be >= 1 for an interval, got {n_boot}")
@@ -245,7 +245,7 @@ def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, 
             except TrialTableError:
                 reps[b] = np.nan
     if weighted is not None:
-        from scoremix.fairness.overall import studentized_overall_interval
+        from scoremix.resampling.overall import studentized_overall_interval
 
         slo, shi = studentized_overall_interval(w.kind, w.s, w.y, w.cl, w.C, M, reps, ci,
                                                 population=w.population if w.kind in ("eer", "min_dcf") else None,

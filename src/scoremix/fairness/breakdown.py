@@ -15,7 +15,7 @@ For each attribute (or intersection of attributes) and each of its values ``v``,
 
 Intervals come from a cluster bootstrap over speakers (or over trials when no speaker
 column is given), resampling the whole table, so shares vary too.  They are the
-``"expanded"`` intervals of :func:`scoremix.fairness.resampling.measure_intervals` (the
+``"expanded"`` intervals of :func:`scoremix.resampling.intervals.measure_intervals` (the
 method of :func:`scoremix.fairness.subgroup_dcf` for measures without a studentised form:
 percentile at small-sample ``t`` levels for the value's ``n`` speakers, bias-shifted for the
 minimum ``min_dcf``).
@@ -30,10 +30,10 @@ import pandas as pd
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from scoremix.fairness.bootstrap import Population, draw_cluster_weights, rocch_eer_from_rates
+from scoremix.resampling.bootstrap import Population, draw_cluster_weights, rocch_eer_from_rates
 from scoremix.fairness.engine import CostSpec
 from scoremix.fairness.subgroups import SubgroupError, binary_labels
-from scoremix.fairness.resampling import measure_intervals
+from scoremix.resampling.intervals import measure_intervals
 
 __all__ = ["breakdown", "BREAKDOWN_MEASURES"]
 

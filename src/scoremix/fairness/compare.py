@@ -5,7 +5,7 @@ Both systems score the same trials.  For subgroup ``g`` and measure ``r`` (defau
 *paired* cluster bootstrap: each replicate draws one set of speaker multiplicities and
 evaluates both systems on it, so the speaker sampling variation that the systems share
 cancels in ``Δ_g``.  Each system's own measures get the interval of
-:func:`scoremix.fairness.subgroup_dcf` (:func:`~scoremix.fairness.resampling.measure_intervals`,
+:func:`scoremix.fairness.subgroup_dcf` (:func:`~scoremix.resampling.intervals.measure_intervals`,
 default ``"studentized"``); a difference can be negative, so it gets the ``"expanded"``
 percentile interval (small-sample ``t`` levels for the subgroup's speakers), as do the
 Fairness Indices and their difference (``n`` as in ``subgroup_dcf``; for the difference, the
@@ -23,7 +23,7 @@ import pandas as pd
 from scoremix.fairness.engine import CostSpec, Engine
 from scoremix.fairness.subgroups import SubgroupError
 from scoremix.fairness.prepare import prepare_trials
-from scoremix.fairness.resampling import (INTERVAL_METHODS, as_list, bootstrap_pieces, concat_replicates,
+from scoremix.resampling.intervals import (INTERVAL_METHODS, as_list, bootstrap_pieces, concat_replicates,
                                           expanded_percentile_interval, fairness_index_speakers, measure_intervals,
                                           run_bootstrap)
 

@@ -51,7 +51,7 @@ from scipy.special import ndtr
 from tqdm.auto import tqdm
 
 from scoremix.fairness.engine import CostSpec
-from scoremix.fairness.resampling import percentile_interval
+from scoremix.resampling.intervals import percentile_interval
 from scoremix.fairness.sveva import bootstrap_intervals, subgroup_dcf
 
 __all__ = ["CoverageDesign", "simulate_subgroup_trials", "true_subgroup_measures", "coverage_study", "coverage_pivot",

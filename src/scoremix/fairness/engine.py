@@ -14,8 +14,8 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from scoremix.fairness.bootstrap import Population, TwoWayDesign, rocch_eer_from_rates, weighted_rates_at
-from scoremix.fairness.linearize import (LOG_SE_MEASURES, CrossedVariance, StratifiedVariance, cluster_counts_at,
+from scoremix.resampling.bootstrap import Population, TwoWayDesign, rocch_eer_from_rates, weighted_rates_at
+from scoremix.resampling.linearize import (LOG_SE_MEASURES, CrossedVariance, StratifiedVariance, cluster_counts_at,
                                          ratio_influence)
 from scoremix.fairness.subgroups import SubgroupError, Subgroups
 
@@ -103,17 +103,17 @@ class Engine:
         detection-cost parameters.
     strata:
         ``(C,)`` stratum (resampling subgroup) of every cluster; when given, :meth:`measures`
-        also returns every measure in :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES`
+        also returns every measure in :data:`~scoremix.resampling.linearize.LOG_SE_MEASURES`
         evaluated at the data's thresholds (keys ``fix_<measure>``) and the speaker-cluster
         standard error of its log there (``se_log_<measure>``), the inputs of the studentised
         interval.
     two_way:
         crossed enrolment × test-speaker resampling: ``clusters`` are then the pair codes of
-        :class:`~scoremix.fairness.bootstrap.TwoWayDesign` (``n_clusters`` = its ``n_pairs``),
+        :class:`~scoremix.resampling.bootstrap.TwoWayDesign` (``n_clusters`` = its ``n_pairs``),
         the weights given to :meth:`measures` are *unit* weights ``(R + T, B)`` (enrolment, then
         test speakers) turned into pair weights by ``two_way.pair_weights``, ``strata`` are the
         units' strata and the standard errors are two-way
-        (:class:`~scoremix.fairness.linearize.CrossedVariance`).
+        (:class:`~scoremix.resampling.linearize.CrossedVariance`).
     """
 
     def __init__(self, scores: np.ndarray, y: np.ndarray, clusters: np.ndarray, n_clusters: int,
@@ -191,9 +191,9 @@ class Engine:
 
     def _at_fixed_thresholds(self, M: np.ndarray, U: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """For (pair) weights ``M`` and, two-way, unit weights ``U``, every measure of
-        :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES` evaluated at the *point estimate's* thresholds (``τ*`` of the data, and each subgroup's own
+        :data:`~scoremix.resampling.linearize.LOG_SE_MEASURES` evaluated at the *point estimate's* thresholds (``τ*`` of the data, and each subgroup's own
         minimiser for ``min_dcf``) as ``fix_<measure>``, and the standard error of its log as
-        ``se_log_<measure>`` (see :mod:`scoremix.fairness.linearize`); arrays ``(G, B)``."""
+        ``se_log_<measure>`` (see :mod:`scoremix.resampling.linearize`); arrays ``(G, B)``."""
         assert self._var is not None
         var = self._var
         if isinstance(var, CrossedVariance):

@@ -64,7 +64,7 @@ def det_bootstrap_band(scores: np.ndarray, y: np.ndarray, clusters: np.ndarray, 
     lo, hi:
         ``(len(x_probit),)`` arrays in probit units.
     """
-    from scoremix.fairness.bootstrap import draw_cluster_weights
+    from scoremix.resampling.bootstrap import draw_cluster_weights
 
     s = np.asarray(scores, float)
     y = np.asarray(y).astype(bool)

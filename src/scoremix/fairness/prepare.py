@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from scoremix.fairness.bootstrap import TwoWayDesign, two_way_pairs
+from scoremix.resampling.bootstrap import TwoWayDesign, two_way_pairs
 from scoremix.fairness.engine import cluster_codes
 from scoremix.fairness.subgroups import SubgroupError, Subgroups, binary_labels, define_subgroups
 
@@ -101,7 +101,7 @@ def two_way_units(trials: pd.DataFrame, scores: np.ndarray, y: np.ndarray, sg: S
     stratified by their own subgroup when ``membership`` uses the test speaker's attributes
     (``"test"``, ``"both"``, ``"any"``), else one stratum.  A nontarget trial gets the product
     of its two speakers' weights; a target trial the enrolment weight only (the test speaker
-    is the enrolment speaker's own voice; see :class:`~scoremix.fairness.bootstrap.TwoWayDesign`).
+    is the enrolment speaker's own voice; see :class:`~scoremix.resampling.bootstrap.TwoWayDesign`).
     Test speakers that appear only in target trials are not units.
     """
     if enrol == test:

@@ -33,7 +33,7 @@ import pandas as pd
 from scoremix.fairness.engine import MEASURES, CostSpec, Engine
 from scoremix.fairness.prepare import RESAMPLING, Prepared, prepare_trials
 from scoremix.fairness.reliability import flag_degenerate, flag_rows
-from scoremix.fairness.resampling import (INTERVAL_METHODS, MINIMA, bca_t_interval, bootstrap_pieces, cap_intervals,
+from scoremix.resampling.intervals import (INTERVAL_METHODS, MINIMA, bca_t_interval, bootstrap_pieces, cap_intervals,
                                           concat_replicates, fairness_index_speakers,
                                           expanded_percentile_interval, jackknife_measures, percentile_interval,
                                           measure_intervals, run_bootstrap, shift_t_interval)
@@ -193,7 +193,7 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
         multinomial weights per side, a nontarget trial weighted by the product of its two
         speakers' weights, a target trial by its enrolment speaker's weight only; the
         studentised interval then uses the two-way standard error of
-        :mod:`scoremix.fairness.linearize`.  Use it when test speakers appear in nontarget
+        :mod:`scoremix.resampling.linearize`.  Use it when test speakers appear in nontarget
         trials of several enrolment speakers (a crossed design); see ``docs/intervals.md``.
     p_target, c_miss, c_fa, normalize:
         cost parameters (SVEva defaults: 0.05, 1, 1, unnormalised).
@@ -204,13 +204,13 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
         ``τ*`` is re-estimated in every replicate.
     interval:
         ``"studentized"`` (default: log-scale bootstrap-``t`` in the speakers with the threshold
-        re-chosen in every replicate, see :func:`scoremix.fairness.resampling.studentized_interval`;
+        re-chosen in every replicate, see :func:`scoremix.resampling.intervals.studentized_interval`;
         its coverage is measured in ``docs/intervals.md``), ``"expanded"`` (percentile interval at
         levels expanded with Student's ``t_{n-1}`` for a subgroup of ``n`` speakers, shifted by
         twice the bootstrap bias for ``min_dcf``), ``"bca-t"`` (the same
         expansion on bias-corrected, accelerated levels; needs a jackknife pass) or
         ``"percentile"`` (the SVEva method, which under-covers with few speakers); see
-        :mod:`scoremix.fairness.resampling`.
+        :mod:`scoremix.resampling.intervals`.
     compat:
         ``None`` (exact counting) or ``"sveva"`` (the SVEva Fair library's reading of
         costs off stored DET-curve thresholds; see :mod:`scoremix.fairness.compat`).
@@ -236,7 +236,7 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
             and test_speaker is None and test_groups is None and speaker_table is None
             and cluster in (None, speaker)):
         # point measures of Dask input from per-partition counts; nothing row-sized is collected
-        from scoremix.fairness.dask_point import dask_point_measures
+        from scoremix.distributed.fairness_point import dask_point_measures
 
         dprep, point = dask_point_measures(trials, groups, cost, score=score, label=label, speaker=speaker,
                                            positive=positive, with_eer=eer)
@@ -339,10 +339,10 @@ def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, 
     replicates of all pieces.
 
     ``method="expanded"``: the expanded percentile interval (bias-shifted for ``min_dcf``) of
-    :mod:`scoremix.fairness.resampling`; needs ``point`` and ``n_speakers``.
+    :mod:`scoremix.resampling.intervals`; needs ``point`` and ``n_speakers``.
 
     ``method="bca-t"``: the bias-corrected, accelerated, small-sample expanded interval of
-    :mod:`scoremix.fairness.resampling` (for the minimum ``min_dcf``: the expanded percentile
+    :mod:`scoremix.resampling.intervals` (for the minimum ``min_dcf``: the expanded percentile
     interval shifted by twice the bootstrap bias); needs the point estimates ``point`` (engine output
     with weights 1), the delete-one-speaker values ``jackknife``, the speakers' ``strata``
     and the number of speakers of every subgroup ``n_speakers``.  The Fairness Index uses

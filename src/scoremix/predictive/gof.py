@@ -73,9 +73,9 @@ def order_preserving_finite(scores: Any) -> np.ndarray:
 def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: int = 200, level: float = 0.95,
                            seed: int | np.random.Generator | None = 0) -> dict[str, float]:
     """Empirical ROCCH EER with a cluster-bootstrap interval: the studentised interval of
-    :func:`scoremix.fairness.overall.studentized_overall_interval` (the method of ``sm.eer(...,
+    :func:`scoremix.resampling.overall.studentized_overall_interval` (the method of ``sm.eer(...,
     n_boot=)``), or where that is undefined the expanded percentile interval of
-    :func:`scoremix.fairness.resampling.measure_intervals` (small-sample ``t`` levels for the
+    :func:`scoremix.resampling.intervals.measure_intervals` (small-sample ``t`` levels for the
     ``n`` clusters).
 
     Parameters
@@ -92,7 +92,7 @@ def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: in
     dict with ``eer``, ``lo``, ``hi`` and ``se_logit`` (bootstrap SD of the logit EER;
     NaN without replicates).
     """
-    from scoremix.fairness.bootstrap import draw_cluster_weights
+    from scoremix.resampling.bootstrap import draw_cluster_weights
     from scoremix.metrics import WeightedReplicates, eer
 
     s = order_preserving_finite(scores)
@@ -116,8 +116,8 @@ def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: in
     e = e_all[np.isfinite(e_all)]
     if e.size < 2:
         return out
-    from scoremix.fairness.overall import studentized_overall_interval
-    from scoremix.fairness.resampling import measure_intervals
+    from scoremix.resampling.overall import studentized_overall_interval
+    from scoremix.resampling.intervals import measure_intervals
 
     lo, hi = studentized_overall_interval("eer", s, yy, cl, C, M, e_all, level, population=w.population)
     if np.isnan(lo) or np.isnan(hi):
@@ -142,7 +142,7 @@ def model_eer_interval(pred: Any, mask: Any, clusters: Any = None, n_boot: int =
     (``clusters``; ``None``: trials) with replacement and re-weights every trial by its
     speaker's multiplicity :math:`m_{s(i)}`, :math:`w^*_c = \sum_i m_{s(i)} [c(i) = c]`, and
     recomputes the mixture EER (:func:`~scoremix.predictive.mixture.batch_eer`).  The interval
-    is the expanded percentile interval of :func:`scoremix.fairness.resampling.measure_intervals`
+    is the expanded percentile interval of :func:`scoremix.resampling.intervals.measure_intervals`
     (small-sample ``t`` levels for the cell's ``n`` speakers), the method of every empirical
     interval.  It measures how much the model EER depends on *which* speakers the cell has —
     with ``conditional=True`` their fitted effects, the dominant uncertainty of a small
@@ -152,8 +152,8 @@ def model_eer_interval(pred: Any, mask: Any, clusters: Any = None, n_boot: int =
     """
     from scipy import sparse
 
-    from scoremix.fairness.bootstrap import draw_cluster_weights
-    from scoremix.fairness.resampling import measure_intervals
+    from scoremix.resampling.bootstrap import draw_cluster_weights
+    from scoremix.resampling.intervals import measure_intervals
     from scoremix.predictive.mixture import MixtureRates, batch_eer
 
     nan = (float("nan"), float("nan"))

@@ -193,19 +193,19 @@ def parametric_interval(point: float, replicates: Any, truth: float, n_clusters:
     With :math:`\ell^{*}_r = \operatorname{logit}\hat e^{*}_r`, :math:`c = \operatorname{logit}\hat e
     + \operatorname{logit} e_{\mathrm{pop}}(\hat\vartheta)` and Hesterberg's expanded quantile
     :math:`z' = \sqrt{n/(n-1)}\,t_{n-1}((1+\mathrm{level})/2)` for the cell's ``n_clusters``
-    speakers (:func:`scoremix.fairness.resampling.expanded_z`):
+    speakers (:func:`scoremix.resampling.intervals.expanded_z`):
 
     * ``"normal"`` (the default of ``model_eer``): bias-corrected normal interval on the logit
       scale, :math:`\operatorname{logit}^{-1}\big(c - \bar\ell^{*} \mp z'\,\mathrm{sd}(\ell^{*})\big)`;
     * ``"basic"``: :math:`[\operatorname{logit}^{-1}(c - q_{hi}),\, \operatorname{logit}^{-1}(c - q_{lo})]`
       with :math:`q_{lo}, q_{hi}` the quantiles of :math:`\ell^{*}` at levels :math:`\Phi(\mp z')`
-      (:func:`scoremix.fairness.resampling.expanded_percentile_interval`);
+      (:func:`scoremix.resampling.intervals.expanded_percentile_interval`);
     * ``"percentile"``: :math:`[\operatorname{logit}^{-1} q_{lo}, \operatorname{logit}^{-1} q_{hi}]`
       (no bias correction).
 
     ``(nan, nan)`` with fewer than two finite replicates, fewer than two clusters, or a point /
     truth outside (0, 1)."""
-    from scoremix.fairness.resampling import expanded_percentile_interval, expanded_z
+    from scoremix.resampling.intervals import expanded_percentile_interval, expanded_z
 
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")

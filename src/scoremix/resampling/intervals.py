@@ -14,7 +14,7 @@ drawn within strata (subgroups), from bootstrap replicates :math:`\hat\theta^*_1
 
 ``"studentized"`` (default)
     For a measure read at the data's thresholds (``τ*``, or a subgroup's own minimiser) with
-    a speaker-cluster standard error of its log (:mod:`~scoremix.fairness.linearize`): the
+    a speaker-cluster standard error of its log (:mod:`~scoremix.resampling.linearize`): the
     speaker part is studentised, ``T_b = (log θ*_b(τ̂) − log θ̂)/ŝ*_b`` at the data's
     thresholds, and re-choosing the threshold in the replicate, ``D_b = log θ*_b − log θ*_b(τ̂)``,
     is added as a percentile term; the interval is ``θ̂·exp(−Q(P))`` at the two tail levels
@@ -78,9 +78,9 @@ import numpy as np
 from scipy.stats import norm, t as student_t
 from tqdm.auto import tqdm
 
-from scoremix.fairness.bootstrap import draw_cluster_weights
+from scoremix.resampling.bootstrap import draw_cluster_weights
 from scoremix.fairness.engine import Engine, quiet_runtime_warnings
-from scoremix.fairness.linearize import LOG_SE_MEASURES
+from scoremix.resampling.linearize import LOG_SE_MEASURES
 
 __all__ = ["INTERVAL_METHODS", "MINIMA", "RATES", "REFLECTED", "MINIMUM_OPTIMISM", "log_threshold_part", "ratio_own_threshold_part", "measure_intervals", "cap_intervals", "fairness_index_speakers", "studentized_interval", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
            "percentile_interval", "expanded_percentile_interval", "jackknife_weights", "jackknife_measures", "shift_t_interval", "expanded_z", "bca_t_levels", "bca_t_interval"]
@@ -407,7 +407,7 @@ def measure_intervals(reps: dict[str, np.ndarray], point: dict[str, np.ndarray],
     ``"percentile"``: :func:`percentile_interval`.  ``"expanded"``: :func:`expanded_percentile_interval`
     (:func:`shift_t_interval` for :data:`MINIMA`) with ``n`` speakers per row.  ``"studentized"``:
     :func:`studentized_interval` for the measures of
-    :data:`~scoremix.fairness.linearize.LOG_SE_MEASURES` (threshold part reflected for minima
+    :data:`~scoremix.resampling.linearize.LOG_SE_MEASURES` (threshold part reflected for minima
     only), needing ``point["se_log_<m>"]`` and ``reps["fix_<m>"], reps["se_log_<m>"]``; rows where
     it is undefined (an estimate of 0, one speaker) and the other measures get the
     ``"expanded"`` interval.  Ends are capped (:func:`cap_intervals`) at ``upper[m]`` when given

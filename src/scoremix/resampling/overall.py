@@ -2,9 +2,9 @@ r"""Studentised speaker-cluster intervals of the overall EER, minDCF, actDCF and
 
 Layer: used by :func:`scoremix.metrics.cluster_bootstrap` (through
 :class:`scoremix.metrics.WeightedReplicates`) and by the empirical EER interval of the
-model-vs-empirical tables; built on the counting of :mod:`~scoremix.fairness.bootstrap`, the
-linearisation of :mod:`~scoremix.fairness.linearize` and the interval formula of
-:func:`scoremix.fairness.resampling.studentized_interval` — the method of the subgroup
+model-vs-empirical tables; built on the counting of :mod:`~scoremix.resampling.bootstrap`, the
+linearisation of :mod:`~scoremix.resampling.linearize` and the interval formula of
+:func:`scoremix.resampling.intervals.studentized_interval` — the method of the subgroup
 measures (docs/intervals.md), applied to the whole table as one stratum of ``C`` speakers.
 
 Every one of the four is a weighted sum of two ratio estimators of speaker totals at a
@@ -25,7 +25,7 @@ the cluster variance ``C/(C−1)·[Σ m Z² − (Σ m Z)²/C]``:
   expanded percentile interval);
 * **minDCF**: the cost at the data's minimising threshold ``τ̂`` (its derivative in ``τ``
   vanishes there: envelope theorem), and re-minimising in the replicate is the threshold part
-  ``D_b ≤ 0``, reflected with weight :data:`~scoremix.fairness.resampling.MINIMUM_OPTIMISM`;
+  ``D_b ≤ 0``, reflected with weight :data:`~scoremix.resampling.intervals.MINIMUM_OPTIMISM`;
 * **EER** (ROCCH): ``max_α min_τ α·P_miss + (1−α)·P_fa`` — at the data's saddle ``α̂`` it is the
   minimum over ``τ`` of a cost with weights ``(α̂, 1 − α̂)``, so it gets the minDCF treatment
   with those weights (the derivative in ``α`` vanishes at the saddle).
@@ -40,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from scoremix.fairness.bootstrap import Population, rocch_eer_from_rates
+from scoremix.resampling.bootstrap import Population, rocch_eer_from_rates
 from scoremix.fairness.engine import CostSpec
-from scoremix.fairness.linearize import StratifiedVariance, cluster_counts_at, ratio_influence
-from scoremix.fairness.resampling import MINIMUM_OPTIMISM, studentized_interval
+from scoremix.resampling.linearize import StratifiedVariance, cluster_counts_at, ratio_influence
+from scoremix.resampling.intervals import MINIMUM_OPTIMISM, studentized_interval
 
 __all__ = ["OVERALL_KINDS", "log_se_two_ratios", "studentized_overall_interval"]
 
@@ -89,7 +89,7 @@ def studentized_overall_interval(kind: str, scores: np.ndarray, y: np.ndarray, c
     ci:
         interval level.
     population:
-        the trials' :class:`~scoremix.fairness.bootstrap.Population` when the caller already
+        the trials' :class:`~scoremix.resampling.bootstrap.Population` when the caller already
         built it (the replicates did); built here otherwise.
 
     Returns

@@ -18,7 +18,7 @@ trials only through
 Client memory: the speakers and a few candidates per range, never the trials.  Equality
 with the in-memory engine: the minimum costs, thresholds, rates, counts and ratios are the
 same floats (the same integer counts through the same elementwise formulas); the EERs are
-the golden-section search of :func:`scoremix.fairness.bootstrap.rocch_eer_from_rates` on the
+the golden-section search of :func:`scoremix.resampling.bootstrap.rocch_eer_from_rates` on the
 hull vertices instead of all candidates, whose minimum over the candidates is the same
 number in exact arithmetic (a linear function is minimised at a hull vertex) and can differ
 only by rounding on collinear points (observed: equal; tests allow ``1e-12``).
@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from scoremix.fairness.bootstrap import rocch_eer_from_rates
+from scoremix.resampling.bootstrap import rocch_eer_from_rates
 from scoremix.fairness.engine import CostSpec, assemble_measures, cluster_codes
 from scoremix.fairness.subgroups import SubgroupError, Subgroups, binary_labels, define_subgroups
 
@@ -79,7 +79,7 @@ def _class_counts(part: pd.DataFrame, G: int, tau: float) -> np.ndarray:
 def _range_min_cost(c: Any, info: Any, a: float, b: float) -> tuple | None:
     """First minimiser of ``a·P_miss + b·P_fa`` among the engine's candidate thresholds of one
     range (score ``t_k`` is a candidate when it has a positive trial and ``t_{k-1}`` a negative
-    one, see :class:`scoremix.fairness.bootstrap.Population`): ``(cost, τ, P_miss, P_fa)``."""
+    one, see :class:`scoremix.resampling.bootstrap.Population`): ``(cost, τ, P_miss, P_fa)``."""
     cp = np.asarray(c.n_pos, np.int64)
     cn = np.asarray(c.n_neg, np.int64)
     prev_neg = True if info.prev_counts is None else info.prev_counts[1] > 0

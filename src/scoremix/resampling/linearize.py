@@ -2,7 +2,7 @@ r"""Speaker-cluster (delta-method) standard errors of the log of the subgroup me
 
 Layer: used by the counting engine (:mod:`~scoremix.fairness.engine`) so that every
 bootstrap replicate carries its own standard error, the input of the studentised
-(bootstrap-``t``) interval of :mod:`~scoremix.fairness.resampling`.  It knows nothing about
+(bootstrap-``t``) interval of :mod:`~scoremix.resampling.intervals`.  It knows nothing about
 tables or intervals.
 
 At a fixed threshold ``τ`` every rate is a ratio of cluster totals,
@@ -36,7 +36,7 @@ The threshold is held fixed: the variability of ``τ*`` is left to the bootstrap
 ``t`` distribution absorbs it.
 
 **Crossed (two-way) resampling.**  When enrolment speakers ``e`` and test speakers ``t``
-are both resampled (:class:`~scoremix.fairness.bootstrap.TwoWayDesign`, pair weights
+are both resampled (:class:`~scoremix.resampling.bootstrap.TwoWayDesign`, pair weights
 ``W_p = m^E_e m^T_t``), the same influences are computed per *pair* ``p = (e, t)``
 (``Z_p``) and summed to each side, a drawn copy of a speaker carrying the other side's
 multiplicities: ``Z^E_e = Σ_{p∋e} m^T_{t(p)} Z_p`` and ``Z^T_t = Σ_{p∋t} m^E_{e(p)} Z_p``.
@@ -63,7 +63,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from scoremix.fairness.bootstrap import TwoWayDesign
+from scoremix.resampling.bootstrap import TwoWayDesign
 
 __all__ = ["LOG_SE_MEASURES", "cluster_counts_at", "StratifiedVariance", "CrossedVariance", "ratio_influence"]
 
