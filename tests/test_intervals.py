@@ -235,7 +235,7 @@ def test_cluster_bootstrap_replicates_are_speaker_resamples():
     """Independent re-implementation: the same multiplicities (speakers numbered in the sorted
     order of their string form), trials repeated per speaker, expanded-percentile ends."""
     s, y, spk = _spk_scores(1)
-    est = sm.metrics.cluster_bootstrap(lambda a, b: float(np.mean(a[b == 1])), s, y, speaker=spk, n_boot=64,
+    est = sm.resampling.cluster_bootstrap(lambda a, b: float(np.mean(a[b == 1])), s, y, speaker=spk, n_boot=64,
                                        seed=9)
     names = sorted({str(v) for v in spk})
     M = draw_cluster_weights(np.zeros(25, np.int64), 64, np.random.default_rng(9)).astype(int)
@@ -381,7 +381,7 @@ def test_weighted_replicates_equal_reevaluation_on_resampled_trials(hip):
     trials of the drawn speakers, each repeated as often as its speaker was drawn (ties,
     an empty class in some replicates, infinite LLRs, both score directions)."""
     from scoremix.resampling.bootstrap import draw_cluster_weights
-    from scoremix.metrics import WeightedReplicates
+    from scoremix.resampling import WeightedReplicates
 
     rng = np.random.default_rng(7)
     C = 7

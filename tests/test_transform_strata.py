@@ -20,7 +20,8 @@ import pytest
 from scipy.special import ndtr, ndtri
 
 import scoremix as sm
-from scoremix.transform import StratifiedTransform, UnknownStratumError, stratified_model_eer
+from scoremix.predictive import stratified_model_eer
+from scoremix.transform import StratifiedTransform, UnknownStratumError
 from scoremix.transform.errors import SingleClassError, TooFewDistinctScoresError, TransformError
 
 DATA = Path(__file__).resolve().parent / "data"

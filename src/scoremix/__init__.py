@@ -19,7 +19,6 @@ from scoremix.trials import (
 )
 from scoremix.metrics import (
     DetCurve,
-    Estimate,
     MinDCF,
     ScoreDirectionWarning,
     act_dcf,
@@ -37,6 +36,7 @@ from scoremix.metrics import (
     probit,
     rates_at,
 )
+from scoremix.resampling import Estimate
 from scoremix.simulate import Simulation, SimulationError, simulate_sv_trials, simulate_trials
 from scoremix.lme import LmerResult, NativeControl, anova, confint, lmer, ranova
 from scoremix.lme.model_frame import build_model_spec, model_matrix
@@ -84,6 +84,7 @@ from scoremix.predictive import (
     PredictiveError,
     model_det_curve,
     predictive,
+    stratified_model_eer,
 )
 from scoremix.study import load_study, run_study
 from scoremix.transform import (
@@ -95,7 +96,6 @@ from scoremix.transform import (
     TransformError,
     TransformLmerResult,
     StratifiedTransform,
-    stratified_model_eer,
 )
 
 from scoremix.distributed import DaskInputError, DaskLmerResult

@@ -24,12 +24,17 @@ import numpy as np
 from scipy.optimize import isotonic_regression
 from scipy.stats import norm
 
+from scoremix._deprecate import warn_renamed
+from scoremix.adapters import adapter_for
 from scoremix.trials import NonFiniteScoreError, SingleClassError, TrialTableError, label_to_binary
 
 __all__ = [
     "MetricInputError",
     "ScoreDirectionWarning",
-    "WeightedReplicates",
+    "MetricValue",
+    "WeightedSpec",
+    "CostSpec",
+    "register_interval_provider",
     "auc",
     "check_direction",
     "DetCurve",
@@ -52,8 +57,6 @@ __all__ = [
     "bayes_threshold",
     "cllr",
     "min_cllr",
-    "Estimate",
-    "cluster_bootstrap",
 ]
 
 EerMethod = Literal["rocch", "interp", "asvspoof", "voxceleb"]
@@ -70,194 +73,46 @@ class ScoreDirectionWarning(UserWarning):
     accept = score >= threshold is then meaningless."""
 
 
-# ----------------------------------------------------------------------------- intervals
-class Estimate(float):
-    r"""A metric value with a speaker-cluster bootstrap interval; behaves as the float ``value``.
-
-    Attributes: ``lo``, ``hi`` (interval ends, NaN when not computed), ``ci`` (level),
-    ``n_boot`` (replicates), ``n_clusters`` (speakers, or trials without a speaker column)
-    and ``interval`` (the method: ``"studentized"``, :mod:`scoremix.resampling.overall`, or
-    ``"expanded"``, :mod:`scoremix.resampling.intervals`).
-    Arithmetic returns plain floats; ``float(e)`` is the point estimate.
-    """
-
-    lo: float
-    hi: float
-    ci: float
-    n_boot: int
-    n_clusters: int
-    interval: str
-
-    def __new__(cls, value: float, lo: float = np.nan, hi: float = np.nan, ci: float = 0.95, n_boot: int = 0,
-                n_clusters: int = 0, interval: str = "expanded") -> "Estimate":
-        obj = super().__new__(cls, value)
-        obj.lo, obj.hi, obj.ci = float(lo), float(hi), float(ci)
-        obj.n_boot, obj.n_clusters, obj.interval = int(n_boot), int(n_clusters), str(interval)
-        return obj
+# ----------------------------------------------------------------------------- results
+class MetricValue(float):
+    """A metric's value: a float (it compares, formats and computes like ``value``) that
+    carries its extras as attributes.  Every metric of scoremix returns one (or a subclass:
+    :class:`MinDCF`, :class:`scoremix.resampling.Estimate`); arithmetic gives plain floats."""
 
     @property
     def value(self) -> float:
+        """The point value as a plain float (``float(self)``)."""
         return float(self)
 
-    @property
-    def degenerate(self) -> bool:
-        """True when the interval has zero width or is missing (it then says nothing)."""
-        return not (self.hi > self.lo)
 
-    def __repr__(self) -> str:
-        return f"Estimate({float(self)!r}, lo={self.lo!r}, hi={self.hi!r}, ci={self.ci!r}, n_boot={self.n_boot})"
+# ----------------------------------------------------------------------------- intervals (registry)
+class WeightedSpec(NamedTuple):
+    """Which built-in metric a bootstrap replicates by weighted counting: ``kind`` (``"eer"``,
+    ``"min_dcf"``, ``"dcf"``, ``"cllr"``), the score ``sign`` (-1 for ``higher_is_positive=False``)
+    and the metric's parameters (see :class:`scoremix.resampling.WeightedReplicates`)."""
 
-
-class WeightedReplicates:
-    r"""Vectorised replicates of a built-in metric under cluster weights.
-
-    A metric of weighted trials, where trial ``i`` counts ``w_i = m_{c(i)}`` times (the
-    bootstrap multiplicity of its cluster), computed for all ``B`` columns of a ``(C, B)``
-    weight matrix at once instead of re-evaluating the metric on repeated trials — equal to
-    that re-evaluation (tested to 1e-9).  ``kind``:
-
-    * ``"eer"``: ROCCH EER, :math:`\max_α \min_τ αP_{miss} + (1-α)P_{fa}` over the exact
-      candidate thresholds of :class:`scoremix.resampling.bootstrap.Population`;
-    * ``"min_dcf"``: :math:`\min_τ C(τ)` over the same candidates (``+∞`` = reject all
-      included);
-    * ``"dcf"``: :math:`C(τ)` at the fixed threshold ``params["threshold"]`` (accept
-      :math:`s ≥ τ`);
-    * ``"cllr"``: :math:`\frac{1}{2\ln 2}[\sum_{y=1} w\ln(1+e^{-ℓ})/\sum_{y=1} w +
-      \sum_{y=0} w\ln(1+e^{ℓ})/\sum_{y=0} w]` (an infinite cost stays infinite only in
-      replicates that draw its cluster).
-
-    A replicate without a trial of some class is NaN (the re-evaluation would fail).
-    """
-
-    def __init__(self, kind: str, scores: np.ndarray, y: np.ndarray, clusters: np.ndarray, n_clusters: int,
-                 **params: Any) -> None:
-        if kind not in ("eer", "min_dcf", "dcf", "cllr"):
-            raise ValueError(f"kind must be 'eer', 'min_dcf', 'dcf' or 'cllr', got {kind!r}")
-        self.kind, self.params = kind, params
-        self.s = np.asarray(scores, np.float64)
-        self.y = np.asarray(y).astype(bool)
-        self.cl = np.asarray(clusters, np.int64)
-        self.C = int(n_clusters)
-        self._population: Any = None
-
-    @property
-    def population(self) -> Any:
-        """The trials prepared for weighted counting (:class:`scoremix.resampling.bootstrap.Population`),
-        built once and shared with the interval of :mod:`scoremix.resampling.overall`."""
-        if self._population is None:
-            from scoremix.resampling.bootstrap import Population
-
-            self._population = Population(self.s, self.y, self.cl, self.C)
-        return self._population
-
-    def _per_cluster(self, v: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return np.bincount(self.cl[mask], weights=v[mask], minlength=self.C)
-
-    def __call__(self, M: np.ndarray) -> np.ndarray:
-        """``(B,)`` metric values for cluster weights ``M`` ``(C, B)``."""
-        from scoremix.resampling.bootstrap import rocch_eer_from_rates
-
-        M = np.asarray(M, np.float64)
-        y = self.y
-        ones = np.ones(self.s.size)
-        n_pos = self._per_cluster(ones, y) @ M
-        n_neg = self._per_cluster(ones, ~y) @ M
-        empty = (n_pos <= 0) | (n_neg <= 0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            if self.kind in ("eer", "min_dcf"):
-                pm, pf = self.population.counts(M).rates()
-                if self.kind == "eer":
-                    out = rocch_eer_from_rates(pm, pf)
-                else:
-                    pr = self.params
-                    out = np.min(_cost(pm, pf, pr["p_target"], pr["c_miss"], pr["c_fa"], pr["normalize"]), axis=0)
-            elif self.kind == "dcf":
-                pr = self.params
-                acc = self.s >= pr["threshold"]
-                pm = (self._per_cluster(ones, y & ~acc) @ M) / n_pos
-                pf = (self._per_cluster(ones, ~y & acc) @ M) / n_neg
-                out = _cost(pm, pf, pr["p_target"], pr["c_miss"], pr["c_fa"], pr["normalize"])
-            else:
-                cost = np.where(y, np.logaddexp(0.0, -self.s), np.logaddexp(0.0, self.s))
-                inf = np.isinf(cost)
-                parts = []
-                for cls, n in ((y, n_pos), (~y, n_neg)):
-                    fin = self._per_cluster(np.where(inf, 0.0, cost), cls) @ M / n
-                    bad = self._per_cluster(inf.astype(float), cls) @ M > 0  # a drawn cluster with an infinite cost
-                    parts.append(np.where(bad, np.inf, fin))
-                out = (parts[0] + parts[1]) / (2 * np.log(2))
-        return np.where(empty, np.nan, out)
+    kind: str
+    sign: float = 1.0
+    params: dict[str, Any] = {}
 
 
-def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, n_boot: int = 1000,
-                      seed: int | np.random.Generator | None = None, ci: float = 0.95,
-                      minimum: bool = False, weighted: WeightedReplicates | None = None) -> Estimate:
-    r"""Speaker-cluster bootstrap interval of any metric ``stat(scores, labels) -> float``.
+#: The speaker-cluster bootstrap behind ``n_boot > 0``.  It lives in the resampling layer
+#: above this one (:func:`scoremix.resampling.cluster_bootstrap`), which installs it here when
+#: it is imported (``import scoremix`` does), so that the point metrics import nothing above them.
+_INTERVAL_PROVIDER: dict[str, Any] = {}
 
-    Replicate ``b`` draws the ``C`` speakers (clusters; every trial its own cluster when
-    ``speaker`` is None) with replacement and evaluates ``stat`` on the trials of the drawn
-    speakers, each repeated as often as its speaker was drawn.  The interval is the
-    *expanded percentile* interval of :mod:`scoremix.resampling.intervals` (levels
-    :math:`Φ(\mp\sqrt{C/(C-1)}\,t_{C-1}(1-α/2))`); with ``minimum=True`` (a minimum over
-    thresholds such as minDCF) it is shifted by twice the bootstrap bias.  Replicates in
-    which ``stat`` fails (e.g. one class only) are dropped.  Speakers are numbered in the
-    sorted order of their string form (that fixes which speaker gets which draw of ``seed``).
 
-    ``weighted``: a :class:`WeightedReplicates` factory ``(scores, y, clusters, C) -> it`` for
-    ``stat`` — the built-in metrics use it to compute all replicates at once from the same
-    weights (the same replicates, orders of magnitude faster on large tables) and get the
-    *studentised* interval of :mod:`scoremix.resampling.overall` (the method of the subgroup
-    tables; the expanded interval above where it is undefined).  ``Estimate.interval`` says
-    which interval was made.
-    """
-    from scoremix.resampling.bootstrap import draw_cluster_weights
-    from scoremix.resampling.intervals import expanded_percentile_interval, shift_t_interval
+def register_interval_provider(bootstrap: Any) -> None:
+    """Install ``bootstrap(stat, scores, labels, *, speaker, n_boot, seed, level, minimum,
+    weighted) -> Estimate`` as the interval of every metric called with ``n_boot > 0``."""
+    _INTERVAL_PROVIDER["bootstrap"] = bootstrap
 
-    if int(n_boot) < 1:
-        raise MetricInputError(f"n_boot must be >= 1 for an interval, got {n_boot}")
-    if not 0.0 < ci < 1.0:
-        raise MetricInputError(f"ci must be in (0, 1), got {ci}")
-    s = np.asarray(scores, dtype=np.float64).ravel()
-    y = np.asarray(label_to_binary(labels, column="labels"))
-    n = s.shape[0]
-    if speaker is None:
-        cl = np.arange(n)
-    else:
-        spk = np.asarray(speaker, dtype=object).ravel()
-        if spk.shape[0] != n:
-            raise MetricInputError(f"speaker has {spk.shape[0]} values but scores has {n}")
-        miss = np.array([v is None or (isinstance(v, float) and np.isnan(v)) for v in spk])
-        if miss.any():
-            raise MetricInputError(f"speaker is missing at position(s) {np.flatnonzero(miss)[:5].tolist()}")
-        cl = np.unique(spk.astype(str), return_inverse=True)[1]
-    C = int(cl.max()) + 1
-    point = float(stat(s, y))
-    M = draw_cluster_weights(np.zeros(C, np.int64), int(n_boot), np.random.default_rng(seed)).astype(np.int64)
-    if weighted is not None:
-        w = weighted(s, y, cl, C)
-        reps = np.concatenate([w(M[:, b0:b0 + 200]) for b0 in range(0, int(n_boot), 200)])
-    else:
-        reps = np.empty(int(n_boot))
-        for b in range(int(n_boot)):
-            idx = np.repeat(np.arange(n), M[cl, b])
-            try:
-                reps[b] = float(stat(s[idx], y[idx]))
-            except TrialTableError:
-                reps[b] = np.nan
-    if weighted is not None:
-        from scoremix.resampling.overall import studentized_overall_interval
 
-        slo, shi = studentized_overall_interval(w.kind, w.s, w.y, w.cl, w.C, M, reps, ci,
-                                                population=w.population if w.kind in ("eer", "min_dcf") else None,
-                                                **w.params)
-        if not (np.isnan(slo) or np.isnan(shi)):
-            return Estimate(point, slo, shi, ci, int(n_boot), C, "studentized")
-    nn = np.array([float(C)])
-    if minimum:
-        lo, hi = shift_t_interval(np.array([point]), reps[None, :], nn, ci)
-    else:
-        lo, hi = expanded_percentile_interval(reps[None, :], nn, ci)
-    return Estimate(point, float(lo[0]), float(hi[0]), ci, int(n_boot), C, "expanded")
+def _bootstrap(stat: Any, scores: Any, labels: Any, **kw: Any) -> Any:
+    fn = _INTERVAL_PROVIDER.get("bootstrap")
+    if fn is None:  # pragma: no cover - import scoremix installs it
+        raise MetricInputError("n_boot > 0 needs the resampling layer: import scoremix.resampling first")
+    return fn(stat, scores, labels, **kw)
 
 
 def _quietly(stat: Any) -> Any:
@@ -277,9 +132,9 @@ def _maybe_interval(value: float, stat: Any, scores: Any, labels: Any, n_boot: i
         if speaker is not None:
             raise MetricInputError("speaker= is only used with n_boot > 0 (the speaker-cluster bootstrap)")
         return value
-    est = cluster_bootstrap(stat, scores, labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci,
-                            weighted=weighted)
-    return Estimate(value, est.lo, est.hi, est.ci, est.n_boot, est.n_clusters, est.interval)
+    est = _bootstrap(stat, scores, labels, speaker=speaker, n_boot=n_boot, seed=seed, level=ci,
+                     weighted=weighted)
+    return type(est)(value, est.lo, est.hi, est.level, est.n_boot, est.n_clusters, est.interval)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -714,8 +569,12 @@ def _points_from_counts(scores: Any, n_pos: Any, n_neg: Any) -> _Points:
     return _Points(t, pb[:-1], nb[:-1], int(pb[-1]), int(nb[-1]))
 
 
-def _is_dask(x: Any) -> bool:
-    return hasattr(x, "__dask_graph__") and hasattr(x, "npartitions")
+def _dask_candidates(scores: Any, labels: Any, kind: str, params: tuple = ()) -> Any:
+    """Candidates of ``kind`` (see :func:`range_candidates`) from the input adapter that claims
+    ``scores``/``labels`` (Dask: :mod:`scoremix.distributed.metrics_input`), or None for
+    in-memory input."""
+    handler = adapter_for("metric_candidates", scores, labels)
+    return None if handler is None else handler(scores, labels, kind, params)
 
 
 def _range_points(c: Any, info: Any) -> _Points:
@@ -794,30 +653,10 @@ def range_candidates(c: Any, info: Any, kind: str, params: tuple) -> Any:
     raise MetricInputError(f"unknown range computation {kind!r}")
 
 
-def _dask_candidates(scores: Any, labels: Any, kind: str, params: tuple = ()) -> Any:
-    """Candidates of ``kind`` (see :func:`range_candidates`) of Dask input, from exact score
-    counts range-partitioned on the cluster (:func:`scoremix.distributed.ranges.ranged_counts`):
-    the client receives per-range totals and a few points per range, never all distinct scores.
-    Returns the union of the candidate points as :class:`_Points` (``"voxceleb"``: the EER and
-    its threshold)."""
-    from scoremix.distributed.ranges import ranged_counts
-
-    rc = ranged_counts(scores, labels, allow_posinf=False)
-    parts = rc.map(range_candidates, kind, params)
-    if kind == "voxceleb":
-        # roc_curve's added start point (0, 0) at threshold +inf comes first, then the ranges with
-        # thresholds descending; the first minimum of |fnr - fpr| wins
-        cands = [(abs(np.float64(1.0) - np.float64(0.0)), 1.0, np.inf)] + [q for q in parts[::-1] if q]
-        i = int(np.argmin([c[0] for c in cands]))
-        return cands[i][1], cands[i][2]
-    thr, pb, nb = (np.concatenate([q[j] for q in parts]) for j in range(3))
-    return _Points(thr, pb, nb, rc.n_pos, rc.n_neg)
-
-
 def _eer_point(scores: Any, labels: Any, method: str, higher_is_positive: bool = True) -> tuple[float, float]:
     if method not in _EER:
         raise MetricInputError(f"unknown EER method {method!r}; choose one of {EER_METHODS}")
-    if _is_dask(scores) or _is_dask(labels):
+    if adapter_for("metric_candidates", scores, labels) is not None:
         # exact score counts, range-partitioned on the cluster; each range returns the few points
         # the EER can need (no direction check: that needs the rows; scoremix.auc on a sample does it)
         cand = _dask_candidates(scores if higher_is_positive else -scores, labels, method)
@@ -898,7 +737,7 @@ def eer(scores: Any, labels: Any, method: EerMethod = "rocch", higher_is_positiv
     """
     value = _eer_point(scores, labels, method, higher_is_positive)[0]
     sign = 1.0 if higher_is_positive else -1.0
-    fast = ((lambda s, y, cl, C: WeightedReplicates("eer", sign * s, y, cl, C)) if method == "rocch" else None)
+    fast = WeightedSpec("eer", sign) if method == "rocch" else None
     return _maybe_interval(value, _quietly(lambda a, b: _eer_point(a, b, method, higher_is_positive)[0]), scores,
                            labels, n_boot, speaker, seed, ci, weighted=fast)
 
@@ -954,8 +793,44 @@ def dcf(scores: Any, labels: Any, threshold: float, p_target: float = 0.05, c_mi
 
 
 @dataclass(frozen=True)
-class MinDCF:
-    r"""Minimum detection cost and where it is attained.
+class CostSpec:
+    """Detection-cost parameters ``C(τ) = c_miss·π·P_miss(τ) + c_fa·(1-π)·P_fa(τ)``,
+    divided by ``min(c_miss·π, c_fa·(1-π))`` when ``normalize``."""
+
+    p_target: float = 0.05
+    c_miss: float = 1.0
+    c_fa: float = 1.0
+    normalize: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.p_target < 1.0:
+            raise ValueError(f"p_target must be in (0, 1), got {self.p_target}")
+        if self.c_miss <= 0 or self.c_fa <= 0:
+            raise ValueError(f"c_miss and c_fa must be positive, got {self.c_miss}, {self.c_fa}")
+
+    @property
+    def weights(self) -> tuple[float, float]:
+        a = self.c_miss * self.p_target
+        b = self.c_fa * (1.0 - self.p_target)
+        if self.normalize:
+            m = min(a, b)
+            return a / m, b / m
+        return a, b
+
+    def upper_bounds(self) -> dict[str, float]:
+        """Logical maxima of the cost measures, in this spec's units: a minimum DCF is at most
+        the cost of the better trivial system (accept or reject all), ``min(a, b)`` (1 when
+        normalised); a DCF at a fixed threshold at most ``a + b``; rates at most 1; ``ratio_own
+        = minDCF/C(τ*) ≤ 1``; a ROCCH EER at most ½.  Interval ends are capped at them."""
+        a, b = self.weights
+        return {"min_dcf": min(a, b), "dcf_at_overall": a + b, "fpr": 1.0, "fnr": 1.0, "ratio_own": 1.0, "eer": 0.5}
+
+
+class MinDCF(MetricValue):
+    r"""Minimum detection cost and where it is attained: a float (``value``) with extras.
+
+    It compares, formats and computes like its value (``sm.min_dcf(s, y) < 0.5``); the
+    extras are attributes.
 
     Attributes
     ----------
@@ -969,9 +844,11 @@ class MinDCF:
         The error rates at ``threshold``.
     p_target, c_miss, c_fa : float
     normalize : bool
+    lo, hi, level, n_boot :
+        the speaker-cluster bootstrap interval with ``n_boot > 0`` (NaN, NaN, NaN, 0 without);
+        ``ci`` is the old name of ``level``.
     """
 
-    value: float
     threshold: float
     p_miss: float
     p_fa: float
@@ -979,13 +856,35 @@ class MinDCF:
     c_miss: float
     c_fa: float
     normalize: bool
-    lo: float = float("nan")
-    hi: float = float("nan")
-    ci: float = float("nan")
-    n_boot: int = 0
+    lo: float
+    hi: float
+    level: float
+    n_boot: int
 
-    def __float__(self) -> float:
-        return self.value
+    def __new__(cls, value: float, threshold: float, p_miss: float, p_fa: float, p_target: float,
+                c_miss: float, c_fa: float, normalize: bool, lo: float = float("nan"), hi: float = float("nan"),
+                level: float = float("nan"), n_boot: int = 0) -> "MinDCF":
+        obj = super().__new__(cls, value)
+        obj.threshold, obj.p_miss, obj.p_fa = float(threshold), float(p_miss), float(p_fa)
+        obj.p_target, obj.c_miss, obj.c_fa, obj.normalize = float(p_target), float(c_miss), float(c_fa), bool(normalize)
+        obj.lo, obj.hi, obj.level, obj.n_boot = float(lo), float(hi), float(level), int(n_boot)
+        return obj
+
+    def __repr__(self) -> str:
+        return (f"MinDCF(value={float(self)!r}, threshold={self.threshold!r}, p_miss={self.p_miss!r}, "
+                f"p_fa={self.p_fa!r}, p_target={self.p_target!r}, c_miss={self.c_miss!r}, c_fa={self.c_fa!r}, "
+                f"normalize={self.normalize!r}, lo={self.lo!r}, hi={self.hi!r}, level={self.level!r}, "
+                f"n_boot={self.n_boot!r})")
+
+    def __reduce__(self) -> tuple:
+        return (MinDCF, (float(self), self.threshold, self.p_miss, self.p_fa, self.p_target, self.c_miss,
+                         self.c_fa, self.normalize, self.lo, self.hi, self.level, self.n_boot))
+
+    @property
+    def ci(self) -> float:
+        """Old name of :attr:`level` (kept for one release)."""
+        warn_renamed("MinDCF", "ci", "level")
+        return self.level
 
     @property
     def normalizer(self) -> float:
@@ -1023,17 +922,16 @@ def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1,
     if n_boot:
         point = min_dcf(scores, labels, p_target, c_miss, c_fa, normalize, higher_is_positive)
         sign = 1.0 if higher_is_positive else -1.0
-        fast = (lambda s, y, cl, C: WeightedReplicates("min_dcf", sign * s, y, cl, C, p_target=p_target,
-                                                       c_miss=c_miss, c_fa=c_fa, normalize=normalize))
-        est = cluster_bootstrap(_quietly(lambda a, b: min_dcf(a, b, p_target, c_miss, c_fa, normalize,
+        fast = WeightedSpec("min_dcf", sign, dict(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize))
+        est = _bootstrap(_quietly(lambda a, b: min_dcf(a, b, p_target, c_miss, c_fa, normalize,
                                                               higher_is_positive).value), scores,
-                                labels, speaker=speaker, n_boot=n_boot, seed=seed, ci=ci, minimum=True,
-                                weighted=fast)
+                                labels, speaker=speaker, n_boot=n_boot, seed=seed, level=ci, minimum=True,
+                         weighted=fast)
         return MinDCF(point.value, point.threshold, point.p_miss, point.p_fa, point.p_target, point.c_miss,
-                      point.c_fa, point.normalize, est.lo, est.hi, est.ci, est.n_boot)
+                      point.c_fa, point.normalize, est.lo, est.hi, est.level, est.n_boot)
     if speaker is not None:
         raise MetricInputError("speaker= is only used with n_boot > 0 (the speaker-cluster bootstrap)")
-    if _is_dask(scores) or _is_dask(labels):
+    if adapter_for("metric_candidates", scores, labels) is not None:
         p = _dask_candidates(scores if higher_is_positive else -scores, labels, "min_dcf",
                              (p_target, c_miss, c_fa, normalize))
     else:
@@ -1082,8 +980,8 @@ def act_dcf(llrs: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c
     """
     thr = bayes_threshold(p_target, c_miss, c_fa)
     value = dcf(llrs, labels, thr, p_target, c_miss, c_fa, normalize)
-    fast = (lambda s, y, cl, C: WeightedReplicates("dcf", s, y, cl, C, threshold=thr, p_target=p_target,
-                                                   c_miss=c_miss, c_fa=c_fa, normalize=normalize))
+    fast = WeightedSpec("dcf", 1.0, dict(threshold=thr, p_target=p_target, c_miss=c_miss, c_fa=c_fa,
+                                         normalize=normalize))
     return _maybe_interval(value, lambda a, b: dcf(a, b, thr, p_target, c_miss, c_fa, normalize), llrs, labels,
                            n_boot, speaker, seed, ci, weighted=fast)
 
@@ -1109,7 +1007,7 @@ def cllr(llrs: Any, labels: Any, *, n_boot: int = 0, speaker: Any = None,
     tn = np.logaddexp(0.0, s[~pos]).mean()
     value = float((tp + tn) / (2 * np.log(2)))
     return _maybe_interval(value, cllr, llrs, labels, n_boot, speaker, seed, ci,
-                           weighted=lambda s, y, cl, C: WeightedReplicates("cllr", s, y, cl, C))
+                           weighted=WeightedSpec("cllr"))
 
 
 def min_cllr(llrs: Any, labels: Any) -> float:

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from scoremix.adapters import adapter_for
 from scoremix.bayes.checks import warn_nested_factors
 from scoremix.bayes.diagnostics import diagnose, gate
 from scoremix.bayes.priors import cor_name, resolve_priors, sd_name, sigma_names
@@ -350,25 +351,16 @@ def bayes_lmer(
     """
     from scoremix.lme.spec import ModelSpec
 
-    from scoremix.distributed.inputs import is_dask_collection, is_parquet_path
-
     for name, value, least in (("draws", draws, 1), ("tune", tune, 0), ("chains", chains, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise ValueError(f"bayes_lmer: {name} must be an integer >= {least}, got {value!r}")
     if isinstance(formula, ModelSpec):
         spec = formula
-    elif is_dask_collection(data) or is_parquet_path(data):
-        # Dask rows: the collapsed likelihood needs only cross-products summed over partitions
-        from scoremix.distributed.spec import add_bayes_statistics, build_dask_model_spec
-
-        if method != "collapsed" and likelihood == "rows":
-            raise ValueError("likelihood='rows' needs the rows in memory; Dask input works with "
-                             "likelihood='suffstats'")
-        if posterior_predictive:
-            raise ValueError("posterior_predictive=True would materialise a replicate of every "
-                             "row; not available for Dask input")
-        spec = add_bayes_statistics(build_dask_model_spec(formula, data, weights=weights,
-                                                          dispersion=dispersion))
+    elif (adapter := adapter_for("bayes_spec", data)) is not None:
+        # Dask rows (registered by scoremix.distributed): the collapsed likelihood needs only
+        # cross-products summed over partitions
+        spec = adapter(formula, data, weights=weights, dispersion=dispersion, method=method,
+                       likelihood=likelihood, posterior_predictive=posterior_predictive)
     else:
         try:
             from scoremix.lme.model_frame import build_model_spec

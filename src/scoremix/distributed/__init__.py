@@ -11,6 +11,7 @@ cluster (:mod:`~scoremix.distributed.ranges`): the client receives per-range tot
 candidate points per range, never every distinct score.
 """
 
+from scoremix.distributed import adapters as _adapters  # noqa: F401  (registers the Dask input adapters)
 from scoremix.distributed.fit import DaskLmerResult, lmer_dask
 from scoremix.distributed.inputs import DaskInputError, as_dask_frame, is_dask_collection, is_parquet_path
 from scoremix.distributed.ranges import RangedCounts, RangeInfo, ranged_counts

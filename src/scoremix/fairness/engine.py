@@ -6,14 +6,11 @@ bootstrap: multiplicities) and the paired two-system comparison.
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-from dataclasses import dataclass
-from typing import Iterator
-
 import numpy as np
 import pandas as pd
 
+from scoremix.metrics import CostSpec
+from scoremix.resampling.intervals import quiet_runtime_warnings  # noqa: F401  (re-exported; it lives in resampling)
 from scoremix.resampling.bootstrap import Population, TwoWayDesign, rocch_eer_from_rates, weighted_rates_at
 from scoremix.resampling.linearize import (LOG_SE_MEASURES, CrossedVariance, StratifiedVariance, cluster_counts_at,
                                          ratio_influence)
@@ -24,40 +21,6 @@ __all__ = ["CostSpec", "Engine", "assemble_measures", "cluster_codes", "MEASURES
 #: per-subgroup measures that get bootstrap intervals
 MEASURES = ("dcf_at_overall", "min_dcf", "threshold_own", "ratio_overall", "ratio_own",
             "fpr", "fnr", "fpr_ratio", "fnr_ratio", "eer")
-
-
-@dataclass(frozen=True)
-class CostSpec:
-    """Detection-cost parameters ``C(τ) = c_miss·π·P_miss(τ) + c_fa·(1-π)·P_fa(τ)``,
-    divided by ``min(c_miss·π, c_fa·(1-π))`` when ``normalize``."""
-
-    p_target: float = 0.05
-    c_miss: float = 1.0
-    c_fa: float = 1.0
-    normalize: bool = False
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.p_target < 1.0:
-            raise ValueError(f"p_target must be in (0, 1), got {self.p_target}")
-        if self.c_miss <= 0 or self.c_fa <= 0:
-            raise ValueError(f"c_miss and c_fa must be positive, got {self.c_miss}, {self.c_fa}")
-
-    @property
-    def weights(self) -> tuple[float, float]:
-        a = self.c_miss * self.p_target
-        b = self.c_fa * (1.0 - self.p_target)
-        if self.normalize:
-            m = min(a, b)
-            return a / m, b / m
-        return a, b
-
-    def upper_bounds(self) -> dict[str, float]:
-        """Logical maxima of the cost measures, in this spec's units: a minimum DCF is at most
-        the cost of the better trivial system (accept or reject all), ``min(a, b)`` (1 when
-        normalised); a DCF at a fixed threshold at most ``a + b``; rates at most 1; ``ratio_own
-        = minDCF/C(τ*) ≤ 1``; a ROCCH EER at most ½.  Interval ends are capped at them."""
-        a, b = self.weights
-        return {"min_dcf": min(a, b), "dcf_at_overall": a + b, "fpr": 1.0, "fnr": 1.0, "ratio_own": 1.0, "eer": 0.5}
 
 
 def cluster_codes(trials: pd.DataFrame, cluster: str, sg: Subgroups, role_code: np.ndarray
@@ -338,12 +301,3 @@ def assemble_measures(res: dict[str, np.ndarray], own: dict[str, np.ndarray], fn
     r = res["ratio_overall"]
     res["fairness_index"] = np.where(r > 1, r, 0.0).sum(axis=0)
     return res
-
-
-@contextlib.contextmanager
-def quiet_runtime_warnings() -> Iterator[None]:
-    """Silence numpy's RuntimeWarnings (all-NaN slices, 0/0): empty or one-class subgroups
-    give NaN measures on purpose, and the tables say why in their ``note`` column."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        yield

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix.adapters import adapter_for
 from scoremix.resampling.bootstrap import TwoWayDesign, two_way_pairs
 from scoremix.fairness.engine import cluster_codes
 from scoremix.fairness.subgroups import SubgroupError, Subgroups, binary_labels, define_subgroups
@@ -62,12 +63,11 @@ def prepare_trials(trials: pd.DataFrame, groups: Sequence[str], *, score: str = 
         raise SubgroupError(f"resample must be one of {RESAMPLING}, got {resample!r}")
     if resample == "two-way" and test_speaker is None:
         raise SubgroupError("resample='two-way' needs test_speaker= (the test speaker column of the trial table)")
-    if hasattr(trials, "__dask_graph__") and hasattr(trials, "columns"):
-        from scoremix.distributed.inputs import collect_columns
-
+    collect = adapter_for("collect_columns", trials)
+    if collect is not None:
+        # a Dask DataFrame (adapter registered by scoremix.distributed)
         gs = [groups] if isinstance(groups, str) else list(groups)
-        trials = collect_columns(trials, [score, label, speaker, test_speaker, cluster, *gs,
-                                          *(test_groups or [])])
+        trials = collect(trials, [score, label, speaker, test_speaker, cluster, *gs, *(test_groups or [])])
     if not isinstance(trials, pd.DataFrame):
         raise TypeError(f"trials must be a pandas DataFrame, got {type(trials).__name__}")
     for col, what in ((score, "score"), (label, "label")):

@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix.adapters import adapter_for
 from scoremix.fairness.engine import MEASURES, CostSpec, Engine
 from scoremix.fairness.prepare import RESAMPLING, Prepared, prepare_trials
 from scoremix.fairness.reliability import flag_degenerate, flag_rows
@@ -231,15 +232,14 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
     """
     _validate(n_boot, ci, compat, interval, resample)
     cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
-    if (hasattr(trials, "__dask_graph__") and n_boot == 0 and compat is None and membership == "enrol"
+    point_adapter = adapter_for("subgroup_point", trials)
+    if (point_adapter is not None and n_boot == 0 and compat is None and membership == "enrol"
             and resample == "one-way"
             and test_speaker is None and test_groups is None and speaker_table is None
             and cluster in (None, speaker)):
         # point measures of Dask input from per-partition counts; nothing row-sized is collected
-        from scoremix.distributed.fairness_point import dask_point_measures
-
-        dprep, point = dask_point_measures(trials, groups, cost, score=score, label=label, speaker=speaker,
-                                           positive=positive, with_eer=eer)
+        dprep, point = point_adapter(trials, groups, cost, score=score, label=label, speaker=speaker,
+                                     positive=positive, with_eer=eer)
         settings = dict(groups=list(dprep.sg.attrs), p_target=p_target, c_miss=c_miss, c_fa=c_fa,
                         normalize=normalize, n_boot=0, ci=ci, random_state=random_state, compat=None,
                         membership=membership, min_speakers=min_speakers, min_errors=min_errors,

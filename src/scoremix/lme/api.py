@@ -7,6 +7,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from scoremix.adapters import adapter_for
 from scoremix.lme.result import LmerResult
 from scoremix.lme.spec import ModelSpec
 
@@ -98,23 +99,16 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
     -------
     LmerResult
     """
-    from scoremix.distributed.inputs import is_dask_collection, is_parquet_path
     from scoremix.lme.input_checks import check_model_input
     from scoremix.lme.model_frame import build_model_spec
 
-    if is_dask_collection(data) or is_parquet_path(data):
-        # Dask DataFrame or parquet path/glob: cross-products summed over partitions
-        if backend != "native":
-            raise ValueError(f"Dask input is fitted by the native engine only, not {backend!r}")
-        if transform is not None:
-            from scoremix.distributed.inputs import DaskInputError
-            raise DaskInputError(
-                f"transform={transform!r} is not available for Dask input: the transformation "
-                "model's likelihood needs every row's cell (it has no cross-product reduction); "
-                "fit it on an in-memory DataFrame (e.g. ddf.compute() or a sample)")
-        from scoremix.distributed.fit import lmer_dask
-        return lmer_dask(formula, data, REML=REML, weights=weights, dispersion=dispersion,
-                         na_action=na_action, control=control, contrasts=contrasts, offset=offset)
+    adapter = adapter_for("lmer", data)
+    if adapter is not None:
+        # Dask DataFrame or parquet path/glob (registered by scoremix.distributed): cross-products
+        # summed over partitions
+        return adapter(formula, data, REML=REML, backend=backend, transform=transform, weights=weights,
+                       dispersion=dispersion, na_action=na_action, control=control, contrasts=contrasts,
+                       offset=offset)
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     if transform is not None:

@@ -93,7 +93,8 @@ def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: in
     NaN without replicates).
     """
     from scoremix.resampling.bootstrap import draw_cluster_weights
-    from scoremix.metrics import WeightedReplicates, eer
+    from scoremix.metrics import eer
+    from scoremix.resampling.metric_intervals import WeightedReplicates
 
     s = order_preserving_finite(scores)
     yy = np.asarray(y).astype(bool)

@@ -72,14 +72,15 @@ drawn within strata (subgroups), from bootstrap replicates :math:`\hat\theta^*_1
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import contextlib
+import warnings
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 from scipy.stats import norm, t as student_t
 from tqdm.auto import tqdm
 
 from scoremix.resampling.bootstrap import draw_cluster_weights
-from scoremix.fairness.engine import Engine, quiet_runtime_warnings
 from scoremix.resampling.linearize import LOG_SE_MEASURES
 
 __all__ = ["INTERVAL_METHODS", "MINIMA", "RATES", "REFLECTED", "MINIMUM_OPTIMISM", "log_threshold_part", "ratio_own_threshold_part", "measure_intervals", "cap_intervals", "fairness_index_speakers", "studentized_interval", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
@@ -107,6 +108,24 @@ REFLECTED = ("min_dcf", "ratio_own", "eer")
 #: with speaker effects (coverage 0.89–0.91); ``c = 2`` with ``√(n/(n−1))``-expanded levels
 #: (:func:`studentized_interval`'s ``n``) covers ≥ 0.91 in every cell (docs/intervals.md).
 MINIMUM_OPTIMISM = 2.0
+
+
+class Engine(Protocol):
+    """What :func:`run_bootstrap` and :func:`jackknife_measures` need of a counting engine
+    (:class:`scoremix.fairness.engine.Engine` is one): measures of a ``(C, B)`` weight matrix."""
+
+    n_candidates: int
+
+    def measures(self, M: np.ndarray) -> dict[str, np.ndarray]: ...
+
+
+@contextlib.contextmanager
+def quiet_runtime_warnings() -> Iterator[None]:
+    """Silence numpy's RuntimeWarnings (all-NaN slices, 0/0): empty or one-class subgroups
+    give NaN measures on purpose, and the tables say why in their ``note`` column."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
 
 
 def as_list(x: Any) -> list[Any]:

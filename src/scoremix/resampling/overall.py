@@ -1,7 +1,7 @@
 r"""Studentised speaker-cluster intervals of the overall EER, minDCF, actDCF and Cllr.
 
-Layer: used by :func:`scoremix.metrics.cluster_bootstrap` (through
-:class:`scoremix.metrics.WeightedReplicates`) and by the empirical EER interval of the
+Layer: used by :func:`scoremix.resampling.cluster_bootstrap` (through
+:class:`scoremix.resampling.WeightedReplicates`) and by the empirical EER interval of the
 model-vs-empirical tables; built on the counting of :mod:`~scoremix.resampling.bootstrap`, the
 linearisation of :mod:`~scoremix.resampling.linearize` and the interval formula of
 :func:`scoremix.resampling.intervals.studentized_interval` — the method of the subgroup
@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from scoremix.resampling.bootstrap import Population, rocch_eer_from_rates
-from scoremix.fairness.engine import CostSpec
+from scoremix.metrics import CostSpec
 from scoremix.resampling.linearize import StratifiedVariance, cluster_counts_at, ratio_influence
 from scoremix.resampling.intervals import MINIMUM_OPTIMISM, studentized_interval
 
@@ -84,7 +84,7 @@ def studentized_overall_interval(kind: str, scores: np.ndarray, y: np.ndarray, c
     M:
         ``(C, B)`` bootstrap multiplicities.
     reps:
-        ``(B,)`` the measure in every replicate (:class:`scoremix.metrics.WeightedReplicates`;
+        ``(B,)`` the measure in every replicate (:class:`scoremix.resampling.WeightedReplicates`;
         NaN where a replicate lacks a class).
     ci:
         interval level.

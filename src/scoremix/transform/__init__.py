@@ -26,7 +26,6 @@ from scoremix.transform.monotone import MonotoneTransform
 from scoremix.transform.strata import (
     StratifiedTransform,
     UnknownStratumError,
-    stratified_model_eer,
 )
 
 register_transform("monotone", lmer_transform)
@@ -36,4 +35,4 @@ register_transform("monotone-by-class", functools.partial(lmer_transform,
 __all__ = ["MonotoneTransform", "TransformLmerResult", "TransformControl", "fit_transform",
            "TransformError", "AllScoresTiedError", "TooFewDistinctScoresError",
            "SingleClassError",
-           "StratifiedTransform", "UnknownStratumError", "stratified_model_eer"]
+           "StratifiedTransform", "UnknownStratumError"]
