@@ -431,11 +431,52 @@ def test_score_histograms_have_axis_labels_and_tau_in_the_legend():
 
 
 # ----------------------------------------------------------------------------------- layout
-def test_study_package_has_no_import_cycle():
-    tool = REPO_ROOT.parent / "shared" / "tools" / "import_cycles.py"
-    if not tool.is_file():
-        pytest.skip(f"{tool} is absent (the shared import-cycle checker)")
-    out = subprocess.run([sys.executable, str(tool), str(SRC / "scoremix")], capture_output=True, text=True,
-                         timeout=120).stdout
-    cycles = [line for line in out.splitlines() if line.startswith("cycle:")]
-    assert not [c for c in cycles if "scoremix.study" in c or "scoremix.demo" in c], cycles
+CYCLE_TOOL = REPO_ROOT.parent / "shared" / "tools" / "import_cycles.py"
+# an import that climbs from layer 2 (metrics) to layer 8 (study), inside a function, where a
+# checker that reads only top-of-file imports cannot see it
+PLANTED = "\n\ndef _planted_climb():\n    from scoremix.study import runner\n    return runner\n"
+
+
+def _copy_with_planted_climb(tmp_path: Path) -> Path:
+    import shutil
+
+    dst = tmp_path / "src"
+    shutil.copytree(SRC / "scoremix", dst / "scoremix", ignore=shutil.ignore_patterns("__pycache__"))
+    metrics = dst / "scoremix" / "metrics.py"
+    metrics.write_text(metrics.read_text() + PLANTED)
+    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return dst
+
+
+def _cycles(src: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(CYCLE_TOOL), str(src / "scoremix")], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_no_import_cycle_counting_imports_inside_functions(tmp_path):
+    """The shared checker (imports inside functions and implicit package __init__ imports
+    count) finds no cycle in scoremix, and does find the one a planted in-function import makes."""
+    if not CYCLE_TOOL.is_file():
+        pytest.skip(f"{CYCLE_TOOL} is absent (the shared import-cycle checker)")
+    res = _cycles(SRC)
+    assert res.returncode == 0 and "0 import cycle(s)" in res.stdout, res.stdout
+    planted = _cycles(_copy_with_planted_climb(tmp_path))
+    assert planted.returncode == 1 and "scoremix.metrics -> scoremix.study" in planted.stdout, planted.stdout
+
+
+def _lint_imports(cwd: Path, src: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    return subprocess.run([sys.executable, "-c", code, "--no-cache"], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_layers_contract_holds_and_catches_a_climbing_import_inside_a_function(tmp_path):
+    """import-linter's ``layers`` contract of pyproject.toml (the table of docs/architecture.md)
+    is kept; the same contract breaks on a copy of the package with one in-function import from
+    metrics (layer 2) up to study (layer 8)."""
+    pytest.importorskip("importlinter", reason="import-linter is in the dev extra (pip install -e '.[dev]')")
+    res = _lint_imports(REPO_ROOT, SRC)
+    assert res.returncode == 0 and "1 kept, 0 broken" in res.stdout, res.stdout + res.stderr
+    planted = _lint_imports(tmp_path, _copy_with_planted_climb(tmp_path))
+    assert planted.returncode == 1 and "scoremix.metrics -> scoremix.study" in planted.stdout, planted.stdout

@@ -22,7 +22,8 @@ from scipy.special import ndtr, ndtri
 
 import scoremix as sm
 from scoremix.predictive import PredictiveError, StrataAxis, predictive
-from scoremix.transform import StratifiedTransform, stratified_model_eer
+from scoremix.predictive import stratified_model_eer
+from scoremix.transform import StratifiedTransform
 
 MEASURES = ["min_dcf", "eer", "fpr", "fnr", "ratio_overall", "fpr_ratio", "fnr_ratio"]
 
