@@ -30,15 +30,15 @@ def _eer(scores, y):
 # ---------------------------------------------------------------------------------------
 def test_gaussian_eer_hand_values():
     # tied: Φ(-d/(2σ)) with d = 2, σ = 1 → Φ(-1) = 0.158655 (normal table)
-    assert gaussian_eer(0.0, 2.0, 1.0, 1.0) == pytest.approx(0.1586553, abs=1e-7)
+    assert gaussian_eer(mean_neg=0.0, sd_neg=1.0, mean_pos=2.0, sd_pos=1.0) == pytest.approx(0.1586553, abs=1e-7)
     # unequal: Φ(-(3 - 1)/(0.5 + 1.5)) = Φ(-1)
-    assert gaussian_eer(1.0, 3.0, 1.5, 0.5) == pytest.approx(0.1586553, abs=1e-7)
+    assert gaussian_eer(mean_neg=1.0, sd_neg=1.5, mean_pos=3.0, sd_pos=0.5) == pytest.approx(0.1586553, abs=1e-7)
     # no separation → 0.5; inverted detector → above 0.5
-    assert gaussian_eer(0.3, 0.3, 2.0, 1.0) == 0.5
-    assert gaussian_eer(1.0, 0.0, 1.0, 1.0) == pytest.approx(1 - 0.3085375, abs=1e-7)
+    assert gaussian_eer(mean_neg=0.3, sd_neg=2.0, mean_pos=0.3, sd_pos=1.0) == 0.5
+    assert gaussian_eer(mean_neg=1.0, sd_neg=1.0, mean_pos=0.0, sd_pos=1.0) == pytest.approx(1 - 0.3085375, abs=1e-7)
     # Table IX (SNR): d 1.430, σ² 1.739 → Φ(-1.430 / (2·1.31871)) = Φ(-0.5422) ≈ 0.2938
     s = np.sqrt(1.739)
-    assert gaussian_eer(-1.094, -1.094 + 1.430, s, s) == pytest.approx(0.2938, abs=2e-4)
+    assert gaussian_eer(mean_neg=-1.094, sd_neg=s, mean_pos=-1.094 + 1.430, sd_pos=s) == pytest.approx(0.2938, abs=2e-4)
 
 
 def test_gaussian_eer_is_vectorised_over_draws():
@@ -51,14 +51,14 @@ def test_gaussian_eer_is_vectorised_over_draws():
     assert out.shape == (500, 3)
     i, j = 17, 2
     assert out[i, j] == pytest.approx(norm.cdf(-(mu1[i, j] - mu0[i, j]) / (s0[i, 0] + s1[i, 0])))
-    assert isinstance(gaussian_eer(0, 1, 1, 1), float)
+    assert isinstance(gaussian_eer(mean_neg=0, sd_neg=1, mean_pos=1, sd_pos=1), float)
 
 
 def test_gaussian_eer_rejects_bad_sd():
     with pytest.raises(ModelEERError, match="sd_neg=0.0"):
-        gaussian_eer(0.0, 1.0, 0.0, 1.0)
+        gaussian_eer(mean_neg=0.0, sd_neg=0.0, mean_pos=1.0, sd_pos=1.0)
     with pytest.raises(ModelEERError, match="index \\[1\\]"):
-        gaussian_eer([0, 0], [1, 1], [1, -1], 1)
+        gaussian_eer(mean_neg=[0, 0], sd_neg=[1, -1], mean_pos=[1, 1], sd_pos=1)
 
 
 @pytest.mark.parametrize(
@@ -71,7 +71,7 @@ def test_gaussian_eer_matches_one_million_simulated_trials(mu0, mu1, s0, s1):
     n = 500_000
     scores = np.r_[rng.normal(mu0, s0, n), rng.normal(mu1, s1, n)]
     y = np.r_[np.zeros(n, dtype=np.int8), np.ones(n, dtype=np.int8)]
-    assert gaussian_eer(mu0, mu1, s0, s1) == pytest.approx(_eer(scores, y), abs=0.002)
+    assert gaussian_eer(mean_neg=mu0, sd_neg=s0, mean_pos=mu1, sd_pos=s1) == pytest.approx(_eer(scores, y), abs=0.002)
 
 
 # ---------------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def test_marginal_model_eer_of_lmer_fit_matches_population(sim_fit):
     s0, s1 = t["class_sd_population"]["spoof"], t["class_sd_population"]["bonafide"]
     # the fit's marginal mixes over the observed x, the truth integrates x ~ N(0, 1); the
     # attack variance from 40 attacks has ~23 % relative SE (→ about ±0.01 in the EER)
-    assert model_eer(fit, conditional=False) == pytest.approx(gaussian_eer(m0, m1, s0, s1), abs=0.02)
+    assert model_eer(fit, conditional=False) == pytest.approx(gaussian_eer(mean_neg=m0, sd_neg=s0, mean_pos=m1, sd_pos=s1), abs=0.02)
 
 
 def test_marginal_model_eer_of_lmer_fit_is_closed_form_of_its_estimates():

@@ -424,7 +424,7 @@ def _cmd_fairness(args: argparse.Namespace) -> int:
             two_way = {} if args.test_speaker is None else {"test_speaker": args.test_speaker, "resample": "two-way"}
             res = subgroup_dcf(df, args.groups, score="score", label="y", speaker=args.speaker,
                                p_target=args.p_target, c_miss=args.c_miss, c_fa=args.c_fa, normalize=args.normalize,
-                               n_boot=args.n_boot, ci=args.ci, random_state=args.seed, progress=not args.no_progress,
+                               n_boot=args.n_boot, level=args.ci, seed=args.seed, progress=not args.no_progress,
                                **two_way)
     except (SubgroupError, ValueError, KeyError, OSError) as exc:
         return _fail("fairness", str(path), exc)

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from scoremix._deprecate import renamed_kwargs
 from scoremix.predictive.mixture import mixture_eer
 
 __all__ = [
@@ -336,6 +337,7 @@ def _sigmas(fit: Any) -> tuple[float, float]:
     raise DesignError("fit needs 'sigma' (tied) or 'sigma_neg' and 'sigma_pos' for a model-based EER")
 
 
+@renamed_kwargs(random_state="seed")
 def partial_bias_grid(
     scores_original: Any,
     scores_intervened: Any,
@@ -347,7 +349,7 @@ def partial_bias_grid(
     fit: Any = None,
     n_rep: int = 1,
     positive: Any = None,
-    random_state: int | None = None,
+    seed: int | None = None,
     progress: bool = True,
 ) -> pd.DataFrame:
     """Empirical and model-based EER over a grid of test-side intervention probabilities.
@@ -400,6 +402,7 @@ def partial_bias_grid(
         replicates), ``eer_empirical_sd`` (NaN for one replicate), ``eer_model``.  Use
         ``df.pivot(index="rho_te_neg", columns="rho_te_pos", values=...)`` for a heat map.
     """
+    random_state = seed  # the body's name for seed= (renamed API argument)
     from scoremix.metrics import eer
 
     s0 = np.asarray(scores_original, dtype=np.float64).ravel()

@@ -24,7 +24,7 @@ import numpy as np
 from scipy.optimize import isotonic_regression
 from scipy.stats import norm
 
-from scoremix._deprecate import warn_renamed
+from scoremix._deprecate import renamed_kwargs, warn_renamed
 from scoremix.adapters import adapter_for
 from scoremix.trials import NonFiniteScoreError, SingleClassError, TrialTableError, label_to_binary
 
@@ -678,9 +678,10 @@ def eer_from_counts(scores: Any, n_pos: Any, n_neg: Any, method: EerMethod = "ro
     return _EER[method](_points_from_counts(scores, n_pos, n_neg))[0]
 
 
+@renamed_kwargs(ci="level")
 def eer(scores: Any, labels: Any, method: EerMethod = "rocch", higher_is_positive: bool = True, *,
         n_boot: int = 0, speaker: Any = None, seed: int | np.random.Generator | None = None,
-        ci: float = 0.95) -> float:
+        level: float = 0.95) -> float:
     r"""Equal error rate, the rate where :math:`P_\text{miss} = P_\text{fa}`.
 
     Empirical curves are step functions, so the crossing must be defined:
@@ -735,6 +736,7 @@ def eer(scores: Any, labels: Any, method: EerMethod = "rocch", higher_is_positiv
         EER as a fraction in [0, 1]; an :class:`Estimate` (a float with ``lo``, ``hi``)
         when ``n_boot > 0``.
     """
+    ci = level  # the body's name for level= (renamed API argument)
     value = _eer_point(scores, labels, method, higher_is_positive)[0]
     sign = 1.0 if higher_is_positive else -1.0
     fast = WeightedSpec("eer", sign) if method == "rocch" else None
@@ -902,9 +904,10 @@ class MinDCF(MetricValue):
         return self.value * self.normalizer if self.normalize else self.value
 
 
+@renamed_kwargs(ci="level")
 def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1,
             normalize: bool = False, higher_is_positive: bool = True, *, n_boot: int = 0, speaker: Any = None,
-            seed: int | np.random.Generator | None = None, ci: float = 0.95) -> MinDCF:
+            seed: int | np.random.Generator | None = None, level: float = 0.95) -> MinDCF:
     r"""Minimum of :math:`C(\tau)` (see :func:`dcf`) over every distinct threshold.
 
     The minimum over all real :math:`\tau` is attained at a distinct score or at
@@ -918,6 +921,7 @@ def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1,
     With ``n_boot > 0`` the result's ``lo``, ``hi`` hold a speaker-cluster bootstrap
     interval of ``value`` (see :func:`cluster_bootstrap`; ``speaker``: one id per trial).
     """
+    ci = level  # the body's name for level= (renamed API argument)
     _check_costs(p_target, c_miss, c_fa)
     if n_boot:
         point = min_dcf(scores, labels, p_target, c_miss, c_fa, normalize, higher_is_positive)
@@ -968,9 +972,10 @@ def bayes_threshold(p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1) 
     return float(np.log(c_fa * (1 - p_target)) - np.log(c_miss * p_target))
 
 
+@renamed_kwargs(ci="level")
 def act_dcf(llrs: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c_fa: float = 1,
             normalize: bool = False, *, n_boot: int = 0, speaker: Any = None,
-            seed: int | np.random.Generator | None = None, ci: float = 0.95) -> float:
+            seed: int | np.random.Generator | None = None, level: float = 0.95) -> float:
     r"""Actual detection cost of calibrated log-likelihood ratios.
 
     :math:`C(\tau^*)` of :func:`dcf` at the Bayes threshold
@@ -978,6 +983,7 @@ def act_dcf(llrs: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c
     (accept :math:`\ell \ge \tau^*`). Always :math:`\ge` :func:`min_dcf`.
     With ``n_boot > 0`` an :class:`Estimate` with a speaker-cluster bootstrap interval.
     """
+    ci = level  # the body's name for level= (renamed API argument)
     thr = bayes_threshold(p_target, c_miss, c_fa)
     value = dcf(llrs, labels, thr, p_target, c_miss, c_fa, normalize)
     fast = WeightedSpec("dcf", 1.0, dict(threshold=thr, p_target=p_target, c_miss=c_miss, c_fa=c_fa,
@@ -987,8 +993,9 @@ def act_dcf(llrs: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1, c
 
 
 # ----------------------------------------------------------------------------- Cllr
+@renamed_kwargs(ci="level")
 def cllr(llrs: Any, labels: Any, *, n_boot: int = 0, speaker: Any = None,
-         seed: int | np.random.Generator | None = None, ci: float = 0.95) -> float:
+         seed: int | np.random.Generator | None = None, level: float = 0.95) -> float:
     r"""Log-likelihood-ratio cost in bits.
 
     .. math::
@@ -1001,6 +1008,7 @@ def cllr(llrs: Any, labels: Any, *, n_boot: int = 0, speaker: Any = None,
     :math:`+\infty`). With ``n_boot > 0`` an :class:`Estimate` with a speaker-cluster
     bootstrap interval (see :func:`cluster_bootstrap`).
     """
+    ci = level  # the body's name for level= (renamed API argument)
     s, y = _prepare(llrs, labels)
     pos = y == 1
     tp = np.logaddexp(0.0, -s[pos]).mean()

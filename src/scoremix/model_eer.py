@@ -46,6 +46,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix._deprecate import renamed_kwargs
 from scoremix.predictive.gof import (cluster_codes_for, empirical_eer_interval, model_eer_interval, subgroup_term_note,
                                      warn_if_misfit)
 from scoremix.predictive.layer import is_bayes_fit, model_frame_with, predictive
@@ -74,7 +75,7 @@ def model_eer_from_moments(mu_neg: Any, mu_pos: Any, sd_neg: Any, sd_pos: Any) -
     broadcastable shapes, e.g. ``(n_draws,)`` or ``(n_draws, n_groups)``) and get
     :math:`\\Phi(-(\\mu_1-\\mu_0)/(\\sigma_0+\\sigma_1))` per draw.
     """
-    return gaussian_eer(mu_neg, mu_pos, sd_neg, sd_pos)
+    return gaussian_eer(mean_neg=mu_neg, sd_neg=sd_neg, mean_pos=mu_pos, sd_pos=sd_pos)
 
 
 def trial_moments(
@@ -297,14 +298,14 @@ def _bayes_model_eer(
 
         y = np.asarray(label_to_binary(frame[label], positive=positive), dtype=np.int8)
         fr = frame.assign(**{spec.response: np.asarray(spec.y, dtype=np.float64), "_y01": y})
-        long = fit.model_eer(groups=names or None, data=fr, label="_y01", positive=1,
+        long = fit.model_eer(by=names or None, data=fr, label="_y01", positive=1,
                              random=random, max_draws=max_draws)
         long = long[[*names, "draw", "eer"]].reset_index(drop=True)
         pred = predictive(fit, data=frame, label=label, positive=positive, conditional=conditional,
-                          split=names, max_draws=1)
+                          by=names, max_draws=1)
     else:
         pred = predictive(fit, data=frame, label=label, positive=positive, conditional=conditional,
-                          split=names, max_draws=max_draws)
+                          by=names, max_draws=max_draws)
         keys = [pred.frame[c].to_numpy() for c in names]
         codes = (pd.DataFrame({c: k for c, k in zip(names, keys)}).groupby(names, sort=True).ngroup().to_numpy()
                  if names else np.zeros(len(pred.frame), np.int64))
@@ -510,9 +511,10 @@ def _is_names(by: Any) -> bool:
     return isinstance(by, str) or (isinstance(by, (list, tuple)) and all(isinstance(b, str) for b in by))
 
 
+@renamed_kwargs(bys="by")
 def model_eer_tables(
     fit: Any,
-    bys: Sequence[Any],
+    by: Sequence[Any],
     conditional: bool = True,
     label: str = "label",
     positive: Any = None,
@@ -535,6 +537,7 @@ def model_eer_tables(
     Arguments as :func:`model_eer` (``stacklevel``: of the
     :class:`~scoremix.predictive.gof.ModelFitWarning`, 4 = the caller of this function); every
     ``b`` must be a breakdown (not ``None``)."""
+    bys = by  # the body's name for by= (renamed API argument)
     if is_bayes_fit(fit) or not hasattr(fit, "spec") or callable(getattr(fit, "dask_model_eer", None)):
         raise ModelEERError("model_eer_tables needs a point fit (an LmerResult on in-memory data); call "
                             "model_eer per breakdown for posterior or Dask fits")

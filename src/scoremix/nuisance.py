@@ -33,7 +33,7 @@ from sklearn.mixture import GaussianMixture
 from tqdm.auto import tqdm
 
 from scoremix.predictive.mixture import gaussian_eer
-from scoremix.trials import SingleClassError as _TrialsSingleClassError
+from scoremix.trials import SingleClassError
 
 __all__ = [
     "NuisanceInputError",
@@ -63,10 +63,11 @@ class NonFiniteFeatureError(NuisanceInputError):
     """The feature matrix contains NaN or ±inf."""
 
 
-class SingleClassError(NuisanceInputError, _TrialsSingleClassError):
+class SingleClassNuisanceError(NuisanceInputError, SingleClassError):
     """Only one class is present, so no likelihood ratio can be formed.
 
-    Also a :class:`scoremix.trials.SingleClassError`, so either can be caught."""
+    Also the one :class:`scoremix.SingleClassError` (:class:`scoremix.trials.SingleClassError`,
+    re-exported here as ``SingleClassError``), so either name catches it."""
 
 
 _CLASS_NAMES = {0: "negative", 1: "positive"}
@@ -189,7 +190,7 @@ class NuisanceLLR(BaseEstimator):
         present = set(np.unique(y).tolist())
         if present != {0, 1}:
             only = _CLASS_NAMES[int(next(iter(present)))]
-            raise SingleClassError(
+            raise SingleClassNuisanceError(
                 f"y_train holds only the {only} class ({y.shape[0]} trials); "
                 "a likelihood ratio needs both classes"
             )
@@ -362,7 +363,7 @@ def nuisance_model(llr: Any, labels: Any, positive: Any = None) -> NuisanceModel
     n_neg = int(y.shape[0] - n_pos)
     if n_pos == 0 or n_neg == 0:
         only = "negative" if n_pos == 0 else "positive"
-        raise SingleClassError(f"labels hold only the {only} class ({y.shape[0]} trials)")
+        raise SingleClassNuisanceError(f"labels hold only the {only} class ({y.shape[0]} trials)")
     if min(n_pos, n_neg) < 2:
         cname = "positive" if n_pos < 2 else "negative"
         raise TooFewTrialsError(f"the {cname} class has 1 trial; its SD needs at least 2")
@@ -379,8 +380,8 @@ def nuisance_model(llr: Any, labels: Any, positive: Any = None) -> NuisanceModel
         sigma=sigma,
         sigma_neg=s0,
         sigma_pos=s1,
-        eer_model=float(gaussian_eer(mu, mu + d, sigma, sigma)),
-        eer_model_unequal=float(gaussian_eer(mu, mu + d, s0, s1)),
+        eer_model=float(gaussian_eer(mean_neg=mu, sd_neg=sigma, mean_pos=mu + d, sd_pos=sigma)),
+        eer_model_unequal=float(gaussian_eer(mean_neg=mu, sd_neg=s0, mean_pos=mu + d, sd_pos=s1)),
         eer_empirical=float(eer(ell, y)),
         n_neg=n_neg,
         n_pos=n_pos,

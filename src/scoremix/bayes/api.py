@@ -22,6 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from scoremix._deprecate import renamed_kwargs
 from scoremix.adapters import adapter_for
 from scoremix.bayes.checks import warn_nested_factors
 from scoremix.bayes.diagnostics import diagnose, gate
@@ -271,6 +272,7 @@ def bayes_lmer_spec(
     return res
 
 
+@renamed_kwargs(random_seed="seed")
 def bayes_lmer(
     formula: Any,
     data: pd.DataFrame | None = None,
@@ -281,7 +283,7 @@ def bayes_lmer(
     sampler: str = "pymc",
     method: str = "collapsed",
     likelihood: str = "suffstats",
-    random_seed: int | None = None,
+    seed: int | None = None,
     progressbar: bool = True,
     dispersion: str | None = None,
     posterior_predictive: bool = False,
@@ -349,6 +351,7 @@ def bayes_lmer(
     -------
     BayesLmerResult
     """
+    random_seed = seed  # the body's name for seed= (renamed API argument)
     from scoremix.lme.spec import ModelSpec
 
     for name, value, least in (("draws", draws, 1), ("tune", tune, 0), ("chains", chains, 1)):

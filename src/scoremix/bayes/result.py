@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix._deprecate import renamed_kwargs
 from scoremix.bayes.diagnostics import Diagnostics
 from scoremix.bayes.priors import PriorSet, cor_name, sd_name, sigma_names
 
@@ -108,8 +109,10 @@ class BayesLmerResult:
             raise KeyError(f"no posterior variable {name!r}; available: {list(post.data_vars)}")
         return np.asarray(post[name].values)
 
-    def summary(self, var_names: Sequence[str] | None = None, hdi_prob: float = 0.94, **kwargs) -> pd.DataFrame:
+    @renamed_kwargs(hdi_prob="level")
+    def summary(self, var_names: Sequence[str] | None = None, level: float = 0.94, **kwargs) -> pd.DataFrame:
         """``arviz.summary`` over the named scalar parameters (R names, see module docstring)."""
+        hdi_prob = level  # the body's name for level= (renamed API argument)
         import arviz as az
 
         names = list(var_names) if var_names is not None else self.param_names
@@ -201,13 +204,15 @@ class BayesLmerResult:
                 out[f"sigma_{lvl}"] = (float(v), np.nan)
         return out
 
-    def compare(self, lmer_result: Any, hdi_prob: float = 0.94) -> pd.DataFrame:
+    @renamed_kwargs(hdi_prob="level")
+    def compare(self, lmer_result: Any, level: float = 0.94) -> pd.DataFrame:
         """Side-by-side table of a frequentist fit and this posterior.
 
         Columns: ``estimate``, ``se`` (frequentist; SE only for fixed effects), ``mean``,
         ``sd``, the HDI bounds, and ``z = (mean - estimate) / sd`` (distance in posterior
         SDs).  ``lmer_result`` is an ``LmerResult`` or its ``to_dict()``.
         """
+        hdi_prob = level  # the body's name for level= (renamed API argument)
         freq = self._freq_values(lmer_result)
         post = self._scalar_table(self.param_names, hdi_prob)
         est = pd.DataFrame([(n, *freq.get(n, (np.nan, np.nan))) for n in post.index],
@@ -287,9 +292,10 @@ class BayesLmerResult:
             raise ClassMomentsError(f"positive={positive!r} is not a value of {label!r}: {list(values)}")
         return (col == positive).to_numpy(np.int64), label
 
+    @renamed_kwargs(groups="by")
     def class_moments(
         self,
-        groups: str | Sequence[str] | None = None,
+        by: str | Sequence[str] | None = None,
         data: pd.DataFrame | None = None,
         label: str | None = None,
         positive: Any = None,
@@ -322,6 +328,7 @@ class BayesLmerResult:
             long format: the ``groups`` columns, ``class`` (1 = positive, 0 = negative),
             ``draw`` (chain-major flat index), ``mean``, ``sd``, ``n`` (rows in the cell).
         """
+        groups = by  # the body's name for by= (renamed API argument)
         if random not in ("conditional", "marginal"):
             raise ClassMomentsError(f"random must be 'conditional' or 'marginal', got {random!r}")
         gcols = [groups] if isinstance(groups, str) else list(groups or [])
@@ -380,15 +387,16 @@ class BayesLmerResult:
         rep["sd"] = sdsout.ravel()
         return rep[gcols + ["class", "draw", "mean", "sd", "n"]]
 
+    @renamed_kwargs(groups="by", hdi_prob="level")
     def model_eer(
         self,
-        groups: str | Sequence[str] | None = None,
+        by: str | Sequence[str] | None = None,
         data: pd.DataFrame | None = None,
         label: str | None = None,
         positive: Any = None,
         random: str = "conditional",
         summary: bool = False,
-        hdi_prob: float = 0.94,
+        level: float = 0.94,
         max_draws: int | None = None,
     ) -> pd.DataFrame:
         r"""Model-based EER per posterior draw (and subgroup):
@@ -397,17 +405,19 @@ class BayesLmerResult:
         Returns the draws (``groups`` columns, ``draw``, ``eer``) or, with ``summary=True``,
         per subgroup ``mean``, ``sd`` and the HDI bounds of the EER.
         """
+        groups = by  # the body's name for by= (renamed API argument)
+        hdi_prob = level  # the body's name for level= (renamed API argument)
         from scoremix.predictive.mixture import gaussian_eer
 
         gcols = [groups] if isinstance(groups, str) else list(groups or [])
-        mom = self.class_moments(groups=gcols, data=data, label=label, positive=positive,
+        mom = self.class_moments(by=gcols, data=data, label=label, positive=positive,
                                  random=random, max_draws=max_draws)
         wide = mom.pivot_table(index=gcols + ["draw"], columns="class", values=["mean", "sd"])
         missing = [c for c in (0, 1) if ("mean", c) not in wide.columns]
         if missing or wide.isna().any().any():
             raise ClassMomentsError("every subgroup needs trials of both classes to compute an EER")
-        eer = gaussian_eer(wide[("mean", 0)].to_numpy(), wide[("mean", 1)].to_numpy(),
-                           wide[("sd", 0)].to_numpy(), wide[("sd", 1)].to_numpy())
+        eer = gaussian_eer(mean_neg=wide[("mean", 0)].to_numpy(), mean_pos=wide[("mean", 1)].to_numpy(),
+                           sd_neg=wide[("sd", 0)].to_numpy(), sd_pos=wide[("sd", 1)].to_numpy())
         out = wide.index.to_frame(index=False)
         out["eer"] = np.asarray(eer, dtype=np.float64)
         if not summary:

@@ -30,6 +30,7 @@ import pandas as pd
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
+from scoremix._deprecate import renamed_kwargs
 from scoremix.resampling.bootstrap import Population, draw_cluster_weights, rocch_eer_from_rates
 from scoremix.fairness.engine import CostSpec
 from scoremix.fairness.subgroups import SubgroupError, binary_labels
@@ -105,10 +106,11 @@ class _Breakdown:
         return out
 
 
+@renamed_kwargs(ci="level", random_state="seed")
 def breakdown(trials: pd.DataFrame, by: Sequence[str | Sequence[str]], score: str = "score", label: str = "label",
               threshold: float | None = None, *, positive: Any = None, speaker: str | None = None,
               p_target: float = 0.05, c_miss: float = 1.0, c_fa: float = 1.0, normalize: bool = False,
-              n_boot: int = 0, ci: float = 0.95, random_state: int | np.random.Generator | None = None,
+              n_boot: int = 0, level: float = 0.95, seed: int | np.random.Generator | None = None,
               progress: bool = True) -> pd.DataFrame:
     """Per-value breakdown of a detector for one or more categorical attributes.
 
@@ -137,6 +139,8 @@ def breakdown(trials: pd.DataFrame, by: Sequence[str | Sequence[str]], score: st
     precision, log_loss, fn_share, fp_share, fn_share_ratio, fp_share_ratio, eer, min_dcf``
     (+ ``_lo/_hi`` of :data:`BREAKDOWN_MEASURES` when ``n_boot > 0``) and ``threshold``.
     """
+    ci = level  # the body's name for level= (renamed API argument)
+    random_state = seed  # the body's name for seed= (renamed API argument)
     for col in (score, label):
         if col not in trials.columns:
             raise SubgroupError(f"column {col!r} not in the trial table")

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix._deprecate import renamed_kwargs
 from scoremix.fairness.engine import CostSpec, Engine
 from scoremix.fairness.subgroups import SubgroupError
 from scoremix.fairness.prepare import prepare_trials
@@ -97,12 +98,13 @@ def _setup(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, groups: Sequence[s
     return names, preps, engines
 
 
-def compare_subgroup_dcf(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, groups: Sequence[str], *,
+@renamed_kwargs(groups="by", ci="level", random_state="seed")
+def compare_subgroup_dcf(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, by: Sequence[str], *,
                          system: str = "system", systems: Sequence[str] | None = None, trial_id: str | None = None,
                          score: str = "score", label: str = "label", speaker: str = "speaker",
                          positive: Any = None, p_target: float = 0.05, c_miss: float = 1.0, c_fa: float = 1.0,
                          normalize: bool = False, measures: Sequence[str] = ("ratio_overall", "ratio_own"),
-                         n_boot: int = 1000, ci: float = 0.95, random_state: int | np.random.Generator | None = None,
+                         n_boot: int = 1000, level: float = 0.95, seed: int | np.random.Generator | None = None,
                          membership: str = "enrol", progress: bool = True, interval: str = "studentized",
                          **subgroup_kw: Any) -> CompareResult:
     """Per-subgroup differences of SVEva measures between two systems, paired bootstrap.
@@ -128,6 +130,9 @@ def compare_subgroup_dcf(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, grou
     -------
     CompareResult
     """
+    groups = by  # the body's name for by= (renamed API argument)
+    ci = level  # the body's name for level= (renamed API argument)
+    random_state = seed  # the body's name for seed= (renamed API argument)
     if interval not in INTERVAL_METHODS or interval == "bca-t":
         raise ValueError(f"interval must be 'studentized', 'expanded' or 'percentile', got {interval!r}")
     cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)

@@ -197,8 +197,8 @@ def coverage_study(design: CoverageDesign, n_datasets: int, n_boot: int = 1000, 
     out = []
     for k in tqdm(range(n_datasets), desc="coverage data sets", disable=not progress, unit="set"):
         df = simulate_subgroup_trials(design, seed=np.random.default_rng([seed, k]))
-        res = subgroup_dcf(df, ["group"], p_target=p_target, n_boot=n_boot, ci=ci,
-                           random_state=np.random.default_rng([seed, k, 1]), progress=False, eer="eer" in measures,
+        res = subgroup_dcf(df, ["group"], p_target=p_target, n_boot=n_boot, level=ci,
+                           seed=np.random.default_rng([seed, k, 1]), progress=False, eer="eer" in measures,
                            interval="studentized", **two)
         tab = res.table.set_index("subgroup")
         ex, _ = bootstrap_intervals(res.replicates, ci, list(measures), method="expanded",

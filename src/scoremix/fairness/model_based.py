@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix._deprecate import renamed_kwargs
 from scoremix.fairness.engine import MEASURES
 from scoremix.fairness.model_fit import empirical_beside
 from scoremix.fairness.model_measures import (PosteriorFairness, gaussian_mixture_measures,
@@ -69,14 +70,15 @@ class ModelSubgroupDCFResult:
     notes: list[str] = field(default_factory=list)
 
 
-def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *, label: str = "label",
+@renamed_kwargs(groups="by", random_state="seed")
+def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, by: Sequence[str], *, label: str = "label",
                        speaker: str = "speaker", positive: Any = None, p_target: float = 0.05,
                        c_miss: float = 1.0, c_fa: float = 1.0, normalize: bool = False,
                        conditional: bool = True, marginalize: Sequence[str] | None = None,
                        membership: str = "enrol", test_speaker: str | None = None,
                        test_groups: Sequence[str] | None = None, speaker_table: pd.DataFrame | None = None,
                        n_grid: int = 512, min_speakers: int = 5, min_errors: int = 30, score: str | None = None,
-                       n_boot: int = 200, random_state: Any = 0, check_fit: bool = True,
+                       n_boot: int = 200, seed: Any = 0, check_fit: bool = True,
                        **posterior_kw: Any) -> "ModelSubgroupDCFResult | PosteriorFairness":
     """SVEva measures implied by a fitted linear mixed model (an ``LmerResult``).
 
@@ -127,6 +129,8 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
         (``conditional`` maps to ``random="conditional"/"marginal"``; extra keyword
         arguments such as ``max_draws``, ``ci``, ``split_by`` are passed on).
     """
+    groups = by  # the body's name for by= (renamed API argument)
+    random_state = seed  # the body's name for seed= (renamed API argument)
     if is_bayes_fit(fit):
         if marginalize is not None:
             raise SubgroupError("marginalize= applies to LmerResult fits; a posterior fit marginalises all "
@@ -137,7 +141,7 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
                                       membership=membership, test_speaker=test_speaker,
                                       test_groups=test_groups, speaker_table=speaker_table,
                                       min_speakers=min_speakers, min_errors=min_errors, score=score,
-                                      n_boot=n_boot, random_state=random_state, check_fit=check_fit,
+                                      n_boot=n_boot, seed=random_state, check_fit=check_fit,
                                       **posterior_kw)
     if posterior_kw:
         raise TypeError(f"unexpected keyword arguments for an LmerResult fit: {sorted(posterior_kw)}")

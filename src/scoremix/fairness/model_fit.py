@@ -50,7 +50,7 @@ def empirical_beside(fit: Any, tab: pd.DataFrame, trials: pd.DataFrame, groups: 
     if col is None:
         return {}
     emp = subgroup_dcf(trials.assign(**{col: order_preserving_finite(trials[col])}), groups, score=col,
-                       n_boot=n_boot, random_state=random_state, progress=False, **sveva_kw)
+                       n_boot=n_boot, seed=random_state, progress=False, **sveva_kw)
     et = emp.table
     if list(et["subgroup"].astype(str)) != list(tab["subgroup"].astype(str)):  # pragma: no cover - same cells
         raise SubgroupError("empirical and model subgroup tables disagree on the subgroups")

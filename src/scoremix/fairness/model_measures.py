@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix._deprecate import renamed_kwargs
 from scoremix.fairness.engine import MEASURES, CostSpec, quiet_runtime_warnings
 from scoremix.predictive.mixture import MixtureRates, batch_eer
 
@@ -177,11 +178,12 @@ class PosteriorFairness:
 
 
 
+@renamed_kwargs(ci="level")
 def posterior_subgroup_measures(mu_neg: np.ndarray, sd_neg: np.ndarray, mu_pos: np.ndarray, sd_pos: np.ndarray,
                                 n_neg: np.ndarray | None = None, n_pos: np.ndarray | None = None,
                                 names: Sequence[str] | None = None, p_target: float = 0.05,
                                 c_miss: float = 1.0, c_fa: float = 1.0, normalize: bool = False,
-                                ci: float = 0.95, n_grid: int = 256) -> PosteriorFairness:
+                                level: float = 0.95, n_grid: int = 256) -> PosteriorFairness:
     """SVEva measures per posterior draw from per-subgroup class-conditional normals.
 
     For draw ``d`` subgroup ``g`` has negative scores ``N(mu_neg[d,g], sd_neg[d,g]²)``
@@ -203,6 +205,7 @@ def posterior_subgroup_measures(mu_neg: np.ndarray, sd_neg: np.ndarray, mu_pos: 
     -------
     PosteriorFairness
     """
+    ci = level  # the body's name for level= (renamed API argument)
     arrs = [np.atleast_2d(np.asarray(x, float)) for x in (mu_neg, sd_neg, mu_pos, sd_pos)]
     if len({a.shape for a in arrs}) != 1:
         raise ValueError(f"mu_neg, sd_neg, mu_pos, sd_pos must share one shape, got {[a.shape for a in arrs]}")

@@ -42,6 +42,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix._deprecate import renamed_kwargs
 from scoremix.fairness.model_fit import empirical_beside
 from scoremix.fairness.model_measures import PosteriorFairness, gaussian_mixture_measures, summarise_draws
 from scoremix.fairness.subgroups import SubgroupError, define_subgroups
@@ -53,16 +54,17 @@ __all__ = ["posterior_subgroup_dcf", "is_bayes_fit"]
 _E, _T = "__enrol_code__", "__test_code__"
 
 
-def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, groups: Sequence[str] = (), *,
+@renamed_kwargs(groups="by", ci="level", random_state="seed")
+def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, by: Sequence[str] = (), *,
                            label: str = "label", speaker: str = "speaker", positive: Any = None,
                            p_target: float = 0.05, c_miss: float = 1.0, c_fa: float = 1.0,
                            normalize: bool = False, random: str = "conditional",
                            split_by: Sequence[str] | None = None, max_draws: int | None = 200,
-                           ci: float = 0.95, min_speakers: int = 5, min_errors: int = 30,
+                           level: float = 0.95, min_speakers: int = 5, min_errors: int = 30,
                            membership: str = "enrol", test_speaker: str | None = None,
                            test_groups: Sequence[str] | None = None, speaker_table: pd.DataFrame | None = None,
                            n_grid: int = 256, score: str | None = None, n_boot: int = 200,
-                           random_state: Any = 0, check_fit: bool = True) -> PosteriorFairness:
+                           seed: Any = 0, check_fit: bool = True) -> PosteriorFairness:
     """Posterior medians, credible intervals, ``P(ratio_overall > 1)`` and the FI distribution.
 
     Parameters
@@ -110,6 +112,9 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, groups:
         ``n_errors_expected``, ``reliable``; ``fairness_index`` (median),
         ``fairness_index_ci``, ``draws`` and ``overall`` medians.
     """
+    groups = by  # the body's name for by= (renamed API argument)
+    ci = level  # the body's name for level= (renamed API argument)
+    random_state = seed  # the body's name for seed= (renamed API argument)
     if not is_bayes_fit(fit):
         raise TypeError(f"fit must be a BayesLmerResult (with class_moments), got {type(fit).__name__}")
     if random not in ("conditional", "marginal"):
@@ -134,7 +139,7 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, groups:
     rows = data.assign(**{_E: sg.code_enrol, _T: sg.code_test})
     try:
         pred = predictive(fit, rows, label=label, positive=positive, conditional=random == "conditional",
-                          split=[_E, _T, *split], max_draws=max_draws)
+                          by=[_E, _T, *split], max_draws=max_draws)
     except ValueError as exc:
         raise SubgroupError(str(exc)) from exc
     y = pred.y.astype(bool)

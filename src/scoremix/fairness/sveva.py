@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix._deprecate import renamed_kwargs
 from scoremix.adapters import adapter_for
 from scoremix.fairness.engine import MEASURES, CostSpec, Engine
 from scoremix.fairness.prepare import RESAMPLING, Prepared, prepare_trials
@@ -161,10 +162,11 @@ def _validate(n_boot: int, ci: float, compat: str | None, interval: str = "stude
                          "use compat=None (exact counting) for bootstrap intervals")
 
 
-def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "score", label: str = "label",
+@renamed_kwargs(groups="by", ci="level", random_state="seed")
+def subgroup_dcf(trials: pd.DataFrame, by: Sequence[str], score: str = "score", label: str = "label",
                  speaker: str = "speaker", positive: Any = None, p_target: float = 0.05, c_miss: float = 1.0,
-                 c_fa: float = 1.0, normalize: bool = False, n_boot: int = 0, ci: float = 0.95,
-                 random_state: int | np.random.Generator | None = None, compat: str | None = None,
+                 c_fa: float = 1.0, normalize: bool = False, n_boot: int = 0, level: float = 0.95,
+                 seed: int | np.random.Generator | None = None, compat: str | None = None,
                  min_speakers: int = 5, membership: str = "enrol", progress: bool = True, *,
                  test_speaker: str | None = None, test_groups: Sequence[str] | None = None,
                  speaker_table: pd.DataFrame | None = None, cluster: str | None = None,
@@ -230,6 +232,9 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
     -------
     SubgroupDCFResult
     """
+    groups = by  # the body's name for by= (renamed API argument)
+    ci = level  # the body's name for level= (renamed API argument)
+    random_state = seed  # the body's name for seed= (renamed API argument)
     _validate(n_boot, ci, compat, interval, resample)
     cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
     point_adapter = adapter_for("subgroup_point", trials)
@@ -281,7 +286,8 @@ def subgroup_dcf(trials: pd.DataFrame, groups: Sequence[str], score: str = "scor
 # bootstrap in independent pieces (chunks) and their combination
 # ---------------------------------------------------------------------------------------
 
-def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: Sequence[Any] | Any,
+@renamed_kwargs(groups="by")
+def subgroup_dcf_replicates(trials: pd.DataFrame, by: Sequence[str], seeds: Sequence[Any] | Any,
                             counts: Sequence[int] | int, score: str = "score", label: str = "label",
                             speaker: str = "speaker", positive: Any = None, p_target: float = 0.05,
                             c_miss: float = 1.0, c_fa: float = 1.0, normalize: bool = False,
@@ -314,6 +320,7 @@ def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: 
     dict of arrays: ``(G, B)`` per subgroup measure (``MEASURES``, ``n_pos``, ``n_neg``,
     ``n_errors``, …) and ``(B,)`` for overall ones (``fairness_index``, ``all_*``).
     """
+    groups = by  # the body's name for by= (renamed API argument)
     seeds, counts = bootstrap_pieces(seeds, counts)
     cost = CostSpec(p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
     prep = prepare_trials(trials, groups, score=score, label=label, speaker=speaker, positive=positive,
@@ -325,7 +332,8 @@ def subgroup_dcf_replicates(trials: pd.DataFrame, groups: Sequence[str], seeds: 
     return concat_replicates(parts)
 
 
-def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, np.ndarray], ci: float = 0.95,
+@renamed_kwargs(ci="level")
+def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, np.ndarray], level: float = 0.95,
                         measures: Sequence[str] = MEASURES, *, method: str = "percentile",
                         point: dict[str, np.ndarray] | None = None, jackknife: dict[str, np.ndarray] | None = None,
                         strata: np.ndarray | None = None, n_speakers: np.ndarray | None = None,
@@ -355,6 +363,7 @@ def bootstrap_intervals(replicates: Sequence[dict[str, np.ndarray]] | dict[str, 
     -------
     ``({measure: (lo (G,), hi (G,))}, (FI_lo, FI_hi))``
     """
+    ci = level  # the body's name for level= (renamed API argument)
     if method not in INTERVAL_METHODS:
         raise ValueError(f"interval method must be one of {INTERVAL_METHODS}, got {method!r}")
     reps = concat_replicates(replicates)
@@ -397,8 +406,9 @@ def _engine_for(result: SubgroupDCFResult) -> Engine:
     return make_engine(prep, cost, with_eer=bool(st.get("eer", True)))
 
 
+@renamed_kwargs(ci="level")
 def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.ndarray]] | dict[str, np.ndarray],
-                   ci: float | None = None, *, interval: str | None = None, engine: Engine | None = None,
+                   level: float | None = None, *, interval: str | None = None, engine: Engine | None = None,
                    **settings: Any) -> SubgroupDCFResult:
     """Attach bootstrap intervals to a point-estimate :class:`SubgroupDCFResult`.
 
@@ -430,6 +440,7 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
     ``replicates`` and ``settings["n_boot"] = B``.  Rows whose interval is degenerate
     (zero width) are flagged unreliable (see :mod:`scoremix.fairness.reliability`).
     """
+    ci = level  # the body's name for level= (renamed API argument)
     if result.settings.get("compat") == "sveva":
         raise ValueError("compat='sveva' results are point estimates only; bootstrap with compat=None")
     ci = float(result.settings.get("ci", 0.95) if ci is None else ci)

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix._deprecate import renamed_kwargs
 from scoremix.predictive.layer import Predictive, predictive
 from scoremix.predictive.mixture import PredictiveError
 
@@ -63,6 +64,7 @@ def det_curve_of(pred: Predictive, mask: Any = None, n_points: int = 600, p_min:
     return out
 
 
+@renamed_kwargs(ci="level")
 def model_det_curve(
     fit: Any,
     data: pd.DataFrame | None = None,
@@ -76,7 +78,7 @@ def model_det_curve(
     n_points: int = 600,
     p_min: float = 1e-5,
     max_draws: int | None = 200,
-    ci: float = 0.95,
+    level: float = 0.95,
 ) -> pd.DataFrame:
     """Model-implied DET curve of a fit, overall or per ``by`` cell.
 
@@ -106,9 +108,10 @@ def model_det_curve(
         the ``by`` columns, ``latent``, ``threshold`` (score scale), ``fnr``, ``fpr`` (and
         ``_lo/_hi`` bands for a posterior fit).
     """
+    ci = level  # the body's name for level= (renamed API argument)
     names = [] if by is None else ([by] if isinstance(by, str) else list(by))
     pred = predictive(fit, trials, data=data, label=label, positive=positive, conditional=conditional,
-                      marginal_over=marginal_over, split=names, max_draws=max_draws)
+                      marginal_over=marginal_over, by=names, max_draws=max_draws)
     if not names:
         return det_curve_of(pred, None, n_points, p_min, ci)
     missing = [c for c in names if c not in pred.frame.columns]

@@ -46,6 +46,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix._deprecate import renamed_kwargs
 from scoremix.predictive.axis import ThresholdAxis, is_stratified_transform, threshold_axis
 from scoremix.predictive.mixture import MixtureRates, ModelEERError, PredictiveError, batch_eer, mixture_eer
 
@@ -569,7 +570,7 @@ def _bayes_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame 
         key["_design"] = cells
     key[_Y01] = y
     cell = key.groupby(list(key.columns), sort=True, dropna=False).ngroup().to_numpy()
-    mom = fit.class_moments(groups=[_CELL], data=rows.assign(**{_CELL: cell, _Y01: y}), label=_Y01,
+    mom = fit.class_moments(by=[_CELL], data=rows.assign(**{_CELL: cell, _Y01: y}), label=_Y01,
                             positive=1, random="conditional" if conditional else "marginal",
                             max_draws=max_draws)
     wide_mu = mom.pivot(index="draw", columns=[_CELL, "class"], values="mean")
@@ -585,6 +586,7 @@ def _bayes_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame 
                       draws=wide_mu.index.to_numpy(), conditional=conditional)
 
 
+@renamed_kwargs(split="by")
 def predictive(
     fit: Any,
     trials: pd.DataFrame | None = None,
@@ -594,7 +596,7 @@ def predictive(
     positive: Any = None,
     conditional: bool = True,
     marginal_over: Sequence[str] | str | None = None,
-    split: Sequence[str] = (),
+    by: Sequence[str] = (),
     max_draws: int | None = None,
 ) -> Predictive:
     """Per-trial latent predictive distributions of a fitted model (see the module docstring).
@@ -629,6 +631,7 @@ def predictive(
     -------
     Predictive
     """
+    split = by  # the body's name for by= (renamed API argument)
     if is_bayes_fit(fit):
         if marginal_over is not None:
             groups = _group_factors(fit)

@@ -26,11 +26,14 @@ threshold :math:`t_{s(c)}(u)`.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import ndtr
+
+from scoremix._deprecate import renamed_kwargs
 
 __all__ = ["PredictiveError", "ModelEERError", "gaussian_eer", "mixture_eer", "MixtureRates", "batch_eer"]
 
@@ -43,12 +46,20 @@ class PredictiveError(ValueError):
 ModelEERError = PredictiveError
 
 
-def gaussian_eer(mu_neg: Any, mu_pos: Any, sd_neg: Any, sd_pos: Any) -> np.ndarray | float:
+@renamed_kwargs(mu_neg="mean_neg", mu_pos="mean_pos")
+def gaussian_eer(*legacy: Any, mean_neg: Any = None, sd_neg: Any = None, mean_pos: Any = None,
+                 sd_pos: Any = None) -> np.ndarray | float:
     """EER of two Gaussian classes: :math:`\\Phi(-(\\mu_1-\\mu_0)/(\\sigma_0+\\sigma_1))`.
+
+    The arguments are keyword-only, in the order of :func:`mixture_eer`
+    (``mean_neg, sd_neg, mean_pos, sd_pos``).  Four positional arguments are still read in the
+    old order ``(mu_neg, mu_pos, sd_neg, sd_pos)`` for one release, with a
+    :class:`FutureWarning` (so an old call never silently gives another answer); ``mu_neg=``,
+    ``mu_pos=`` are the old names of ``mean_neg=``, ``mean_pos=``.
 
     Parameters
     ----------
-    mu_neg, mu_pos:
+    mean_neg, mean_pos:
         class means :math:`\\mu_0` (negative) and :math:`\\mu_1` (positive).
     sd_neg, sd_pos:
         class standard deviations :math:`\\sigma_0, \\sigma_1 > 0`.
@@ -60,7 +71,25 @@ def gaussian_eer(mu_neg: Any, mu_pos: Any, sd_neg: Any, sd_pos: Any) -> np.ndarr
     float or numpy.ndarray
         EER as a fraction; a Python float when every input is a scalar.  When
         :math:`\\mu_1 < \\mu_0` the value exceeds 0.5 (the detector is inverted).
+
+    Examples
+    --------
+    >>> round(gaussian_eer(mean_neg=0.0, sd_neg=1.0, mean_pos=2.0, sd_pos=1.0), 7)
+    0.1586553
     """
+    if legacy:
+        if len(legacy) != 4 or any(v is not None for v in (mean_neg, sd_neg, mean_pos, sd_pos)):
+            raise TypeError("gaussian_eer takes keyword arguments mean_neg=, sd_neg=, mean_pos=, sd_pos= "
+                            "(the order of mixture_eer)")
+        warnings.warn("gaussian_eer(mu_neg, mu_pos, sd_neg, sd_pos) with positional arguments is read in "
+                      "this old order for one release only; pass mean_neg=, sd_neg=, mean_pos=, sd_pos= "
+                      "by keyword (the order of mixture_eer)", FutureWarning, stacklevel=3)
+        mean_neg, mean_pos, sd_neg, sd_pos = legacy
+    missing = [k for k, v in (("mean_neg", mean_neg), ("sd_neg", sd_neg), ("mean_pos", mean_pos),
+                              ("sd_pos", sd_pos)) if v is None]
+    if missing:
+        raise TypeError(f"gaussian_eer() missing keyword argument(s): {', '.join(missing)}")
+    mu_neg, mu_pos = mean_neg, mean_pos
     m0, m1, s0, s1 = np.broadcast_arrays(
         *(np.asarray(v, dtype=np.float64) for v in (mu_neg, mu_pos, sd_neg, sd_pos))
     )

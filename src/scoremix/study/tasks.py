@@ -306,7 +306,7 @@ def _model_fairness(fit: Any, df: pd.DataFrame, fcfg: FairnessConfig, speaker: s
     res = model_subgroup_dcf(fit, df, fcfg.groups, label="y", speaker=speaker, p_target=fcfg.p_target,
                              c_miss=fcfg.c_miss, c_fa=fcfg.c_fa, normalize=fcfg.normalize,
                              conditional=fcfg.conditional, membership=fcfg.membership, score="score",
-                             n_boot=min(fcfg.n_boot, 200), random_state=0)
+                             n_boot=min(fcfg.n_boot, 200), seed=0)
     tab = res.table.copy()
     tab.insert(0, "source", "model (" + ("conditional" if fcfg.conditional else "marginal") + ")")
     tab["term_note"] = "; ".join(res.notes)
@@ -408,7 +408,7 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
     from scoremix.bayes import bayes_lmer
 
     bres = bayes_lmer(model.formula, df, draws=model.draws, tune=model.tune, chains=model.chains,
-                      method=model.method, random_seed=seed, progressbar=False, dispersion=model.dispersion,
+                      method=model.method, seed=seed, progressbar=False, dispersion=model.dispersion,
                       cores=1, **tkw)
     fe = bres.fixef.reset_index().rename(columns={"parameter": "term"})
     out.update({"idata": bres.idata, "fixef": fe, "varcorr": bres.varcorr,
@@ -474,9 +474,9 @@ def _posterior_fairness(bres: Any, df: pd.DataFrame, fcfg: FairnessConfig, speak
 
     res = posterior_subgroup_dcf(bres, df, fcfg.groups, label="y", speaker=speaker, p_target=fcfg.p_target,
                                  c_miss=fcfg.c_miss, c_fa=fcfg.c_fa, normalize=fcfg.normalize,
-                                 random="conditional" if fcfg.conditional else "marginal", ci=fcfg.ci,
+                                 random="conditional" if fcfg.conditional else "marginal", level=fcfg.ci,
                                  membership=fcfg.membership, score="score", n_boot=min(fcfg.n_boot, 200),
-                                 random_state=0)
+                                 seed=0)
     tab = res.table.copy()
     tab.insert(0, "source", "posterior")
     tab["term_note"] = "; ".join(getattr(res, "notes", []))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from scoremix.lme.errors import LmeError
+from scoremix.trials import SingleClassError
 
 __all__ = ["TransformError", "AllScoresTiedError", "TooFewDistinctScoresError",
-           "SingleClassError"]
+           "SingleClassError", "SingleLevelError"]
 
 
 class TransformError(LmeError):
@@ -21,6 +22,7 @@ class AllScoresTiedError(TooFewDistinctScoresError):
     """Every score is identical: the model has no information about any effect."""
 
 
-class SingleClassError(TransformError):
+class SingleLevelError(TransformError, SingleClassError):
     """A factor of the fixed part (the class ``label``, say) or of the dispersion model has
-    only one level in the data."""
+    only one level in the data.  Also the one :class:`scoremix.SingleClassError`
+    (:class:`scoremix.trials.SingleClassError`), so ``except sm.SingleClassError`` catches it."""

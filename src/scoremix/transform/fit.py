@@ -32,7 +32,7 @@ from scoremix.lme.result import LmerResult, spec_terms_info
 from scoremix.lme.spec import ModelSpec
 from scoremix.transform.basis import make_basis
 from scoremix.transform.cells import make_cells
-from scoremix.transform.errors import SingleClassError, TransformError
+from scoremix.transform.errors import SingleLevelError, TransformError
 from scoremix.transform.laplace import LaplaceState, TransformProblem, laplace, theta_to_T
 from scoremix.transform.monotone import MonotoneTransform
 from scoremix.transform.strata import (StackedBasis, StratifiedTransform, fixed_dispersion_levels,
@@ -193,7 +193,7 @@ def check_classes(formula: str, data: pd.DataFrame, dispersion: str | None) -> N
             continue
         levels = pd.unique(x.dropna())
         if len(levels) < 2:
-            raise SingleClassError(
+            raise SingleLevelError(
                 f"column {col!r} has a single level ({list(levels)[:1]}) among the {len(rows)} rows "
                 "with a score: a transformation model needs both classes (the transform would "
                 "absorb a one-class effect)")
@@ -358,7 +358,7 @@ def _strata_setup(spec: ModelSpec, strata: pd.Series, ctl: TransformControl) -> 
     levels = list(cat.categories)
     codes = np.asarray(cat.codes, np.int64)
     if len(levels) < 2:
-        raise SingleClassError(f"strata column {col!r} has a single level ({levels}); "
+        raise SingleLevelError(f"strata column {col!r} has a single level ({levels}); "
                                "transform='monotone-by-class' needs at least two strata "
                                "(use transform='monotone')")
     n = spec.n
