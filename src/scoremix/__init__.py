@@ -9,6 +9,7 @@ Conventions used everywhere: positive class = target / bona fide / genuine / rea
 """
 
 from scoremix._version import __version__
+from scoremix._threads import get_threads, set_threads
 from scoremix.trials import (
     LabelError,
     TrialTableError,

@@ -8,6 +8,7 @@ convergence checks are in :mod:`scoremix.lme.optimizer`.
 
 from __future__ import annotations
 
+from scoremix._threads import limits_blas
 from scoremix.lme.crossprod import CrossProducts
 from scoremix.lme.engine import fit_native
 from scoremix.lme.optimizer import NativeControl, OptimResult, optimize_theta
@@ -17,6 +18,7 @@ from scoremix.lme.spec import ModelSpec
 __all__ = ["NativeControl", "OptimResult", "fit", "optimize_theta"]
 
 
+@limits_blas
 def fit(spec: ModelSpec, REML: bool = True, control: NativeControl | dict | None = None,
         cp: CrossProducts | None = None) -> LmerResult:
     """Fit a linear mixed model natively.

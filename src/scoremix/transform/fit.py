@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
+from scoremix._threads import limits_blas
 from scoremix.lme.errors import ConvergenceWarning, SingularFitWarning, SINGULAR_FIT_MESSAGE
 from scoremix.lme.result import LmerResult, spec_terms_info
 from scoremix.lme.spec import ModelSpec
@@ -428,6 +429,7 @@ def _start_strata(spec: ModelSpec, S: _Strata, P: TransformProblem) -> np.ndarra
     return np.concatenate([tpar, br, zeta, theta])
 
 
+@limits_blas
 def fit_transform(spec: ModelSpec, transform: str = "monotone",
                   control: TransformControl | dict | None = None,
                   strata: pd.Series | None = None) -> TransformLmerResult:
