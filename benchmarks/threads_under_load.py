@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(v in os.environ for v in THREAD_VARS):
         env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
         os.execve(sys.executable, [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])], env)
+    import numpy  # noqa: F401  (load the BLAS before listing it)
+    import scipy.linalg  # noqa: F401
     import threadpoolctl
 
     print("thread variables: none set (" + ", ".join(THREAD_VARS) + ")")

@@ -165,3 +165,13 @@ def test_old_grouping_names_give_the_same_fairness_table():
         old = sm.subgroup_dcf(df, groups=["sex"], n_boot=20, random_state=1, ci=0.9, progress=False)
     assert {str(w.message).split("the argument ")[1].split("=")[0] for w in rec} == {"groups", "random_state", "ci"}
     pd.testing.assert_frame_equal(old.table, new.table)
+
+
+def test_every_exported_name_is_in_the_api_reference():
+    from pathlib import Path
+    import re
+
+    api = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+    documented = {p.rsplit(".", 1)[1] for p in re.findall(r"^::: (\S+)", api, re.M)}
+    missing = sorted(set(sm.__all__) - documented - {"__version__"})
+    assert not missing, f"exported but not in docs/api.md: {missing}"

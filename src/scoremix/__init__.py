@@ -20,6 +20,7 @@ from scoremix.trials import (
 )
 from scoremix.metrics import (
     DetCurve,
+    MetricValue,
     MinDCF,
     ScoreDirectionWarning,
     act_dcf,
@@ -37,7 +38,7 @@ from scoremix.metrics import (
     probit,
     rates_at,
 )
-from scoremix.resampling import Estimate
+from scoremix.resampling import Estimate, cluster_bootstrap
 from scoremix.simulate import Simulation, SimulationError, simulate_sv_trials, simulate_trials
 from scoremix.lme import LmerResult, NativeControl, anova, confint, lmer, ranova
 from scoremix.lme.model_frame import build_model_spec, model_matrix
@@ -152,4 +153,6 @@ __all__ = [
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",
     "subgroup_dcf_replicates", "with_bootstrap", "bootstrap_intervals",
+    # layers, API convention and threads (branch s4layers)
+    "MetricValue", "cluster_bootstrap", "get_threads", "set_threads",
 ]

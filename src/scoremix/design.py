@@ -390,7 +390,7 @@ def partial_bias_grid(
         optional Δ-model coefficients (see above).
     n_rep:
         replicates per cell (mean and SD of the empirical EER are reported).
-    random_state:
+    seed:
         seed; the same seed gives the same table.
     progress:
         tqdm bar over cells.

@@ -726,9 +726,9 @@ def eer(scores: Any, labels: Any, method: EerMethod = "rocch", higher_is_positiv
         the metric is computed on :math:`-s`. When the positive class scores lower than the
         negative class after this (AUC < 0.5) a :class:`ScoreDirectionWarning` is raised.
 
-    n_boot, speaker, seed, ci : optional
+    n_boot, speaker, seed, level : optional
         with ``n_boot > 0``: a speaker-cluster bootstrap interval (``speaker``: one id per
-        trial; None = trials are independent), see :func:`cluster_bootstrap`.
+        trial; None = trials are independent), see :func:`scoremix.resampling.cluster_bootstrap` (``ci=`` is the old name of ``level=``).
 
     Returns
     -------

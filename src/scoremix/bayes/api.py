@@ -318,7 +318,7 @@ def bayes_lmer(
         ``"collapsed"`` (β, b integrated out; default) or ``"joint"``.
     likelihood:
         for ``method="joint"``: ``"suffstats"`` (default) or ``"rows"``.
-    random_seed:
+    seed:
         makes the sampler and the conditional β/b draws reproducible.
     dispersion:
         class-specific residual SD, e.g. ``"~ label"`` (σ per level: ``sigma_<level>``).

@@ -130,7 +130,7 @@ def breakdown(trials: pd.DataFrame, by: Sequence[str | Sequence[str]], score: st
         cluster column for the bootstrap (``None``: resample trials).
     p_target, c_miss, c_fa, normalize:
         cost parameters of ``min_dcf``.
-    n_boot, ci, random_state, progress:
+    n_boot, level, seed, progress:
         bootstrap replicates, interval level, seed and progress bar.
 
     Returns

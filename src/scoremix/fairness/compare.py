@@ -115,11 +115,11 @@ def compare_subgroup_dcf(tables: Mapping[str, pd.DataFrame] | pd.DataFrame, by: 
         a long table with a ``system`` column, or ``{name: table}`` for two systems; both
         must hold the same trials (aligned on ``trial_id`` when given, else by row order
         after selecting the system).
-    groups, score, label, speaker, positive, p_target, c_miss, c_fa, normalize, membership:
+    by, score, label, speaker, positive, p_target, c_miss, c_fa, normalize, membership:
         as in :func:`scoremix.fairness.subgroup_dcf`.
     measures:
         per-subgroup measures to compare (any of the empirical table's measures).
-    n_boot, ci, random_state, progress:
+    n_boot, level, seed, progress:
         paired cluster bootstrap (the same speaker multiplicities for both systems).
     interval:
         ``"studentized"`` (default), ``"expanded"`` or ``"percentile"``: the per-system intervals,

@@ -106,7 +106,7 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, by: Sequence[str], *, lab
         ``varcorr`` and ``ranef`` (see :mod:`scoremix.lme`).
     trials:
         the trials to evaluate (usually the fitted data).
-    groups, label, speaker, positive, membership, test_speaker, test_groups, speaker_table:
+    by, label, speaker, positive, membership, test_speaker, test_groups, speaker_table:
         as in :func:`scoremix.fairness.subgroup_dcf`.
     conditional, marginalize:
         conditional on the fitted speakers, or marginal over new levels of ``marginalize``.
@@ -117,7 +117,7 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, by: Sequence[str], *, lab
     score:
         score column of ``trials`` for the empirical columns (default: the model's response
         column, else ``"score"``; none found: no empirical columns).
-    n_boot, random_state, check_fit:
+    n_boot, seed, check_fit:
         speaker-bootstrap replicates of the empirical intervals (0: none and no check),
         seed, and whether to warn on disagreement.
 

@@ -198,7 +198,7 @@ def posterior_subgroup_measures(mu_neg: np.ndarray, sd_neg: np.ndarray, mu_pos: 
         ``(G,)`` class counts per subgroup (mixture weights of the overall population).
     names:
         subgroup names (default ``g0, g1, …``).
-    ci:
+    level:
         credible level of the equal-tailed intervals.
 
     Returns

@@ -75,7 +75,7 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, by: Seq
         the trial table holding the ``groups`` columns; ``None`` uses the fitted model
         frame.  Pass the fitted table itself (same index and response) to use attribute
         columns that are not in the formula.
-    groups:
+    by:
         subgroup attributes (single or intersectional), as in
         :func:`scoremix.fairness.subgroup_dcf`; empty intersections are rows with NaN.
     label, positive:
@@ -92,7 +92,7 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, by: Seq
         ``[speaker]`` for ``random="conditional"`` when that column exists, else none).
     max_draws:
         thin the posterior to this many evenly spaced draws (``None``: all).
-    ci:
+    level:
         level of the equal-tailed credible intervals.
     min_speakers, min_errors:
         reliability rule: ``reliable`` is False when a subgroup has fewer speakers, or when
@@ -100,7 +100,7 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, by: Seq
         medians) is below ``min_errors`` (Doddington's rule of 30).
     n_grid:
         grid size of the threshold search before golden-section refinement.
-    score, n_boot, random_state, check_fit:
+    score, n_boot, seed, check_fit:
         the empirical measures beside the posterior ones (as in
         :func:`scoremix.fairness.model_subgroup_dcf`).
 

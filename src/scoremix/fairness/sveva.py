@@ -178,7 +178,7 @@ def subgroup_dcf(trials: pd.DataFrame, by: Sequence[str], score: str = "score", 
     ----------
     trials:
         one row per trial.
-    groups:
+    by:
         attribute column(s) defining subgroups, e.g. ``["sex", "nationality"]``
         (all cells of the level product are reported, empty ones with NaN measures).
     score, label, positive:
@@ -200,7 +200,7 @@ def subgroup_dcf(trials: pd.DataFrame, by: Sequence[str], score: str = "score", 
         trials of several enrolment speakers (a crossed design); see ``docs/intervals.md``.
     p_target, c_miss, c_fa, normalize:
         cost parameters (SVEva defaults: 0.05, 1, 1, unnormalised).
-    n_boot, ci, random_state:
+    n_boot, level, seed:
         number of bootstrap replicates (0 = none), interval level and seed.  Each
         replicate draws, within every subgroup, as many speakers as it has, with
         replacement; all trials of a drawn speaker enter with its multiplicity, and
@@ -298,14 +298,14 @@ def subgroup_dcf_replicates(trials: pd.DataFrame, by: Sequence[str], seeds: Sequ
     """Cluster-bootstrap replicates of every SVEva measure, in independently seeded pieces.
 
     Piece ``j`` draws ``counts[j]`` replicates from ``numpy.random.default_rng(seeds[j])``
-    exactly as ``subgroup_dcf(..., n_boot=counts[j], random_state=seeds[j])`` does, so its
+    exactly as ``subgroup_dcf(..., n_boot=counts[j], seed=seeds[j])`` does, so its
     replicates equal that call's ``result.replicates``; the pieces are concatenated in the
     order given (``B = Σ_j counts[j]`` replicates).  Pieces computed in different processes
     and joined with :func:`concat_replicates` give the same arrays.
 
     Parameters
     ----------
-    trials, groups, score, label, speaker, positive, p_target, c_miss, c_fa, normalize, membership,
+    trials, by, score, label, speaker, positive, p_target, c_miss, c_fa, normalize, membership,
     test_speaker, test_groups, speaker_table, cluster, eer, resample:
         as in :func:`subgroup_dcf`.
     seeds:
@@ -422,7 +422,7 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
         a result of :func:`subgroup_dcf` (exact counting; its own intervals, if any, are replaced).
     replicates:
         one replicate dict or a list of pieces (see :func:`subgroup_dcf_replicates`).
-    ci:
+    level:
         interval level (default: ``result.settings["ci"]``).
     interval:
         ``"expanded"``, ``"bca-t"`` or ``"percentile"`` (default: ``result.settings["interval"]``,

@@ -99,7 +99,7 @@ def model_det_curve(
         class column and positive value.
     n_points, p_min:
         points per curve (evenly spaced along it on probit axes) and the smallest rate kept.
-    max_draws, ci:
+    max_draws, level:
         posterior fits: draws used and the level of the pointwise band.
 
     Returns

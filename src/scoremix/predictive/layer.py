@@ -620,7 +620,7 @@ def predictive(
         grouping factors whose random effects are replaced by their variance (new levels);
         the others are conditioned on.  Point fits only; a posterior fit marginalises all
         random effects or none.
-    split:
+    by:
         columns carried in :attr:`Predictive.frame` (from ``data`` when outside the model
         frame); for posterior fits their cells are kept apart (components never straddle
         them).  Point-fit components are exact either way.

@@ -62,9 +62,8 @@ def gaussian_eer(*legacy: Any, mean_neg: Any = None, sd_neg: Any = None, mean_po
     mean_neg, mean_pos:
         class means :math:`\\mu_0` (negative) and :math:`\\mu_1` (positive).
     sd_neg, sd_pos:
-        class standard deviations :math:`\\sigma_0, \\sigma_1 > 0`.
-
-    All arguments broadcast against each other (numpy rules).
+        class standard deviations :math:`\\sigma_0, \\sigma_1 > 0`.  All arguments broadcast
+        against each other (numpy rules).
 
     Returns
     -------
