@@ -40,18 +40,19 @@ from scoremix.lme.crossprod import CrossProducts, crossproducts
 from scoremix.lme.factor import factorize
 from scoremix.lme.optimizer import NativeControl, fd_grad, optimize_theta
 from scoremix.lme.relcov import theta_to_T
+from scoremix.lme.result import LmerResult, register_inference
 
 __all__ = ["confint", "simulate_response", "profile_names", "dispersion_names", "theta_to_psi", "psi_to_theta"]
 
 
 # ------------------------------------------------------------------------ ψ parameterisation
-def profile_names(m: "LmerResult") -> list[str]:
+def profile_names(m: LmerResult) -> list[str]:
     """lme4's profile names: ``.sig01 … .sigNN`` (θ order) and ``.sigma``."""
     k = len(m.theta)
     return [f".sig{i + 1:02d}" for i in range(k)] + [".sigma"]
 
 
-def dispersion_names(m: "LmerResult") -> list[str]:
+def dispersion_names(m: LmerResult) -> list[str]:
     """Names ``.sigma.<level>`` of the residual SDs ``σ·sqrt(ρ_d)`` of the non-reference
     dispersion levels (empty without a dispersion model; ``.sigma`` is the reference level)."""
     if m.sigma_by is None:
@@ -59,7 +60,7 @@ def dispersion_names(m: "LmerResult") -> list[str]:
     return [f".sigma.{lev}" for lev in list(m.sigma_by.index)[1:]]
 
 
-def _term_p(m: "LmerResult") -> list[int]:
+def _term_p(m: LmerResult) -> list[int]:
     return [len(t["term_names"]) for t in m.terms_info]
 
 
@@ -174,7 +175,7 @@ def _minimize(f: Callable[[np.ndarray], float], x0: np.ndarray, lo: np.ndarray, 
 
 
 # ------------------------------------------------------------------------------- confint
-def confint(m: "LmerResult", method: str = "profile", level: float = 0.95,
+def confint(m: LmerResult, method: str = "profile", level: float = 0.95,
             parm: Sequence[str] | None = None, n_boot: int = 500, seed: int | None = None,
             progress: bool = True) -> pd.DataFrame:
     """Confidence intervals of the variance parameters and fixed effects (lme4's
@@ -231,7 +232,7 @@ def confint(m: "LmerResult", method: str = "profile", level: float = 0.95,
     return out.loc[want]
 
 
-def _ml_fit(m: "LmerResult") -> tuple["LmerResult", CrossProducts]:
+def _ml_fit(m: LmerResult) -> tuple[LmerResult, CrossProducts]:
     """The native ML fit of the model of ``m`` (``m`` itself when it is one) and its
     cross-products."""
     spec = m.require_spec("confint")
@@ -267,7 +268,7 @@ def _signed_root_search(zeta: Callable[[float], float], v0: float, step: float, 
     return np.nan
 
 
-def _confint_profile(m: "LmerResult", level: float, want: Sequence[str], progress: bool) -> pd.DataFrame:
+def _confint_profile(m: LmerResult, level: float, want: Sequence[str], progress: bool) -> pd.DataFrame:
     mml, cp = _ml_fit(m)
     term_p = _term_p(mml)
     n_rho = cp.n_disp - 1
@@ -351,7 +352,7 @@ def _confint_profile(m: "LmerResult", level: float, want: Sequence[str], progres
     return out
 
 
-def simulate_response(m: "LmerResult", rng: np.random.Generator) -> np.ndarray:
+def simulate_response(m: LmerResult, rng: np.random.Generator) -> np.ndarray:
     """One parametric-bootstrap response of a fit (lme4's ``simulate(m)`` with new levels):
     ``y* = Xβ̂ + Zb* + ε*`` with ``b*_k ~ N(0, Σ̂_k)`` for every level of every random term
     (drawn term by term, level-major, from ``rng.standard_normal``) and
@@ -371,7 +372,7 @@ def simulate_response(m: "LmerResult", rng: np.random.Generator) -> np.ndarray:
     return eta + sd * rng.standard_normal(spec.n)
 
 
-def _confint_boot(m: "LmerResult", level: float, n_boot: int, seed: int | None,
+def _confint_boot(m: LmerResult, level: float, n_boot: int, seed: int | None,
                   progress: bool) -> pd.DataFrame:
     spec = m.require_spec("bootstrap intervals")
     cp = m.cp if m.cp is not None else crossproducts(spec)
@@ -397,3 +398,6 @@ def _confint_boot(m: "LmerResult", level: float, n_boot: int, seed: int | None,
     out = pd.DataFrame(q, index=names, columns=["lower", "upper"])
     out.attrs["draws"] = pd.DataFrame(draws, columns=names)
     return out
+
+
+register_inference("confint", confint)

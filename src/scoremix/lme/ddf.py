@@ -47,9 +47,10 @@ from scoremix.lme.crossprod import CrossProducts, crossproducts
 from scoremix.lme.factor import factorize
 from scoremix.lme.errors import DdfError
 from scoremix.lme.numderiv import richardson_hessian, richardson_jacobian
+from scoremix.lme.result import LmerResult, register_inference
 
-# ``LmerResult`` is only named in annotations (strings): importing it would tie this module
-# and ``result`` (whose methods call this one) into an import cycle.
+# ``LmerResult`` does not import this module: it is registered as the implementation of the
+# result's ``coef_table`` / ``summary(ddf=)`` (``register_inference`` at the end).
 
 __all__ = [
     "DDF_METHODS",
@@ -150,7 +151,7 @@ class SatterthwaiteInfo:
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def model_crossproducts(m: "LmerResult") -> CrossProducts:
+def model_crossproducts(m: LmerResult) -> CrossProducts:
     """The fit's cross-products (kept by native fits, recomputed from the spec otherwise)."""
     if m.cp is not None:
         return m.cp
@@ -160,7 +161,7 @@ def model_crossproducts(m: "LmerResult") -> CrossProducts:
     return crossproducts(m.spec)
 
 
-def varpar_hat(m: "LmerResult") -> tuple[np.ndarray, list[str]]:
+def varpar_hat(m: LmerResult) -> tuple[np.ndarray, list[str]]:
     """``τ̂ = (θ̂, σ̂[, σ̂_2 … σ̂_D])`` and its names."""
     vals = list(m.theta.to_numpy()) + [m.sigma]
     names = list(m.theta.index) + ["sigma"]
@@ -170,7 +171,7 @@ def varpar_hat(m: "LmerResult") -> tuple[np.ndarray, list[str]]:
     return np.asarray(vals, dtype=float), names
 
 
-def satterthwaite_info(m: "LmerResult", tol: float = 1e-8) -> SatterthwaiteInfo:
+def satterthwaite_info(m: LmerResult, tol: float = 1e-8) -> SatterthwaiteInfo:
     """Hessian of ``d(τ)`` and Jacobian of ``Var(β̂)(τ)`` at ``τ̂`` (lmerTest's
     ``as_lmerModLmerTest``), cached per fit.
 
@@ -221,13 +222,13 @@ def _qform(x: np.ndarray, A: np.ndarray) -> float:
     return float(x @ A @ x)
 
 
-def _check_fit(m: "LmerResult") -> None:
+def _check_fit(m: LmerResult) -> None:
     if m.spec is None and m.cp is None:
         raise DdfError("degrees of freedom need the model spec; build the result with "
                        "LmerResult.from_dict(d, spec)")
 
 
-def contest_1d(m: "LmerResult", L: np.ndarray, ddf: str = "Satterthwaite") -> dict[str, float]:
+def contest_1d(m: LmerResult, L: np.ndarray, ddf: str = "Satterthwaite") -> dict[str, float]:
     """t test of ``l'β = 0`` for one contrast row ``l`` (lmerTest's ``contest1D``).
 
     Returns
@@ -281,7 +282,7 @@ def _ftable(F: float, ndf: float, ddf: float, sigma: float, scale: float = 1.0) 
             "F value": Fv, "Pr(>F)": p}
 
 
-def contest_md(m: "LmerResult", L: np.ndarray, ddf: str = "Satterthwaite",
+def contest_md(m: LmerResult, L: np.ndarray, ddf: str = "Satterthwaite",
                eps: float = float(np.sqrt(np.finfo(float).eps))) -> dict[str, float]:
     """F test of ``Lβ = 0`` (lmerTest's ``contestMD``).
 
@@ -336,7 +337,7 @@ def contest_md(m: "LmerResult", L: np.ndarray, ddf: str = "Satterthwaite",
     return _ftable(F, q, _fstat_ddf(nu), m.sigma)
 
 
-def coef_table(m: "LmerResult", ddf: str = "Satterthwaite") -> pd.DataFrame:
+def coef_table(m: LmerResult, ddf: str = "Satterthwaite") -> pd.DataFrame:
     """The coefficient table of ``summary(m)`` with lmerTest's columns.
 
     ``ddf="Satterthwaite"`` (default) or ``"Kenward-Roger"``: ``Estimate``, ``Std. Error``,
@@ -354,3 +355,7 @@ def coef_table(m: "LmerResult", ddf: str = "Satterthwaite") -> pd.DataFrame:
     rows = [contest_1d(m, np.eye(p)[i], method) for i in range(p)]
     cols = ["Estimate", "Std. Error", "df", "t value", "Pr(>|t|)"]
     return pd.DataFrame(rows, index=names, columns=cols)
+
+
+register_inference("coef_table", coef_table)
+register_inference("normalize_ddf", normalize_ddf)

@@ -53,6 +53,7 @@ import scipy.linalg as sla
 
 from scoremix.lme.relcov import theta_to_T
 from scoremix.lme.errors import DdfError
+from scoremix.lme.result import LmerResult
 
 __all__ = ["KRInfo", "kr_info", "kr_ddf_1d", "kr_ftest", "MAX_ROWS"]
 
@@ -84,7 +85,7 @@ class KRInfo:
     W: np.ndarray
 
 
-def _g_factors(m: "LmerResult") -> tuple[list[tuple[np.ndarray, np.ndarray] | np.ndarray], np.ndarray]:
+def _g_factors(m: LmerResult) -> tuple[list[tuple[np.ndarray, np.ndarray] | np.ndarray], np.ndarray]:
     """The ``G_r`` in pbkrtest's order, each as ``(U, V)`` with ``G_r = U V'`` (random
     terms, ``n × n_k`` or ``n × 2n_k``) or as the diagonal vector (residual), and ``γ̂``."""
     spec = m.spec
@@ -127,7 +128,7 @@ def _g_times(Gr, M: np.ndarray) -> np.ndarray:
     return Gr[:, None] * M
 
 
-def kr_info(m: "LmerResult") -> KRInfo:
+def kr_info(m: LmerResult) -> KRInfo:
     """``Φ_A``, ``P_r`` and ``W`` of a REML fit (pbkrtest's ``vcovAdj``), cached per fit.
 
     Raises
@@ -237,7 +238,7 @@ def kr_ddf_1d(kr: KRInfo, L: np.ndarray) -> float:
     return _ddf(A1, A2, L.shape[0])[0]
 
 
-def kr_ftest(m: "LmerResult", L: np.ndarray) -> dict[str, float]:
+def kr_ftest(m: LmerResult, L: np.ndarray) -> dict[str, float]:
     """Kenward–Roger F test of ``Lβ = 0`` (pbkrtest's ``KRmodcomp(m, L)``).
 
     Returns

@@ -18,6 +18,7 @@ This is what ``performance::r2_nakagawa`` reports for linear mixed models.
 from __future__ import annotations
 
 import numpy as np
+from scoremix.lme.result import LmerResult, register_inference
 
 __all__ = ["r2_nakagawa", "variance_components"]
 
@@ -38,7 +39,7 @@ def variance_components(m) -> dict[str, float]:
     return dict(var_fixed=var_f, var_random=var_r, var_residual=var_e)
 
 
-def r2_nakagawa(m) -> dict[str, float]:
+def r2_nakagawa(m: LmerResult) -> dict[str, float]:
     """Marginal and conditional R² of a fitted :class:`~scoremix.lme.result.LmerResult`.
 
     Returns
@@ -49,3 +50,6 @@ def r2_nakagawa(m) -> dict[str, float]:
     v = variance_components(m)
     tot = v["var_fixed"] + v["var_random"] + v["var_residual"]
     return dict(marginal=v["var_fixed"] / tot, conditional=(v["var_fixed"] + v["var_random"]) / tot)
+
+
+register_inference("r2", r2_nakagawa)

@@ -30,7 +30,27 @@ from scoremix.lme.errors import NewLevelError
 from scoremix.lme.relcov import theta_to_T
 from scoremix.lme.spec import ModelSpec
 
-__all__ = ["LmerResult", "SCHEMA"]
+__all__ = ["LmerResult", "SCHEMA", "INFERENCE", "register_inference"]
+
+#: The implementations behind :class:`LmerResult`'s inference methods (``coef_table``,
+#: ``normalize_ddf``, ``confint``, ``r2``), registered by the modules that compute them
+#: (:mod:`~scoremix.lme.ddf`, :mod:`~scoremix.lme.confint`, :mod:`~scoremix.lme.r2`) when they are
+#: imported (``import scoremix.lme`` imports them).  They build on this class, so this module
+#: imports none of them: the dependency runs one way, with no import cycle.
+INFERENCE: dict[str, Any] = {}
+
+
+def register_inference(name: str, fn: Any) -> None:
+    """Make :class:`LmerResult`'s inference method ``name`` call ``fn``."""
+    INFERENCE[name] = fn
+
+
+def _inference(name: str) -> Any:
+    try:
+        return INFERENCE[name]
+    except KeyError:  # pragma: no cover - scoremix.lme registers them all
+        raise RuntimeError(f"LmerResult.{name}: its implementation is registered by scoremix.lme; "
+                           "import scoremix (or scoremix.lme) first") from None
 
 SCHEMA = "scoremix.lmer/1"
 
@@ -371,15 +391,13 @@ class LmerResult:
     # ------------------------------------------------------------------ goodness of fit
     def r2(self) -> dict[str, float]:
         """Nakagawa–Schielzeth marginal and conditional R² (see :func:`scoremix.lme.r2.r2_nakagawa`)."""
-        from scoremix.lme.r2 import r2_nakagawa
-        return r2_nakagawa(self)
+        return _inference("r2")(self)
 
     # ------------------------------------------------------------------ inference
     def confint(self, method: str = "profile", level: float = 0.95, parm: Sequence[str] | None = None,
                 n_boot: int = 500, seed: int | None = None, progress: bool = True) -> pd.DataFrame:
         """Confidence intervals (see :func:`scoremix.lme.inference.confint`)."""
-        from scoremix.lme.confint import confint
-        return confint(self, method=method, level=level, parm=parm, n_boot=n_boot, seed=seed,
+        return _inference("confint")(self, method=method, level=level, parm=parm, n_boot=n_boot, seed=seed,
                        progress=progress)
 
     def refit(self, REML: bool | None = None, y: np.ndarray | None = None, **control: Any) -> "LmerResult":
@@ -452,8 +470,7 @@ class LmerResult:
         """lmerTest's coefficient table: ``Estimate``, ``Std. Error``, ``df``, ``t value``,
         ``Pr(>|t|)`` with Satterthwaite's (default) or Kenward–Roger's degrees of freedom;
         ``ddf="lme4"`` gives lme4's three columns (see :mod:`scoremix.lme.ddf`)."""
-        from scoremix.lme.ddf import coef_table
-        return coef_table(self, ddf)
+        return _inference("coef_table")(self, ddf)
 
     def summary(self, ddf: str | None = None) -> str:
         """lme4-style text summary (``print(summary(m))``); with ``ddf="Satterthwaite"`` or
@@ -461,9 +478,8 @@ class LmerResult:
         ``Pr(>|t|)`` columns (``summary(m, ddf = …)`` of lmerTest)."""
         if ddf is None or str(ddf).lower() == "lme4":
             return _summary_text(self)
-        from scoremix.lme.ddf import coef_table, normalize_ddf
-        method = normalize_ddf(ddf)
-        return _summary_text(self, coef_table(self, method), method)
+        method = _inference("normalize_ddf")(ddf)
+        return _summary_text(self, _inference("coef_table")(self, method), method)
 
 
 def _as_list(v: Any) -> list:
