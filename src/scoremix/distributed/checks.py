@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from scoremix.lme.errors import GroupingError
-from scoremix.lme.model_frame import RANK_TOL, gram_clearly_full_rank
+from scoremix.lme.model_frame import RANK_TOL, check_nobs_vs_random_effects, gram_clearly_full_rank
 
 __all__ = ["keep_columns_from_gram", "badly_scaled_from_moments", "check_groupings"]
 
@@ -68,13 +68,4 @@ def check_groupings(n: int, terms: list[tuple[str, str, int, int]]) -> None:
     few = [f for f, k in flist.items() if k < 2]
     if few:
         raise GroupingError(f"grouping factors must have > 1 sampled level (problems: {', '.join(few)})")
-    many = [f for f, k in flist.items() if k >= n]
-    if many:
-        raise GroupingError("number of levels of each grouping factor must be < number of "
-                            f"observations (problems: {', '.join(many)})")
-    for label, _, nl, p in terms:
-        if n <= nl * p:
-            raise GroupingError(
-                f"number of observations (={n}) <= number of random effects (={nl * p}) for term "
-                f"({label}); the random-effects parameters and the residual variance "
-                "(or scale parameter) are probably unidentifiable")
+    check_nobs_vs_random_effects(flist, [(label, nl * p) for label, _, nl, p in terms], n)

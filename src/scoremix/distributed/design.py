@@ -113,7 +113,7 @@ def prototype_spec(formula: str, proto: pd.DataFrame, weight_col: str | None,
         if contrasts:
             extra["contrasts"] = contrasts
         spec = build_model_spec(formula, proto, weights=weight_col, dispersion=dispersion,
-                                na_action="fail", **extra)
+                                na_action="fail", check_nobs=False, **extra)
     if spec.dropped_fixef:
         raise DaskInputError(
             f"could not build a full-rank prototype of the fixed effects {spec.dropped_fixef}; "

@@ -186,17 +186,10 @@ def build_dask_model_spec(formula: str, data: Any, *, weights: str | None = None
 
     # ---- the encoding, from a prototype with every level
     proto = prototype_frame(meta, parsed, scan, used, factors, inter, weights)
-    pspec = None
-    for _ in range(6):
-        try:
-            pspec = prototype_spec(formula, proto, weights, dispersion, contrasts, offset)
-            break
-        except Exception as exc:  # too few prototype rows for the random effects: grow it
-            if "number of" not in str(exc):
-                raise
-            proto = prototype_frame(meta, parsed, scan, used, factors, inter, weights,
-                                    n_rows=2 * len(proto) + 1)
-    assert pspec is not None
+    # the same model-frame stages as in memory, less lme4's observations-vs-levels checks: the
+    # prototype has a few rows per level, and those checks run on the global counts
+    # (check_groupings, after the pass below)
+    pspec = prototype_spec(formula, proto, weights, dispersion, contrasts, offset)
     disp_values = None
     if disp_col is not None:
         disp_values = pd.Index(_values_for_levels(proto[disp_col], pspec.dispersion_levels or []),

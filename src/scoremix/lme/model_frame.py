@@ -684,6 +684,28 @@ def _column_or_rows(arg: Any, name: str, n_rows: int) -> tuple[str | None, np.nd
     return None, values
 
 
+def check_nobs_vs_random_effects(nlevels: dict[str, int], term_q: list[tuple[str, int]], n: int) -> None:
+    """lme4's ``check.nobs.vs.nlev`` and ``check.nobs.vs.nRE`` (``checkNlevels``, ``checkZdims``):
+    every grouping factor has fewer levels than the ``n`` observations, and every random term
+    has fewer random effects ``q = levels × columns`` than observations; else
+    :class:`GroupingError`.  A named stage of :func:`build_model_spec`, skipped with
+    ``check_nobs=False`` (the Dask route applies it to the global counts,
+    :mod:`scoremix.distributed.checks`, and builds its encoders from a small prototype)."""
+    many = [f for f, k in nlevels.items() if k >= n]
+    if many:
+        raise GroupingError(
+            "number of levels of each grouping factor must be < number of observations "
+            f"(problems: {', '.join(many)})"
+        )
+    for label, q in term_q:
+        if n <= q:
+            raise GroupingError(
+                f"number of observations (={n}) <= number of random effects (={q}) for term "
+                f"({label}); the random-effects parameters and the residual variance "
+                "(or scale parameter) are probably unidentifiable"
+            )
+
+
 def build_model_spec(
     formula: str,
     data: pd.DataFrame,
@@ -693,6 +715,7 @@ def build_model_spec(
     na_action: str = "omit",
     contrasts: dict[str, str] | None = None,
     offset: str | np.ndarray | pd.Series | None = None,
+    check_nobs: bool = True,
 ) -> ModelSpec:
     r"""Build the :class:`~scoremix.lme.spec.ModelSpec` of an lme4 formula on a data frame.
 
@@ -727,6 +750,10 @@ def build_model_spec(
         formula.  The model is fitted to ``y - offset`` (``spec.y``); fitted values and
         predictions add it back.
 
+    check_nobs:
+        lme4's ``check.nobs.vs.nlev`` / ``check.nobs.vs.nRE`` stage
+        (:func:`check_nobs_vs_random_effects`); ``False`` skips it (the Dask route builds its
+        encoders from a small prototype frame and checks the global counts instead).
     Returns
     -------
     ModelSpec
@@ -914,20 +941,8 @@ def build_model_spec(
         raise GroupingError(
             f"grouping factors must have > 1 sampled level (problems: {', '.join(few)})"
         )
-    many = [f for f, k in flist.items() if k >= n]
-    if many:
-        raise GroupingError(
-            "number of levels of each grouping factor must be < number of observations "
-            f"(problems: {', '.join(many)})"
-        )
-    for rp, g, Xk, *_ in parts:
-        q = len(g.levels) * Xk.shape[1]
-        if n <= q:
-            raise GroupingError(
-                f"number of observations (={n}) <= number of random effects (={q}) for term "
-                f"({rp.label}); the random-effects parameters and the residual variance "
-                "(or scale parameter) are probably unidentifiable"
-            )
+    if check_nobs:
+        check_nobs_vs_random_effects(flist, [(rp.label, len(g.levels) * Xk.shape[1]) for rp, g, Xk, *_ in parts], n)
 
     terms = [
         RandomTerm(
