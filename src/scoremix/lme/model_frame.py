@@ -749,11 +749,11 @@ def build_model_spec(
         a column name or an array of ``len(data)``; added to any ``offset()`` terms of the
         formula.  The model is fitted to ``y - offset`` (``spec.y``); fitted values and
         predictions add it back.
-
     check_nobs:
         lme4's ``check.nobs.vs.nlev`` / ``check.nobs.vs.nRE`` stage
         (:func:`check_nobs_vs_random_effects`); ``False`` skips it (the Dask route builds its
         encoders from a small prototype frame and checks the global counts instead).
+
     Returns
     -------
     ModelSpec
