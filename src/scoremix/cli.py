@@ -125,7 +125,7 @@ def _cmd_eer(args: argparse.Namespace) -> int:
                 if args.speaker not in trials.columns:
                     raise KeyError(f"speaker column {args.speaker!r} not in {path} (columns: {list(trials.columns)})")
                 spk = trials[args.speaker].to_numpy()
-            boot = dict(n_boot=args.n_boot, speaker=spk, seed=args.seed, ci=args.ci)
+            boot = dict(n_boot=args.n_boot, speaker=spk, seed=args.seed, level=args.ci)
         hint = "" if args.lower_is_positive else " (command line: --lower-is-positive)"
         with _direction_warnings("eer", str(path), hint):
             eer = metrics.eer(scores, y, method=args.method, higher_is_positive=higher, **boot)

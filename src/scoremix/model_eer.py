@@ -298,7 +298,7 @@ def _bayes_model_eer(
 
         y = np.asarray(label_to_binary(frame[label], positive=positive), dtype=np.int8)
         fr = frame.assign(**{spec.response: np.asarray(spec.y, dtype=np.float64), "_y01": y})
-        long = fit.model_eer(by=names or None, data=fr, label="_y01", positive=1,
+        long = fit.model_eer(names or None, data=fr, label="_y01", positive=1,
                              random=random, max_draws=max_draws)
         long = long[[*names, "draw", "eer"]].reset_index(drop=True)
         pred = predictive(fit, data=frame, label=label, positive=positive, conditional=conditional,

@@ -570,7 +570,7 @@ def _bayes_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame 
         key["_design"] = cells
     key[_Y01] = y
     cell = key.groupby(list(key.columns), sort=True, dropna=False).ngroup().to_numpy()
-    mom = fit.class_moments(by=[_CELL], data=rows.assign(**{_CELL: cell, _Y01: y}), label=_Y01,
+    mom = fit.class_moments([_CELL], data=rows.assign(**{_CELL: cell, _Y01: y}), label=_Y01,
                             positive=1, random="conditional" if conditional else "marginal",
                             max_draws=max_draws)
     wide_mu = mom.pivot(index="draw", columns=[_CELL, "class"], values="mean")

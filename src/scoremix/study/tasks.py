@@ -45,7 +45,7 @@ def _metric_row(s: np.ndarray, y: np.ndarray, cfg: MetricsConfig, speaker: np.nd
         return row
     boot: dict[str, Any] = {}
     if cfg.n_boot:
-        boot = dict(n_boot=cfg.n_boot, speaker=speaker, seed=cfg.seed, ci=cfg.ci)
+        boot = dict(n_boot=cfg.n_boot, speaker=speaker, seed=cfg.seed, level=cfg.ci)
     md = M.min_dcf(s, y, p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa, normalize=cfg.normalize, **boot)
     e = M.eer(s, y, method=cfg.eer_method, **boot)
     row.update(eer=float(e), min_dcf=float(md.value), min_dcf_norm=float(md.normalized),
@@ -501,7 +501,7 @@ def fairness_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, speaker: s
     _agg()
     from scoremix.fairness import subgroup_dcf
 
-    res = subgroup_dcf(df, cfg.groups, n_boot=cfg.n_boot, ci=cfg.ci, random_state=seed, min_speakers=min_speakers,
+    res = subgroup_dcf(df, cfg.groups, n_boot=cfg.n_boot, level=cfg.ci, seed=seed, min_speakers=min_speakers,
                        progress=False, interval=cfg.interval, **_sveva_kwargs(cfg, speaker))
     return _fairness_outputs(system, res, cfg, png_of(res.plot_det()), png_of(res.plot_scores()), n_chunks=1)
 
@@ -513,7 +513,7 @@ def fairness_point_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, spea
     _agg()
     from scoremix.fairness import subgroup_dcf
 
-    res = subgroup_dcf(df, cfg.groups, n_boot=0, ci=cfg.ci, min_speakers=min_speakers, progress=False,
+    res = subgroup_dcf(df, cfg.groups, n_boot=0, level=cfg.ci, min_speakers=min_speakers, progress=False,
                        interval=cfg.interval, **_sveva_kwargs(cfg, speaker))
     return {"result": res, "det_png": png_of(res.plot_det()), "scores_png": png_of(res.plot_scores())}
 
@@ -567,7 +567,7 @@ def breakdown_task(system: str, df: pd.DataFrame, cfg: BreakdownConfig, speaker:
 
     by = [c[0] if len(c) == 1 else tuple(c) for c in cfg.by]
     tab = breakdown(df, by, score="score", label="y", threshold=cfg.threshold, speaker=speaker,
-                    n_boot=cfg.n_boot, ci=cfg.ci, random_state=seed, progress=False)
+                    n_boot=cfg.n_boot, level=cfg.ci, seed=seed, progress=False)
     tab.insert(0, "system", system)
     return tab
 
@@ -590,7 +590,7 @@ def compare_task(df: pd.DataFrame, system_col: str, cfg: CompareConfig, speaker:
     from scoremix.fairness import compare_subgroup_dcf
 
     sub, kw = _compare_input(df, system_col, cfg, speaker, fcfg)
-    res = compare_subgroup_dcf(sub, cfg.groups, n_boot=cfg.n_boot, ci=cfg.ci, random_state=seed, progress=False,
+    res = compare_subgroup_dcf(sub, cfg.groups, n_boot=cfg.n_boot, level=cfg.ci, seed=seed, progress=False,
                                **kw)
     return _compare_outputs(res, cfg)
 
@@ -602,7 +602,7 @@ def compare_point_task(df: pd.DataFrame, system_col: str, cfg: CompareConfig, sp
     from scoremix.fairness import compare_subgroup_dcf
 
     sub, kw = _compare_input(df, system_col, cfg, speaker, fcfg)
-    return compare_subgroup_dcf(sub, cfg.groups, n_boot=0, ci=cfg.ci, progress=False, **kw)
+    return compare_subgroup_dcf(sub, cfg.groups, n_boot=0, level=cfg.ci, progress=False, **kw)
 
 
 def compare_boot_task(df: pd.DataFrame, system_col: str, cfg: CompareConfig, speaker: str,
