@@ -175,3 +175,14 @@ def test_every_exported_name_is_in_the_api_reference():
     documented = {p.rsplit(".", 1)[1] for p in re.findall(r"^::: (\S+)", api, re.M)}
     missing = sorted(set(sm.__all__) - documented - {"__version__"})
     assert not missing, f"exported but not in docs/api.md: {missing}"
+
+
+def test_float_like_results_survive_pickling_and_copies():
+    """Study workers send results between processes: the extras must come back."""
+    import copy
+    import pickle
+
+    s, y = _data(100)
+    for v in (sm.eer(s, y, n_boot=20, seed=1), sm.min_dcf(s, y), sm.min_dcf(s, y, n_boot=20, seed=1)):
+        for w in (pickle.loads(pickle.dumps(v)), copy.deepcopy(v)):
+            assert type(w) is type(v) and float(w) == float(v) and repr(w) == repr(v)
