@@ -148,13 +148,14 @@ class DaskLmerResult(LmerResult):
                 self.spec.encoder.offset_design, meta=pd.Series(dtype=np.float64, name="predicted"))
         return super().predict(newdata, re_form, allow_new_levels)
 
-    def summary(self) -> str:
+    def summary(self, ddf: str | None = None) -> str:
         """lme4-style summary; the scaled-residual quantiles are left out (they would need
-        a pass over all rows: compute ``residuals`` if wanted)."""
+        a pass over all rows: compute ``residuals`` if wanted).  ``ddf`` as in
+        :meth:`LmerResult.summary` (the base's signature, kept)."""
         plain = LmerResult.__new__(LmerResult)
         plain.__dict__.update(self.__dict__)
         plain.spec = None
-        return plain.summary()
+        return plain.summary(ddf)
 
     def refit(self, REML: bool | None = None, y: Any = None, **control: Any) -> "DaskLmerResult":
         """Refit from the summed cross-products (e.g. ``REML=False``); a new response needs

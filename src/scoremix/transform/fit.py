@@ -165,13 +165,20 @@ class TransformLmerResult(LmerResult):
         d["transform"] = self.transform.to_dict()
         return d
 
-    def summary(self) -> str:
+    def summary(self, ddf: str | None = None) -> str:
+        """lme4-style text summary on the latent scale, headed by the transformation's fit.
+
+        ``ddf``: the base's argument; only ``None`` / ``"lme4"`` (lmerTest's Satterthwaite and
+        Kenward–Roger df are derived for the Gaussian REML likelihood, not this one)."""
+        if ddf is not None and str(ddf).lower() != "lme4":
+            raise TransformError(f"summary(ddf={ddf!r}): lmerTest's denominator df are defined for Gaussian "
+                                 "linear mixed models, not transformation models; use summary()")
         info = self.fit_info.get("transform", {})
         head = (f"Transformation (latent-Gaussian) mixed model, h monotone: {info.get('n_cells')} "
                 f"cells, {'free cutpoints' if info.get('free') else 'sieve with ' + str(info.get('n_transform_par')) + ' knots'}"
                 f"; Laplace log-likelihood {self.loglik:.2f}; latent scale: sigma(reference) = 1, "
                 f"h(pooled median) = 0\n")
-        return head + super().summary().replace(
+        return head + super().summary(ddf).replace(
             "Linear mixed model fit by maximum likelihood ", "Latent linear mixed model fit by maximum likelihood ")
 
 
