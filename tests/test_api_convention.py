@@ -186,3 +186,22 @@ def test_float_like_results_survive_pickling_and_copies():
     for v in (sm.eer(s, y, n_boot=20, seed=1), sm.min_dcf(s, y), sm.min_dcf(s, y, n_boot=20, seed=1)):
         for w in (pickle.loads(pickle.dumps(v)), copy.deepcopy(v)):
             assert type(w) is type(v) and float(w) == float(v) and repr(w) == repr(v)
+
+
+def test_result_subclasses_keep_the_base_summary_signature():
+    base = inspect.signature(sm.LmerResult.summary)
+    for cls in (sm.TransformLmerResult, sm.DaskLmerResult):
+        assert inspect.signature(cls.summary) == base, cls.__name__
+
+
+def test_transform_summary_refuses_lmertest_df_by_name():
+    r = np.random.default_rng(1)
+    spk = np.repeat(np.arange(20), 10)
+    d = pd.DataFrame({"score": r.normal(size=200) + r.normal(size=20)[spk], "label": np.tile(["a", "b"], 100),
+                      "g": spk.astype(str)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = sm.lmer("score ~ label + (1 | g)", d, transform="monotone")
+    assert isinstance(m.summary(), str) and m.summary() == m.summary(ddf="lme4")
+    with pytest.raises(sm.TransformError, match="Gaussian"):
+        m.summary(ddf="Satterthwaite")
