@@ -102,6 +102,30 @@ def _emit_once(recorded: list, command: str, where: str | None, hint: str) -> No
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
+@contextmanager
+def _study_warnings(command: str) -> Iterator[None]:
+    """Print every warning raised inside as one line ``scoremix <command>: warning: <where>: <text>
+    [<Category>]`` on stderr, once each, after recording stops.  ``run_study`` has already
+    recorded its warnings with their source (system, model) and emitted each once
+    (:mod:`scoremix.study.warnlog`); this only formats them for the terminal."""
+    import warnings
+
+    recorded: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            try:
+                yield
+            finally:
+                recorded = list(caught)
+    finally:
+        seen: set[str] = set()
+        for w in recorded:
+            line = f"scoremix {command}: warning: {' '.join(str(w.message).split())} [{w.category.__name__}]"
+            if line not in seen:
+                seen.add(line)
+                print(line, file=sys.stderr)
+
+
 # ---------------------------------------------------------------------------------------
 # eer
 # ---------------------------------------------------------------------------------------
@@ -202,9 +226,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from scoremix.study.outdir import StudyOutputError
 
     try:
-        res = run_demo(args.out, seed=args.seed, n_trials=args.n_trials, progress=not args.no_progress,
-                       n_boot=args.n_boot, bayes=args.bayes, bayes_draws=args.bayes_draws, jobs=args.jobs,
-                       dask=args.dask, overwrite=args.overwrite)
+        with _study_warnings("demo"):
+            res = run_demo(args.out, seed=args.seed, n_trials=args.n_trials, progress=not args.no_progress,
+                           n_boot=args.n_boot, bayes=args.bayes, bayes_draws=args.bayes_draws, jobs=args.jobs,
+                           dask=args.dask, overwrite=args.overwrite)
     except (SimulationError, StudyDataError, DaskUnavailableError) as exc:
         return _fail("demo", None, exc)
     except (StudyOutputError, StudyConfigError) as exc:
@@ -259,7 +284,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
         print(f"scoremix study: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     try:
-        with _direction_warnings("study", None, ""):
+        with _study_warnings("study"):
             res = run_study(cfg, out_dir=args.out, jobs=args.jobs, dask=args.dask, progress=not args.no_progress,
                             report=not args.no_report, overwrite=args.overwrite)
     except (StudyDataError, DaskUnavailableError, StudyOutputError) as exc:

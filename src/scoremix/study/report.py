@@ -515,8 +515,19 @@ def build_sections(res: StudyResult) -> list[rh.Section]:
              _simple_section("Nuisance LLR", res.nuisance,
                              "ℓ = log p(w | positive GMM) − log p(w | negative GMM); model ℓ = μ + d·y + ε with "
                              "EER_N = Φ(−d/(2σ)); 50 % means the feature carries no class information."),
-             _truth_section(res), _reproduce_section(res)]
+             _truth_section(res), _warnings_section(res), _reproduce_section(res)]
     return [s for s in secs if s is not None]
+
+
+def _warnings_section(res: StudyResult) -> rh.Section | None:
+    """Every distinct warning of the run, with the system or model it came from."""
+    if not res.warnings:
+        return None
+    tab = pd.DataFrame(res.warnings, columns=["where", "category", "message"])
+    return rh.Section("Warnings", [
+        rh.Paragraph("Each distinct warning raised while the study ran (in this process or a worker), once, with "
+                     "the model, analysis and system it came from (also in warnings.json)."),
+        rh.Table(tab)])
 
 
 def write_report(res: StudyResult, path: str | Path) -> Path:
