@@ -28,6 +28,8 @@ from scoremix.trials import NonFiniteScoreError, SingleClassError, TrialTableErr
 
 __all__ = [
     "MetricInputError",
+    "BootstrapSizeError",
+    "min_boot",
     "ScoreDirectionWarning",
     "WeightedReplicates",
     "auc",
@@ -62,6 +64,17 @@ EER_METHODS: tuple[str, ...] = ("rocch", "interp", "asvspoof", "voxceleb")
 
 class MetricInputError(TrialTableError):
     """Scores / labels / cost parameters that a metric cannot use."""
+
+
+class BootstrapSizeError(MetricInputError):
+    """Too few bootstrap replicates for an interval at the requested level: each tail of a
+    ``ci`` interval needs at least one replicate, so ``n_boot ≥ ⌈2/(1 − ci)⌉`` (40 at 95 %)."""
+
+
+def min_boot(ci: float) -> int:
+    """Fewest replicates for a ``ci`` bootstrap interval: ``⌈2/(1 − ci)⌉`` (each tail of
+    ``(1 − ci)/2`` holds at least one replicate)."""
+    return int(np.ceil(2.0 / (1.0 - ci) - 1e-9))
 
 
 class ScoreDirectionWarning(UserWarning):
@@ -231,6 +244,10 @@ def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, 
             raise MetricInputError(f"speaker is missing at position(s) {np.flatnonzero(miss)[:5].tolist()}")
         cl = np.unique(spk.astype(str), return_inverse=True)[1]
     C = int(cl.max()) + 1
+    if int(n_boot) < min_boot(ci):
+        raise BootstrapSizeError(f"n_boot={int(n_boot)} is too few for a {100 * ci:g} % interval: each tail of "
+                                 f"{50 * (1 - ci):g} % needs a replicate, so at least {min_boot(ci)} "
+                                 "(1000 or more for stable ends)")
     point = float(stat(s, y))
     M = draw_cluster_weights(np.zeros(C, np.int64), int(n_boot), np.random.default_rng(seed)).astype(np.int64)
     if weighted is not None:
