@@ -159,5 +159,7 @@ def write_html(path: str | Path, title: str, sections: list[Section], subtitle: 
     """Write :func:`render_html` output to ``path`` (parent folders created); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(title, sections, subtitle), encoding="utf-8")
+    from scoremix.atomic import write_text
+
+    write_text(path, render_html(title, sections, subtitle))  # atomic: complete or the old file
     return path

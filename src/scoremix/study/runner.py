@@ -466,6 +466,8 @@ def _run(cfg: StudyConfig, data: StudyData, out: Path, jobs: int, dask: str | No
         try:
             with recording("report", recorded if recorded is not None else []):
                 res.files["report.html"] = write_report(res, out / "report.html")
+        except OSError:
+            raise  # a full disk or unwritable folder: the run is incomplete, never published (old result kept)
         except Exception as exc:  # noqa: BLE001 - reported by name, exit status 1
             _failure(res, "report", None, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
             (out / "report.html").unlink(missing_ok=True)
