@@ -178,8 +178,22 @@ def _freq_tables(fit: Any) -> dict[str, Any]:
         r2 = {k: float(v) for k, v in fit.r2().items()}
     except Exception:  # noqa: BLE001 - R² is a nicety; never fail a study on it
         r2 = {}
-    return {"fixef": fe, "varcorr": fit.varcorr.copy(), "ranef": pd.DataFrame(ranef_rows), "r2": r2,
+    return {"fixef": fe, "varcorr": varcorr_with_residuals(fit), "ranef": pd.DataFrame(ranef_rows), "r2": r2,
             "summary": fit.summary(), "json": fit.to_dict()}
+
+
+def varcorr_with_residuals(fit: Any) -> pd.DataFrame:
+    """``fit.varcorr`` with one ``Residual`` row per level of a dispersion model
+    (``Residual (label = spoof)``; lme4's VarCorr shows only the reference level's σ)."""
+    vc = fit.varcorr.copy()
+    sb = getattr(fit, "sigma_by", None)
+    if sb is None or len(sb) < 2:
+        return vc
+    col = str(getattr(fit, "dispersion", None) or "").split("~")[-1].strip() or "dispersion"
+    rows = [{"grp": f"Residual ({col} = {lvl})", "var1": None, "var2": None, "vcov": float(sd) ** 2,
+             "sdcor": float(sd)} for lvl, sd in sb.items()]
+    keep = vc[vc["grp"] != "Residual"]
+    return pd.concat([keep, pd.DataFrame(rows, columns=vc.columns)], ignore_index=True)
 
 
 #: column added to the fitted rows to mark those ``[analyses.model_eer].filters`` keeps
