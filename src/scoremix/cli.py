@@ -224,6 +224,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from scoremix.simulate import SimulationError
     from scoremix.study import DaskUnavailableError, StudyConfigError, StudyDataError
     from scoremix.study.outdir import StudyOutputError
+    from scoremix.study.parallel import WorkerDiedError
 
     try:
         with _study_warnings("demo"):
@@ -234,6 +235,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         return _fail("demo", None, exc)
     except (StudyOutputError, StudyConfigError) as exc:
         return _fail("demo", None, exc)
+    except WorkerDiedError as exc:
+        print(f"scoremix demo: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_ANALYSIS_FAILED
     except OSError as exc:
         return _fail("demo", str(args.out), exc)
     ov = res["metrics"].get("overall", {})
@@ -275,6 +279,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
     from scoremix.fairness import SubgroupError
     from scoremix.study import DaskUnavailableError, StudyConfigError, StudyDataError, load_study, run_study
     from scoremix.study.outdir import StudyOutputError
+    from scoremix.study.parallel import WorkerDiedError
 
     path = Path(args.study)
     if not path.exists():
@@ -293,6 +298,9 @@ def _cmd_study(args: argparse.Namespace) -> int:
     except StudyConfigError as exc:
         print(f"scoremix study: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    except WorkerDiedError as exc:
+        print(f"scoremix study: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_ANALYSIS_FAILED
     except (LmeError, SubgroupError, KeyError, ValueError) as exc:
         return _fail("study", str(path), exc)
     except OSError as exc:

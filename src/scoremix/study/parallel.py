@@ -15,8 +15,25 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Task", "TaskFailure", "task_seed", "boot_chunks", "chunk_seeds", "run_tasks", "DaskUnavailableError",
+__all__ = ["Task", "TaskFailure", "WorkerDiedError", "task_seed", "boot_chunks", "chunk_seeds", "run_tasks", "DaskUnavailableError",
            "dask_available", "stop_workers", "child_processes"]
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker process ended without returning (killed by a signal, e.g. the kernel's
+    out-of-memory killer); one line naming the signal replaces joblib's traceback."""
+
+
+def _worker_died(exc: BaseException) -> WorkerDiedError:
+    import re
+
+    m = re.search(r"\{([^}]*)\}", str(exc))  # loky: "The exit codes of the workers are {SIGKILL(-9)}"
+    codes = m.group(1) if m else "unknown"
+    name = re.match(r"\s*(SIG\w+)", codes)
+    hint = (" (SIGKILL: usually the out-of-memory killer)" if name and name.group(1) == "SIGKILL" else "")
+    sig = name.group(1) if name else codes
+    return WorkerDiedError(f"a worker process died during the study (exit: {sig}){hint}; nothing was written: run "
+                           "again with fewer --jobs or on a machine with more memory")
 
 
 class DaskUnavailableError(ImportError):
@@ -320,9 +337,14 @@ def _dispatch(tasks: Sequence[Task], call: Callable[[Task], Any], jobs: int, das
 
     before = set(child_processes())
     par = Parallel(n_jobs=jobs, return_as="generator")
+    from joblib.externals.loky.process_executor import TerminatedWorkerError
+
     try:
         gen = par(delayed(call)(t) for t in tasks)
         return list(tqdm(gen, total=len(tasks), desc=desc, disable=not progress))
+    except TerminatedWorkerError as exc:
+        stop_workers(keep=before)
+        raise _worker_died(exc) from None
     except BaseException as exc:
         if not isinstance(exc, Exception):  # interrupted: loky would keep its workers alive
             stop_workers(keep=before)
