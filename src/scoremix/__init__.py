@@ -113,6 +113,12 @@ from scoremix.fairness import (
     with_bootstrap,
 )
 
+# --- s4robust (issue 24): named errors and atomic table writes
+from scoremix.metrics import BootstrapSizeError, min_boot
+from scoremix.trials import DuplicateColumnError, MalformedLineError
+from scoremix.atomic import write_table
+from scoremix.bayes.api import IncompleteSamplingError
+
 __all__ = [
     "__version__",
     # trials
@@ -151,4 +157,7 @@ __all__ = [
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",
     "subgroup_dcf_replicates", "with_bootstrap", "bootstrap_intervals",
+    # s4robust (issue 24)
+    "BootstrapSizeError", "min_boot", "DuplicateColumnError", "MalformedLineError", "write_table",
+    "IncompleteSamplingError",
 ]
