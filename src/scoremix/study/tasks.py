@@ -4,6 +4,8 @@ Bayesian fits, the ``arviz.InferenceData``; files are written by the runner only
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from typing import Any, Sequence
 
@@ -120,8 +122,10 @@ def metrics_task(system: str, df: pd.DataFrame, cfg: MetricsConfig) -> dict[str,
         if missing:
             raise KeyError(f"analyses.metrics.by: column(s) {missing} not in the trial table")
         sub_rows = []
+        # per-cell intervals when asked for (n_boot in the study file); the default ones are the headline's
+        cell_cfg = cfg if getattr(cfg, "cell_intervals", True) else dataclasses.replace(cfg, n_boot=0)
         for key, g in _metric_cells(df, cols, cfg.negatives_by):
-            r = _metric_row(g["score"].to_numpy(float), g["y"].to_numpy(), cfg, spk(g))
+            r = _metric_row(g["score"].to_numpy(float), g["y"].to_numpy(), cell_cfg, spk(g))
             sub_rows.append({"system": system, "by": "×".join(cols), "cell": "×".join(map(str, key)),
                              **{c: str(k) for c, k in zip(cols, key)}, **r})
         rows.extend(sub_rows)
