@@ -9,7 +9,8 @@ later quartiles are no higher than the first by more than the workers' start-up)
 of warning lines printed.
 
 Run: ``OPENBLAS_NUM_THREADS=1 nice -n 5 python benchmarks/study_peak_rss.py [n_systems]``
-(default 12 systems of 1,200 trials, 50 bootstrap replicates each).
+(default 12 systems of 1,200 trials, 50 bootstrap replicates each), or on a study file:
+``... study_peak_rss.py --study examples/asvspoof2019_la_eval.toml [--set KEY=VALUE ...] [--jobs 1 2]``.
 """
 
 from __future__ import annotations
@@ -75,12 +76,14 @@ def _write(folder: Path, n_systems: int) -> Path:
     return folder / "s.toml"
 
 
-def run(jobs: int, n_systems: int) -> None:
+def run(jobs: int, n_systems: int, study: Path | None = None, sets: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        study = _write(Path(tmp), n_systems)
+        label = f"systems={n_systems}" if study is None else study.name
+        study = _write(Path(tmp), n_systems) if study is None else study
+        extra = [a for kv in (sets or []) for a in ("--set", kv)]
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "scoremix.cli", "study", str(study), "--out",
-                                 str(Path(tmp) / "out"), "--jobs", str(jobs), "--no-progress"],
+                                 str(Path(tmp) / "out"), "--jobs", str(jobs), "--no-progress", *extra],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         samples: list[int] = []
         import threading
@@ -96,12 +99,19 @@ def run(jobs: int, n_systems: int) -> None:
     s = np.array(samples or [0]) / 1024
     q = [s[int(f * (len(s) - 1))] for f in (0.25, 0.5, 0.75)]
     n_warn = sum(1 for ln in err[0].splitlines() if ": warning: " in ln)
-    print(f"jobs={jobs} systems={n_systems}: exit {proc.returncode}, {wall:.1f} s, peak RSS {s.max():.0f} MiB "
+    print(f"jobs={jobs} {label}: exit {proc.returncode}, {wall:.1f} s, peak RSS {s.max():.0f} MiB "
           f"(command + workers), at 25/50/75 % of the run {q[0]:.0f}/{q[1]:.0f}/{q[2]:.0f} MiB, "
           f"{n_warn} warning line(s)")
 
 
 if __name__ == "__main__":
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 12
-    for j in (1, 2):
-        run(j, n)
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n_systems", nargs="?", type=int, default=12)
+    ap.add_argument("--study", type=Path, default=None, help="run this study file instead (e.g. the LA example)")
+    ap.add_argument("--set", action="append", default=[], help="study overrides, as for scoremix study")
+    ap.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
+    a = ap.parse_args()
+    for j in a.jobs:
+        run(j, a.n_systems, a.study.resolve() if a.study else None, a.set)
