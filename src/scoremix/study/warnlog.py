@@ -93,11 +93,13 @@ def emit(recorded: Iterable[StudyWarning]) -> list[StudyWarning]:
 def where_of_task(key: str) -> str:
     """A readable source for a task key: ``model/m/A`` → ``model m on system A``,
     ``fairness/A`` → ``fairness on system A``, ``boot:fairness/A/2`` → ``fairness on system A``."""
+    from scoremix.study.data import ALL_SYSTEMS  # the system of a study without a system column
+
     key = key.removeprefix("boot:")
     parts = key.split("/")
     if parts[0] == "model" and len(parts) >= 3:
         system = parts[2]
-        return f"model {parts[1]}" + ("" if system == "__all__" else f" on system {system}")
+        return f"model {parts[1]}" + ("" if system == ALL_SYSTEMS else f" on system {system}")
     if len(parts) >= 2:
-        return f"{parts[0]} on system {parts[1]}"
+        return parts[0] + ("" if parts[1] == ALL_SYSTEMS else f" on system {parts[1]}")
     return parts[0]
