@@ -119,3 +119,17 @@ def test_warnings_listed_in_the_report(runs: dict, jobs: int) -> None:
     html = (runs[jobs]["dir"] / "report.html").read_text(encoding="utf-8")
     assert ">Warnings<" in html
     assert "model m on system" in html and "SingularFitWarning" in html
+
+
+def test_where_of_task_and_glyph_folding() -> None:
+    from scoremix.study.warnlog import StudyWarning, summarise, where_of_task
+
+    assert where_of_task("model/m/A") == "model m on system A"
+    assert where_of_task("model/m/all") == "model m"
+    assert where_of_task("boot:fairness/B/2") == "fairness on system B"
+    glyph = "Glyph {} (\\N{{CJK UNIFIED IDEOGRAPH-{:X}}}) missing from font(s) DejaVu Sans."
+    rec = [StudyWarning("report", UserWarning, glyph.format(ord(c), ord(c))) for c in "男女男性"]
+    rec += [StudyWarning("model m on system A", RuntimeWarning, "x")] * 3
+    out = summarise(rec)
+    assert [w.where for w in out] == ["model m on system A", "report figures"]
+    assert "3 character(s)" in out[1].message and "女 性 男" in out[1].message
