@@ -321,8 +321,8 @@ def test_unbounded_interval_end_is_kept_named_and_printed_as_unbounded():
     """Subgroup x: its false alarms all come from one of 6 speakers (the others' nontarget
     scores stop at 1.0, below τ*), so (5/6)^6 = 33 % of the replicates draw no false alarm
     there (> α/2): the data cannot bound x's fpr_ratio from above.  The studentised end is
-    +inf, the note names it, the row is not flagged for it, and tables print 'unbounded',
-    never 'inf'.  Ends with a logical maximum are capped there instead: a rate at 1, a minDCF
+    +inf, capped at the ratio's maximum 1/fpr_overall (issue 24), and tables print an infinite end
+    as 'unbounded', never 'inf'.  Ends with a logical maximum are capped there instead: a rate at 1, a minDCF
     at the cost of the better trivial system, min(c_miss·p, c_fa·(1−p)) = 0.05 here."""
     from scoremix.report_html import Table, _table_html
 
@@ -341,13 +341,17 @@ def test_unbounded_interval_end_is_kept_named_and_printed_as_unbounded():
     t = res.table.set_index("subgroup")
     x = t.loc["x"]
     assert x["fpr"] > 0 and (df.query("group == 'x' and label == 0").score > res.threshold).sum() == 2
-    assert 0 < x["fpr_ratio"] and np.isposinf(x["fpr_ratio_hi"]) and np.isfinite(x["fpr_ratio_lo"])
+    # issue 24: the +inf studentised end is capped at the ratio's maximum 1/fpr_overall (fpr_x ≤ 1), and
+    # two false alarms do not make a reliable row (fewer than MIN_CLASS_ERRORS errors of a class)
+    assert 0 < x["fpr_ratio"] and np.isfinite(x["fpr_ratio_lo"])
+    assert x["fpr_ratio_hi"] == pytest.approx(1 / res.overall["fpr"], rel=1e-12)
     assert x["fpr_hi"] == 1.0
     assert x["min_dcf_hi"] == pytest.approx(0.05, abs=1e-15)
     assert (t["min_dcf_hi"] <= 0.05 + 1e-15).all()
-    assert x["reliable"] and "unbounded interval" in x["note"] and "fpr_ratio" in x["note"]
+    assert not x["reliable"] and "2 false alarms" in x["note"]
     assert "unbounded" not in t.loc["y", "note"]
-    html = _table_html(Table(res.table[["subgroup", "fpr_ratio", "fpr_ratio_lo", "fpr_ratio_hi"]]))
+    shown = res.table[["subgroup", "fpr_ratio", "fpr_ratio_lo", "fpr_ratio_hi"]].assign(fpr_ratio_hi=np.inf)
+    html = _table_html(Table(shown))
     assert "unbounded" in html and ">inf<" not in html
     # normalised costs: the trivial system costs 1
     r2 = subgroup_dcf(df, ["group"], n_boot=400, random_state=0, progress=False, eer=False, normalize=True)

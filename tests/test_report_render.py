@@ -83,3 +83,137 @@ def test_minimal_page_renders_in_chromium(tmp_path):
     bad.write_text(path.read_text().replace("iVBORw0KGgo", "AAAAAAAAAAA", 1), encoding="utf-8")
     ok, total, _ = rendered_image_count(bad, tmp_path)
     assert (ok, total) == (1, 2)
+
+
+# ------------------------------------------------------------------ layout at 1400 px (issue 24)
+# measured in the page once it has loaded: the page's own horizontal overflow, the body width, and
+# for every table box its width, its scroll width and the widest cell
+LAYOUT_SCRIPT = ("<script>window.addEventListener('load',function(){var b=document.body,r={page:"
+                 "document.documentElement.scrollWidth,view:window.innerWidth,body:b.getBoundingClientRect().width,"
+                 "toc:document.querySelectorAll('nav.toc a').length,sections:document.querySelectorAll('section').length,"
+                 "wraps:[]};var w=document.querySelectorAll('.table-wrap');for(var i=0;i<w.length;i++){var c=0,"
+                 "td=w[i].querySelectorAll('td,th');for(var j=0;j<td.length;j++){c=Math.max(c,td[j]."
+                 "getBoundingClientRect().width);}r.wraps.push({w:w[i].getBoundingClientRect().width,"
+                 "sw:w[i].scrollWidth,ox:getComputedStyle(w[i]).overflowX,cell:c});}var d=document.createElement('pre');"
+                 "d.id='layout';d.textContent='LAYOUT '+JSON.stringify(r);b.appendChild(d);});</script>")
+
+
+def layout_at(html_path: Path, tmp_path: Path, width: int = 1400) -> dict:
+    """Load ``html_path`` in headless Chromium at ``width`` px; return the measurements of
+    :data:`LAYOUT_SCRIPT` and save a screenshot beside the page copy (a test artefact; also copied
+    to ``$SCOREMIX_TEST_ARTIFACTS`` when set)."""
+    import json
+    import os
+
+    browser = _chromium()
+    page = tmp_path / "layout.html"
+    page.write_text(html_path.read_text(encoding="utf-8").replace("</body>", LAYOUT_SCRIPT + "</body>"),
+                    encoding="utf-8")
+    common = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},1000",
+              "--virtual-time-budget=10000"]
+    proc = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=180)
+    m = re.search(r"LAYOUT (\{.*\})", proc.stdout)
+    assert m, f"Chromium printed no layout (rc {proc.returncode}): {proc.stderr[-800:]}"
+    shot = tmp_path / f"{html_path.stem}-{width}px.png"
+    subprocess.run([*common, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=180)
+    art = os.environ.get("SCOREMIX_TEST_ARTIFACTS")
+    if art and shot.exists():
+        Path(art).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(art) / shot.name)
+    return json.loads(m.group(1))
+
+
+def _check_layout(lay: dict) -> None:
+    assert lay["page"] <= lay["view"], lay  # nothing widens the page: no page-level horizontal scrolling
+    assert lay["body"] <= 1000.5, lay
+    for w in lay["wraps"]:
+        assert w["w"] <= lay["body"] + 0.5, w  # every table box fits the body; wider tables scroll inside it
+        assert w["ox"] == "auto", w
+        assert w["cell"] <= 400, w  # a 300-character level name wraps instead of widening its column
+
+
+def test_wide_tables_scroll_within_themselves_at_1400px(tmp_path):
+    wide = pd.DataFrame({f"column number {i} with a long name": [1.23456789 * i, 2.5] for i in range(40)})
+    long_name = pd.DataFrame({"subgroup": ["x" * 300, "short"], "EER % (rocch)": [1.0, 2.0]})
+    path = rh.write_html(tmp_path / "wide.html", "t", [rh.Section("Wide", [rh.Table(wide)]),
+                                                       rh.Section("Long names", [rh.Table(long_name)])])
+    lay = layout_at(path, tmp_path)
+    _check_layout(lay)
+    assert lay["toc"] == lay["sections"] == 2
+    assert lay["wraps"][0]["sw"] > lay["wraps"][0]["w"]  # the wide one scrolls inside its box
+    assert (tmp_path / "wide-1400px.png").stat().st_size > 1000
+
+
+STUDY_REPORT = """
+[study]
+name = "layout"
+seed = 2
+[data]
+file = "t.csv"
+label = "label"
+positive = "bonafide"
+speaker = "spk"
+subgroups = ["grp"]
+[[models]]
+name = "disp"
+formula = "score ~ label + (1 | spk)"
+dispersion = "~ label"
+[[models]]
+name = "tr"
+formula = "score ~ label + (1 | spk)"
+transform = "monotone"
+[analyses.metrics]
+eer_method = "asvspoof"
+[analyses.model_eer]
+by = ["grp"]
+n_boot = 40
+[analyses.fairness]
+groups = ["grp"]
+n_boot = 40
+"""
+
+
+@pytest.fixture(scope="module")
+def study_report(tmp_path_factory):
+    import numpy as np
+
+    from scoremix.study import load_study, run_study
+
+    d = tmp_path_factory.mktemp("layout")
+    rng = np.random.default_rng(5)
+    spk = np.repeat(np.arange(40), 20)
+    y = np.arange(spk.size) % 2
+    grp = np.where(spk % 2 == 0, "a" * 300, "short")
+    s = np.where(y == 1, 2.0 + 1.5 * rng.normal(size=spk.size), rng.normal(size=spk.size)) + rng.normal(0, .5, 40)[spk]
+    pd.DataFrame({"score": s, "label": np.where(y == 1, "bonafide", "spoof"), "spk": spk.astype(str),
+                  "grp": grp}).to_csv(d / "t.csv", index=False)
+    (d / "s.toml").write_text(STUDY_REPORT, encoding="utf-8")
+    res = run_study(load_study(d / "s.toml"), out_dir=d / "out", progress=False)
+    return res, d / "out" / "report.html"
+
+
+def test_study_report_layout_at_1400px(study_report, tmp_path):
+    _, path = study_report
+    lay = layout_at(path, tmp_path)
+    _check_layout(lay)
+    assert lay["toc"] == lay["sections"] >= 5
+
+
+def test_study_report_contents(study_report):
+    import html as html_mod
+
+    res, path = study_report
+    text = path.read_text(encoding="utf-8")
+    assert '<nav class="toc">' in text
+    # every residual SD of the dispersion model
+    vc = res.models[[m["model"] for m in res.models].index("disp")]["varcorr"]
+    assert {"Residual (label = bonafide)", "Residual (label = spoof)"} <= set(vc["grp"])
+    assert "Residual (label = bonafide)" in text and "Residual (label = spoof)" in text
+    # estimation method: the transformation model is not REML
+    sec = text.split("<h2>Model tr</h2>")[1].split("</section>")[0]
+    assert "REML" not in sec.replace("REML does not apply", "") and "maximum likelihood (Laplace" in sec
+    # headline numbers with intervals by default; every EER header names its definition
+    assert "EER % (asvspoof) lo" in text and "minDCF" in text
+    headers = [html_mod.unescape(h) for h in re.findall(r"<th>([^<]*)</th>", text)]
+    eer_headers = [h for h in headers if "EER" in h]
+    assert eer_headers and all(re.search(r"EER % \((rocch|asvspoof|model)\)", h) for h in eer_headers), eer_headers

@@ -115,6 +115,12 @@ from scoremix.fairness import (
     with_bootstrap,
 )
 
+# --- s4robust (issue 24): named errors and atomic table writes
+from scoremix.metrics import BootstrapSizeError, min_boot
+from scoremix.trials import DuplicateColumnError, MalformedLineError
+from scoremix.atomic import write_table
+from scoremix.bayes.api import IncompleteSamplingError
+
 __all__ = [
     "__version__",
     # trials
@@ -155,4 +161,7 @@ __all__ = [
     "subgroup_dcf_replicates", "with_bootstrap", "bootstrap_intervals",
     # layers, API convention and threads (branch s4layers)
     "MetricValue", "cluster_bootstrap", "get_threads", "set_threads",
+    # s4robust (issue 24)
+    "BootstrapSizeError", "min_boot", "DuplicateColumnError", "MalformedLineError", "write_table",
+    "IncompleteSamplingError",
 ]

@@ -102,6 +102,30 @@ def _emit_once(recorded: list, command: str, where: str | None, hint: str) -> No
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
+@contextmanager
+def _study_warnings(command: str) -> Iterator[None]:
+    """Print every warning raised inside as one line ``scoremix <command>: warning: <where>: <text>
+    [<Category>]`` on stderr, once each, after recording stops.  ``run_study`` has already
+    recorded its warnings with their source (system, model) and emitted each once
+    (:mod:`scoremix.study.warnlog`); this only formats them for the terminal."""
+    import warnings
+
+    recorded: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            try:
+                yield
+            finally:
+                recorded = list(caught)
+    finally:
+        seen: set[str] = set()
+        for w in recorded:
+            line = f"scoremix {command}: warning: {' '.join(str(w.message).split())} [{w.category.__name__}]"
+            if line not in seen:
+                seen.add(line)
+                print(line, file=sys.stderr)
+
+
 # ---------------------------------------------------------------------------------------
 # eer
 # ---------------------------------------------------------------------------------------
@@ -200,15 +224,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from scoremix.simulate import SimulationError
     from scoremix.study import DaskUnavailableError, StudyConfigError, StudyDataError
     from scoremix.study.outdir import StudyOutputError
+    from scoremix.study.parallel import WorkerDiedError
 
     try:
-        res = run_demo(args.out, seed=args.seed, n_trials=args.n_trials, progress=not args.no_progress,
-                       n_boot=args.n_boot, bayes=args.bayes, bayes_draws=args.bayes_draws, jobs=args.jobs,
-                       dask=args.dask, overwrite=args.overwrite)
+        with _study_warnings("demo"):
+            res = run_demo(args.out, seed=args.seed, n_trials=args.n_trials, progress=not args.no_progress,
+                           n_boot=args.n_boot, bayes=args.bayes, bayes_draws=args.bayes_draws, jobs=args.jobs,
+                           dask=args.dask, overwrite=args.overwrite)
     except (SimulationError, StudyDataError, DaskUnavailableError) as exc:
         return _fail("demo", None, exc)
     except (StudyOutputError, StudyConfigError) as exc:
         return _fail("demo", None, exc)
+    except WorkerDiedError as exc:
+        print(f"scoremix demo: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_ANALYSIS_FAILED
     except OSError as exc:
         return _fail("demo", str(args.out), exc)
     ov = res["metrics"].get("overall", {})
@@ -227,7 +256,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             print(f"    {line}")
     print(f"Outputs in {res['out_dir']}:")
     _print_files(res["files"])
-    print(f"Open {res['files'].get('report.html')} in a browser.")
+    if res["files"].get("report.html") is not None:
+        print(f"Open {res['files']['report.html']} in a browser.")
     return EXIT_ANALYSIS_FAILED if res["study"].failed else 0
 
 
@@ -249,6 +279,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
     from scoremix.fairness import SubgroupError
     from scoremix.study import DaskUnavailableError, StudyConfigError, StudyDataError, load_study, run_study
     from scoremix.study.outdir import StudyOutputError
+    from scoremix.study.parallel import WorkerDiedError
 
     path = Path(args.study)
     if not path.exists():
@@ -259,7 +290,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
         print(f"scoremix study: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     try:
-        with _direction_warnings("study", None, ""):
+        with _study_warnings("study"):
             res = run_study(cfg, out_dir=args.out, jobs=args.jobs, dask=args.dask, progress=not args.no_progress,
                             report=not args.no_report, overwrite=args.overwrite)
     except (StudyDataError, DaskUnavailableError, StudyOutputError) as exc:
@@ -267,10 +298,15 @@ def _cmd_study(args: argparse.Namespace) -> int:
     except StudyConfigError as exc:
         print(f"scoremix study: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    except WorkerDiedError as exc:
+        print(f"scoremix study: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_ANALYSIS_FAILED
     except (LmeError, SubgroupError, KeyError, ValueError) as exc:
         return _fail("study", str(path), exc)
     except OSError as exc:
-        return _fail("study", str(args.out or ""), exc)
+        kept = (f" (nothing was written: {args.out} holds what it held before)" if args.out and args.overwrite
+                else " (nothing was written)")
+        return _fail("study", str(args.out or ""), OSError(f"{_one_line(exc)}{kept}"))
     print(f"scoremix study {cfg.study.name}: {len(res.data.table)} trials, systems {', '.join(res.data.systems)}, "
           f"{len(res.models)} model fit(s), analyses: {', '.join(cfg.analyses.enabled()) or 'none'} "
           f"({res.timings.get('total', 0):.1f} s).")
@@ -343,8 +379,10 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if eer_tab is not None:
         print(eer_tab)
     if out is not None:
+        from scoremix.atomic import write_text
+
         try:
-            out.write_text(fit.to_json(indent=2), encoding="utf-8")
+            write_text(out, fit.to_json(indent=2))  # atomic: the old file stays until the new one is complete
         except OSError as exc:
             return _fail("fit", str(out), exc)
         print(f"wrote {out}")
@@ -451,9 +489,14 @@ def _cmd_fairness(args: argparse.Namespace) -> int:
               f"bootstrap replicates; reliable = measured coverage >= 0.90 "
               f"(docs/intervals.md)")
     if args.csv:
+        from scoremix.atomic import atomic_open
+
         out = Path(args.csv)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        res.table.to_csv(out, index=False)
+        try:
+            with atomic_open(out, "w", encoding="utf-8") as fh:
+                res.table.to_csv(fh, index=False)
+        except OSError as exc:
+            return _fail("fairness", str(out), exc)
         print(f"wrote {out}")
     return 0
 
@@ -473,15 +516,26 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             sim = simulate_sv_trials(n_trials=args.n_trials, seed=args.seed)
     except SimulationError as exc:
         return _fail("simulate", None, exc)
+    from scoremix.atomic import table_format, write_table, write_text
+
     out = Path(args.out)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if out.suffix == ".parquet":
-            sim.table.to_parquet(out, index=False)
-        else:
-            sim.table.to_csv(out, index=False)
-        if args.truth:
-            Path(args.truth).write_text(json.dumps(to_jsonable(sim.truth), indent=2), encoding="utf-8")
+        table_format(out)  # an unknown suffix is refused before anything is written
+    except ValueError as exc:
+        return _fail("simulate", None, exc)
+    try:
+        # atomic: on a full disk neither file is left partial (the truth is removed again if the
+        # table cannot be written)
+        truth = Path(args.truth) if args.truth else None
+        had_truth = truth is not None and truth.exists()
+        if truth is not None:
+            write_text(truth, json.dumps(to_jsonable(sim.truth), indent=2))
+        try:
+            write_table(sim.table, out)
+        except BaseException:
+            if truth is not None and not had_truth:
+                truth.unlink(missing_ok=True)
+            raise
     except (OSError, ImportError) as exc:
         return _fail("simulate", str(out), exc)
     print(f"wrote {len(sim.table)} {args.kind} trials to {out}" + (f", truth to {args.truth}" if args.truth else ""))
@@ -615,7 +669,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_fairness)
 
     p = sub.add_parser("simulate", help="write a simulated trial table",
-                       description="Write a simulated trial table (CSV, .csv.gz or .parquet by extension).")
+                       description="Write a simulated trial table; the format follows the extension: .csv "
+                                   "(.csv.gz/.bz2/.xz/.zip compressed), .tsv, .parquet or .feather.")
     p.add_argument("--out", required=True, metavar="FILE", help="output table")
     p.add_argument("--kind", choices=("cm", "sv"), default="cm",
                    help="cm: countermeasure (bonafide/spoof); sv: speaker verification (default cm)")

@@ -30,6 +30,8 @@ from scoremix.trials import NonFiniteScoreError, SingleClassError, TrialTableErr
 
 __all__ = [
     "MetricInputError",
+    "BootstrapSizeError",
+    "min_boot",
     "ScoreDirectionWarning",
     "MetricValue",
     "WeightedSpec",
@@ -65,6 +67,17 @@ EER_METHODS: tuple[str, ...] = ("rocch", "interp", "asvspoof", "voxceleb")
 
 class MetricInputError(TrialTableError):
     """Scores / labels / cost parameters that a metric cannot use."""
+
+
+class BootstrapSizeError(MetricInputError):
+    """Too few bootstrap replicates for an interval at the requested level: each tail of a
+    ``ci`` interval needs at least one replicate, so ``n_boot ≥ ⌈2/(1 − ci)⌉`` (40 at 95 %)."""
+
+
+def min_boot(ci: float) -> int:
+    """Fewest replicates for a ``ci`` bootstrap interval: ``⌈2/(1 − ci)⌉`` (each tail of
+    ``(1 − ci)/2`` holds at least one replicate)."""
+    return int(np.ceil(2.0 / (1.0 - ci) - 1e-9))
 
 
 class ScoreDirectionWarning(UserWarning):

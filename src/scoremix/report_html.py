@@ -101,6 +101,9 @@ def _table_html(block: Table) -> str:
         index=block.index, escape=True, border=0, classes="data",
         float_format=lambda v: format(v, fmt), na_rep="–", formatters=ends or None,
     )
+    # a wide table scrolls inside its own box instead of widening the page (the empirical columns of a
+    # model-vs-empirical table stay reachable at 1400 px); long cell text wraps (see _CSS)
+    out = f'<div class="table-wrap">{out}</div>'
     if block.caption:
         out = f'<p class="caption">{html.escape(block.caption)}</p>\n' + out
     return out
@@ -128,9 +131,14 @@ _CSS = """
 body { font-family: sans-serif; max-width: 1000px; margin: 2em auto; color: #222; }
 h1 { border-bottom: 2px solid #444; }
 h2 { margin-top: 2em; border-bottom: 1px solid #bbb; }
-table.data { border-collapse: collapse; margin: 0.5em 0 1em 0; font-size: 0.9em; }
-table.data th, table.data td { padding: 0.2em 0.6em; border-bottom: 1px solid #ddd; text-align: right; }
-table.data th { background: #f2f2f2; }
+.table-wrap { max-width: 100%; overflow-x: auto; margin: 0.5em 0 1em 0; }
+table.data { border-collapse: collapse; font-size: 0.9em; }
+table.data th, table.data td { padding: 0.2em 0.6em; border-bottom: 1px solid #ddd; text-align: right;
+  max-width: 18em; overflow-wrap: anywhere; }
+table.data th { background: #f2f2f2; position: sticky; top: 0; }
+nav.toc { background: #f7f7f7; padding: 0.5em 1em; margin: 1em 0; }
+nav.toc ol { margin: 0.3em 0; columns: 2; }
+nav.toc h2 { margin: 0; border: none; font-size: 1.1em; }
 figure { margin: 1em 0; } figure img { max-width: 100%; }
 figcaption, .caption { font-size: 0.9em; color: #555; }
 pre { background: #f7f7f7; padding: 0.5em; overflow-x: auto; }
@@ -147,8 +155,11 @@ def render_html(title: str, sections: list[Section], subtitle: str | None = None
     ]
     if subtitle:
         parts.append(f'<p class="caption">{html.escape(subtitle)}</p>')
-    for sec in sections:
-        parts.append(f"<section><h2>{html.escape(sec.title)}</h2>")
+    if len(sections) > 1:  # a table of contents: reports run to tens of thousands of pixels
+        items = "".join(f'<li><a href="#sec-{i}">{html.escape(sec.title)}</a></li>' for i, sec in enumerate(sections, 1))
+        parts.append(f'<nav class="toc"><h2>Contents</h2><ol>{items}</ol></nav>')
+    for i, sec in enumerate(sections, 1):
+        parts.append(f'<section id="sec-{i}"><h2>{html.escape(sec.title)}</h2>')
         parts.extend(_block_html(b) for b in sec.blocks)
         parts.append("</section>")
     parts.append("</body></html>")
@@ -159,5 +170,7 @@ def write_html(path: str | Path, title: str, sections: list[Section], subtitle: 
     """Write :func:`render_html` output to ``path`` (parent folders created); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(title, sections, subtitle), encoding="utf-8")
+    from scoremix.atomic import write_text
+
+    write_text(path, render_html(title, sections, subtitle))  # atomic: complete or the old file
     return path

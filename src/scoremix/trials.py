@@ -16,7 +16,9 @@ dropped silently.
 from __future__ import annotations
 
 import gzip
+import io
 import numbers
+import re
 import zlib
 from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
@@ -38,6 +40,8 @@ __all__ = [
     "UnmatchedTrialError",
     "CorruptFileError",
     "SeparatorError",
+    "MalformedLineError",
+    "DuplicateColumnError",
     "label_to_binary",
     "load_trials",
     "read_table",
@@ -104,6 +108,12 @@ _VOCABULARIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "real/fake": (frozenset({"real"}), frozenset({"fake"})),
     "1/0": (frozenset({"1", "1.0", "true"}), frozenset({"0", "0.0", "false"})),
 }
+#: vocabularies whose words are used together in standard protocols: target/impostor (speaker
+#: verification), genuine/spoof (ASVspoof 2017); accepted when there is one positive spelling
+_COMPATIBLE_PAIRS: frozenset[frozenset[str]] = frozenset({
+    frozenset({"target/nontarget", "genuine/impostor"}),
+    frozenset({"genuine/impostor", "bonafide/spoof"}),
+})
 POSITIVE_LABELS: frozenset[str] = frozenset().union(*(p for p, _ in _VOCABULARIES.values()))
 NEGATIVE_LABELS: frozenset[str] = frozenset().union(*(n for _, n in _VOCABULARIES.values()))
 
@@ -271,6 +281,9 @@ def label_to_binary(values: Any, positive: Any = None, column: str = "label") ->
             f"Pass positive=<value> to name the positive class explicitly (every other "
             f"value is then negative), or recode the column."
         )
+    positives = {_norm_label(v) for vs in found.values() for v in vs if _vocabulary_of(_norm_label(v))[1] == 1}
+    if len(found) > 1 and len(positives) == 1 and frozenset(found) in _COMPATIBLE_PAIRS:
+        found = {}  # target/impostor, genuine/spoof: one positive spelling, nothing ambiguous
     if len(found) > 1:
         parts = "; ".join(f"{k}: {_list(v)}" for k, v in found.items())
         raise LabelError(
@@ -282,26 +295,72 @@ def label_to_binary(values: Any, positive: Any = None, column: str = "label") ->
 
 
 # ----------------------------------------------------------------------------- reading
-def _open_text(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
+#: compression suffixes read transparently (pandas infers the same from the name)
+_COMPRESSED = (".gz", ".bz2", ".xz", ".zip", ".zst")
 
 
-def _sniff_sep(path: Path) -> str:
-    """Separator from the file name, else from the first non-empty line."""
+def _strip_compression(name: str) -> str:
+    for suffix in _COMPRESSED:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _open_binary(path: Path | io.BytesIO) -> Any:
+    """The decompressed bytes of ``path`` (by its compression suffix) as a binary stream."""
+    if isinstance(path, io.BytesIO):
+        path.seek(0)
+        return path
     name = path.name.lower()
     if name.endswith(".gz"):
-        name = name[:-3]
+        return gzip.open(path, "rb")
+    if name.endswith(".bz2"):
+        import bz2
+
+        return bz2.open(path, "rb")
+    if name.endswith(".xz"):
+        import lzma
+
+        return lzma.open(path, "rb")
+    if name.endswith(".zip"):
+        import zipfile
+
+        z = zipfile.ZipFile(path)
+        members = [m for m in z.namelist() if not m.endswith("/")]
+        if len(members) != 1:
+            raise CorruptFileError(f"{path}: a .zip trial table must hold exactly one file; it holds "
+                                   f"{len(members)}: {members[:5]}")
+        return z.open(members[0])
+    if name.endswith(".zst"):
+        import zstandard  # type: ignore[import-not-found]
+
+        return zstandard.open(path, "rb")
+    return open(path, "rb")
+
+
+def _open_text(path: Path | io.BytesIO):
+    return io.TextIOWrapper(_open_binary(path), encoding="utf-8", errors="replace")
+
+
+def _sniff_sep(path: Path, data: io.BytesIO | None = None) -> str:
+    """Separator from the file name (compression suffix ignored), else from the first non-empty
+    line (read from ``data`` when the file was read into memory, e.g. ``/dev/stdin``)."""
+    name = _strip_compression(path.name.lower())
     if name.endswith((".tsv", ".tab")):
         return "\t"
     if name.endswith(".csv"):
         return ","
-    with _open_text(path) as fh:
+    fh = _open_text(data if data is not None else path)
+    try:
         line = ""
         for line in fh:
             if line.strip():
                 break
+    finally:
+        if data is None:
+            fh.close()
+        else:
+            fh.detach()
     if "\t" in line:
         return "\t"
     for sep in (",", ";", "|"):
@@ -376,6 +435,13 @@ def read_table(source: str | Path, sep: str | None = None, **read_kw: Any) -> pd
     if not path.exists():
         raise FileNotFoundError(f"trial table {str(path)!r} does not exist")
     name = path.name.lower()
+    if path.is_dir():
+        if not any(p.suffix.lower() in (".parquet", ".pq", ".parq") for p in path.rglob("*") if p.is_file()):
+            raise TrialTableError(f"{path}: is a folder without parquet files; give a table file (CSV/TSV, "
+                                  "compressed or not, or parquet) or a folder of parquet files (a partitioned "
+                                  "data set)")
+        pq_kw = {k: v for k, v in read_kw.items() if k in ("columns", "engine", "filters")}
+        return pd.read_parquet(path, **pq_kw)
     if name.endswith((".parquet", ".pq", ".parq")):
         # CSV reader options (low_memory, encoding, …) do not apply to parquet
         pq_kw = {k: v for k, v in read_kw.items() if k in ("columns", "engine", "filters")}
@@ -383,25 +449,83 @@ def read_table(source: str | Path, sep: str | None = None, **read_kw: Any) -> pd
     if name.endswith(".gz"):
         _check_gzip(path)
     given = sep is not None
+    # a pipe, FIFO or terminal (/dev/stdin) can be read once only: read it into memory, then sniff
+    # the separator from the copy and parse the copy (sniffing the stream itself loses its header)
+    data = None if path.is_file() else io.BytesIO(path.read_bytes())
     if sep is None:
-        sep = _sniff_sep(path)
+        sep = _sniff_sep(path, data)
     engine = read_kw.pop("engine", None)
     if engine is None:
         engine = "python" if len(sep) > 1 and sep != r"\s+" else "c"
     try:
-        df = pd.read_csv(path, sep=sep, engine=engine, **read_kw)
+        if data is not None:
+            data.seek(0)
+        df = pd.read_csv(data if data is not None else path, sep=sep, engine=engine, **read_kw)
     except pd.errors.EmptyDataError as exc:
         raise EmptyTableError(f"trial table {str(path)!r} is empty") from exc
     except UnicodeDecodeError:
         raise _decode_error(path, read_kw.get("encoding") or "utf-8") from None
+    except pd.errors.ParserError as exc:
+        raise _parser_error(path, exc) from None
+    _check_unique_header(df, path)
     if not given and df.shape[1] == 1:
         header = str(df.columns[0])
         for other, label in ((";", "';'"), ("\t", "'\\t'"), ("|", "'|'")):
             if other in header and other != sep:
+                comma = other == ";" and _decimal_commas(path, data)
+                extra = ", decimal=','" if comma else ""
                 raise SeparatorError(
                     f"{path}: read as a single column {header[:60]!r} with separator {sep!r}, but the header "
-                    f"holds {label}: pass sep={label} (e.g. load_trials(path, sep={label}))")
+                    f"holds {label}: pass sep={label}{extra} (e.g. load_trials(path, sep={label}{extra}))"
+                    + (": the values use decimal commas" if comma else ""))
     return df
+
+
+def _decimal_commas(path: Path, data: io.BytesIO | None) -> bool:
+    """Whether the first lines after the header hold numbers with a decimal comma (``0,5``)."""
+    fh = _open_text(data if data is not None else path)
+    try:
+        lines = [ln for _, ln in zip(range(21), fh)][1:]
+    finally:
+        if data is None:
+            fh.close()
+        else:
+            fh.detach()
+    return any(re.search(r"(^|;)\s*[-+]?\d*,\d+\s*(;|$)", ln.strip()) for ln in lines)
+
+
+class MalformedLineError(TrialTableError):
+    """A line of a text table with another number of fields than the header (pandas'
+    ``ParserError``), named by file and line number."""
+
+
+class DuplicateColumnError(TrialTableError):
+    """A column name that occurs more than once in the header (or in a DataFrame)."""
+
+
+_RAGGED = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
+
+
+def _parser_error(path: Path, exc: Exception) -> TrialTableError:
+    m = _RAGGED.search(str(exc))
+    if m is None:
+        return MalformedLineError(f"{path}: cannot be parsed as a table: {' '.join(str(exc).split())}")
+    want, line, saw = (int(g) for g in m.groups())
+    return MalformedLineError(f"{path}: line {line} has {saw} fields, the header has {want}; fix or remove that "
+                              f"line (a separator inside a value needs quotes)")
+
+
+def _check_unique_header(df: pd.DataFrame, path: Path) -> None:
+    """pandas renames a repeated header name ``x`` to ``x.1``, ``x.2``: refuse it by name."""
+    names = [str(c) for c in df.columns]
+    for c in names:
+        k = 1
+        while f"{c}.{k}" in names:
+            k += 1
+        if k > 1 and not re.fullmatch(r".*\.\d+", c):
+            raise DuplicateColumnError(f"{path}: column {c!r} appears {k} times in the header (pandas renamed the "
+                                       f"others to {', '.join(f'{c}.{j}' for j in range(1, k))}); keep one of "
+                                       "them or give them distinct names")
 
 
 def _rows(mask: np.ndarray) -> list[int]:
@@ -425,9 +549,12 @@ def _score_to_float(series: pd.Series, column: str) -> np.ndarray:
     coerced = np.isnan(values) & series.notna().to_numpy()
     if coerced.any():
         bad = series[coerced].iloc[:_SHOW].tolist()
+        comma = all(isinstance(v, str) and re.fullmatch(r"\s*[-+]?\d*,\d+([eE][-+]?\d+)?\s*", v) for v in bad)
+        hint = (" — they look like numbers with a decimal comma: pass decimal=',' (e.g. "
+                "load_trials(path, sep=';', decimal=','))" if comma else "")
         raise NonNumericScoreError(
             f"score column {column!r} has {int(coerced.sum())} non-numeric value(s), e.g. "
-            f"{_list(bad)} at row position(s) {_rows(coerced)}"
+            f"{_list(bad)} at row position(s) {_rows(coerced)}{hint}"
         )
     bad_mask = ~np.isfinite(values)
     if bad_mask.any():
@@ -436,7 +563,12 @@ def _score_to_float(series: pd.Series, column: str) -> np.ndarray:
         raise NonFiniteScoreError(
             f"score column {column!r} has {int(bad_mask.sum())} non-finite value(s) "
             f"({n_nan} NaN/missing, {n_inf} infinite) at row position(s) {_rows(bad_mask)}"
-            f"{' ...' if bad_mask.sum() > _SHOW else ''}; remove or fix those trials first"
+            f"{' ...' if bad_mask.sum() > _SHOW else ''}; "
+            + (f"fix or fill the missing ones{' first; ' if n_inf else ''}" if n_nan else "")
+            + ("the infinite ones are saturated scores (e.g. logits of probabilities 0 and 1) and are valid "
+               "trials: keep them — error rates depend only on the order of the scores, so replace -inf/+inf by "
+               "a value below/above every finite score, or fit a transformation model (transform='monotone'), "
+               "which takes them as they are; dropping them biases the error rates" if n_inf else "")
         )
     return values
 
@@ -520,6 +652,11 @@ def load_trials(
     else:
         raise TypeError(f"source must be a DataFrame or a path, not {type(source).__name__}")
 
+    dup = df.columns[df.columns.duplicated()]
+    if len(dup):
+        c = dup[0]
+        raise DuplicateColumnError(f"column {c!r} appears {int((df.columns == c).sum())} times in the table; keep "
+                                   "one of them or give them distinct names")
     if df.shape[0] == 0:
         raise EmptyTableError(
             f"the trial table has no rows (columns: {', '.join(map(repr, df.columns))})"

@@ -13,6 +13,7 @@ with the auto-scaled priors of :mod:`scoremix.bayes.priors`.  ``method="collapse
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import time
@@ -29,7 +30,7 @@ from scoremix.bayes.diagnostics import diagnose, gate
 from scoremix.bayes.priors import cor_name, resolve_priors, sd_name, sigma_names
 from scoremix.bayes.result import BayesLmerResult
 
-__all__ = ["bayes_lmer", "bayes_lmer_spec", "SamplerUnavailableError", "SAMPLERS"]
+__all__ = ["bayes_lmer", "bayes_lmer_spec", "SamplerUnavailableError", "SAMPLERS", "IncompleteSamplingError"]
 
 SAMPLERS = ("pymc", "nutpie", "numpyro")
 
@@ -57,6 +58,50 @@ def _reset_xla_flags() -> None:
     os.environ["XLA_FLAGS"] = " ".join(parts)
 
 
+class IncompleteSamplingError(RuntimeError):
+    """The sampler returned fewer chains or draws than asked for (it was interrupted): no
+    posterior is returned, since a truncated one would pass for a normal result."""
+
+
+class _Interrupted(BaseException):
+    """Ctrl-C during sampling, raised past PyMC (which swallows ``KeyboardInterrupt`` per chain
+    and starts the next chain)."""
+
+
+@contextlib.contextmanager
+def _interruptible() -> Any:
+    """Turn Ctrl-C into :class:`_Interrupted` while sampling (main thread with Python's default
+    handler only; a caller's own handler, e.g. the command line's, is left alone), and re-raise
+    it as ``KeyboardInterrupt`` once out of the sampler."""
+    import signal
+    import threading
+
+    installed = False
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is signal.default_int_handler:
+            def on_sigint(signum: int, frame: Any) -> None:
+                raise _Interrupted()
+
+            signal.signal(signal.SIGINT, on_sigint)
+            installed = True
+    try:
+        yield
+    except _Interrupted:
+        raise KeyboardInterrupt("bayes_lmer: sampling interrupted (Ctrl-C); no posterior is returned") from None
+    finally:
+        if installed:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _check_complete(posterior: Any, chains: int, draws: int) -> None:
+    nc, nd = int(posterior.sizes.get("chain", 0)), int(posterior.sizes.get("draw", 0))
+    if nc != chains or nd != draws:
+        raise IncompleteSamplingError(
+            f"the sampler returned {nc} of {chains} chain(s) and {nd} of {draws} draw(s) per chain (it was "
+            "interrupted); no posterior is returned: run bayes_lmer again")
+
+
 def _sample(model, sampler: str, draws: int, tune: int, chains: int, cores: int | None,
             random_seed: int | None, progressbar: bool, target_accept: float | None):
     import pymc as pm
@@ -72,7 +117,7 @@ def _sample(model, sampler: str, draws: int, tune: int, chains: int, cores: int 
         kw["target_accept"] = target_accept
     if sampler != "pymc":
         kw["nuts_sampler"] = sampler
-    with model:
+    with model, _interruptible():
         return pm.sample(**kw)
 
 
@@ -98,7 +143,8 @@ def _sample_nutpie(built, key, values: dict | None, draws: int, tune: int, chain
         kw["seed"] = int(random_seed)
     if target_accept is not None:
         kw["target_accept"] = target_accept
-    return nutpie.sample(compiled, **kw)
+    with _interruptible():
+        return nutpie.sample(compiled, **kw)
 
 
 def _get_model(spec, ps, ss, method: str, likelihood: str, centred, use_cache: bool, cells=None):
@@ -257,6 +303,7 @@ def bayes_lmer_spec(
     else:
         raw = _sample(built.model, sampler, draws, tune, chains, cores, pm_seed, progressbar, target_accept)
     wall = time.perf_counter() - t0
+    _check_complete(raw.posterior, chains, draws)
     post = _post_to_named(spec, built.method, ps, raw.posterior, ss, rng)
     groups: dict[str, Any] = {"posterior": post, "sample_stats": raw.sample_stats,
                               "observed_data": xr.Dataset({spec.response: (("obs",),

@@ -15,6 +15,10 @@ rule for a row with ``n`` speakers and ``e`` errors at ``τ*`` is
 * *unreliable* when the coverage measured at ``n_m`` is below :data:`MIN_COVERAGE` (0.90),
   or when ``e`` is below :data:`MIN_ERRORS` (30; fewer errors than the benchmark ever
   had, so the coverage there is unmeasured);
+* *unreliable* when either class has fewer than :data:`MIN_CLASS_ERRORS` (10) errors at ``τ*``
+  (misses among the positives, false alarms among the negatives): the rates, their ratios
+  and ``ratio_overall`` rest on both counts, and a subgroup with 4 positive trials cannot
+  have the 30 errors its FNR needs however many false alarms it has (issue 24);
 * *unreliable* when the subgroup is empty, has one class only, or a degenerate
   (zero-width) interval (:func:`flag_degenerate`), or has fewer speakers than a
   user-set ``min_speakers``.
@@ -29,12 +33,16 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["MEASURED_COVERAGE", "MIN_COVERAGE", "MIN_ERRORS", "measured_coverage", "flag_rows", "flag_degenerate"]
+__all__ = ["MEASURED_COVERAGE", "MIN_COVERAGE", "MIN_ERRORS", "MIN_CLASS_ERRORS", "measured_coverage", "flag_rows", "flag_degenerate"]
 
 #: threshold on measured coverage below which a row is flagged
 MIN_COVERAGE = 0.90
 #: fewest errors at τ* for which coverage was measured (rule of 30)
 MIN_ERRORS = 30
+
+#: fewest errors of *each* class at τ* (misses, false alarms) for a reliable row; a floor, not a
+#: measured value: the coverage benchmark's rows all had more
+MIN_CLASS_ERRORS = 10
 
 #: subgroup speakers -> coverage of the worst of the six headline measures in the worst of the
 #: three scenarios (95 % "studentized" intervals) in two full runs of benchmarks/coverage_subgroup.py
@@ -57,8 +65,13 @@ def measured_coverage(n_speakers: np.ndarray | Sequence[int]) -> tuple[np.ndarra
 
 def flag_rows(n_speakers: np.ndarray, n_errors: np.ndarray | None, n_pos: np.ndarray, n_neg: np.ndarray,
               min_speakers: int = 0, min_errors: int = MIN_ERRORS,
-              min_class_trials: int = 1) -> tuple[np.ndarray, list[str]]:
+              min_class_trials: int = 1, *, n_miss: np.ndarray | None = None,
+              n_fa: np.ndarray | None = None,
+              min_class_errors: int = MIN_CLASS_ERRORS) -> tuple[np.ndarray, list[str]]:
     """The reliability rule (module docstring): ``(reliable (G,) bool, notes)``.
+
+    ``n_miss``, ``n_fa``: errors of each class at ``τ*`` (with ``n_errors``); a row is
+    unreliable when either is below ``min_class_errors``.
 
     ``n_errors=None`` (a data summary, before any threshold is chosen) skips the error
     condition; ``min_class_trials`` adds a floor on the trials of each class (1: both
@@ -66,6 +79,8 @@ def flag_rows(n_speakers: np.ndarray, n_errors: np.ndarray | None, n_pos: np.nda
     n_speakers = np.asarray(n_speakers)
     n_errors = np.full(n_speakers.shape, np.inf) if n_errors is None else np.asarray(n_errors)
     n_pos, n_neg = np.asarray(n_pos), np.asarray(n_neg)
+    n_miss = np.full(n_speakers.shape, np.inf) if n_miss is None else np.asarray(n_miss, float)
+    n_fa = np.full(n_speakers.shape, np.inf) if n_fa is None else np.asarray(n_fa, float)
     size, cov = measured_coverage(n_speakers)
     smallest = min(MEASURED_COVERAGE)
     reliable = np.ones(n_speakers.shape, dtype=bool)
@@ -87,6 +102,9 @@ def flag_rows(n_speakers: np.ndarray, n_errors: np.ndarray | None, n_pos: np.nda
                              f"(< {MIN_COVERAGE:.2f})")
             if n_errors[i] < min_errors:
                 parts.append(f"{n_errors[i]} errors at tau* (< {min_errors}; coverage not measured there)")
+            for count, what in ((n_miss[i], "misses"), (n_fa[i], "false alarms")):
+                if np.isfinite(count) and count < min_class_errors:
+                    parts.append(f"{int(count)} {what} at tau* (< {min_class_errors} errors of each class)")
             if n_speakers[i] < min_speakers:
                 parts.append(f"< {min_speakers} speakers")
         reliable[i] = not parts

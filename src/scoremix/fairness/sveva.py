@@ -125,6 +125,18 @@ class SubgroupDCFResult:
         return plot_forest(self.table, measure=measure, **kwargs)
 
 
+def ratio_upper_bounds(dcf_max: float, min_dcf: float, overall: dict[str, float]) -> dict[str, float]:
+    """Largest values the ratio measures can take given the overall estimates they divide by:
+    ``ratio_overall = C_g(τ*)/minDCF ≤ (a + b)/minDCF``, ``fpr_ratio ≤ 1/fpr``,
+    ``fnr_ratio ≤ 1/fnr`` (∞ where the denominator is 0).  Interval ends are capped at them: a
+    studentised end beyond is a breakdown of the approximation, not an uncertainty."""
+    def inv(num: float, den: float) -> float:
+        return float(num / den) if np.isfinite(den) and den > 0 else float("inf")
+
+    return {"ratio_overall": inv(dcf_max, min_dcf), "fpr_ratio": inv(1.0, overall.get("fpr", np.nan)),
+            "fnr_ratio": inv(1.0, overall.get("fnr", np.nan))}
+
+
 def _point_table(prep: Prepared, point: dict[str, np.ndarray], min_speakers: int, min_errors: int) -> pd.DataFrame:
     sg = prep.sg
     tab = sg.cells.copy()
@@ -135,9 +147,12 @@ def _point_table(prep: Prepared, point: dict[str, np.ndarray], min_speakers: int
         tab[m] = point[m][:, 0]
     ne = point["n_errors"][:, 0]
     tab["n_errors"] = np.where(np.isnan(ne), 0, ne).astype(np.int64)
+    with np.errstate(invalid="ignore"):  # errors of each class at τ*: fnr·n_pos misses, fpr·n_neg false alarms
+        n_miss = np.nan_to_num(np.rint(point["fnr"][:, 0] * tab["n_pos"].to_numpy()), nan=0.0)
+        n_fa = np.nan_to_num(np.rint(point["fpr"][:, 0] * tab["n_neg"].to_numpy()), nan=0.0)
     tab["reliable"], notes = flag_rows(tab["n_speakers"].to_numpy(), tab["n_errors"].to_numpy(),
                                        tab["n_pos"].to_numpy(), tab["n_neg"].to_numpy(),
-                                       min_speakers=min_speakers, min_errors=min_errors)
+                                       min_speakers=min_speakers, min_errors=min_errors, n_miss=n_miss, n_fa=n_fa)
     tab["note"] = notes
     return tab
 
@@ -450,6 +465,7 @@ def with_bootstrap(result: SubgroupDCFResult, replicates: Sequence[dict[str, np.
     st0 = result.settings
     upper = CostSpec(p_target=st0["p_target"], c_miss=st0["c_miss"], c_fa=st0["c_fa"],
                      normalize=st0["normalize"]).upper_bounds()
+    upper.update(ratio_upper_bounds(upper["dcf_at_overall"], result.min_dcf, result.overall))
     G = len(result.table)
     for m in MEASURES:
         if m not in reps:

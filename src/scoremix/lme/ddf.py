@@ -228,6 +228,13 @@ def _check_fit(m: LmerResult) -> None:
                        "LmerResult.from_dict(d, spec)")
 
 
+def _latent_reference(m: LmerResult, method: str) -> LmerResult | None:
+    """For a transformation fit (it has ``latent_gaussian_fit``): the Gaussian model of its
+    latent responses, whose df are invariant to monotone maps of the scores; else ``None``."""
+    fn = getattr(m, "latent_gaussian_fit", None)
+    return fn() if fn is not None and method in ("Satterthwaite", "Kenward-Roger") else None
+
+
 def contest_1d(m: LmerResult, L: np.ndarray, ddf: str = "Satterthwaite") -> dict[str, float]:
     """t test of ``l'β = 0`` for one contrast row ``l`` (lmerTest's ``contest1D``).
 
@@ -242,6 +249,14 @@ def contest_1d(m: LmerResult, L: np.ndarray, ddf: str = "Satterthwaite") -> dict
     if L.size != beta.size:
         raise ValueError(f"contrast has {L.size} entries, the model has {beta.size} fixed effects")
     est = float(L @ beta)
+    latent = _latent_reference(m, method)
+    if latent is not None:
+        # transformation fit: its own estimate and SE; df of the latent Gaussian model
+        se = float(np.sqrt(_qform(L, m.vcov.to_numpy())))
+        df = float(contest_1d(latent, L, method)["df"])
+        t = est / se
+        return {"Estimate": est, "Std. Error": se, "df": df, "t value": t,
+                "Pr(>|t|)": float(2 * stats.t.sf(abs(t), df)) if np.isfinite(df) else np.nan}
     if method == "Kenward-Roger":
         from scoremix.lme.kenward_roger import kr_info, kr_ddf_1d
         kr = kr_info(m)
@@ -314,6 +329,14 @@ def contest_md(m: LmerResult, L: np.ndarray, ddf: str = "Satterthwaite",
     if L.shape[0] == 1:
         r = contest_1d(m, L[0], method)
         return _ftable(r["t value"] ** 2, 1, r["df"], m.sigma)
+    latent = _latent_reference(m, method)
+    if latent is not None:
+        # transformation fit: Wald F from its own estimate and covariance, DenDF of the latent model
+        V = m.vcov.to_numpy()
+        Lb = L @ beta
+        q = int(np.linalg.matrix_rank(L @ V @ L.T))
+        F = float(Lb @ np.linalg.pinv(L @ V @ L.T) @ Lb) / max(q, 1)
+        return _ftable(F, q, contest_md(latent, L, method)["DenDF"], m.sigma)
     info = satterthwaite_info(m)
     V = info.vcov_beta
     d, P = np.linalg.eigh(L @ V @ L.T)

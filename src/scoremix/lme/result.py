@@ -56,6 +56,11 @@ def _inference(name: str) -> Any:
 SCHEMA = "scoremix.lmer/1"
 
 
+#: ``transform["kind"]`` of a result's JSON → ``loader(plain result, dict) -> result`` (registered by
+#: :mod:`scoremix.transform`, so that a transformation fit reloaded from JSON keeps its transform)
+RESULT_LOADERS: dict[str, Any] = {}
+
+
 class LmerResult:
     """A fitted linear mixed model ``y = Xβ + Zb + ε`` (see :mod:`scoremix.lme.spec`).
 
@@ -226,7 +231,7 @@ class LmerResult:
         sigma_by = d.get("sigma_by")
         if sigma_by is not None:
             sigma_by = pd.Series({str(k): float(v) for k, v in sigma_by.items()}, name="sigma")
-        return cls(spec, backend=d.get("backend", "unknown"), REML=bool(d["REML"]), fixef=fixef,
+        res = cls(spec, backend=d.get("backend", "unknown"), REML=bool(d["REML"]), fixef=fixef,
                    vcov=vcov, theta=theta, sigma=float(d["sigma"]), loglik=float(d["loglik"]),
                    varcorr=vc, ranef_values=b, ranef_condsd=csd,
                    converged=bool(d.get("converged", True)), singular=bool(d.get("singular", False)),
@@ -234,6 +239,14 @@ class LmerResult:
                    nobs=int(d["nobs"]), ngrps={k: int(v) for k, v in d.get("ngrps", {}).items()},
                    term_info=term_info, aic=d.get("aic"), bic=d.get("bic"),
                    fit_info=d.get("fit_info"))
+        tr = d.get("transform")
+        if tr is None or type(res) is not LmerResult:
+            return res
+        loader = RESULT_LOADERS.get(str(tr.get("kind")))
+        if loader is None:
+            raise ValueError(f"the result holds a transformation fit (transform kind {tr.get('kind')!r}) but no "
+                             "loader is registered for it; import scoremix (scoremix.transform) first")
+        return loader(res, d)
 
     # ------------------------------------------------------------------ simple quantities
     @property

@@ -266,6 +266,8 @@ def warn_if_misfit(fit: Any, table: pd.DataFrame, what: str = "EER", model_col: 
                                  - np.log(np.clip(bad[emp_col].to_numpy(float), 1e-12, 1)))))
         row = bad.iloc[k]
         name = row.name if not isinstance(row.name, tuple) else "/".join(map(str, row.name))
+        if table.index.name in ("overall", "cell") and len(table) == 1:
+            name = "overall"  # the one row of an overall table, not its index value 0
         interval = (f" [{100 * row[lo]:.3g}, {100 * row[hi]:.3g}]"
                     if lo in bad.columns and np.isfinite(row[lo]) else "")
         warnings.warn(

@@ -455,6 +455,14 @@ def measure_intervals(reps: dict[str, np.ndarray], point: dict[str, np.ndarray],
                                             reps[key], ci, reflect_threshold=minimum,
                                             optimism=MINIMUM_OPTIMISM if minimum else 1.0,
                                             n=n if minimum else None, threshold_part=part)
+            if m == "eer":
+                # the EER is a saddle value bounded by ½; a studentised end at (or past) that bound comes
+                # from replicates whose standard error collapsed to 0 (few positives), not from the data:
+                # keep the expanded-percentile end there (issue 24: [0.58, 50] % where replicates reach 4 %)
+                cap = float((upper or {}).get("eer", 0.5))
+                with np.errstate(invalid="ignore"):
+                    shi = np.where(np.isnan(shi) | (shi < cap), shi, hi)
+                    slo = np.where(np.isneginf(slo), lo, slo)
             ok = ~np.isnan(slo) & ~np.isnan(shi)  # an infinite end is kept: the data cannot bound the measure
             lo, hi = np.where(ok, slo, lo), np.where(ok, shi, hi)
         out[m] = (lo, hi)

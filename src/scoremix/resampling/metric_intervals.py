@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from scoremix._deprecate import renamed_kwargs, warn_renamed
-from scoremix.metrics import (MetricInputError, MetricValue, WeightedSpec, _cost, register_interval_provider)
+from scoremix.metrics import (BootstrapSizeError, MetricInputError, MetricValue, WeightedSpec, _cost, min_boot,
+                              register_interval_provider)
 from scoremix.resampling.bootstrap import Population, draw_cluster_weights, rocch_eer_from_rates
 from scoremix.resampling.intervals import expanded_percentile_interval, shift_t_interval
 from scoremix.resampling.overall import studentized_overall_interval
@@ -176,6 +177,10 @@ def cluster_bootstrap(stat: Any, scores: Any, labels: Any, speaker: Any = None, 
         raise MetricInputError(f"n_boot must be >= 1 for an interval, got {n_boot}")
     if not 0.0 < ci < 1.0:
         raise MetricInputError(f"level must be in (0, 1), got {ci}")
+    if int(n_boot) < min_boot(ci):
+        raise BootstrapSizeError(f"n_boot={int(n_boot)} is too few for a {100 * ci:g} % interval: each tail of "
+                                 f"{50 * (1 - ci):g} % needs a replicate, so at least {min_boot(ci)} "
+                                 "(1000 or more for stable ends)")
     s = np.asarray(scores, dtype=np.float64).ravel()
     y = np.asarray(label_to_binary(labels, column="labels"))
     n = s.shape[0]

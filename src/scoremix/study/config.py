@@ -137,8 +137,12 @@ class MetricsConfig:
     by: list[list[str]] = field(default_factory=list)
     filters: dict[str, list[Any]] = field(default_factory=dict)
     negatives_by: list[str] = field(default_factory=list)
-    #: speaker-cluster bootstrap replicates for EER/minDCF intervals (0: none), level and seed
-    n_boot: int = 0
+    #: speaker-cluster bootstrap replicates for EER/minDCF intervals (0: none), level and seed; on by
+    #: default for the overall rows, so that the report's headline numbers carry intervals (issue 24)
+    n_boot: int = 200
+    #: intervals for the per-cell rows too (default: only when ``n_boot`` is given in the study file;
+    #: a non-ROCCH EER costs one sort per replicate and cell)
+    cell_intervals: bool = False
     ci: float = 0.95
     seed: int = 0
     #: cluster column of that bootstrap (``[data].speaker``; absent column: every trial its own cluster)
@@ -619,8 +623,14 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         m.by = s.groupings("by")
         m.filters = s.filters("filters")
         m.negatives_by = s.strlist("negatives_by")
-        m.n_boot = s.int("n_boot", 0, minimum=0) or 0
+        m.cell_intervals = s.has("n_boot")
+        m.n_boot = s.int("n_boot", 200, minimum=0) or 0
         m.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+        from scoremix.metrics import min_boot
+
+        if 0 < m.n_boot < min_boot(m.ci):
+            raise StudyConfigError(s.key("n_boot"), f"{m.n_boot} replicates are too few for a {100 * m.ci:g} % "
+                                   f"interval (at least {min_boot(m.ci)}; 0 for none)", src)
         m.seed = s.int("seed", 0) or 0
         m.llr = s.bool("llr", False)
         m.speaker = data.speaker

@@ -15,8 +15,25 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Task", "TaskFailure", "task_seed", "boot_chunks", "chunk_seeds", "run_tasks", "DaskUnavailableError",
+__all__ = ["Task", "TaskFailure", "WorkerDiedError", "task_seed", "boot_chunks", "chunk_seeds", "run_tasks", "DaskUnavailableError",
            "dask_available", "stop_workers", "child_processes"]
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker process ended without returning (killed by a signal, e.g. the kernel's
+    out-of-memory killer); one line naming the signal replaces joblib's traceback."""
+
+
+def _worker_died(exc: BaseException) -> WorkerDiedError:
+    import re
+
+    m = re.search(r"\{([^}]*)\}", str(exc))  # loky: "The exit codes of the workers are {SIGKILL(-9)}"
+    codes = m.group(1) if m else "unknown"
+    name = re.match(r"\s*(SIG\w+)", codes)
+    hint = (" (SIGKILL: usually the out-of-memory killer)" if name and name.group(1) == "SIGKILL" else "")
+    sig = name.group(1) if name else codes
+    return WorkerDiedError(f"a worker process died during the study (exit: {sig}){hint}; nothing was written: run "
+                           "again with fewer --jobs or on a machine with more memory")
 
 
 class DaskUnavailableError(ImportError):
@@ -159,6 +176,26 @@ def _call_quietly(call: Callable[[Task], Any], ignore: tuple[type[Warning], ...]
         return call(task)
 
 
+@dataclass
+class _Recorded:
+    """A task's result with the warnings it raised (recorded where it ran, named by its key)."""
+
+    value: Any
+    warnings: list
+
+
+def _call_recording(call: Callable[[Task], Any], task: Task) -> _Recorded:
+    """``call(task)`` with its warnings recorded (not printed) as
+    :class:`~scoremix.study.warnlog.StudyWarning` named after the task, so that a worker's
+    warnings reach the main process and are printed there once."""
+    from scoremix.study.warnlog import recording, where_of_task
+
+    rec: list = []
+    with recording(where_of_task(task.key), rec):
+        value = call(task)
+    return _Recorded(value, rec)
+
+
 def stop_workers(grace: float = 1.0, keep: set[int] | frozenset[int] = frozenset()) -> None:
     """Stop the worker processes this process started (joblib/loky workers and their resource
     tracker, Dask nannies and workers): SIGTERM to every descendant not in ``keep`` (those that
@@ -245,7 +282,7 @@ def _run_dask(tasks: Sequence[Task], address: str, jobs: int, progress: bool,
 
 def run_tasks(tasks: Sequence[Task], jobs: int = 1, dask: str | None = None, progress: bool = True,
               desc: str = "study tasks", capture_errors: bool = False,
-              ignore_warnings: tuple[type[Warning], ...] = ()) -> list[Any]:
+              ignore_warnings: tuple[type[Warning], ...] = (), warnings_into: list | None = None) -> list[Any]:
     """Run ``tasks`` and return their results in the order given.
 
     An interrupt (``KeyboardInterrupt``, or the command line's SIGTERM handler) stops the
@@ -268,14 +305,28 @@ def run_tasks(tasks: Sequence[Task], jobs: int = 1, dask: str | None = None, pro
         return a :class:`TaskFailure` for a task that raises instead of stopping at it.
     ignore_warnings:
         warning categories silenced while the tasks run (in every worker).
+    warnings_into:
+        a list: every other warning a task raises (wherever it runs) is recorded into it as a
+        :class:`~scoremix.study.warnlog.StudyWarning` named after the task's key, instead of
+        being printed by the worker (:mod:`scoremix.study.warnlog` prints them once).
     """
     if not tasks:
         return []
+    from functools import partial
+
     call = _call_captured if capture_errors else _call
     if ignore_warnings:
-        from functools import partial
-
         call = partial(_call_quietly, call, tuple(ignore_warnings))
+    if warnings_into is None:
+        return _dispatch(tasks, call, jobs, dask, progress, desc)
+    results = _dispatch(tasks, partial(_call_recording, call), jobs, dask, progress, desc)
+    for r in results:
+        warnings_into.extend(r.warnings)
+    return [r.value for r in results]
+
+
+def _dispatch(tasks: Sequence[Task], call: Callable[[Task], Any], jobs: int, dask: str | None, progress: bool,
+              desc: str) -> list[Any]:
     if dask:
         return _run_dask(tasks, dask, jobs, progress, call)
     from tqdm.auto import tqdm
@@ -286,9 +337,14 @@ def run_tasks(tasks: Sequence[Task], jobs: int = 1, dask: str | None = None, pro
 
     before = set(child_processes())
     par = Parallel(n_jobs=jobs, return_as="generator")
+    from joblib.externals.loky.process_executor import TerminatedWorkerError
+
     try:
         gen = par(delayed(call)(t) for t in tasks)
         return list(tqdm(gen, total=len(tasks), desc=desc, disable=not progress))
+    except TerminatedWorkerError as exc:
+        stop_workers(keep=before)
+        raise _worker_died(exc) from None
     except BaseException as exc:
         if not isinstance(exc, Exception):  # interrupted: loky would keep its workers alive
             stop_workers(keep=before)

@@ -184,7 +184,9 @@ def _metrics_section(res: StudyResult) -> rh.Section | None:
           f"{cfg.seed}); a zero-width interval is left blank." if getattr(cfg, "n_boot", 0) else
           " No intervals (set analyses.metrics.n_boot for speaker-cluster bootstrap intervals).")
     blocks: list[rh.Block] = [
-        rh.Paragraph(f"EER by the {cfg.eer_method} definition (the one EER definition of this report), in %; "
+        rh.Paragraph(f"EER by the {cfg.eer_method} definition, in % (every EER header of this report names its "
+                     "definition: the model comparison and the subgroup tables use the ROCCH EER, their "
+                     "engines' definition); "
                      f"minDCF with p_target={cfg.p_target}, c_miss={cfg.c_miss}, c_fa={cfg.c_fa}, as a fraction, "
                      "unnormalised and normalised (divided by min(c_miss·p, c_fa·(1−p)))"
                      + ("; actDCF at the Bayes threshold of the LLRs and Cllr in bits." if getattr(cfg, "llr", False)
@@ -217,7 +219,7 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
         if not fits:
             continue
         blocks: list[rh.Block] = [rh.Paragraph(
-            f"Formula: {cfg.formula}; backend {cfg.backend}; {'REML' if cfg.REML else 'ML'}"
+            f"Formula: {cfg.formula}; backend {cfg.backend}; estimated by {estimation_method(cfg)}"
             + (f"; residual variance by {cfg.dispersion}" if cfg.dispersion else "")
             + ("; transformation model: h(score) = Xβ + Zb + ε with h increasing and estimated "
                "(transform = \"monotone\"; effects on the latent scale)" if cfg.transform else "")
@@ -281,6 +283,17 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
     return out
 
 
+def estimation_method(cfg: Any) -> str:
+    """How a model of the study is estimated, in words (a transformation model is fitted by
+    maximum likelihood — Laplace over the random effects — whatever ``REML`` says)."""
+    if cfg.backend == "bayes":
+        return "posterior sampling (NUTS; posterior means and HDIs)"
+    if cfg.transform:
+        return "maximum likelihood (Laplace approximation over the random effects; REML does not apply to a " \
+               "transformation model)"
+    return "REML" if cfg.REML else "maximum likelihood (ML)"
+
+
 _DUMMY = re.compile(r'^dummy\((\w+),\s*"([^"]*)"\)$')
 
 
@@ -306,10 +319,15 @@ def _model_eer_section(res: StudyResult) -> rh.Section | None:
     if me is None:
         return None
     show = me.copy()
-    for c in ("eer_model", "eer_model_lo", "eer_model_hi", "eer_empirical", "eer_empirical_lo", "eer_empirical_hi",
-              "eer_model_sd"):
+    # every EER header names its definition: the empirical EER here is always the ROCCH EER; the model's
+    # EER is that of continuous class distributions, where every definition agrees
+    names = {"eer_model": "EER % (model)", "eer_model_lo": "EER % (model) lo", "eer_model_hi": "EER % (model) hi",
+             "eer_model_sd": "EER % (model) sd", "eer_empirical": "EER % (rocch) empirical",
+             "eer_empirical_lo": "EER % (rocch) empirical lo", "eer_empirical_hi": "EER % (rocch) empirical hi"}
+    for c, new in names.items():
         if c in show.columns:
-            show[c.replace("eer", "EER") + " %"] = 100 * show.pop(c)
+            show[new] = 100 * show.pop(c)
+    show = show.rename(columns={"eer_model_interval": "model interval method"})
     show = show.drop(columns=[c for c in ("term_note",) if c in show.columns])
     blocks: list[rh.Block] = [rh.Paragraph(
         "Model-based EER: each class's score distribution is the mixture of the fitted per-trial Gaussians "
@@ -515,8 +533,19 @@ def build_sections(res: StudyResult) -> list[rh.Section]:
              _simple_section("Nuisance LLR", res.nuisance,
                              "ℓ = log p(w | positive GMM) − log p(w | negative GMM); model ℓ = μ + d·y + ε with "
                              "EER_N = Φ(−d/(2σ)); 50 % means the feature carries no class information."),
-             _truth_section(res), _reproduce_section(res)]
+             _truth_section(res), _warnings_section(res), _reproduce_section(res)]
     return [s for s in secs if s is not None]
+
+
+def _warnings_section(res: StudyResult) -> rh.Section | None:
+    """Every distinct warning of the run, with the system or model it came from."""
+    if not res.warnings:
+        return None
+    tab = pd.DataFrame(res.warnings, columns=["where", "category", "message"])
+    return rh.Section("Warnings", [
+        rh.Paragraph("Each distinct warning raised while the study ran (in this process or a worker), once, with "
+                     "the model, analysis and system it came from (also in warnings.json)."),
+        rh.Table(tab)])
 
 
 def write_report(res: StudyResult, path: str | Path) -> Path:

@@ -44,6 +44,7 @@ FILE_DESCRIPTIONS: dict[str, str] = {
     "refit_lme4.R": "R script re-fitting the frequentist models with lme4",
     "report.html": "self-contained HTML report",
     "manifest.json": "every output file with its description",
+    "warnings.json": "every distinct warning of the run, with the system or model it came from",
 }
 
 
@@ -73,6 +74,8 @@ class StudyResult:
     messages: list[str] = field(default_factory=list)
     descriptions: dict[str, str] = field(default_factory=dict)
     section_titles: list[str] = field(default_factory=list)
+    #: distinct warnings of the run: ``{"where", "category", "message"}`` (scoremix.study.warnlog)
+    warnings: list[dict[str, str]] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------

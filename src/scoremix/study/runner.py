@@ -47,6 +47,7 @@ from scoremix.study.outdir import check_output_dir, discard, list_files, publish
 from scoremix.study.parallel import Task, TaskFailure, boot_chunks, chunk_seeds, run_tasks, task_seed
 from scoremix.study.results import FILE_DESCRIPTIONS, StudyResult, recovered_vs_true
 from scoremix.study.validate import check_columns, check_formulas
+from scoremix.study.warnlog import StudyWarning, emit, recording, summarise
 
 __all__ = ["StudyResult", "run_study", "FILE_DESCRIPTIONS"]
 
@@ -350,16 +351,25 @@ def run_study(study: StudyConfig | str | Path, out_dir: str | Path | None = None
     check_formulas(cfg)
     t0 = time.perf_counter()
     log(f"[scoremix study] {cfg.study.name}: loading data")
-    data = load_study_data(cfg.data, seed=cfg.study.seed)
-    check_columns(cfg, data)
-    _check_directions(cfg, data)
-    stage = staging_dir(out)
+    # every warning of the run is recorded with its source and emitted once at the end, outside
+    # the recorder (scoremix.study.warnlog); the workers' warnings come back with their results
+    recorded: list[StudyWarning] = []
     try:
-        res = _run(cfg, data, stage, jobs, dask, progress, report, log, t0, extra_outputs)
-        publish(stage, out, overwrite)
-    except BaseException:
-        discard(stage)
-        raise
+        with recording("data", recorded):
+            data = load_study_data(cfg.data, seed=cfg.study.seed)
+            check_columns(cfg, data)
+            _check_directions(cfg, data)
+        stage = staging_dir(out)
+        try:
+            with recording("study", recorded):
+                res = _run(cfg, data, stage, jobs, dask, progress, report, log, t0, extra_outputs, recorded)
+            publish(stage, out, overwrite)
+        except BaseException:
+            discard(stage)
+            raise
+    finally:
+        emitted = emit(recorded)
+    res.warnings = [w.as_dict() for w in emitted]
     res.out_dir = out
     res.files = {name: out / p.relative_to(stage) for name, p in res.files.items()}
     for msg in res.messages:
@@ -390,20 +400,21 @@ def _check_directions(cfg: StudyConfig, data: StudyData) -> None:
 
 
 def _run_all(cfg: StudyConfig, tasks: list[Task], jobs: int, dask: str | None, progress: bool,
-             log: Any) -> list[Any]:
+             log: Any, recorded: list | None = None) -> list[Any]:
     """Run every task; with ``dask`` and parquet ``[data] files`` the models are fitted over the
     partitions on the cluster (:mod:`scoremix.study.dask_fit`), the other tasks run on it as
     independent tasks."""
     if not dask or not any(t.fn.__name__ == "model_task" for t in tasks):
         return run_tasks(tasks, jobs=jobs, dask=dask, progress=progress, capture_errors=True,
-                         ignore_warnings=(ScoreDirectionWarning,))
+                         ignore_warnings=(ScoreDirectionWarning,), warnings_into=recorded)
     from scoremix.study.dask_fit import run_dask_fits, split_dask_fits
 
     on_dask, rest = split_dask_fits(cfg, tasks, log)
     results: list[Any] = [None] * len(tasks)
     if rest:
         for i, r in zip(rest, run_tasks([tasks[i] for i in rest], jobs=jobs, dask=dask, progress=progress,
-                                        capture_errors=True, ignore_warnings=(ScoreDirectionWarning,))):
+                                        capture_errors=True, ignore_warnings=(ScoreDirectionWarning,),
+                                        warnings_into=recorded)):
             results[i] = r
     if on_dask:
         log(f"[scoremix study] fitting {len(on_dask)} model(s) over the partitions of the parquet data "
@@ -414,7 +425,7 @@ def _run_all(cfg: StudyConfig, tasks: list[Task], jobs: int, dask: str | None, p
 
 
 def _run(cfg: StudyConfig, data: StudyData, out: Path, jobs: int, dask: str | None, progress: bool, report: bool,
-         log: Any, t0: float, extra_outputs: Any) -> StudyResult:
+         log: Any, t0: float, extra_outputs: Any, recorded: list | None = None) -> StudyResult:
     """Everything after loading the data, written into ``out`` (the staging folder)."""
     res = StudyResult(config=cfg, data=data, out_dir=out)
     res.timings["load"] = time.perf_counter() - t0
@@ -434,7 +445,7 @@ def _run(cfg: StudyConfig, data: StudyData, out: Path, jobs: int, dask: str | No
     t1 = time.perf_counter()
     # the score direction is checked once per system (check_direction above); per-cell metrics of
     # weak cells would repeat it by the hundred
-    results = _run_all(cfg, tasks, jobs, dask, progress, log)
+    results = _run_all(cfg, tasks, jobs, dask, progress, log, recorded)
     tasks, results = _combine_chunks(tasks, results)
     res.timings["tasks"] = time.perf_counter() - t1
     _collect(res, tasks, results)
@@ -451,13 +462,19 @@ def _run(cfg: StudyConfig, data: StudyData, out: Path, jobs: int, dask: str | No
         from scoremix.study.report import write_report
 
         t2 = time.perf_counter()
+        res.warnings = [w.as_dict() for w in summarise(recorded or [])]
         try:
-            res.files["report.html"] = write_report(res, out / "report.html")
+            with recording("report", recorded if recorded is not None else []):
+                res.files["report.html"] = write_report(res, out / "report.html")
+        except OSError:
+            raise  # a full disk or unwritable folder: the run is incomplete, never published (old result kept)
         except Exception as exc:  # noqa: BLE001 - reported by name, exit status 1
             _failure(res, "report", None, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
             (out / "report.html").unlink(missing_ok=True)
         res.timings["report"] = time.perf_counter() - t2
     res.timings["total"] = time.perf_counter() - t0
+    if recorded:
+        _write_json(res, "warnings.json", [w.as_dict() for w in summarise(recorded)])
     names = {p.relative_to(out).as_posix(): name for name, p in res.files.items()}
     manifest = {}
     for rel in list_files(out) + ["manifest.json"]:

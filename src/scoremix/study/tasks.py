@@ -4,6 +4,8 @@ Bayesian fits, the ``arviz.InferenceData``; files are written by the runner only
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from typing import Any, Sequence
 
@@ -120,8 +122,10 @@ def metrics_task(system: str, df: pd.DataFrame, cfg: MetricsConfig) -> dict[str,
         if missing:
             raise KeyError(f"analyses.metrics.by: column(s) {missing} not in the trial table")
         sub_rows = []
+        # per-cell intervals when asked for (n_boot in the study file); the default ones are the headline's
+        cell_cfg = cfg if getattr(cfg, "cell_intervals", True) else dataclasses.replace(cfg, n_boot=0)
         for key, g in _metric_cells(df, cols, cfg.negatives_by):
-            r = _metric_row(g["score"].to_numpy(float), g["y"].to_numpy(), cfg, spk(g))
+            r = _metric_row(g["score"].to_numpy(float), g["y"].to_numpy(), cell_cfg, spk(g))
             sub_rows.append({"system": system, "by": "×".join(cols), "cell": "×".join(map(str, key)),
                              **{c: str(k) for c, k in zip(cols, key)}, **r})
         rows.extend(sub_rows)
@@ -178,8 +182,22 @@ def _freq_tables(fit: Any) -> dict[str, Any]:
         r2 = {k: float(v) for k, v in fit.r2().items()}
     except Exception:  # noqa: BLE001 - R² is a nicety; never fail a study on it
         r2 = {}
-    return {"fixef": fe, "varcorr": fit.varcorr.copy(), "ranef": pd.DataFrame(ranef_rows), "r2": r2,
+    return {"fixef": fe, "varcorr": varcorr_with_residuals(fit), "ranef": pd.DataFrame(ranef_rows), "r2": r2,
             "summary": fit.summary(), "json": fit.to_dict()}
+
+
+def varcorr_with_residuals(fit: Any) -> pd.DataFrame:
+    """``fit.varcorr`` with one ``Residual`` row per level of a dispersion model
+    (``Residual (label = spoof)``; lme4's VarCorr shows only the reference level's σ)."""
+    vc = fit.varcorr.copy()
+    sb = getattr(fit, "sigma_by", None)
+    if sb is None or len(sb) < 2:
+        return vc
+    col = str(getattr(fit, "dispersion", None) or "").split("~")[-1].strip() or "dispersion"
+    rows = [{"grp": f"Residual ({col} = {lvl})", "var1": None, "var2": None, "vcov": float(sd) ** 2,
+             "sdcor": float(sd)} for lvl, sd in sb.items()]
+    keep = vc[vc["grp"] != "Residual"]
+    return pd.concat([keep, pd.DataFrame(rows, columns=vc.columns)], ignore_index=True)
 
 
 #: column added to the fitted rows to mark those ``[analyses.model_eer].filters`` keeps

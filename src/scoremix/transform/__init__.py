@@ -29,6 +29,26 @@ from scoremix.transform.strata import (
 )
 
 register_transform("monotone", lmer_transform)
+
+
+def _load_result(res, d):
+    """A :class:`TransformLmerResult` from a plain result and its JSON dict (``d["transform"]``)."""
+    from scoremix.transform.monotone import MonotoneTransform
+    from scoremix.transform.strata import StratifiedTransform
+
+    out = TransformLmerResult.__new__(TransformLmerResult)
+    out.__dict__.update(res.__dict__)
+    tr = d["transform"]
+    out.transform = (StratifiedTransform.from_dict(tr) if tr.get("kind") == "monotone-by-class"
+                     else MonotoneTransform.from_dict(tr))
+    out.strata = None
+    return out
+
+
+from scoremix.lme.result import RESULT_LOADERS as _LOADERS  # noqa: E402
+
+_LOADERS["monotone"] = _load_result
+_LOADERS["monotone-by-class"] = _load_result
 register_transform("monotone-by-class", functools.partial(lmer_transform,
                                                           transform="monotone-by-class"))
 

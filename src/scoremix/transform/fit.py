@@ -149,6 +149,31 @@ class TransformLmerResult(LmerResult):
         d = row_derivs((lo - m) / sd, (hi - m) / sd)
         return pd.Series(sd * (d.pa - d.pb), index=spec.data.index, name="residuals")
 
+    def latent_gaussian_fit(self) -> LmerResult:
+        r"""The Gaussian mixed model of the latent responses, the reference of the denominator
+        degrees of freedom of :meth:`coef_table` and ``anova``.
+
+        The latent response of a trial is :math:`z_i = \hat\eta_i + E[\varepsilon_i\mid
+        \text{cell}_i, \hat b]` (fitted value plus generalised residual), which depends on
+        the scores only through their order: a monotone map of the scores (``10·s``,
+        ``exp(s)``) leaves the cells, the fit and hence every :math:`z_i` unchanged.  The
+        same formula (and dispersion) is fitted to :math:`z` by REML; its Satterthwaite or
+        Kenward–Roger df are those of the design (clusters, replication) on the latent scale.
+        The estimates and standard errors of the tests remain the transformation fit's own
+        (:attr:`fixef`, :attr:`vcov`).  The raw scores' Gaussian cross-products, which the
+        df used before, change with any rescaling of the scores (issue 24).
+        """
+        cached = self.__dict__.get("_latent_gaussian")
+        if cached is not None:
+            return cached
+        from scoremix.lme.api import fit_spec
+
+        spec = self.require_spec("latent_gaussian_fit")
+        z = (self.fitted + self.residuals).to_numpy(dtype=float)
+        lat = fit_spec(dataclasses.replace(spec, y=z, data=spec.data.assign(**{spec.response: z})), REML=True)
+        self.__dict__["_latent_gaussian"] = lat
+        return lat
+
     def refit(self, *args: Any, **kwargs: Any) -> "LmerResult":
         raise NotImplementedError("refit is not available for transformation models; call "
                                   "scoremix.lmer(..., transform='monotone') again")
