@@ -38,6 +38,7 @@ from scoremix.fairness.model_measures import (PosteriorFairness, gaussian_mixtur
                                               posterior_subgroup_measures, summarise_draws)
 from scoremix.fairness.posterior import posterior_subgroup_dcf
 from scoremix.fairness.subgroups import SubgroupError, define_subgroups
+from scoremix.predictive.attainable import attainable_measures, check_thresholds
 from scoremix.predictive.gof import subgroup_term_note
 from scoremix.predictive.layer import is_bayes_fit, predictive
 
@@ -77,6 +78,7 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
                        test_groups: Sequence[str] | None = None, speaker_table: pd.DataFrame | None = None,
                        n_grid: int = 512, min_speakers: int = 5, min_errors: int = 30, score: str | None = None,
                        n_boot: int = 200, random_state: Any = 0, check_fit: bool = True,
+                       thresholds: str = "attainable", negative_by: str | None = None,
                        **posterior_kw: Any) -> "ModelSubgroupDCFResult | PosteriorFairness":
     """SVEva measures implied by a fitted linear mixed model (an ``LmerResult``).
 
@@ -118,6 +120,17 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
     n_boot, random_state, check_fit:
         speaker-bootstrap replicates of the empirical intervals (0: none and no check),
         seed, and whether to warn on disagreement.
+    thresholds:
+        ``"attainable"`` (default): every model measure at the thresholds a detector can set,
+        the observed distinct scores of ``trials`` (tie cells as steps; EER = ROCCH EER, minimum
+        DCF over those thresholds; :mod:`scoremix.predictive.attainable`), so a model that
+        reproduces the data gives the empirical table exactly.  ``"latent"``: the smooth
+        minimum / root over every latent threshold (grid search + refinement, ``n_grid``).
+    negative_by:
+        a column of ``trials`` (e.g. ``"attack"``): the table gets one extra block of rows per
+        level of this column, all positives of the subgroup against that level's negatives
+        (the per-attack EER of anti-spoofing papers); the cell's ``negative`` column names
+        the level (``"(all)"`` for the ordinary rows).
 
     Returns
     -------
@@ -153,11 +166,14 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
     y = pred.y.astype(bool)
     G = sg.n_groups
     W = pred.population_weights(sg.mem_trial, sg.mem_group, G)
-    res = gaussian_mixture_measures(pred.mean, pred.sd, pred.positive, W, p_target=p_target, c_miss=c_miss,
-                                    c_fa=c_fa, normalize=normalize, n_grid=n_grid,
-                                    axis=pred.axis, stratum=pred.stratum)
-    res["all_threshold"] = pred.to_score(res["all_threshold"])
-    res["threshold_own"] = pred.to_score(res["threshold_own"])
+    if check_thresholds(thresholds) == "attainable":
+        res = attainable_measures(pred, W, p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
+    else:
+        res = gaussian_mixture_measures(pred.mean, pred.sd, pred.positive, W, p_target=p_target, c_miss=c_miss,
+                                        c_fa=c_fa, normalize=normalize, n_grid=n_grid,
+                                        axis=pred.axis, stratum=pred.stratum)
+        res["all_threshold"] = pred.to_score(res["all_threshold"])
+        res["threshold_own"] = pred.to_score(res["threshold_own"])
     tab = sg.cells.copy()
     tab["n_speakers"] = sg.n_speakers
     tab["n_pos"] = np.bincount(sg.mem_group[y[sg.mem_trial]], minlength=G)

@@ -169,20 +169,31 @@ class Predictive:
         return MixtureRates(self.mean, self.sd, self.positive, weights, axis=self.axis, stratum=self.stratum)
 
     # ----------------------------------------------------------------- measures
-    def eer(self, mask: Any = None, return_threshold: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    def eer(self, mask: Any = None, return_threshold: bool = False, thresholds: str = "attainable",
+            max_thresholds: int | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Model EER of the trials in ``mask`` (all by default), one value per draw.
 
-        Exact root of :math:`\\mathrm{FNR}(t) = \\mathrm{FPR}(t)` of the two class mixtures
-        (:func:`~scoremix.predictive.mixture.mixture_eer`); for a stratified transform the
-        root over the common threshold axis (:func:`~scoremix.predictive.mixture.batch_eer`);
+        ``thresholds="attainable"`` (default): the ROCCH EER of the model ROC at the observed
+        distinct scores of the rows (tie cells as steps, :mod:`scoremix.predictive.attainable`),
+        the convention of :func:`scoremix.metrics.eer`.  ``"latent"``: the exact root of
+        :math:`\\mathrm{FNR}(t) = \\mathrm{FPR}(t)` of the two class mixtures over every real latent
+        threshold (:func:`~scoremix.predictive.mixture.mixture_eer`; for a stratified transform
+        the root over the common threshold axis, :func:`~scoremix.predictive.mixture.batch_eer`).
         NaN when a class is missing.  With ``return_threshold`` also the EER threshold on the
-        *score* scale.
+        *score* scale (attainable: the observed score of the nearer hull vertex).
         """
+        from scoremix.predictive.attainable import attainable_eer, check_thresholds
+
+        check_thresholds(thresholds)
         w = self.counts(mask)
         neg = (w > 0) & ~self.positive
         pos = (w > 0) & self.positive
         e = np.full(self.n_draws, np.nan)
         t = np.full(self.n_draws, np.nan)
+        if neg.any() and pos.any() and thresholds == "attainable":
+            e, t = attainable_eer(self, w[None, :], max_thresholds)
+            e, t = e[0], t[0]
+            return (e, t) if return_threshold else e
         if neg.any() and pos.any() and not self.axis.identity:
             e, t = batch_eer(self.mixture(w[None, :]), return_threshold=True)
             e, t = e[0], t[0]

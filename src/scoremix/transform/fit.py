@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
+from scipy.special import ndtri
 
 from scoremix.lme.errors import ConvergenceWarning, SingularFitWarning, SINGULAR_FIT_MESSAGE
 from scoremix.lme.result import LmerResult, spec_terms_info
@@ -369,7 +370,7 @@ def _strata_setup(spec: ModelSpec, strata: pd.Series, ctl: TransformControl) -> 
     for k, lv in enumerate(levels):
         r = codes == k
         try:
-            ck = make_cells(spec.y[r], f"{spec.response}[{col} == {lv!r}]")
+            ck = make_cells(spec.y[r], f"{spec.response}[{col} == {lv!r}]", min_distinct=1)
         except TransformError as e:
             raise type(e)(f"stratum {col} == {lv!r}: {e}") from None
         parts.append(make_basis(ck.u_edge, max_free=ctl.max_free, n_knots=ctl.n_knots,
@@ -502,10 +503,17 @@ def fit_transform(spec: ModelSpec, transform: str = "monotone",
         # (there is no such column when the strata are finer than the formula's terms).
         a0 = np.zeros(nt)
         shift, shifts, trs = 0.0, [], []
+        # Saturated (no random effects, no fixed effect left, free cutpoints, every σ fixed at 1):
+        # the ML transform of each stratum is its empirical CDF on the probit scale, in closed form.
+        saturated = bool(nth == 0 and p == 0 and nz == 0 and all(b.free for b in basis.parts))
+        info_saturated = saturated
         for k, ck in enumerate(S.cells):
             sh = float(basis.weights_at_stratum(k, 0.0) @ c)    # h_k(median of stratum k)
             e0, e1 = basis.edge_off[k], basis.edge_off[k + 1]
-            trs.append(MonotoneTransform(ck.values, alpha[e0:e1]))
+            a_k = alpha[e0:e1]
+            if saturated:   # closed-form ML edges: Φ(α_k) = C_k / n_s (the stratum's ECDF)
+                a_k = ndtri(np.cumsum(ck.counts)[:-1] / float(ck.counts.sum()))
+            trs.append(MonotoneTransform(ck.values, a_k))
             shifts.append(sh)
         transform_obj = StratifiedTransform(S.column, S.levels, trs)
         keep = S.keep
@@ -582,7 +590,7 @@ def fit_transform(spec: ModelSpec, transform: str = "monotone",
                       rho=None if sigma_by is None else (sigma_by.to_numpy() ** 2).tolist()))
     out.transform = transform_obj
     if S is not None:
-        info.update(strata=S.column, strata_levels=[str(v) for v in S.levels],
+        info.update(strata=S.column, strata_levels=[str(v) for v in S.levels], closed_form=info_saturated,
                     n_cells_by_stratum=[int(ck.K) for ck in S.cells],
                     median_latent_by_stratum=shifts,
                     absorbed_fixef=[names[j] for j in range(spec.p) if j not in keep],

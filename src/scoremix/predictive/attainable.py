@@ -1,0 +1,234 @@
+r"""Model error rates where a detector can put a threshold (the *attainable* definition).
+
+A detector accepts a trial when its score is at least a threshold τ.  On a table of scores
+only the distinct observed scores :math:`v_1 < \dots < v_K` (and "reject all", τ = +∞)
+give different decisions, so the empirical rates are step functions and the empirical
+operating points are :math:`(P_\mathrm{fa}(v_k), P_\mathrm{miss}(v_k))`.  The model's
+rates are evaluated at exactly the same thresholds,
+
+.. math::
+
+    \mathrm{FNR}(v_k) = \sum_i b_i\,\Phi\!\Big(\frac{h^-_{s(i)}(v_k) - m_i}{s_i}\Big),\qquad
+    \mathrm{FPR}(v_k) = \sum_j a_j\,\Big[1 - \Phi\!\Big(\frac{h^-_{s(j)}(v_k) - m_j}{s_j}\Big)\Big],
+
+with :math:`h^-_s` the left limit of stratum ``s``'s transform at the score (``h`` = identity
+for a Gaussian fit): with tied scores the model, like the data, can only move a whole tie
+cell across the threshold (the cell is a *step*, never interpolated).  The accept-all point
+(τ = −∞: FNR 0, FPR 1) and the reject-all point (τ = +∞: FNR 1, FPR 0) are added.  Then
+
+* **model EER** = the ROCCH EER of these points (lower convex hull in
+  :math:`(P_\mathrm{fa}, P_\mathrm{miss})`, crossed with the diagonal) — the convention of
+  :func:`scoremix.metrics.eer`'s default ``method="rocch"``;
+* **model minimum DCF** = the minimum of :math:`c_\mathrm{miss}\pi P_\mathrm{miss} +
+  c_\mathrm{fa}(1-\pi)P_\mathrm{fa}` over the same points (:func:`scoremix.metrics.min_dcf`).
+
+So a model that reproduces each stratum's score distribution (one transform per stratum, no
+random effects) gives ``sm.eer`` and ``sm.min_dcf`` exactly, ties, saturated (±∞) scores and
+non-concave ROCs included.
+
+The *latent* definition (``thresholds="latent"``) is the smooth one: the root of
+FNR(t) = FPR(t) and the minimum of the cost over every real latent threshold ``t``.  It
+interpolates inside tie cells (a threshold no detector can set) and, on a non-concave model
+ROC, crosses the un-hulled curve; it is what a model "would" give if the detector's scores
+were continuous.
+
+Thresholds: the distinct scores of the trials evaluated (``Predictive.score``); when there
+are more than ``max_thresholds`` of them, every ``j``-th distinct score is kept (both ends
+always), which can only raise the EER and the minimum DCF, by at most the rate mass between
+two kept scores (documented in ``docs/predictive.md``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.special import ndtr
+
+from scoremix.predictive.mixture import PredictiveError
+
+__all__ = ["THRESHOLDS", "check_thresholds", "hull_eer", "attainable_scores", "score_rates",
+           "attainable_eer", "attainable_measures", "DEFAULT_MAX_THRESHOLDS"]
+
+#: values of ``thresholds=`` of the model-based measures
+THRESHOLDS = ("attainable", "latent")
+#: thinning limit of the threshold set (distinct scores)
+DEFAULT_MAX_THRESHOLDS = 20000
+
+
+def check_thresholds(thresholds: str) -> str:
+    if thresholds not in THRESHOLDS:
+        raise PredictiveError(f"thresholds must be one of {THRESHOLDS}, got {thresholds!r}")
+    return thresholds
+
+
+def _lower_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the lower convex hull of points sorted by ``x`` ascending (ties: ``y``
+    descending): interior points that are not strict left turns are removed, all at once,
+    until none is left."""
+    idx = np.arange(x.shape[0])
+    while idx.shape[0] > 2:
+        xa, ya = x[idx[:-2]], y[idx[:-2]]
+        xb, yb = x[idx[1:-1]], y[idx[1:-1]]
+        xc, yc = x[idx[2:]], y[idx[2:]]
+        cross = (xb - xa) * (yc - ya) - (yb - ya) * (xc - xa)
+        drop = cross <= 0
+        if not drop.any():
+            break
+        idx = idx[np.concatenate(([True], ~drop, [True]))]
+    return idx
+
+
+def hull_eer(pfa: Any, pmiss: Any) -> tuple[float, int, float]:
+    """ROCCH EER of operating points ordered by *increasing* threshold (``pfa``
+    non-increasing, ``pmiss`` non-decreasing), the accept-all point ``(1, 0)`` and the
+    reject-all point ``(0, 1)`` added.
+
+    Returns ``(eer, k, t)``: the EER lies at fraction ``t`` between hull vertices whose
+    threshold indices are ``k`` and the next vertex (indices into the input points, ``-1``
+    = accept all, ``len`` = reject all); see :func:`hull_eer_threshold_index`.
+    """
+    pf = np.concatenate(([1.0], np.asarray(pfa, float), [0.0]))[::-1]
+    pm = np.concatenate(([0.0], np.asarray(pmiss, float), [1.0]))[::-1]
+    ok = np.isfinite(pf) & np.isfinite(pm)
+    if not ok.all():
+        return float("nan"), -1, float("nan")
+    h = _lower_hull(pf, pm)
+    x, y = pf[h], pm[h]
+    d = y - x
+    k = int(np.flatnonzero(d <= 0)[0])
+    n = pf.shape[0]
+    to_thr = lambda i: n - 2 - int(h[i])  # position in the input order (−1: accept all)
+    if d[k] == 0:
+        return float(x[k]), to_thr(k), 0.0
+    t = d[k - 1] / (d[k - 1] - d[k])
+    e = float(x[k - 1] + t * (x[k] - x[k - 1]))
+    # nearer vertex
+    return e, (to_thr(k - 1) if t <= 0.5 else to_thr(k)), float(t)
+
+
+def attainable_scores(score: Any, max_thresholds: int | None = None) -> np.ndarray:
+    """Sorted distinct observed scores (``±inf`` kept, NaN dropped), thinned to at most
+    ``max_thresholds`` (every ``j``-th, both ends kept)."""
+    s = np.asarray(score, dtype=np.float64)
+    s = np.unique(s[~np.isnan(s)])
+    if s.size == 0:
+        raise PredictiveError("the attainable (observed-score) thresholds need the trials' observed scores, "
+                              "and these rows carry none; pass trials with the score column or use "
+                              "thresholds='latent'")
+    cap = DEFAULT_MAX_THRESHOLDS if max_thresholds is None else int(max_thresholds)
+    if s.size > cap >= 2:
+        keep = np.unique(np.round(np.linspace(0, s.size - 1, cap)).astype(np.int64))
+        s = s[keep]
+    return s
+
+
+def _latent_of_scores(pred: Any, tau: np.ndarray) -> np.ndarray:
+    """``(S, T)`` latent thresholds of score thresholds (accept ``s ≥ τ``)."""
+    lat = np.asarray(pred.axis.from_score(tau), dtype=np.float64)
+    return lat.reshape(-1, tau.size)
+
+
+def score_rates(pred: Any, weights: np.ndarray, tau: np.ndarray, chunk: int = 4_000_000
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Model ``FNR, FPR`` ``(P, D, T)`` of populations ``weights`` ``(P, m)`` (trial counts per
+    component) at score thresholds ``tau`` ``(T,)`` (exact step rates; NaN rows for a population
+    without one class)."""
+    W = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    tau = np.asarray(tau, dtype=np.float64)
+    lat = _latent_of_scores(pred, tau)                     # (S, T)
+    D, T, P = pred.n_draws, tau.size, W.shape[0]
+    out = []
+    for pos in (True, False):
+        idx = np.flatnonzero((pred.positive == pos) & (W.sum(axis=0) > 0))
+        acc = np.zeros((P, D, T))
+        w = W[:, idx]
+        tot = w.sum(axis=1)
+        step = max(1, chunk // max(1, D * T))
+        for a in range(0, idx.size, step):
+            sl = idx[a:a + step]
+            z = (lat[pred.stratum[sl]][None, :, :] - pred.mean[:, sl, None]) / pred.sd[:, sl, None]  # (D, k, T)
+            phi = ndtr(z) if pos else ndtr(-z)
+            acc += np.einsum("pk,dkt->pdt", w[:, a:a + step], phi)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            acc = acc / tot[:, None, None]
+        acc[tot == 0] = np.nan
+        out.append(acc)
+    return out[0], out[1]
+
+
+def _eer_rows(pm: np.ndarray, pf: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ROCCH EER and nearer-vertex score threshold of every leading row of ``(…, T)``."""
+    shp = pm.shape[:-1]
+    pm2, pf2 = pm.reshape(-1, pm.shape[-1]), pf.reshape(-1, pf.shape[-1])
+    e = np.full(pm2.shape[0], np.nan)
+    t = np.full(pm2.shape[0], np.nan)
+    thr = np.concatenate(([-np.inf], tau, [np.inf]))
+    for r in range(pm2.shape[0]):
+        e[r], k, _ = hull_eer(pf2[r], pm2[r])
+        if np.isfinite(e[r]):
+            t[r] = thr[k + 1]
+    return e.reshape(shp), t.reshape(shp)
+
+
+def attainable_eer(pred: Any, weights: np.ndarray, max_thresholds: int | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """``(P, D)`` ROCCH EER of the model ROC at the observed distinct scores and the score
+    threshold of the nearer hull vertex (module docstring)."""
+    tau = attainable_scores(pred.score, max_thresholds)
+    pm, pf = score_rates(pred, weights, tau)
+    return _eer_rows(pm, pf, tau)
+
+
+def _cost_weights(p_target: float, c_miss: float, c_fa: float, normalize: bool) -> tuple[float, float]:
+    if not 0.0 < p_target < 1.0:
+        raise PredictiveError(f"p_target must be in (0, 1), got {p_target}")
+    if not (c_miss > 0 and c_fa > 0):
+        raise PredictiveError(f"c_miss and c_fa must be positive, got {c_miss}, {c_fa}")
+    a, b = c_miss * p_target, c_fa * (1.0 - p_target)
+    if normalize:
+        m = min(a, b)
+        return a / m, b / m
+    return a, b
+
+
+def attainable_measures(pred: Any, weights: np.ndarray, p_target: float = 0.05, c_miss: float = 1.0,
+                        c_fa: float = 1.0, normalize: bool = False, max_thresholds: int | None = None
+                        ) -> dict[str, np.ndarray]:
+    """SVEva measures of populations ``weights`` ``(1 + G, m)`` (row 0: everyone) at attainable
+    score thresholds, with the keys of
+    :func:`scoremix.fairness.model_measures.gaussian_mixture_measures`; thresholds are on the
+    score scale.
+
+    ``τ*`` (``all_threshold``) is the observed score (or ±∞) minimising the overall cost;
+    ``min_dcf`` / ``threshold_own`` of a subgroup its own minimum over the same thresholds;
+    ``fpr``/``fnr`` the subgroup's model rates at ``τ*``; ``eer`` the ROCCH EER.
+    """
+    a, b = _cost_weights(p_target, c_miss, c_fa, normalize)
+    tau = attainable_scores(pred.score, max_thresholds)
+    pm, pf = score_rates(pred, weights, tau)                # (P, D, T)
+    P, D, _ = pm.shape
+    ones, zeros = np.ones((P, D, 1)), np.zeros((P, D, 1))
+    pm_x = np.concatenate((pm, ones), axis=2)               # + reject all (τ = +inf)
+    pf_x = np.concatenate((pf, zeros), axis=2)
+    thr = np.append(tau, np.inf)
+    cost = a * pm_x + b * pf_x
+    with np.errstate(invalid="ignore"):
+        k = np.argmin(np.where(np.isnan(cost), np.inf, cost), axis=2)   # (P, D)
+    mins = np.take_along_axis(cost, k[..., None], 2)[..., 0]
+    taus = thr[k]
+    taus = np.where(np.isnan(mins), np.nan, taus)
+    eer, _ = _eer_rows(pm, pf, tau)
+    k0 = k[0]                                               # (D,) overall minimiser
+    pm_at = np.take_along_axis(pm_x, np.broadcast_to(k0[None, :, None], (P, D, 1)), 2)[..., 0]
+    pf_at = np.take_along_axis(pf_x, np.broadcast_to(k0[None, :, None], (P, D, 1)), 2)[..., 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dcf_at = a * pm_at + b * pf_at
+        out = {"all_min_dcf": mins[0], "all_threshold": taus[0], "all_fpr": pf_at[0], "all_fnr": pm_at[0],
+               "all_eer": eer[0], "dcf_at_overall": dcf_at[1:], "min_dcf": mins[1:], "threshold_own": taus[1:],
+               "ratio_overall": dcf_at[1:] / mins[0][None, :], "ratio_own": mins[1:] / dcf_at[1:],
+               "fpr": pf_at[1:], "fnr": pm_at[1:], "fpr_ratio": pf_at[1:] / pf_at[0][None, :],
+               "fnr_ratio": pm_at[1:] / pm_at[0][None, :], "eer": eer[1:]}
+    r = out["ratio_overall"]
+    out["fairness_index"] = np.where(r > 1, r, 0.0).sum(axis=0)
+    return out

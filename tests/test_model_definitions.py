@@ -1,0 +1,175 @@
+"""Model-based rates at attainable thresholds (``scoremix.predictive.attainable``).
+
+Independent values:
+(a) a stratified transformation model without random effects reproduces every stratum's
+    empirical CDF (closed-form ML), so its model EER / minimum DCF must equal ``sm.eer`` /
+    ``sm.min_dcf`` of the data to 1e-9 — on tied, saturated (a stratum entirely at −∞, a
+    stratum with two values) and non-concave (bimodal negatives) data;
+(b) the ROCCH EER of a set of operating points equals its dual form
+    max_w min_k [w·Pmiss_k + (1−w)·Pfa_k] (computed here by brute force over a fine w grid
+    plus the exact breakpoints);
+(c) for a Gaussian model with continuous scores the attainable EER converges to the closed
+    form Φ(−Δ/(σ0+σ1)) as the thresholds get dense.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.special import ndtr
+
+import scoremix as sm
+from scoremix.predictive import predictive
+from scoremix.predictive.attainable import attainable_measures, hull_eer, score_rates, attainable_scores
+
+
+def _quiet(fn, *a, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*a, **kw)
+
+
+def _tied_nonconcave(seed=1, n=700):
+    rng = np.random.default_rng(seed)
+    lab = rng.random(n) < 0.4
+    neg = np.where(rng.random(n) < 0.5, rng.normal(-1, 0.5, n), rng.normal(2.5, 0.3, n))  # bimodal
+    z = np.where(lab, rng.normal(2, 1, n), neg)
+    return pd.DataFrame(dict(score=np.round(z * 2) / 2, label=np.where(lab, "bonafide", "spoof")))
+
+
+def _saturated(seed=2, n=900):
+    rng = np.random.default_rng(seed)
+    att = rng.choice(["bonafide", "A1", "A2", "A3"], n, p=[.3, .3, .2, .2])
+    z = np.where(att == "bonafide", rng.normal(2, 1, n), np.where(att == "A1", rng.normal(-1, 1, n), 0.0))
+    s = np.round(z * 3) / 3
+    s[att == "A2"] = -np.inf                               # p = 0 for every trial: a point mass
+    s[att == "A3"] = np.where(rng.random(n) < 0.5, 1.0, 2.0)[att == "A3"]   # two values, inside bona fide's range
+    return pd.DataFrame(dict(score=s, label=np.where(att == "bonafide", "bonafide", "spoof"), attack=att))
+
+
+CASES = {
+    "tied_nonconcave": (_tied_nonconcave, "label"),
+    "saturated": (_saturated, "attack"),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def stratified(request):
+    make, strata = CASES[request.param]
+    d = make()
+    fit = _quiet(sm.lmer, "score ~ label", d, transform="monotone-by-class",
+                 control=dict(vcov=False, strata=strata))
+    assert fit.fit_info["transform"]["closed_form"]
+    return d, fit
+
+
+def test_stratified_fit_gives_the_empirical_eer_and_min_dcf_exactly(stratified):
+    d, fit = stratified
+    y = (d["label"] == "bonafide").to_numpy()
+    e = sm.model_eer(fit, positive="bonafide")
+    assert abs(float(e) - sm.eer(d["score"], y)) < 1e-9
+    for pt in (0.05, 0.5, 0.01):
+        r = _quiet(sm.model_subgroup_dcf, fit, d.assign(speaker=np.arange(len(d)) % 7, g="x"), ["g"],
+                   positive="bonafide", n_boot=0, p_target=pt)
+        md = sm.min_dcf(d["score"], y, p_target=pt)
+        assert abs(r.min_dcf - md.value) < 1e-9
+        assert abs(r.overall["eer"] - sm.eer(d["score"], y)) < 1e-9
+        assert r.threshold == md.threshold
+    # every operating point, not only the optima
+    pred = predictive(fit, positive="bonafide")
+    tau = attainable_scores(pred.score)
+    pm, pf = score_rates(pred, pred.counts()[None, :], tau)
+    emp = sm.rates_at(d["score"].to_numpy(), y, tau)
+    np.testing.assert_allclose(pm[0, 0], emp.p_miss, atol=1e-12, rtol=0)
+    np.testing.assert_allclose(pf[0, 0], emp.p_fa, atol=1e-12, rtol=0)
+
+
+def test_latent_definition_differs_on_tied_data():
+    d = _tied_nonconcave()
+    fit = _quiet(sm.lmer, "score ~ label", d, transform="monotone-by-class", control=dict(vcov=False))
+    pred = predictive(fit, positive="bonafide")
+    y = (d["label"] == "bonafide").to_numpy()
+    lat = float(pred.eer(thresholds="latent")[0])
+    att = float(pred.eer()[0])
+    assert abs(att - sm.eer(d["score"], y)) < 1e-9
+    assert abs(lat - att) > 0.01     # the smooth crossing of the un-hulled curve is another number
+    with pytest.raises(ValueError, match="thresholds must be one of"):
+        pred.eer(thresholds="smooth")
+
+
+def test_saturated_stratum_is_a_point_mass():
+    d = _saturated()
+    fit = _quiet(sm.lmer, "score ~ label", d, transform="monotone-by-class",
+                 control=dict(vcov=False, strata="attack"))
+    assert fit.fit_info["transform"]["n_cells_by_stratum"][fit.transform.levels.index("A2")] == 1
+    h = fit.transform.stratum("A2")
+    np.testing.assert_array_equal(h.lower(np.array([-np.inf, -1e300, 0.0])), [-np.inf, np.inf, np.inf])
+
+
+def _dual_eer(pf, pm):
+    """max_w min_k [w·pm_k + (1−w)·pf_k] over the points plus accept-all (1, 0) and reject-all (0, 1)."""
+    pf = np.r_[1.0, pf, 0.0]
+    pm = np.r_[0.0, pm, 1.0]
+    w = np.linspace(0, 1, 200001)
+    return float(np.max(np.min(w[:, None] * pm[None, :] + (1 - w[:, None]) * pf[None, :], axis=1)))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_hull_eer_equals_the_dual_form(seed):
+    rng = np.random.default_rng(seed)
+    k = 40
+    pf = np.sort(rng.random(k))[::-1]
+    pm = np.sort(rng.random(k))
+    e, _, _ = hull_eer(pf, pm)
+    assert e == pytest.approx(_dual_eer(pf, pm), abs=2e-5)
+
+
+def test_hull_eer_matches_sm_eer_on_random_tied_data():
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        s = rng.integers(0, 12, 80).astype(float)
+        y = rng.random(80) < 0.5 + 0.04 * (s - 6)
+        if y.all() or not y.any():
+            continue
+        tau = np.unique(s)
+        r = sm.rates_at(s, y, tau)
+        assert hull_eer(r.p_fa, r.p_miss)[0] == pytest.approx(sm.eer(s, y), abs=1e-12)
+
+
+def test_gaussian_model_attainable_eer_approaches_closed_form():
+    rng = np.random.default_rng(7)
+    n = 20000
+    lab = rng.random(n) < 0.5
+    d = pd.DataFrame(dict(score=np.where(lab, rng.normal(2.0, 1.0, n), rng.normal(0.0, 1.5, n)),
+                          label=np.where(lab, "t", "n"), speaker=rng.integers(0, 30, n)))
+    fit = _quiet(sm.lmer, "score ~ label + (1|speaker)", d, dispersion="~ label")
+    pred = predictive(fit, positive="t", conditional=False)
+    assert pred.n_components == 2                   # one Gaussian per class
+    neg, pos = np.flatnonzero(~pred.positive)[0], np.flatnonzero(pred.positive)[0]
+    closed = float(ndtr(-(pred.mean[0, pos] - pred.mean[0, neg]) / (pred.sd[0, pos] + pred.sd[0, neg])))
+    att = float(pred.eer()[0])
+    lat = float(pred.eer(thresholds="latent")[0])
+    assert lat == pytest.approx(closed, abs=1e-9)
+    assert att == pytest.approx(closed, abs=2e-4)  # thresholds every ~1/20000 of the trials
+    assert att >= lat - 1e-12                       # a subset of the smooth (concave) curve's points
+
+
+def test_attainable_measures_match_sveva_table_on_reproducing_fit():
+    d = _tied_nonconcave(seed=4, n=1200)
+    rng = np.random.default_rng(4)
+    d["speaker"] = np.arange(len(d)) % 40
+    d["g"] = np.where(d["speaker"] % 2 == 0, "F", "M")
+    strata = d["label"] + "_" + d["g"]
+    fit = _quiet(sm.lmer, "score ~ label*g", d.assign(cell=strata), transform="monotone-by-class",
+                 control=dict(vcov=False, strata="cell"))
+    assert fit.fit_info["transform"]["closed_form"]
+    mod = _quiet(sm.model_subgroup_dcf, fit, d.assign(cell=strata), ["g"], positive="bonafide", n_boot=0)
+    emp = _quiet(sm.subgroup_dcf, d, ["g"], positive="bonafide", progress=False)
+    for m in ("min_dcf", "eer", "fpr", "fnr", "ratio_overall", "dcf_at_overall", "fpr_ratio", "fnr_ratio",
+              "ratio_own"):
+        np.testing.assert_allclose(mod.table[m].to_numpy(float), emp.table[m].to_numpy(float), atol=1e-9,
+                                   rtol=0, err_msg=m)
+    assert mod.fairness_index == pytest.approx(emp.fairness_index, abs=1e-9)
