@@ -68,6 +68,8 @@ class ModelSubgroupDCFResult:
     conditional: bool
     overall_empirical: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: with ``negative_by``: the overall model measures per negative level (``"(all)"``: everyone)
+    by_negative: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *, label: str = "label",
@@ -141,6 +143,9 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
         arguments such as ``max_draws``, ``ci``, ``split_by`` are passed on).
     """
     if is_bayes_fit(fit):
+        if negative_by is not None:
+            raise SubgroupError("negative_by is for point fits (LmerResult); for a posterior fit pass the "
+                                "trials of one negative level at a time")
         if marginalize is not None:
             raise SubgroupError("marginalize= applies to LmerResult fits; a posterior fit marginalises all "
                                 "random effects with conditional=False")
@@ -154,6 +159,13 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
                                       **posterior_kw)
     if posterior_kw:
         raise TypeError(f"unexpected keyword arguments for an LmerResult fit: {sorted(posterior_kw)}")
+    if negative_by is not None:
+        return _by_negative_level(fit, trials, groups, negative_by, dict(
+            label=label, speaker=speaker, positive=positive, p_target=p_target, c_miss=c_miss, c_fa=c_fa,
+            normalize=normalize, conditional=conditional, marginalize=marginalize, membership=membership,
+            test_speaker=test_speaker, test_groups=test_groups, speaker_table=speaker_table, n_grid=n_grid,
+            min_speakers=min_speakers, min_errors=min_errors, score=score, n_boot=n_boot,
+            random_state=random_state, check_fit=check_fit, thresholds=thresholds))
     if label not in trials.columns:
         raise SubgroupError(f"class column {label!r} not in the trial table")
     sg = define_subgroups(trials, groups, membership=membership, speaker=speaker, test_speaker=test_speaker,
@@ -184,7 +196,8 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
     tab["reliable"] = ((tab["n_speakers"] >= min_speakers) & (tab["n_errors_expected"] >= min_errors)
                        & (tab["n_pos"] > 0) & (tab["n_neg"] > 0))
     overall = {k: float(res[f"all_{k}"][0]) for k in ("min_dcf", "threshold", "fpr", "fnr", "eer")}
-    emp_overall = empirical_beside(fit, tab, trials, groups, score, n_boot, random_state, check_fit, label=label,
+    emp_overall = empirical_beside(fit, tab, trials, groups, score, n_boot, random_state, check_fit,
+                                   thresholds=thresholds, negative_by=_negative_level_of(trials), label=label,
                                    speaker=speaker, positive=positive, p_target=p_target, c_miss=c_miss,
                                    c_fa=c_fa, normalize=normalize, membership=membership,
                                    test_speaker=test_speaker, test_groups=test_groups,
@@ -194,3 +207,46 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
                                   fairness_index=float(res["fairness_index"][0]), overall=overall,
                                   conditional=conditional, overall_empirical=emp_overall,
                                   notes=[note] if note else [])
+
+
+_NEG_ATTR = "scoremix_negative_by"
+
+
+def _negative_level_of(trials: pd.DataFrame) -> str | None:
+    return trials.attrs.get(_NEG_ATTR)
+
+
+def _by_negative_level(fit: Any, trials: pd.DataFrame, groups: Sequence[str], negative_by: str,
+                       kw: dict[str, Any]) -> ModelSubgroupDCFResult:
+    """``model_subgroup_dcf(..., negative_by=col)``: the ordinary table (``negative = "(all)"``)
+    followed by one table per level ``L`` of ``col`` among the negatives, computed on the trials
+    ``positives ∪ {negatives with col == L}`` (its own τ*, minimum DCF, EER and checks)."""
+    from scoremix.trials import label_to_binary
+
+    if negative_by not in trials.columns:
+        raise SubgroupError(f"negative_by column {negative_by!r} not in the trial table")
+    label = kw["label"]
+    if label not in trials.columns:
+        raise SubgroupError(f"class column {label!r} not in the trial table")
+    try:
+        y = np.asarray(label_to_binary(trials[label], positive=kw["positive"]), dtype=bool)
+    except (ValueError, TypeError) as exc:
+        raise SubgroupError(f"class column {label!r}: {exc}") from exc
+    levels = sorted(pd.unique(trials.loc[~y, negative_by]), key=str)
+    base = model_subgroup_dcf(fit, trials, groups, **kw)
+    parts = [base.table.assign(negative="(all)")]
+    overall = {"(all)": base.overall}
+    for lv in levels:
+        sub = trials[y | (trials[negative_by] == lv).to_numpy()].copy()
+        sub.attrs[_NEG_ATTR] = negative_by
+        r = model_subgroup_dcf(fit, sub, groups, **kw)
+        parts.append(r.table.assign(negative=lv))
+        overall[str(lv)] = r.overall
+    tab = pd.concat(parts, ignore_index=True)
+    tab.insert(0, "negative", tab.pop("negative"))
+    return ModelSubgroupDCFResult(table=tab, min_dcf=base.min_dcf, threshold=base.threshold,
+                                  fairness_index=base.fairness_index, overall=base.overall,
+                                  conditional=base.conditional, overall_empirical=base.overall_empirical,
+                                  notes=base.notes + [f"rows with negative = L: all positives against the negatives "
+                                                      f"with {negative_by} == L (own τ*)"],
+                                  by_negative=overall)

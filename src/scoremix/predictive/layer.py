@@ -50,7 +50,7 @@ from scoremix.predictive.axis import ThresholdAxis, is_stratified_transform, thr
 from scoremix.predictive.mixture import MixtureRates, ModelEERError, PredictiveError, batch_eer, mixture_eer
 
 __all__ = ["Predictive", "predictive", "is_bayes_fit", "model_frame_with", "term_covariance",
-           "fit_transform"]
+           "fit_transform", "check_same_response"]
 
 _CELL = "__predictive_cell__"
 _Y01 = "__predictive_y__"
@@ -297,7 +297,33 @@ def model_frame_with(fit: Any, data: pd.DataFrame | None, needed: Sequence[str])
     except KeyError:
         raise ModelEERError("data does not contain every row of the model frame (match is by "
                             "index label); pass the data frame the model was fitted on") from None
+    check_same_response(fit, data)
     return pd.concat([frame, extra], axis=1)
+
+
+def check_same_response(fit: Any, data: pd.DataFrame) -> None:
+    """Rows of ``data`` are matched to the model frame by index label; refuse (named error) when
+    ``data`` holds the fit's response column with other values in those rows — it is then not
+    the frame the model was fitted on (e.g. re-indexed, sorted or another system's table)."""
+    spec = getattr(fit, "spec", None)
+    resp = getattr(spec, "response", None)
+    frame = getattr(spec, "data", None)
+    if resp is None or frame is None or resp not in data.columns:
+        return
+    fitted = (pd.to_numeric(frame[resp], errors="coerce").to_numpy(np.float64) if resp in frame.columns
+              else np.asarray(getattr(spec, "y", np.full(len(frame), np.nan)), dtype=np.float64))
+    given = pd.to_numeric(data.loc[frame.index, resp], errors="coerce").to_numpy(np.float64)
+    if given.ndim != 1 or given.shape != fitted.shape:
+        return
+    with np.errstate(invalid="ignore"):
+        same = (given == fitted) | (np.isnan(given) & np.isnan(fitted)) | np.isclose(given, fitted, rtol=1e-12,
+                                                                                     atol=0.0)
+    if not same.all():
+        i = int(np.flatnonzero(~same)[0])
+        raise ModelEERError(
+            f"data= is not the frame the model was fitted on: rows are matched by index label, and at index "
+            f"{frame.index[i]!r} its response column {resp!r} is {given[i]!r} where the fit has {fitted[i]!r} "
+            f"({int((~same).sum())} row(s) differ); pass the fitted data frame (same index and rows)")
 
 
 def _group_factors(fit: Any) -> list[str]:

@@ -145,7 +145,8 @@ def parametric_refits(fit: Any, n_boot: int, seed: int | np.random.Generator | N
 def parametric_eer_replicates(fit: Any, masks: Sequence[np.ndarray], n_boot: int,
                               seed: int | np.random.Generator | None = 0, *, label: str = "label",
                               positive: Any = None, data: Any = None, conditional: bool = True,
-                              marginal_over: Sequence[str] | None = None, progress: bool = True) -> np.ndarray:
+                              marginal_over: Sequence[str] | None = None, progress: bool = True,
+                              thresholds: str = "attainable") -> np.ndarray:
     """``(len(masks), n_boot)`` replicates :math:`\\hat e^{*}_r` of the model EER of every cell
     (boolean masks over the model frame's rows), one refit per replicate shared by all
     cells; NaN where a refit's EER is not finite.  Warns :class:`ModelIntervalWarning` when a
@@ -160,7 +161,7 @@ def parametric_eer_replicates(fit: Any, masks: Sequence[np.ndarray], n_boot: int
             failed += 1
             continue
         for j, m in enumerate(masks):
-            out[j, r] = float(pred.eer(m)[0])
+            out[j, r] = float(pred.eer(m, thresholds=thresholds)[0])
     if failed:
         warnings.warn(f"{failed} of {n_boot} parametric-bootstrap refits gave no predictive distribution "
                       "and were left out of the model-EER interval", ModelIntervalWarning, stacklevel=3)
@@ -168,12 +169,12 @@ def parametric_eer_replicates(fit: Any, masks: Sequence[np.ndarray], n_boot: int
 
 
 def population_eer(fit: Any, masks: Sequence[np.ndarray], *, label: str = "label", positive: Any = None,
-                   data: Any = None) -> np.ndarray:
+                   data: Any = None, thresholds: str = "attainable") -> np.ndarray:
     """:math:`e_{\\mathrm{pop}}(\\hat\\vartheta)` of every cell: the fit's marginal model EER
     (new levels of every grouping factor) of the cell's trials — the truth of the bootstrap
     world."""
     pred = predictive(fit, data=data, label=label, positive=positive, conditional=False)
-    return np.array([float(pred.eer(m)[0]) for m in masks])
+    return np.array([float(pred.eer(m, thresholds=thresholds)[0]) for m in masks])
 
 
 def _logit(p: Any) -> np.ndarray:
