@@ -22,6 +22,7 @@ import pytest
 from scipy.special import ndtr
 
 import scoremix as sm
+from scoremix.trials import NonFiniteScoreError
 from scoremix.predictive import predictive
 from scoremix.predictive.attainable import attainable_measures, hull_eer, score_rates, attainable_scores
 
@@ -173,3 +174,52 @@ def test_attainable_measures_match_sveva_table_on_reproducing_fit():
         np.testing.assert_allclose(mod.table[m].to_numpy(float), emp.table[m].to_numpy(float), atol=1e-9,
                                    rtol=0, err_msg=m)
     assert mod.fairness_index == pytest.approx(emp.fairness_index, abs=1e-9)
+
+
+# --------------------------------------------------------------------------- ±inf scores: order is all they need
+def _inf_data(seed=11, n=400):
+    rng = np.random.default_rng(seed)
+    spk = rng.integers(0, 20, n)
+    y = rng.random(n) < 0.4
+    s = np.where(y, rng.normal(1.5, 1, n), rng.normal(0, 1, n))
+    s[rng.random(n) < 0.08] = np.inf
+    s[rng.random(n) < 0.08] = -np.inf
+    fin = s.copy()                                   # an order-equivalent finite copy
+    fin[np.isposinf(s)] = 100.0
+    fin[np.isneginf(s)] = -100.0
+    d = pd.DataFrame(dict(score=s, label=np.where(y, "bonafide", "spoof"), speaker=spk,
+                          g=np.where(spk % 2 == 0, "F", "M")))
+    return d, fin, y
+
+
+def test_eer_and_min_dcf_accept_inf_scores():
+    d, fin, y = _inf_data()
+    s = d["score"].to_numpy()
+    for m in ("rocch", "interp", "asvspoof", "voxceleb"):
+        assert sm.eer(s, y, method=m) == sm.eer(fin, y, method=m)
+    a, b = sm.min_dcf(s, y, p_target=0.3), sm.min_dcf(fin, y, p_target=0.3)
+    assert a.value == b.value and a.p_miss == b.p_miss and a.p_fa == b.p_fa
+    tb = {100.0: np.inf, -100.0: -np.inf}.get(b.threshold, b.threshold)
+    assert a.threshold == tb
+    # a threshold at a saturated score is reported as ±inf
+    s2 = np.array([np.inf, np.inf, 1.0, 0.0, -np.inf])
+    y2 = np.array([1, 1, 0, 0, 0])
+    assert sm.min_dcf(s2, y2, p_target=0.5).threshold == np.inf
+    e = sm.eer(s, y, n_boot=30, seed=0, speaker=d["speaker"])
+    f = sm.eer(fin, y, n_boot=30, seed=0, speaker=d["speaker"])
+    assert (float(e), e.lo, e.hi) == (float(f), f.lo, f.hi)
+    with pytest.raises(NonFiniteScoreError):
+        sm.eer(np.r_[s[:-1], np.nan], y)
+
+
+def test_subgroup_dcf_accepts_inf_scores():
+    d, fin, y = _inf_data()
+    a = sm.subgroup_dcf(d, ["g"], positive="bonafide", n_boot=20, random_state=0, progress=False)
+    b = sm.subgroup_dcf(d.assign(score=fin), ["g"], positive="bonafide", n_boot=20, random_state=0, progress=False)
+    for m in ("min_dcf", "eer", "fpr", "fnr", "ratio_overall", "min_dcf_lo", "eer_hi"):
+        np.testing.assert_array_equal(a.table[m].to_numpy(float), b.table[m].to_numpy(float))
+    back = {100.0: np.inf, -100.0: -np.inf}
+    assert a.threshold == back.get(b.threshold, b.threshold)
+    with pytest.raises(sm.SubgroupError, match="missing or non-numeric value in row 3"):
+        sm.subgroup_dcf(d.assign(score=np.r_[d["score"].to_numpy()[:3], np.nan, d["score"].to_numpy()[4:]]),
+                        ["g"], positive="bonafide", progress=False)

@@ -179,7 +179,9 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
     G = sg.n_groups
     W = pred.population_weights(sg.mem_trial, sg.mem_group, G)
     if check_thresholds(thresholds) == "attainable":
-        res = attainable_measures(pred, W, p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize)
+        members = [np.arange(len(pred.y))] + [sg.mem_trial[sg.mem_group == g] for g in range(G)]
+        res = attainable_measures(pred, W, p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize,
+                                  members=members)
     else:
         res = gaussian_mixture_measures(pred.mean, pred.sd, pred.positive, W, p_target=p_target, c_miss=c_miss,
                                         c_fa=c_fa, normalize=normalize, n_grid=n_grid,

@@ -171,13 +171,19 @@ def _eer_rows(pm: np.ndarray, pf: np.ndarray, tau: np.ndarray) -> tuple[np.ndarr
     return e.reshape(shp), t.reshape(shp)
 
 
-def attainable_eer(pred: Any, weights: np.ndarray, max_thresholds: int | None = None
+def attainable_eer(pred: Any, weights: np.ndarray, max_thresholds: int | None = None, scores: Any = None
                    ) -> tuple[np.ndarray, np.ndarray]:
-    """``(P, D)`` ROCCH EER of the model ROC at the observed distinct scores and the score
-    threshold of the nearer hull vertex (module docstring)."""
-    tau = attainable_scores(pred.score, max_thresholds)
+    """``(P, D)`` ROCCH EER of the model ROC at the observed distinct scores (``scores``: those
+    of the population's trials; default all of ``pred``'s) and the score threshold of the
+    nearer hull vertex (module docstring)."""
+    tau = attainable_scores(pred.score if scores is None else scores, max_thresholds)
     pm, pf = score_rates(pred, weights, tau)
     return _eer_rows(pm, pf, tau)
+
+
+def W_row(weights: np.ndarray, g: int) -> np.ndarray:
+    """Row ``g`` of a population weight matrix as a one-row matrix."""
+    return np.atleast_2d(np.asarray(weights, dtype=np.float64))[g:g + 1]
 
 
 def _cost_weights(p_target: float, c_miss: float, c_fa: float, normalize: bool) -> tuple[float, float]:
@@ -193,8 +199,8 @@ def _cost_weights(p_target: float, c_miss: float, c_fa: float, normalize: bool) 
 
 
 def attainable_measures(pred: Any, weights: np.ndarray, p_target: float = 0.05, c_miss: float = 1.0,
-                        c_fa: float = 1.0, normalize: bool = False, max_thresholds: int | None = None
-                        ) -> dict[str, np.ndarray]:
+                        c_fa: float = 1.0, normalize: bool = False, max_thresholds: int | None = None,
+                        members: list[np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """SVEva measures of populations ``weights`` ``(1 + G, m)`` (row 0: everyone) at attainable
     score thresholds, with the keys of
     :func:`scoremix.fairness.model_measures.gaussian_mixture_measures`; thresholds are on the
@@ -203,6 +209,10 @@ def attainable_measures(pred: Any, weights: np.ndarray, p_target: float = 0.05, 
     ``τ*`` (``all_threshold``) is the observed score (or ±∞) minimising the overall cost;
     ``min_dcf`` / ``threshold_own`` of a subgroup its own minimum over the same thresholds;
     ``fpr``/``fnr`` the subgroup's model rates at ``τ*``; ``eer`` the ROCCH EER.
+
+    ``members``: the trial indices of every row (row 0 all trials); a subgroup's own EER and
+    minimum DCF are then taken over *its* observed scores (the thresholds its empirical rates
+    change at), τ* and the rates at τ* over everyone's.
     """
     a, b = _cost_weights(p_target, c_miss, c_fa, normalize)
     tau = attainable_scores(pred.score, max_thresholds)
@@ -219,6 +229,18 @@ def attainable_measures(pred: Any, weights: np.ndarray, p_target: float = 0.05, 
     taus = thr[k]
     taus = np.where(np.isnan(mins), np.nan, taus)
     eer, _ = _eer_rows(pm, pf, tau)
+    if members is not None:
+        for g in range(1, P):
+            idx = np.asarray(members[g], dtype=np.int64)
+            if idx.size == 0 or not np.isfinite(mins[g]).all():
+                continue
+            tg = attainable_scores(pred.score[idx], max_thresholds)
+            pmg, pfg = score_rates(pred, W_row(weights, g), tg)
+            eer[g] = _eer_rows(pmg, pfg, tg)[0][0]
+            cg = np.concatenate((a * pmg + b * pfg, np.full((1, D, 1), a)), axis=2)[0]   # + reject all
+            kg = np.argmin(cg, axis=1)
+            mins[g] = cg[np.arange(D), kg]
+            taus[g] = np.append(tg, np.inf)[kg]
     k0 = k[0]                                               # (D,) overall minimiser
     pm_at = np.take_along_axis(pm_x, np.broadcast_to(k0[None, :, None], (P, D, 1)), 2)[..., 0]
     pf_at = np.take_along_axis(pf_x, np.broadcast_to(k0[None, :, None], (P, D, 1)), 2)[..., 0]

@@ -181,7 +181,7 @@ def model_eer_interval(pred: Any, mask: Any, clusters: Any = None, n_boot: int =
             from scoremix.predictive.attainable import attainable_eer
             Wf = np.zeros((W.shape[0], pred.n_components))
             Wf[:, sel] = W
-            e[b0:b0 + W.shape[0]] = attainable_eer(pred, Wf, max_thresholds)[0][:, 0]
+            e[b0:b0 + W.shape[0]] = attainable_eer(pred, Wf, max_thresholds, scores=pred.score[idx])[0][:, 0]
             continue
         mix = MixtureRates(pred.mean[:, sel], pred.sd[:, sel], pred.positive[sel], W, axis=pred.axis,
                            stratum=pred.stratum[sel])  # a stratified transform: its common threshold axis
@@ -307,7 +307,11 @@ def misfit_hint(fit: Any, by: Sequence[str] = (), measures: Sequence[str] = ("ee
         return ("shape: the Gaussian model misses the tails of the score distributions; refit with "
                 "transform='monotone'")
     tails = {"min_dcf", "fpr", "fnr", "fpr_ratio", "fnr_ratio", "dcf_at_overall", "ratio_overall", "ratio_own"}
-    col = cols[0] if cols else "the breakdown column"
+    if not cols:
+        return ("pooled shape: the mixture of the model's per-trial distributions misses the pooled scores; a "
+                "location, dispersion or shape term is missing for some factor (check the per-attack rows, "
+                "model_eer(..., negative_by='attack'), and per-subgroup rows, by=)")
+    col = cols[0]
     if measures and set(measures) <= tails:
         return (f"shape differing by level: the tails (measures {sorted(set(measures))}) disagree while the EER "
                 f"fits; stratify the transform by {col!r} (transform='monotone-by-class', control=dict(strata=...))")

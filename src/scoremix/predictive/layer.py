@@ -174,7 +174,7 @@ class Predictive:
         """Model EER of the trials in ``mask`` (all by default), one value per draw.
 
         ``thresholds="attainable"`` (default): the ROCCH EER of the model ROC at the observed
-        distinct scores of the rows (tie cells as steps, :mod:`scoremix.predictive.attainable`),
+        distinct scores of the rows in ``mask`` (tie cells as steps, :mod:`scoremix.predictive.attainable`),
         the convention of :func:`scoremix.metrics.eer`.  ``"latent"``: the exact root of
         :math:`\\mathrm{FNR}(t) = \\mathrm{FPR}(t)` of the two class mixtures over every real latent
         threshold (:func:`~scoremix.predictive.mixture.mixture_eer`; for a stratified transform
@@ -191,7 +191,8 @@ class Predictive:
         e = np.full(self.n_draws, np.nan)
         t = np.full(self.n_draws, np.nan)
         if neg.any() and pos.any() and thresholds == "attainable":
-            e, t = attainable_eer(self, w[None, :], max_thresholds)
+            sc = self.score if mask is None else self.score[np.asarray(mask, bool)]
+            e, t = attainable_eer(self, w[None, :], max_thresholds, scores=sc)
             e, t = e[0], t[0]
             return (e, t) if return_threshold else e
         if neg.any() and pos.any() and not self.axis.identity:
