@@ -271,6 +271,7 @@ def _bayes_model_eer(
     level: float = 0.95,
     seed: int = 0,
     check_fit: bool = True,
+    thresholds: str = "attainable",
 ) -> PosteriorEER:
     if method not in ("mixture", "moments"):
         raise ModelEERError(f"method must be 'mixture' or 'moments', got {method!r}")
@@ -321,7 +322,7 @@ def _bayes_model_eer(
             if progress else None
         parts = []
         for gi, key in enumerate(levels):
-            e = pred.eer(codes == gi)
+            e = pred.eer(codes == gi, thresholds=thresholds)
             parts.append(pd.DataFrame({**{n: [k] * pred.n_draws for n, k in zip(names, key)},
                                        "draw": pred.draws, "eer": e}))
             if bar is not None:
@@ -518,7 +519,7 @@ def model_eer(
                                      "model interval is its credible interval (hdi_prob); use 'auto'")
         return _bayes_model_eer(fit, by, conditional, label, positive, data, method, hdi_prob,
                                 max_draws, progress, n_boot=n_boot, speaker=speaker, level=level, seed=seed,
-                                check_fit=check_fit)
+                                check_fit=check_fit, thresholds=thresholds)
     if by is None and negative_by is None:
         return _overall_estimate(fit, conditional=conditional, label=label, positive=positive, data=data,
                                  marginal_over=marginal_over, n_boot=n_boot, speaker=speaker, level=level, seed=seed,
@@ -710,8 +711,7 @@ def _point_table(fit: Any, pred: Any, by: Any, names: list[str], clusters: np.nd
         else:
             out = out.drop(columns=["eer_model_reweight_lo", "eer_model_reweight_hi"])
         last = "eer_model_hi" if how == "parametric" else "eer_model_reweight_hi"
-        label_how = how if how == "parametric" else "speakers (re-weighting, parameters fixed)"
-        out.insert(out.columns.get_loc(last) + 1, "eer_model_interval", label_how)
+        out.insert(out.columns.get_loc(last) + 1, "eer_model_interval", how)
         out.attrs["model_interval"] = how
     out.attrs["n_clusters"] = int(len(np.unique(clusters))) if clusters is not None else int(len(pred.y))
     if n_boot > 0:

@@ -178,7 +178,12 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
     y = pred.y.astype(bool)
     G = sg.n_groups
     W = pred.population_weights(sg.mem_trial, sg.mem_group, G)
-    if check_thresholds(thresholds) == "attainable":
+    extra_notes = []
+    if check_thresholds(thresholds) == "attainable" and np.isnan(pred.score).all():
+        thresholds = "latent"   # trials without scores: no observed threshold exists
+        extra_notes.append("the trials carry no scores, so the model measures use latent thresholds "
+                           "(thresholds='latent'): no detector threshold to evaluate them at")
+    if thresholds == "attainable":
         members = [np.arange(len(pred.y))] + [sg.mem_trial[sg.mem_group == g] for g in range(G)]
         res = attainable_measures(pred, W, p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize,
                                   members=members)
@@ -208,7 +213,7 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, groups: Sequence[str], *,
     return ModelSubgroupDCFResult(table=tab, min_dcf=overall["min_dcf"], threshold=overall["threshold"],
                                   fairness_index=float(res["fairness_index"][0]), overall=overall,
                                   conditional=conditional, overall_empirical=emp_overall,
-                                  notes=[note] if note else [])
+                                  notes=([note] if note else []) + extra_notes)
 
 
 _NEG_ATTR = "scoremix_negative_by"

@@ -293,19 +293,19 @@ def misfit_hint(fit: Any, by: Sequence[str] = (), measures: Sequence[str] = ("ee
     if facts.get("point_mass") and not stratified:
         return (f"definition: the {' and '.join(facts['point_mass'])} scores of this cell are all equal (a point "
                 "mass), which a Gaussian or shared-transform model spreads out; stratify the transform "
-                "(transform='monotone-by-class', control=dict(strata=...)) so the stratum is a point mass")
+                "(transform=\"monotone-by-class\", control=dict(strata=...)) so the stratum is a point mass")
     if facts.get("tied") and thresholds == "latent":
         return ("definition: tied scores evaluated at latent thresholds (inside tie cells, where no detector "
-                "threshold can fall); use thresholds='attainable'")
+                "threshold can fall); use thresholds=\"attainable\"")
     if miss:
         h = (f"missing location term: the model has no term for {miss}; add one (e.g. 'label:{miss[0]}' or "
              f"'(0 + label | {miss[0]})')")
         if getattr(fit, "transform", None) is None:
-            h += "; the Gaussian model may also miss the tails (transform='monotone')"
+            h += "; the Gaussian model may also miss the tails (transform=\"monotone\")"
         return h
     if getattr(fit, "transform", None) is None:
         return ("shape: the Gaussian model misses the tails of the score distributions; refit with "
-                "transform='monotone'")
+                "transform=\"monotone\"")
     tails = {"min_dcf", "fpr", "fnr", "fpr_ratio", "fnr_ratio", "dcf_at_overall", "ratio_overall", "ratio_own"}
     if not cols:
         return ("pooled shape: the mixture of the model's per-trial distributions misses the pooled scores; a "
@@ -314,7 +314,7 @@ def misfit_hint(fit: Any, by: Sequence[str] = (), measures: Sequence[str] = ("ee
     col = cols[0]
     if measures and set(measures) <= tails:
         return (f"shape differing by level: the tails (measures {sorted(set(measures))}) disagree while the EER "
-                f"fits; stratify the transform by {col!r} (transform='monotone-by-class', control=dict(strata=...))")
+                f"fits; stratify the transform by {col!r} (transform=\"monotone-by-class\", control=dict(strata=...))")
     return (f"dispersion differing by level: the spread of the scores differs by level of {col!r}; add "
             f"dispersion='~ label*{col}' (or a per-level dispersion effect), or stratify the transform by it")
 

@@ -47,6 +47,11 @@ class CutpointBasis:
         """Number of transform parameters ``J + 1``."""
         return int(self.knots.size)
 
+    @property
+    def seg_hi(self) -> np.ndarray:
+        """Right knot of every edge's segment (its own knot for a single free edge)."""
+        return np.minimum(self.seg + 1, max(self.n_par - 1, 0))
+
     def knot_values(self, par: np.ndarray) -> np.ndarray:
         """``c = γ0 + [0, cumsum(exp δ)]``."""
         par = np.asarray(par, float)
@@ -56,7 +61,7 @@ class CutpointBasis:
 
     def alpha(self, c: np.ndarray) -> np.ndarray:
         """Cutpoints ``α_k`` of every edge from knot values ``c``."""
-        return (1.0 - self.w) * c[self.seg] + self.w * c[self.seg + 1]
+        return (1.0 - self.w) * c[self.seg] + self.w * c[self.seg_hi]
 
     def weights_at(self, u: float) -> np.ndarray:
         """Row vector ``a`` with ``α(u) = a'c`` (linear extrapolation outside the knots)."""
@@ -74,7 +79,7 @@ class CutpointBasis:
         """Back-propagate ``∂f/∂α`` (per edge) to ``∂f/∂c`` (per knot)."""
         J1 = self.knots.size
         return (np.bincount(self.seg, g_alpha * (1.0 - self.w), minlength=J1)
-                + np.bincount(self.seg + 1, g_alpha * self.w, minlength=J1))
+                + np.bincount(self.seg_hi, g_alpha * self.w, minlength=J1))
 
     def grad_par(self, g_c: np.ndarray, par: np.ndarray) -> np.ndarray:
         """``∂f/∂(γ0, δ)`` from ``∂f/∂c``: ``∂c_l/∂γ0 = 1``, ``∂c_l/∂δ_j = e^{δ_j}`` for ``l ≥ j``."""
@@ -108,9 +113,9 @@ def make_basis(u_edge: np.ndarray, max_free: int = 100, n_knots: int = 200,
     E = u.size
     if E <= max_free or E <= 2:
         knots = u.copy()
-        seg = np.minimum(np.arange(E), E - 2)
+        seg = np.maximum(np.minimum(np.arange(E), E - 2), 0)   # one edge (a two-value stratum): its own knot
         w = np.zeros(E)
-        if E:
+        if E >= 2:
             w[-1] = 1.0
         return CutpointBasis(knots=knots, seg=seg, w=w, free=True)
     cand = np.linspace(u[0], u[-1], n_knots + 1)

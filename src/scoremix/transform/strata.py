@@ -82,6 +82,7 @@ class StackedBasis:
         self.edge_off = np.concatenate([[0], np.cumsum([b.seg.size for b in self.parts])]).astype(int)
         self.knots = np.concatenate([b.knots for b in self.parts])
         self.seg = np.concatenate([b.seg + o for b, o in zip(self.parts, self.par_off)])
+        self.seg_hi = np.concatenate([b.seg_hi + o for b, o in zip(self.parts, self.par_off)])
         self.w = np.concatenate([b.w for b in self.parts])
         self.free = all(b.free for b in self.parts)
 
@@ -96,12 +97,12 @@ class StackedBasis:
         return np.concatenate([b.knot_values(par[self._sl(k)]) for k, b in enumerate(self.parts)])
 
     def alpha(self, c: np.ndarray) -> np.ndarray:
-        return (1.0 - self.w) * c[self.seg] + self.w * c[self.seg + 1]
+        return (1.0 - self.w) * c[self.seg] + self.w * c[self.seg_hi]
 
     def grad_c(self, g_alpha: np.ndarray) -> np.ndarray:
         n = self.n_par
         return (np.bincount(self.seg, g_alpha * (1.0 - self.w), minlength=n)
-                + np.bincount(self.seg + 1, g_alpha * self.w, minlength=n))
+                + np.bincount(self.seg_hi, g_alpha * self.w, minlength=n))
 
     def grad_par(self, g_c: np.ndarray, par: np.ndarray) -> np.ndarray:
         return np.concatenate([b.grad_par(g_c[self._sl(k)], par[self._sl(k)])
@@ -258,7 +259,8 @@ class StratifiedTransform:
 
 def stratified_model_eer(fit: Any, label: str = "label", positive: Any = None,
                          conditional: bool = True, data: pd.DataFrame | None = None,
-                         neg_mask: np.ndarray | None = None, pos_mask: np.ndarray | None = None) -> float:
+                         neg_mask: np.ndarray | None = None, pos_mask: np.ndarray | None = None,
+                         thresholds: str = "attainable") -> float:
     """Model EER of a stratified transformation fit (``transform="monotone-by-class"``),
     optionally of a subset of its positives/negatives.
 
@@ -267,8 +269,9 @@ def stratified_model_eer(fit: Any, label: str = "label", positive: Any = None,
     the predictive layer (:func:`scoremix.predictive.predictive`, ``Predictive.eer``): per-trial
     latent moments, each trial at its stratum's latent threshold
     :math:`h^-_{s(i)}(\tau)`, the root of FNR = FPR over one common score threshold
-    (:mod:`scoremix.predictive.axis`).  ``sm.model_eer(fit)`` gives the same value for
-    all trials.
+    (:mod:`scoremix.predictive.axis`) with ``thresholds="latent"``, the ROCCH EER at the
+    observed scores with ``"attainable"`` (default; :mod:`scoremix.predictive.attainable`).
+    ``sm.model_eer(fit)`` gives the same value for all trials.
     """
     from scoremix.predictive import predictive
     if not isinstance(getattr(fit, "transform", None), StratifiedTransform):
@@ -282,4 +285,4 @@ def stratified_model_eer(fit: Any, label: str = "label", positive: Any = None,
             if m.shape != y.shape:
                 raise TransformError(f"masks must have one entry per model-frame row ({y.size}), got {m.shape}")
             keep &= ~cls | m
-    return float(pred.eer(keep)[0])
+    return float(pred.eer(keep, thresholds=thresholds)[0])
