@@ -223,3 +223,92 @@ def test_subgroup_dcf_accepts_inf_scores():
     with pytest.raises(sm.SubgroupError, match="missing or non-numeric value in row 3"):
         sm.subgroup_dcf(d.assign(score=np.r_[d["score"].to_numpy()[:3], np.nan, d["score"].to_numpy()[4:]]),
                         ["g"], positive="bonafide", progress=False)
+
+
+# --------------------------------------------------------------------------- negative_by and goodness of fit
+def _attack_data(seed=21, n=2400):
+    rng = np.random.default_rng(seed)
+    spk = rng.integers(0, 24, n)
+    att = rng.choice(["bonafide", "A1", "A2", "A3"], n, p=[.35, .25, .2, .2])
+    shift = {"bonafide": 2.0, "A1": -1.0, "A2": 0.8, "A3": 0.0}
+    z = np.vectorize(shift.get)(att) + rng.normal(0, 0.4, 24)[spk] + rng.normal(size=n)
+    return pd.DataFrame(dict(score=np.round(z, 1), label=np.where(att == "bonafide", "bonafide", "spoof"),
+                             attack=att, speaker=[f"s{i:02d}" for i in spk],
+                             sex=np.where(spk % 2 == 0, "F", "M")))
+
+
+def test_negative_by_reproduces_per_attack_eer_of_a_reproducing_fit():
+    d = _attack_data()
+    d["cell"] = d["attack"] + "_" + d["sex"]     # one transform per attack × sex: reproduces every cell
+    fit = _quiet(sm.lmer, "score ~ label", d, transform="monotone-by-class",
+                 control=dict(vcov=False, strata="cell"))
+    tab = _quiet(sm.model_eer, fit, positive="bonafide", negative_by="attack", data=d, n_boot=0)
+    assert list(tab.index) == ["A1", "A2", "A3"]
+    for a in ("A1", "A2", "A3"):
+        sub = d[(d["label"] == "bonafide") | (d["attack"] == a)]
+        assert abs(tab.loc[a, "eer_model"] - sm.eer(sub["score"], sub["label"] == "bonafide")) < 1e-9
+        assert tab.loc[a, "n_neg"] == (d["attack"] == a).sum()
+    # crossed with by=: positives and negatives of the cell
+    t2 = _quiet(sm.model_eer, fit, positive="bonafide", by="sex", negative_by="attack", data=d, n_boot=0)
+    sub = d[(d["sex"] == "F") & ((d["label"] == "bonafide") | (d["attack"] == "A2"))]
+    assert abs(t2.loc[("F", "A2"), "eer_model"] - sm.eer(sub["score"], sub["label"] == "bonafide")) < 1e-9
+    # the SVEva table: one block per attack, each equal to the empirical table of that subset
+    r = _quiet(sm.model_subgroup_dcf, fit, d, ["sex"], positive="bonafide", n_boot=0, negative_by="attack")
+    assert list(pd.unique(r.table["negative"])) == ["(all)", "A1", "A2", "A3"]
+    sub = d[(d["label"] == "bonafide") | (d["attack"] == "A3")]
+    emp = _quiet(sm.subgroup_dcf, sub, ["sex"], positive="bonafide", progress=False)
+    blk = r.table[r.table["negative"] == "A3"]
+    for m in ("min_dcf", "eer", "fpr", "fnr", "ratio_overall"):
+        np.testing.assert_allclose(blk[m].to_numpy(float), emp.table[m].to_numpy(float), atol=1e-9, err_msg=m)
+
+
+def test_fit_ok_is_exactly_outside_the_printed_interval_and_hints_name_the_cause():
+    d = _attack_data(seed=22)
+    fit = _quiet(sm.lmer, "score ~ label + (1|speaker)", d, transform="monotone", control=dict(vcov=False))
+    with pytest.warns(sm.ModelFitWarning, match="missing location term.*attack"):
+        tab = sm.model_eer(fit, positive="bonafide", negative_by="attack", data=d, n_boot=60)
+    out = (tab["eer_model"] < tab["eer_empirical_lo"]) | (tab["eer_model"] > tab["eer_empirical_hi"])
+    np.testing.assert_array_equal(tab["fit_ok"].to_numpy(), ~out.to_numpy())
+    assert out.any()          # no attack term: the per-attack cells are off
+    assert (tab.loc[~tab["fit_ok"], "fit_hint"].str.contains("missing location term")).all()
+    assert (tab.loc[tab["fit_ok"], "fit_hint"] == "").all()
+    r = _quiet(sm.model_subgroup_dcf, fit, d, ["sex"], positive="bonafide", n_boot=60)
+    t = r.table
+    all_ok = np.ones(len(t), bool)
+    for m in ("min_dcf", "eer", "ratio_overall", "fpr", "fnr", "dcf_at_overall", "ratio_own", "fpr_ratio",
+              "fnr_ratio"):
+        o = ((t[m] < t[f"{m}_empirical_lo"] - 1e-9) | (t[m] > t[f"{m}_empirical_hi"] + 1e-9)).to_numpy()
+        o = o & np.isfinite(t[f"{m}_empirical"].to_numpy(float))
+        np.testing.assert_array_equal(t[f"fit_ok_{m}"].to_numpy(), ~o, err_msg=m)
+        all_ok &= ~o
+    np.testing.assert_array_equal(t["fit_ok"].to_numpy(), all_ok)
+    # the overall Estimate carries the same rule
+    e = _quiet(sm.model_eer, fit, positive="bonafide", n_boot=60)
+    assert isinstance(e, sm.Estimate) and isinstance(e, float)
+    assert e.fit_ok == bool(e.empirical_lo <= float(e) <= e.empirical_hi)
+    assert e.empirical == pytest.approx(sm.eer(d["score"], d["label"] == "bonafide"), abs=1e-12)
+
+
+def test_degenerate_class_is_never_a_silent_model_eer():
+    rng = np.random.default_rng(3)
+    n = 600
+    lab = rng.random(n) < 0.5
+    spk = rng.integers(0, 12, n)
+    s = np.where(lab, rng.normal(0.5, 1.0, n), 0.0)          # every spoof score is 0
+    d = pd.DataFrame(dict(score=s, label=np.where(lab, "bonafide", "spoof"), speaker=spk))
+    fit = _quiet(sm.lmer, "score ~ label + (1|speaker)", d, dispersion="~ label")
+    with pytest.warns(sm.ModelFitWarning, match="point mass"):
+        e = sm.model_eer(fit, positive="bonafide")
+    assert e.fit_ok is False and "point mass" in e.hint
+    with pytest.warns(sm.ModelFitWarning, match="point mass"):
+        sm.model_eer(fit, positive="bonafide", by=pd.Series(np.zeros(n, int), name="all"), n_boot=0)
+
+
+def test_data_with_another_response_is_refused():
+    d = _attack_data(seed=23)
+    fit = _quiet(sm.lmer, "score ~ label + (1|speaker)", d)
+    other = d.assign(score=d["score"].sample(frac=1.0, random_state=1).to_numpy())   # same index, other scores
+    with pytest.raises(sm.PredictiveError, match="response column 'score'"):
+        sm.model_eer(fit, positive="bonafide", by="sex", data=other)
+    ok = _quiet(sm.model_eer, fit, positive="bonafide", by="sex", data=d.sample(frac=1.0, random_state=2), n_boot=0)
+    assert list(ok.index) == ["F", "M"]

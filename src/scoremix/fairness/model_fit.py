@@ -16,7 +16,7 @@ import pandas as pd
 from scoremix.fairness.subgroups import SubgroupError
 
 from scoremix.predictive.gof import (ModelFitWarning, misfit_hint, order_preserving_finite, outside_interval,
-                                     score_shape_facts)
+                                     score_shape_facts, widen_to_binomial)
 
 __all__ = ["EMPIRICAL_MEASURES", "empirical_beside"]
 
@@ -68,6 +68,13 @@ def empirical_beside(fit: Any, tab: pd.DataFrame, trials: pd.DataFrame, groups: 
         if n_boot > 0:
             tab[f"{m}_empirical_lo"] = et[f"{m}_lo"].to_numpy()
             tab[f"{m}_empirical_hi"] = et[f"{m}_hi"].to_numpy()
+    if n_boot > 0:   # rates: the printed interval is at least the binomial one of the error count
+        level = float(sveva_kw.get("ci", 0.95))
+        n_pos, n_neg = tab["n_pos"].to_numpy(float), tab["n_neg"].to_numpy(float)
+        for m, n in (("eer", np.minimum(n_pos, n_neg)), ("fpr", n_neg), ("fnr", n_pos)):
+            lo, hi = widen_to_binomial(tab[f"{m}_empirical"], tab[f"{m}_empirical_lo"], tab[f"{m}_empirical_hi"], n,
+                                       level)
+            tab[f"{m}_empirical_lo"], tab[f"{m}_empirical_hi"] = lo, hi
     if n_boot > 0 and check_fit:
         flags = {m: outside_interval(tab[m], tab[f"{m}_empirical_lo"], tab[f"{m}_empirical_hi"])
                  & np.isfinite(tab[f"{m}_empirical"].to_numpy(float))   # an undefined ratio (0/0) is not checked

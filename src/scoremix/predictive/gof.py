@@ -9,7 +9,9 @@ bootstrap (:mod:`scoremix.predictive.param_boot`) or the speaker re-weighting of
 :func:`model_eer_interval` (``model_eer(..., model_interval=)``).
 
 Disagreement rule.  A model value is flagged (``fit_ok = False``) exactly when it lies
-outside the empirical interval printed beside it (:func:`outside_interval`): the flag and the
+outside the empirical interval printed beside it (for rates — EER, FPR, FNR — the bootstrap
+interval widened to at least the Clopper–Pearson interval of the error count,
+:func:`widen_to_binomial`, so a cell with no errors is not "[0, 0]") (:func:`outside_interval`): the flag and the
 printed interval never disagree.  The interval is the speaker-cluster bootstrap interval of
 the empirical value at ``level`` (95 % by default), so a model that is right in every cell is
 flagged in about 5 % of the cells (measured on data simulated from fitted LA models in
@@ -35,7 +37,7 @@ from scipy.special import ndtri
 
 __all__ = ["ModelFitWarning", "empirical_eer_interval", "model_eer_interval", "order_preserving_finite", "flag_disagreement", "missing_terms",
            "subgroup_term_note", "warn_if_misfit", "cluster_codes_for", "outside_interval", "misfit_hint",
-           "score_shape_facts"]
+           "score_shape_facts", "binomial_floor", "widen_to_binomial"]
 
 
 class ModelFitWarning(UserWarning):
@@ -65,6 +67,35 @@ def order_preserving_finite(scores: Any) -> np.ndarray:
     s[np.isposinf(s)] = hi + 1.0
     s[np.isneginf(s)] = lo - 1.0
     return s
+
+
+def binomial_floor(value: Any, n: Any, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    r"""Clopper–Pearson interval of a rate ``value`` counted on ``n`` trials (``k = round(value·n)``
+    errors): :math:`[B^{-1}(lpha/2; k, n-k+1),\ B^{-1}(1-lpha/2; k+1, n-k)]`, 0 / 1 at
+    ``k = 0`` / ``k = n``.  Model tables print the empirical interval widened to at least this
+    (a speaker bootstrap of a cell with no or few errors collapses to ``[0, 0]``, which no
+    rate can be checked against; the exact binomial interval of the count is the least a
+    rate estimated from ``n`` trials is uncertain by)."""
+    from scipy.stats import beta
+
+    v = np.asarray(value, dtype=np.float64)
+    nn = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+    k = np.clip(np.round(v * nn), 0, nn)
+    a = (1.0 - level) / 2.0
+    with np.errstate(invalid="ignore"):
+        lo = np.where(k > 0, beta.ppf(a, np.maximum(k, 1e-12), nn - k + 1), 0.0)
+        hi = np.where(k < nn, beta.ppf(1 - a, k + 1, np.maximum(nn - k, 1e-12)), 1.0)
+    bad = ~np.isfinite(v)
+    return np.where(bad, np.nan, lo), np.where(bad, np.nan, hi)
+
+
+def widen_to_binomial(value: Any, lo: Any, hi: Any, n: Any, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """``[min(lo, CP_lo), max(hi, CP_hi)]`` (:func:`binomial_floor`); NaN ends stay NaN."""
+    blo, bhi = binomial_floor(value, n, level)
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    return (np.where(np.isfinite(lo) & np.isfinite(blo), np.minimum(lo, blo), lo),
+            np.where(np.isfinite(hi) & np.isfinite(bhi), np.maximum(hi, bhi), hi))
 
 
 def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: int = 200, level: float = 0.95,
@@ -121,8 +152,9 @@ def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: in
         elo, ehi = measure_intervals({"eer": e[None, :]}, {"eer": np.array([out["eer"]])}, np.array([C], float),
                                      level, ["eer"], "expanded")["eer"]
         lo, hi = float(elo[0]), float(ehi[0])
-    out["lo"], out["hi"] = lo, hi
     n_min = min(int(yy.sum()), int((~yy).sum()))
+    lo, hi = widen_to_binomial(out["eer"], lo, hi, n_min, level)
+    out["lo"], out["hi"] = float(lo), float(hi)
     ec = np.clip(e, 0.5 / n_min, 1 - 0.5 / n_min)
     out["se_logit"] = float(np.std(np.log(ec / (1 - ec)), ddof=1))
     return out
