@@ -92,6 +92,8 @@ def parametric_unavailable(fit: Any) -> str | None:
     """Why the parametric bootstrap cannot be run for ``fit`` (``None``: it can)."""
     if is_bayes_fit(fit):
         return "a posterior (bayes_lmer) fit has its credible interval instead"
+    if fit_transform(fit) is not None and not callable(getattr(fit, "refit_scores", None)):
+        return f"the transformation fit ({type(fit).__name__}) cannot be refitted to simulated scores (no refit_scores)"
     spec = getattr(fit, "spec", None)
     if spec is None or getattr(spec, "X", None) is None:
         return "the fit carries no model spec (X, Z, y) to simulate from and refit"
@@ -170,26 +172,18 @@ def simulate_scores(fit: Any, rng: np.random.Generator) -> np.ndarray:
 
 def _transform_refits(fit: Any, n_boot: int, seed: Any, progress: bool) -> Any:
     """Refits of a transformation fit to scores simulated from it (:func:`simulate_scores`):
-    the same formula, transform kind and strata, from scratch (no warm start)."""
+    ``fit.refit_scores`` (same formula, transform kind and strata, from scratch)."""
     import warnings as _w
 
     from tqdm.auto import tqdm
 
-    from scoremix.transform.fit import fit_transform as refit_transform
-
-    spec = fit.spec
-    kind = "monotone-by-class" if getattr(fit, "strata", None) is not None else "monotone"
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    resp = spec.response
     for _ in tqdm(range(n_boot), desc="parametric bootstrap (transformation refits)", disable=not progress,
                   leave=False):
         ys = simulate_scores(fit, rng)
-        data = spec.data.assign(**{resp: ys}) if resp in spec.data.columns else spec.data
-        sp = dataclasses.replace(spec, y=ys, data=data)
         with _w.catch_warnings():
             _w.simplefilter("ignore")
-            yield refit_transform(sp, transform=kind, control=dict(vcov=False, warn=False),
-                                  strata=getattr(fit, "strata", None))
+            yield fit.refit_scores(ys)
 
 
 def parametric_eer_replicates(fit: Any, masks: Sequence[np.ndarray], n_boot: int,

@@ -149,6 +149,20 @@ class TransformLmerResult(LmerResult):
         d = row_derivs((lo - m) / sd, (hi - m) / sd)
         return pd.Series(sd * (d.pa - d.pb), index=spec.data.index, name="residuals")
 
+    def refit_scores(self, y: Any) -> "TransformLmerResult":
+        """The same model (formula, transform kind, strata) refitted from scratch to new scores
+        ``y`` of the same rows (e.g. simulated from this fit for a parametric bootstrap), without
+        ``vcov`` and warnings."""
+        spec = self.require_spec("refit_scores")
+        y = np.asarray(y, dtype=np.float64)
+        if y.shape != (spec.n,):
+            raise TransformError(f"refit_scores needs one score per fitted row ({spec.n}), got {y.shape}")
+        resp = spec.response
+        data = spec.data.assign(**{resp: y}) if resp in spec.data.columns else spec.data
+        kind = "monotone-by-class" if self.strata is not None else "monotone"
+        return fit_transform(dataclasses.replace(spec, y=y, data=data), transform=kind,
+                             control=dict(vcov=False, warn=False), strata=self.strata)
+
     def refit(self, *args: Any, **kwargs: Any) -> "LmerResult":
         raise NotImplementedError("refit is not available for transformation models; call "
                                   "scoremix.lmer(..., transform='monotone') again")
