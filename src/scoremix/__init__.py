@@ -113,8 +113,15 @@ from scoremix.fairness import (
     with_bootstrap,
 )
 
+# --- s4trust-def: attainable-threshold definitions and goodness of fit (issue 19) ---
+from scoremix.metrics import finite_order
+from scoremix.predictive.attainable import THRESHOLDS, hull_eer
+from scoremix.predictive.gof import misfit_hint, outside_interval
+
 __all__ = [
     "__version__",
+    # s4trust-def
+    "finite_order", "THRESHOLDS", "hull_eer", "misfit_hint", "outside_interval",
     # trials
     "LabelError", "TrialTableError", "label_to_binary", "load_trials", "read_asvspoof_cm",
     "read_kaldi_trials",
