@@ -462,6 +462,7 @@ def model_eer(
         (tie cells as steps), the convention of :func:`scoremix.metrics.eer`
         (:mod:`scoremix.predictive.attainable`); ``"latent"``: the smooth crossing of the model's
         FNR and FPR over every latent threshold (what a detector with continuous scores would get).
+        A fit on Dask rows always gives the latent value (no rows reach the client).
     negative_by:
         a column (e.g. ``"attack"``): one EER per level of it, all positives of the cell against
         that level's negatives (the per-attack EER of anti-spoofing papers); the level becomes the
