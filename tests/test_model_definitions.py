@@ -312,3 +312,29 @@ def test_data_with_another_response_is_refused():
         sm.model_eer(fit, positive="bonafide", by="sex", data=other)
     ok = _quiet(sm.model_eer, fit, positive="bonafide", by="sex", data=d.sample(frac=1.0, random_state=2), n_boot=0)
     assert list(ok.index) == ["F", "M"]
+
+
+def test_refined_eer_is_exact_over_all_thresholds():
+    """The coarse-to-fine EER of one population equals the hull of the rates at every distinct
+    score (computed here in full), on a non-concave model ROC with many thresholds."""
+    from scoremix.predictive.attainable import _eer_rows, attainable_eer
+
+    rng = np.random.default_rng(9)
+    n = 9000
+    spk = rng.integers(0, 40, n)
+    lab = rng.random(n) < 0.4
+    mode = rng.random(n) < 0.5
+    z = np.where(lab, rng.normal(1.0, 1.0, n), np.where(mode, rng.normal(-1.5, 0.4, n), rng.normal(2.2, 0.4, n)))
+    d = pd.DataFrame(dict(score=z + rng.normal(0, 0.5, 40)[spk], label=np.where(lab, "t", "n"), speaker=spk,
+                          mode=np.where(mode | lab, "a", "b")))
+    fit = _quiet(sm.lmer, "score ~ label + mode + (1|speaker)", d, dispersion="~ label")
+    pred = predictive(fit, positive="t")
+    w = pred.counts()[None, :]
+    tau = np.unique(pred.score)
+    assert tau.size > 4096
+    pm, pf = score_rates(pred, w, tau)
+    full_e, full_t = _eer_rows(pm, pf, tau)
+    e, t = attainable_eer(pred, w)
+    assert e[0, 0] == pytest.approx(full_e[0, 0], abs=1e-14)
+    assert t[0, 0] == full_t[0, 0]
+    assert float(pred.eer()[0]) == pytest.approx(full_e[0, 0], abs=1e-14)

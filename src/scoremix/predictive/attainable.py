@@ -32,10 +32,13 @@ interpolates inside tie cells (a threshold no detector can set) and, on a non-co
 ROC, crosses the un-hulled curve; it is what a model "would" give if the detector's scores
 were continuous.
 
-Thresholds: the distinct scores of the trials evaluated (``Predictive.score``); when there
-are more than ``max_thresholds`` of them, every ``j``-th distinct score is kept (both ends
-always), which can only raise the EER and the minimum DCF, by at most the rate mass between
-two kept scores (documented in ``docs/predictive.md``).
+Thresholds: the distinct scores of the trials evaluated (``Predictive.score``).  The EER of
+one population is exact over all of them, found from a coarse subset refined only where a
+finer point could lie below the hull's supporting line (:func:`_refined_eer`).  Where many
+populations or draws are evaluated at once (SVEva tables, posterior draws, re-weighting
+replicates) and there are more than ``max_thresholds`` distinct scores, every ``j``-th is kept
+(both ends always), which can only raise the EER and the minimum DCF, by at most the rate mass
+between two kept scores (documented in ``docs/predictive.md``).
 """
 
 from __future__ import annotations
@@ -175,10 +178,86 @@ def attainable_eer(pred: Any, weights: np.ndarray, max_thresholds: int | None = 
                    ) -> tuple[np.ndarray, np.ndarray]:
     """``(P, D)`` ROCCH EER of the model ROC at the observed distinct scores (``scores``: those
     of the population's trials; default all of ``pred``'s) and the score threshold of the
-    nearer hull vertex (module docstring)."""
-    tau = attainable_scores(pred.score if scores is None else scores, max_thresholds)
+    nearer hull vertex (module docstring).
+
+    A single population and draw with many thresholds is solved exactly from a coarse subset
+    (:func:`_refined_eer`), without evaluating the rates at every threshold."""
+    W = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    single = W.shape[0] == 1 and pred.n_draws == 1
+    cap = max_thresholds if max_thresholds is not None else (2 ** 62 if single else None)
+    tau = attainable_scores(pred.score if scores is None else scores, cap)
+    if single and tau.size > 4 * _COARSE:
+        e, t = _refined_eer(pred, W, tau)
+        return np.array([[e]]), np.array([[t]])
     pm, pf = score_rates(pred, weights, tau)
     return _eer_rows(pm, pf, tau)
+
+
+#: size of the coarse threshold subset of :func:`_refined_eer`
+_COARSE = 1024
+
+
+def _refined_eer(pred: Any, W: np.ndarray, tau: np.ndarray) -> tuple[float, float]:
+    r"""Exact ROCCH EER over all thresholds ``tau`` from a coarse subset, refined where needed.
+
+    The ROCCH EER is :math:`e = \max_w \min_k [w P_{miss,k} + (1-w) P_{fa,k}]`.  On the coarse
+    subset the hull's crossing segment gives ``e`` and the supporting weight ``w``.  Between two
+    consecutive coarse thresholds :math:`t_j < t_{j+1}` every finer point has
+    :math:`P_{miss} \ge P_{miss}(t_j)` and :math:`P_{fa} \ge P_{fa}(t_{j+1})` (the rates are
+    monotone), so none can lie below the supporting line when
+    :math:`w P_{miss}(t_j) + (1-w) P_{fa}(t_{j+1}) \ge e`; those gaps are final.  The other gaps'
+    thresholds are added and the step repeated until every gap is final: the result is the EER
+    over all thresholds (adding points can only lower the hull, and no remaining point lies
+    below the final supporting line)."""
+    n = tau.size
+    have = np.zeros(n, bool)
+    have[np.unique(np.round(np.linspace(0, n - 1, _COARSE)).astype(np.int64))] = True
+    pm_all = np.full(n, np.nan)
+    pf_all = np.full(n, np.nan)
+    new = have.copy()
+    for _ in range(64):
+        idx = np.flatnonzero(new)
+        if idx.size:
+            pm, pf = score_rates(pred, W, tau[idx])
+            pm_all[idx], pf_all[idx] = pm[0, 0], pf[0, 0]
+        sel = np.flatnonzero(have)
+        e, k, _ = hull_eer(pf_all[sel], pm_all[sel])
+        if not np.isfinite(e):
+            return float("nan"), float("nan")
+        w = _support_weight(pf_all[sel], pm_all[sel], e)
+        # gap j between sel[j] and sel[j+1]: the lowest line value a finer point could reach
+        low = w * pm_all[sel[:-1]] + (1.0 - w) * pf_all[sel[1:]]
+        open_gaps = np.flatnonzero((low < e - 1e-15) & (np.diff(sel) > 1))
+        if open_gaps.size == 0:
+            thr = np.concatenate(([-np.inf], tau[sel], [np.inf]))
+            return float(e), float(thr[k + 1])
+        new = np.zeros(n, bool)
+        for j in open_gaps:
+            a, b = sel[j] + 1, sel[j + 1]
+            step = max(1, (b - a) // 32)          # subdivide large gaps, take small ones whole
+            new[a:b:step] = True
+        new &= ~have
+        have |= new
+    pm, pf = score_rates(pred, W, tau)             # pragma: no cover - safety net
+    e, k, _ = hull_eer(pf[0, 0], pm[0, 0])
+    return float(e), float(np.concatenate(([-np.inf], tau, [np.inf]))[k + 1])
+
+
+def _support_weight(pfa: np.ndarray, pmiss: np.ndarray, e: float) -> float:
+    """A weight ``w`` whose line ``w·Pmiss + (1-w)·Pfa = e`` supports the hull of the points
+    (accept-all and reject-all added) at its crossing with the diagonal: from the hull segment
+    that contains the crossing point ``(e, e)``."""
+    pf = np.concatenate(([1.0], pfa, [0.0]))[::-1]
+    pm = np.concatenate(([0.0], pmiss, [1.0]))[::-1]
+    h = _lower_hull(pf, pm)
+    x, y = pf[h], pm[h]
+    d = y - x
+    k = int(np.flatnonzero(d <= 0)[0])
+    k = max(k, 1)
+    dx, dy = x[k] - x[k - 1], y[k] - y[k - 1]
+    if dx - dy <= 0:
+        return 0.5
+    return float(np.clip(dx / (dx - dy), 0.0, 1.0))
 
 
 def W_row(weights: np.ndarray, g: int) -> np.ndarray:
