@@ -183,14 +183,26 @@ def attainable_eer(pred: Any, weights: np.ndarray, max_thresholds: int | None = 
     A single population and draw with many thresholds is solved exactly from a coarse subset
     (:func:`_refined_eer`), without evaluating the rates at every threshold."""
     W = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-    single = W.shape[0] == 1 and pred.n_draws == 1
+    single = W.shape[0] == 1
     cap = max_thresholds if max_thresholds is not None else (2 ** 62 if single else None)
     tau = attainable_scores(pred.score if scores is None else scores, cap)
-    if single and tau.size > 4 * _COARSE:
-        e, t = _refined_eer(pred, W, tau)
-        return np.array([[e]]), np.array([[t]])
+    if single and (tau.size > 4 * _COARSE or pred.n_draws > 1):
+        out = [_refined_eer(_DrawView(pred, d), W, tau) if tau.size > 4 * _COARSE else
+               tuple(a[0, 0] for a in _eer_rows(*score_rates(_DrawView(pred, d), W, tau), tau))
+               for d in range(pred.n_draws)]
+        return np.array([[e for e, _ in out]]), np.array([[t for _, t in out]])
     pm, pf = score_rates(pred, weights, tau)
     return _eer_rows(pm, pf, tau)
+
+
+class _DrawView:
+    """Draw ``d`` of a :class:`~scoremix.predictive.layer.Predictive` as a one-draw object with
+    what :func:`score_rates` reads (posterior fits: one draw at a time bounds memory)."""
+
+    def __init__(self, pred: Any, d: int) -> None:
+        self.mean, self.sd = pred.mean[d:d + 1], pred.sd[d:d + 1]
+        self.positive, self.stratum, self.axis, self.score = pred.positive, pred.stratum, pred.axis, pred.score
+        self.n_draws = 1
 
 
 #: size of the coarse threshold subset of :func:`_refined_eer`
