@@ -338,3 +338,28 @@ def test_refined_eer_is_exact_over_all_thresholds():
     assert e[0, 0] == pytest.approx(full_e[0, 0], abs=1e-14)
     assert t[0, 0] == full_t[0, 0]
     assert float(pred.eer()[0]) == pytest.approx(full_e[0, 0], abs=1e-14)
+
+
+def test_refined_sveva_measures_equal_the_full_evaluation():
+    """Point-fit SVEva measures (minimum DCF, τ*, EERs by refinement) equal the evaluation of the
+    rates at every distinct score (the matrix path, forced with a huge max_thresholds)."""
+    rng = np.random.default_rng(12)
+    n = 9000
+    spk = rng.integers(0, 40, n)
+    lab = rng.random(n) < 0.4
+    z = np.where(lab, rng.normal(1.2, 1.0, n), np.where(rng.random(n) < 0.5, rng.normal(-1.5, 0.4, n),
+                                                        rng.normal(2.0, 0.5, n)))
+    d = pd.DataFrame(dict(score=z + rng.normal(0, 0.4, 40)[spk], label=np.where(lab, "t", "n"), speaker=spk,
+                          g=np.where(spk % 2 == 0, "F", "M")))
+    fit = _quiet(sm.lmer, "score ~ label*g + (1|speaker)", d, dispersion="~ label")
+    pred = predictive(fit, d, positive="t")
+    g = (d["g"] == "M").to_numpy().astype(int)
+    W = pred.population_weights(np.arange(n), g, 2)
+    members = [np.arange(n), np.flatnonzero(g == 0), np.flatnonzero(g == 1)]
+    for pt in (0.05, 0.5):
+        fast = attainable_measures(pred, W, p_target=pt, members=members)
+        full = attainable_measures(pred, W, p_target=pt, members=members, max_thresholds=10 ** 9)
+        for k in ("all_min_dcf", "all_threshold", "all_eer", "min_dcf", "threshold_own", "eer", "fpr", "fnr",
+                  "ratio_overall", "fairness_index"):
+            np.testing.assert_allclose(np.asarray(fast[k], float), np.asarray(full[k], float), rtol=0,
+                                       atol=1e-13, err_msg=k)

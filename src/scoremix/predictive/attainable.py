@@ -32,9 +32,11 @@ interpolates inside tie cells (a threshold no detector can set) and, on a non-co
 ROC, crosses the un-hulled curve; it is what a model "would" give if the detector's scores
 were continuous.
 
-Thresholds: the distinct scores of the trials evaluated (``Predictive.score``).  The EER of
-one population is exact over all of them, found from a coarse subset refined only where a
-finer point could lie below the hull's supporting line (:func:`_refined_eer`).  Where many
+Thresholds: the distinct scores of the trials evaluated (``Predictive.score``).  The EER and
+the minimum DCF of one population (and every SVEva measure of a point fit) are exact over all
+of them, found from a coarse subset refined only where a finer point could lie below the hull's
+supporting line or below the current minimum cost (:func:`_refined_eer`,
+:func:`_refined_min_cost`).  Where many
 populations or draws are evaluated at once (SVEva tables, posterior draws, re-weighting
 replicates) and there are more than ``max_thresholds`` distinct scores, every ``j``-th is kept
 (both ends always), which can only raise the EER and the minimum DCF, by at most the rate mass
@@ -289,6 +291,90 @@ def _cost_weights(p_target: float, c_miss: float, c_fa: float, normalize: bool) 
     return a, b
 
 
+def _refined_min_cost(pred: Any, W: np.ndarray, tau: np.ndarray, a: float, b: float) -> tuple[float, float]:
+    r"""Exact :math:`\min_k [a P_{miss}(t_k) + b P_{fa}(t_k)]` over all thresholds ``tau`` and
+    reject-all (cost ``a``), for one population and draw, from a coarse subset: between coarse
+    thresholds :math:`t_j < t_{j+1}` no finer threshold can cost less than
+    :math:`a P_{miss}(t_j) + b P_{fa}(t_{j+1})`, so only gaps whose bound is below the current
+    minimum are refined.  Returns ``(min, argmin threshold)`` (``+inf``: reject all)."""
+    n = tau.size
+    have = np.zeros(n, bool)
+    have[np.unique(np.round(np.linspace(0, n - 1, min(n, _COARSE))).astype(np.int64))] = True
+    pm_all = np.full(n, np.nan)
+    pf_all = np.full(n, np.nan)
+    new = have.copy()
+    for _ in range(64):
+        idx = np.flatnonzero(new)
+        if idx.size:
+            pm, pf = score_rates(pred, W, tau[idx])
+            pm_all[idx], pf_all[idx] = pm[0, 0], pf[0, 0]
+        sel = np.flatnonzero(have)
+        cost = a * pm_all[sel] + b * pf_all[sel]
+        if not np.isfinite(cost).all():
+            return float("nan"), float("nan")
+        k = int(np.argmin(cost))
+        best, thr = (float(cost[k]), float(tau[sel[k]])) if cost[k] <= a else (a, np.inf)
+        low = a * pm_all[sel[:-1]] + b * pf_all[sel[1:]]
+        gaps = np.flatnonzero((low < best - 1e-15) & (np.diff(sel) > 1))
+        if gaps.size == 0:
+            return best, thr
+        new = np.zeros(n, bool)
+        for j in gaps:
+            lo_, hi_ = sel[j] + 1, sel[j + 1]
+            new[lo_:hi_:max(1, (hi_ - lo_) // 32)] = True
+        new &= ~have
+        have |= new
+    pm, pf = score_rates(pred, W, tau)             # pragma: no cover - safety net
+    c = np.append(a * pm[0, 0] + b * pf[0, 0], a)
+    k = int(np.argmin(c))
+    return float(c[k]), float(np.append(tau, np.inf)[k])
+
+
+def _exact_measures(pred: Any, weights: np.ndarray, a: float, b: float, members: list[np.ndarray] | None
+                    ) -> dict[str, np.ndarray]:
+    """:func:`attainable_measures` for a point fit, exact over every distinct score (each
+    population's minimum and EER by refinement; rates at τ* directly)."""
+    W = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    P = W.shape[0]
+    mins, taus, eer = np.full((P, 1), np.nan), np.full((P, 1), np.nan), np.full((P, 1), np.nan)
+    for g in range(P):
+        sc = pred.score if (members is None or g == 0) else pred.score[np.asarray(members[g], dtype=np.int64)]
+        sc = np.asarray(sc, dtype=np.float64)
+        if sc.size == 0 or np.isnan(sc).all() or not (W[g] > 0).any():
+            continue
+        tg = attainable_scores(sc, 2 ** 62)
+        Wg = W[g:g + 1]
+        has = [(Wg[0] > 0) & pred.positive, (Wg[0] > 0) & ~pred.positive]
+        if not (has[0].any() and has[1].any()):
+            continue
+        mins[g, 0], taus[g, 0] = _refined_min_cost(pred, Wg, tg, a, b)
+        e, _ = attainable_eer(pred, Wg, scores=sc)
+        eer[g, 0] = e[0, 0]
+    t0 = taus[0, 0]
+    if np.isposinf(t0):
+        # reject all (also the +inf scores): miss 1, false alarm 0 wherever the class is present
+        pm_at = np.where((W * pred.positive[None, :]).sum(axis=1) > 0, 1.0, np.nan)[:, None]
+        pf_at = np.where((W * ~pred.positive[None, :]).sum(axis=1) > 0, 0.0, np.nan)[:, None]
+    else:
+        pm, pf = score_rates(pred, W, np.array([t0]))
+        pm_at, pf_at = pm[:, :, 0], pf[:, :, 0]
+    return _assemble(mins, taus, eer, pm_at, pf_at, a, b)
+
+
+def _assemble(mins: np.ndarray, taus: np.ndarray, eer: np.ndarray, pm_at: np.ndarray, pf_at: np.ndarray,
+              a: float, b: float) -> dict[str, np.ndarray]:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dcf_at = a * pm_at + b * pf_at
+        out = {"all_min_dcf": mins[0], "all_threshold": taus[0], "all_fpr": pf_at[0], "all_fnr": pm_at[0],
+               "all_eer": eer[0], "dcf_at_overall": dcf_at[1:], "min_dcf": mins[1:], "threshold_own": taus[1:],
+               "ratio_overall": dcf_at[1:] / mins[0][None, :], "ratio_own": mins[1:] / dcf_at[1:],
+               "fpr": pf_at[1:], "fnr": pm_at[1:], "fpr_ratio": pf_at[1:] / pf_at[0][None, :],
+               "fnr_ratio": pm_at[1:] / pm_at[0][None, :], "eer": eer[1:]}
+    r = out["ratio_overall"]
+    out["fairness_index"] = np.where(r > 1, r, 0.0).sum(axis=0)
+    return out
+
+
 def attainable_measures(pred: Any, weights: np.ndarray, p_target: float = 0.05, c_miss: float = 1.0,
                         c_fa: float = 1.0, normalize: bool = False, max_thresholds: int | None = None,
                         members: list[np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -306,6 +392,8 @@ def attainable_measures(pred: Any, weights: np.ndarray, p_target: float = 0.05, 
     change at), τ* and the rates at τ* over everyone's.
     """
     a, b = _cost_weights(p_target, c_miss, c_fa, normalize)
+    if pred.n_draws == 1 and max_thresholds is None:
+        return _exact_measures(pred, weights, a, b, members)
     tau = attainable_scores(pred.score, max_thresholds)
     pm, pf = score_rates(pred, weights, tau)                # (P, D, T)
     P, D, _ = pm.shape
