@@ -177,7 +177,7 @@ def test_marginal_eer_is_closed_form_with_variance_components():
                   sigma_by=pd.Series({"bonafide": 0.8, "spoof": 1.3}), var_b=0.49, var_c=1.44)
     # negatives: N(-1, 1.3² + 0.49 + 1.44); positives: N(1.5, 0.8² + 0.49)
     expected = norm.cdf(-2.5 / (np.sqrt(1.69 + 0.49 + 1.44) + np.sqrt(0.64 + 0.49)))
-    assert model_eer(fit, conditional=False) == pytest.approx(expected, abs=1e-9)
+    assert model_eer(fit, conditional=False, thresholds="latent") == pytest.approx(expected, abs=1e-9)
     mom = trial_moments(fit, conditional=False)
     assert mom.loc[mom["y"] == 1, "sd"].iloc[0] == pytest.approx(np.sqrt(0.64 + 0.49))
 
@@ -207,12 +207,12 @@ def test_model_eer_by_subgroup_and_errors():
     fit = TrueFit(data, 0.0, 0.0, None, None, sigma=1.0)
     fit.predict = lambda nd=None, re_form=None: np.where(data["label"] == "bonafide",
                                                          np.where(data["g"] == "A", 2.0, 3.0), 0.0)
-    tab = model_eer(fit, by="g")
+    tab = model_eer(fit, by="g", thresholds="latent")
     assert tab.loc["A", "eer_model"] == pytest.approx(norm.cdf(-1.0), abs=1e-9)
     assert tab.loc["B", "eer_model"] == pytest.approx(norm.cdf(-1.5), abs=1e-9)
     assert tab.loc["A", "n_pos"] + tab.loc["A", "n_neg"] == int((g == "A").sum())
     assert tab.loc["A", "eer_empirical"] == pytest.approx(norm.cdf(-1.0), abs=0.015)
-    tab2 = model_eer(fit, by=pd.Series(g, name="grp"))
+    tab2 = model_eer(fit, by=pd.Series(g, name="grp"), thresholds="latent")
     assert tab2.index.name == "grp"
     np.testing.assert_allclose(tab2["eer_model"].to_numpy(), tab["eer_model"].to_numpy())
     with pytest.raises(ModelEERError, match="'nope'.*data="):
@@ -222,7 +222,7 @@ def test_model_eer_by_subgroup_and_errors():
     # columns outside the model frame come from data=, matched by index label
     fit.spec.data = data.drop(columns="g")
     extra = data.assign(g2=data["g"]).sample(frac=1.0, random_state=0)
-    tab3 = model_eer(fit, by="g2", data=extra)
+    tab3 = model_eer(fit, by="g2", data=extra, thresholds="latent")
     np.testing.assert_allclose(tab3["eer_model"].to_numpy(), tab["eer_model"].to_numpy())
     with pytest.raises(ModelEERError, match="neither"):
         model_eer(fit, by="g3", data=extra)
@@ -275,7 +275,7 @@ def test_marginal_model_eer_of_lmer_fit_is_closed_form_of_its_estimates():
     # one Gaussian per class: spoof var σ_spoof² + σ_b² + σ_c², bona fide σ_bonafide² + σ_b²
     hand = norm.cdf(-d / (np.sqrt(sd["spoof"] ** 2 + vc["speaker"] + vc["attack"])
                           + np.sqrt(sd["bonafide"] ** 2 + vc["speaker"])))
-    assert model_eer(fit, conditional=False) == pytest.approx(hand, abs=1e-9)
+    assert model_eer(fit, conditional=False, thresholds="latent") == pytest.approx(hand, abs=1e-9)
 
 
 # ---------------------------------------------------------------------------------------
@@ -350,9 +350,9 @@ def test_bayes_model_eer_is_per_draw_mixture_eer_of_known_draws():
     pytest.importorskip("arviz")
     pytest.importorskip("xarray")
     res, data, y, x, spk, att, p = _posterior_fixture()
-    pe = model_eer(res, progress=False)
-    marg = model_eer(res, conditional=False, progress=False)
-    grp = model_eer(res, by="g", data=data, progress=False)
+    pe = model_eer(res, progress=False, thresholds="latent")
+    marg = model_eer(res, conditional=False, progress=False, thresholds="latent")
+    grp = model_eer(res, by="g", data=data, progress=False, thresholds="latent")
     assert list(pe.draws["draw"]) == list(range(8))
     for d in range(8):
         fixed = p["(Intercept)"][d] + p["labelbonafide"][d] * y + p["x"][d] * x

@@ -165,10 +165,14 @@ def test_model_interval_named_errors_and_labels():
     rng = np.random.default_rng(1)
     d = df.assign(score=np.exp(df["score"] / 2) + 0.01 * rng.random(len(df)))
     tf = sm.lmer("score ~ label + (1|speaker)", d, transform="monotone", control=dict(vcov=False))
-    with pytest.raises(ModelIntervalError, match="transformation fit"):
-        model_eer(tf, by="half", data=d, n_boot=5, model_interval="parametric")
+    # a transformation fit: refit-based on request (each replicate a full fit), re-weighting by default
+    par = model_eer(tf, by="half", data=d, n_boot=4, model_interval="parametric", check_fit=False, progress=False)
+    assert (par["eer_model_interval"] == "parametric").all()
+    assert (par["eer_model_lo"] < par["eer_model_hi"]).all() and "eer_model_reweight_lo" not in par.columns
     auto = model_eer(tf, by="half", data=d, n_boot=20, check_fit=False)
     assert (auto["eer_model_interval"] == "speakers").all() and auto.attrs["model_interval"] == "speakers"
+    # the re-weighting (parameters fixed) sits in its own columns, never in eer_model_lo/_hi
+    assert "eer_model_lo" not in auto.columns and "eer_model_reweight_lo" in auto.columns
 
     # a posterior fit: its credible interval is the interval
     class Posterior:
@@ -238,7 +242,7 @@ def test_model_interval_of_a_stratified_transform_fit_uses_its_threshold_axis():
                           speaker=[f"s{i:02d}" for i in spk], half=np.where(spk < 15, "a", "b")))
     fit = sm.lmer("score ~ label + (1|speaker)", d, transform="monotone-by-class", control=dict(vcov=False))
     tab = model_eer(fit, by="half", label="label", data=d, n_boot=100, speaker="speaker", check_fit=False)
-    assert (tab["eer_model_lo"] < tab["eer_model"]).all() and (tab["eer_model"] < tab["eer_model_hi"]).all()
+    assert (tab["eer_model_reweight_lo"] < tab["eer_model"]).all() and (tab["eer_model"] < tab["eer_model_reweight_hi"]).all()
     pred = predictive(fit, data=d, label="label")
     mask = (d["half"] == "a").to_numpy()
     codes = pd.factorize(d["speaker"], sort=True)[0]

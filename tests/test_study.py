@@ -488,8 +488,19 @@ def test_model_eer_filters_evaluate_the_subset(tmp_path):
     for (by, cell), sel in [(("overall", "all"), rows), *((("sex", s), rows & (df["sex"] == s)) for s in ("f", "m"))]:
         m = mom[sel.to_numpy()]
         neg, pos = m[m["y"] == 0], m[m["y"] == 1]
-        want = mixture_eer(neg["mean"], neg["sd"], pos["mean"], pos["sd"])
-        assert got.loc[(by, cell), "eer_model"] == pytest.approx(want, rel=1e-6, abs=1e-9)
+        # the model EER at the kept rows' observed scores (attainable definition): rates of the
+        # hand-restricted mixtures at every distinct kept score, then the ROCCH EER
+        from scipy.special import ndtr
+
+        from scoremix.predictive.attainable import hull_eer
+        v = np.unique(df.loc[sel, "score"].to_numpy(float))
+        fnr = ndtr((v[None, :] - pos["mean"].to_numpy()[:, None]) / pos["sd"].to_numpy()[:, None]).mean(axis=0)
+        fpr = ndtr((neg["mean"].to_numpy()[:, None] - v[None, :]) / neg["sd"].to_numpy()[:, None]).mean(axis=0)
+        want = hull_eer(fpr, fnr)[0]
+        assert got.loc[(by, cell), "eer_model"] == pytest.approx(want, rel=1e-9, abs=1e-12)
+        # close to the smooth (latent) crossing of the same mixtures
+        assert got.loc[(by, cell), "eer_model"] == pytest.approx(
+            mixture_eer(neg["mean"], neg["sd"], pos["mean"], pos["sd"]), abs=2e-3)
         assert got.loc[(by, cell), "n_neg"] == len(neg) and got.loc[(by, cell), "n_pos"] == len(pos)
         assert got.loc[(by, cell), "eer_empirical"] == pytest.approx(
             eer(df.loc[sel, "score"].to_numpy(float), df.loc[sel, "y"].to_numpy()), abs=1e-12)

@@ -132,7 +132,7 @@ def test_model_eer_against_truth_and_formula(sim_fit):
     # hand formula: FNR(τ) = mean_pos Φ((h_1(τ) − m)/s), FPR(τ) = mean_neg [1 − Φ((h_0(τ) − m)/s)]
     from scoremix.model_eer import trial_moments
     mom = trial_moments(fit, label="label", positive="bonafide")
-    e = stratified_model_eer(fit, positive="bonafide")
+    e = stratified_model_eer(fit, positive="bonafide", thresholds="latent")
     taus = np.sort(d["score"].to_numpy())
     pos, neg = mom.y.to_numpy() == 1, mom.y.to_numpy() == 0
     fnr = np.array([ndtr((fit.transform.latent_threshold(t, "bonafide") - mom["mean"][pos])
@@ -143,9 +143,10 @@ def test_model_eer_against_truth_and_formula(sim_fit):
     assert k > 0
     assert fnr[k - 1] - 1e-12 <= e <= fnr[k] + 1e-12      # the crossing lies between
     assert fpr[k] - 1e-12 <= e <= fpr[k - 1] + 1e-12
-    assert sm.model_eer(fit, positive="bonafide") == e     # one path: the predictive layer
+    assert sm.model_eer(fit, positive="bonafide", thresholds="latent") == e     # one path: the predictive layer
+    assert sm.model_eer(fit, positive="bonafide") == stratified_model_eer(fit, positive="bonafide")
     # by= (one speaker's trials): the crossing of that speaker's hand-computed rates
-    tab = sm.model_eer(fit, positive="bonafide", by="speaker", data=d, n_boot=0)
+    tab = sm.model_eer(fit, positive="bonafide", by="speaker", data=d, n_boot=0, thresholds="latent")
     spk = d.loc[mom.index, "speaker"].to_numpy()
     sp = tab.index[0]
     m = spk == sp
@@ -156,7 +157,7 @@ def test_model_eer_against_truth_and_formula(sim_fit):
     k = np.argmax(fnr >= fpr)
     es = tab.loc[sp, "eer_model"]
     assert fnr[k - 1] - 1e-12 <= es <= fnr[k] + 1e-12 and fpr[k] - 1e-12 <= es <= fpr[k - 1] + 1e-12
-    assert es == stratified_model_eer(fit, positive="bonafide", pos_mask=m, neg_mask=m)
+    assert es == stratified_model_eer(fit, positive="bonafide", pos_mask=m, neg_mask=m, thresholds="latent")
     # the empirical EER of the data the model was fitted on
     emp = sm.eer(d["score"].to_numpy(), (d.label == "bonafide").astype(int).to_numpy())
     assert abs(e - emp) < 0.02
@@ -202,8 +203,12 @@ def test_named_errors():
     d2 = d.copy()
     d2.loc[d2.label == "bonafide", "score"] = np.where(
         np.arange((d2.label == "bonafide").sum()) % 2 == 0, 1.0, 2.0)
-    with pytest.raises(TooFewDistinctScoresError, match="stratum label == 'bonafide'"):
-        sm.lmer("score ~ label", d2, transform="monotone-by-class")
+    # a stratum with two distinct scores (or one: a point mass) is fitted, not refused: its
+    # transform is the stratum's empirical CDF on the probit scale (closed form, no random effects)
+    f2 = sm.lmer("score ~ label", d2, transform="monotone-by-class", control=dict(vcov=False))
+    hb = f2.transform.stratum("bonafide")
+    share = float((d2.loc[d2.label == "bonafide", "score"] == 1.0).mean())
+    assert hb.alpha == pytest.approx([ndtri(share)], abs=1e-12)
     with pytest.raises(SingleClassError, match="single level"):
         sm.lmer("score ~ 1", d.assign(label="spoof"), transform="monotone-by-class")
     fg = sm.lmer("score ~ label", d, transform="monotone", control=dict(vcov=False))

@@ -120,9 +120,15 @@ from scoremix.metrics import BootstrapSizeError, min_boot
 from scoremix.trials import DuplicateColumnError, MalformedLineError
 from scoremix.atomic import write_table
 from scoremix.bayes.api import IncompleteSamplingError
+# --- s4trust-def: attainable-threshold definitions and goodness of fit (issue 19) ---
+from scoremix.metrics import finite_order
+from scoremix.predictive.attainable import THRESHOLDS, hull_eer
+from scoremix.predictive.gof import misfit_hint, outside_interval
 
 __all__ = [
     "__version__",
+    # s4trust-def
+    "finite_order", "THRESHOLDS", "hull_eer", "misfit_hint", "outside_interval",
     # trials
     "LabelError", "TrialTableError", "label_to_binary", "load_trials", "read_asvspoof_cm",
     "read_kaldi_trials",

@@ -16,6 +16,7 @@ in [0, 1].
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -174,6 +175,37 @@ def _as_scores(scores: Any) -> np.ndarray:
         raise MetricInputError(f"scores must be one-dimensional (one score per trial), got an array of "
                                f"shape {s.shape}{hint}")
     return s
+
+
+def finite_order(scores: Any) -> tuple[Any, Any]:
+    """Scores with ``±inf`` replaced by finite values just beyond every finite score (``+inf`` →
+    the next float above the largest finite score, ``-inf`` → the next float below the smallest;
+    ties stay ties), and the map of thresholds back (those two values → ``±inf``).
+
+    Error rates at thresholds depend on the scores only through their order, so every rate,
+    EER and DCF is unchanged; this lets the metrics accept saturated scores (logits of
+    probabilities 0 and 1).  Dask input and scores without ``±inf`` are returned as given."""
+    if _is_dask(scores):
+        return scores, (lambda t: t)
+    try:
+        s = np.asarray(scores, dtype=np.float64)
+    except (ValueError, TypeError):
+        return scores, (lambda t: t)
+    if s.ndim != 1 or not np.isinf(s).any():
+        return scores, (lambda t: t)
+    fin = np.isfinite(s)
+    lo, hi = (float(s[fin].min()), float(s[fin].max())) if fin.any() else (0.0, 0.0)
+    up, down = float(np.nextafter(hi, np.inf)), float(np.nextafter(lo, -np.inf))
+    out = s.copy()
+    out[np.isposinf(s)] = up
+    out[np.isneginf(s)] = down
+
+    def back(t: Any) -> Any:
+        a = np.asarray(t, dtype=np.float64)
+        r = np.where(a == up, np.inf, np.where(a == down, -np.inf, a))
+        return float(r) if r.ndim == 0 else r
+
+    return out, back
 
 
 def _prepare(scores: Any, labels: Any, allow_posinf: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -769,7 +801,8 @@ def eer_threshold(scores: Any, labels: Any, method: EerMethod = "rocch", higher_
     added start point). With ``higher_is_positive=False`` the threshold is on the original
     scores with accept :math:`s \le \tau`.
     """
-    return _eer_point(scores, labels, method, higher_is_positive)[1]
+    scores, back = finite_order(scores)
+    return back(_eer_point(scores, labels, method, higher_is_positive)[1])
 
 
 # ----------------------------------------------------------------------------- DCF
@@ -936,6 +969,7 @@ def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1,
     """
     ci = level  # the body's name for level= (renamed API argument)
     _check_costs(p_target, c_miss, c_fa)
+    scores, back = finite_order(scores)       # ±inf: order is all a DCF needs
     if n_boot:
         point = min_dcf(scores, labels, p_target, c_miss, c_fa, normalize, higher_is_positive)
         sign = 1.0 if higher_is_positive else -1.0
@@ -956,7 +990,8 @@ def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1,
                         allow_posinf=False)
         _warn_if_reversed(s, y, stacklevel=2)
         p = _points(s, y)
-    return _min_dcf_of(p, p_target, c_miss, c_fa, normalize, higher_is_positive)
+    res = _min_dcf_of(p, p_target, c_miss, c_fa, normalize, higher_is_positive)
+    return dataclasses.replace(res, threshold=back(res.threshold))
 
 
 def min_dcf_from_counts(scores: Any, n_pos: Any, n_neg: Any, p_target: float = 0.05,

@@ -47,8 +47,10 @@ import numpy as np
 import pandas as pd
 
 from scoremix._deprecate import renamed_kwargs
-from scoremix.predictive.gof import (cluster_codes_for, empirical_eer_interval, model_eer_interval, subgroup_term_note,
-                                     warn_if_misfit)
+from scoremix.predictive.attainable import check_thresholds
+from scoremix.predictive.gof import (ModelFitWarning, cluster_codes_for, empirical_eer_interval, misfit_hint,
+                                     model_eer_interval, score_shape_facts, subgroup_term_note, warn_if_misfit)
+from scoremix.resampling import Estimate
 from scoremix.predictive.layer import is_bayes_fit, model_frame_with, predictive
 from scoremix.predictive.mixture import ModelEERError, gaussian_eer, mixture_eer
 from scoremix.predictive.param_boot import (MODEL_INTERVALS, ModelIntervalError, parametric_eer_replicates,
@@ -270,6 +272,7 @@ def _bayes_model_eer(
     level: float = 0.95,
     seed: int = 0,
     check_fit: bool = True,
+    thresholds: str = "attainable",
 ) -> PosteriorEER:
     if method not in ("mixture", "moments"):
         raise ModelEERError(f"method must be 'mixture' or 'moments', got {method!r}")
@@ -320,7 +323,7 @@ def _bayes_model_eer(
             if progress else None
         parts = []
         for gi, key in enumerate(levels):
-            e = pred.eer(codes == gi)
+            e = pred.eer(codes == gi, thresholds=thresholds)
             parts.append(pd.DataFrame({**{n: [k] * pred.n_draws for n, k in zip(names, key)},
                                        "draw": pred.draws, "eer": e}))
             if bar is not None:
@@ -386,7 +389,9 @@ def model_eer(
     check_fit: bool = True,
     model_interval: str = "auto",
     n_refits: int | None = None,
-) -> float | pd.DataFrame | PosteriorEER:
+    thresholds: str = "attainable",
+    negative_by: str | None = None,
+) -> Estimate | pd.DataFrame | PosteriorEER:
     """EER implied by a fitted linear mixed model, overall or per subgroup.
 
     Each class's (latent) score distribution is the equal-weight mixture over that class's
@@ -453,6 +458,16 @@ def model_eer(
         refits of the parametric model interval (default ``n_boot``): each costs about one fit,
         while an empirical replicate costs microseconds, so large tables may want fewer refits
         than empirical replicates.
+    thresholds:
+        ``"attainable"`` (default): the ROCCH EER of the model ROC at the observed distinct scores
+        (tie cells as steps), the convention of :func:`scoremix.metrics.eer`
+        (:mod:`scoremix.predictive.attainable`); ``"latent"``: the smooth crossing of the model's
+        FNR and FPR over every latent threshold (what a detector with continuous scores would get).
+        A fit on Dask rows always gives the latent value (no rows reach the client).
+    negative_by:
+        a column (e.g. ``"attack"``): one EER per level of it, all positives of the cell against
+        that level's negatives (the per-attack EER of anti-spoofing papers); the level becomes the
+        last index level of the table (alone when ``by`` is None).
     model_interval:
         ``LmerResult`` tables: the method of ``eer_model_lo/_hi``.  ``"parametric"``: parametric
         bootstrap (simulate from the fit with new random effects, refit, recompute the model
@@ -470,8 +485,14 @@ def model_eer(
 
     Returns
     -------
-    float, pandas.DataFrame or PosteriorEER
-        ``LmerResult`` without ``by``: the EER.  With ``by``: index = subgroup, columns
+    Estimate, pandas.DataFrame or PosteriorEER
+        ``LmerResult`` without ``by``: an :class:`~scoremix.resampling.Estimate` (a float: the model
+        EER) with ``empirical``, ``empirical_lo/_hi`` (speaker-bootstrap interval with
+        ``n_boot > 0``), ``fit_ok`` (False exactly when the model value lies outside that
+        interval, or when a class is a point mass the model cannot represent; None without
+        ``n_boot``), ``hint`` and, when ``model_interval`` is given explicitly, ``lo/hi`` (the
+        model interval, method in ``interval``); a :class:`ModelFitWarning` when not ``fit_ok``.
+        With ``by``: index = subgroup, columns
         ``n_neg``, ``n_pos``, ``eer_model``, ``eer_model_lo``, ``eer_model_hi`` (interval of the
         model value, method in ``eer_model_interval``: see ``model_interval``),
         ``eer_empirical`` (:func:`scoremix.metrics.eer` of the observed scores),
@@ -490,21 +511,69 @@ def model_eer(
                                                           and all(isinstance(b, str) for b in by))):
             raise ModelEERError("for a Dask fit, by must name column(s) of the data")
         return dask_eer(by=by, conditional=conditional, label=label, positive=positive)
+    check_thresholds(thresholds)
     if is_bayes_fit(fit):
+        if negative_by is not None:
+            raise ModelEERError("negative_by is for point fits (LmerResult); for a posterior fit subset the "
+                                "trials per negative level")
         if model_interval != "auto":
             raise ModelIntervalError(f"model_interval={model_interval!r} is for point fits: a posterior fit's "
                                      "model interval is its credible interval (hdi_prob); use 'auto'")
         return _bayes_model_eer(fit, by, conditional, label, positive, data, method, hdi_prob,
                                 max_draws, progress, n_boot=n_boot, speaker=speaker, level=level, seed=seed,
-                                check_fit=check_fit)
-    if by is None:
-        pred = predictive(fit, data=data, label=label, positive=positive, conditional=conditional,
-                          marginal_over=marginal_over)
-        return float(pred.eer()[0])
+                                check_fit=check_fit, thresholds=thresholds)
+    if by is None and negative_by is None:
+        return _overall_estimate(fit, conditional=conditional, label=label, positive=positive, data=data,
+                                 marginal_over=marginal_over, n_boot=n_boot, speaker=speaker, level=level, seed=seed,
+                                 check_fit=check_fit, model_interval=model_interval, n_refits=n_refits,
+                                 progress=progress, thresholds=thresholds)
     return model_eer_tables(fit, [by], conditional=conditional, label=label, positive=positive, data=data,
                             marginal_over=marginal_over, n_boot=n_boot, speaker=speaker, level=level, seed=seed,
                             check_fit=check_fit, model_interval=model_interval, n_refits=n_refits, progress=progress,
-                            stacklevel=5)[0]
+                            stacklevel=5, thresholds=thresholds, negative_by=negative_by)[0]
+
+
+def _overall_estimate(fit: Any, *, conditional: bool, label: str, positive: Any, data: pd.DataFrame | None,
+                      marginal_over: Sequence[str] | None, n_boot: int, speaker: str | None, level: float,
+                      seed: int, check_fit: bool, model_interval: str, n_refits: int | None, progress: bool,
+                      thresholds: str) -> Estimate:
+    """``model_eer(fit)`` of a point fit: the model EER as an :class:`Estimate` with its goodness
+    of fit (the one-row table of a constant breakdown; the model interval only when
+    ``model_interval`` is given explicitly, as it costs refits)."""
+    import warnings
+
+    if model_interval not in MODEL_INTERVALS:
+        raise ModelIntervalError(f"model_interval must be one of {MODEL_INTERVALS}, got {model_interval!r}")
+    with_model_iv = model_interval != "auto" and n_boot > 0
+    const = np.zeros(len(fit.spec.data), dtype=np.int64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ModelFitWarning)
+        tab = model_eer_tables(fit, [pd.Series(const, name="all")], conditional=conditional, label=label,
+                               positive=positive, data=data, marginal_over=marginal_over, n_boot=n_boot,
+                               speaker=speaker, level=level, seed=seed, check_fit=check_fit,
+                               model_interval=model_interval if with_model_iv else "auto", n_refits=n_refits,
+                               progress=progress, thresholds=thresholds, _model_iv=with_model_iv)[0]
+    for w in caught:
+        if not issubclass(w.category, ModelFitWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    row = tab.iloc[0]
+    fit_ok = bool(row["fit_ok"]) if "fit_ok" in tab.columns and check_fit else None
+    hint = str(row.get("fit_hint", "")) if fit_ok is False else ""
+    lo = row.get("eer_model_lo", np.nan) if with_model_iv else np.nan
+    hi = row.get("eer_model_hi", np.nan) if with_model_iv else np.nan
+    how = str(tab.attrs.get("model_interval", "none")) if with_model_iv else "none"
+    if with_model_iv and how == "speakers":
+        lo, hi = row.get("eer_model_reweight_lo", np.nan), row.get("eer_model_reweight_hi", np.nan)
+    n_cl = int(tab.attrs.get("n_clusters", 0))
+    est = Estimate(float(row["eer_model"]), lo, hi, level, n_boot if with_model_iv else 0, n_cl, how,
+                   empirical=float(row["eer_empirical"]), empirical_lo=float(row.get("eer_empirical_lo", np.nan)),
+                   empirical_hi=float(row.get("eer_empirical_hi", np.nan)), fit_ok=fit_ok, hint=hint)
+    if fit_ok is False:
+        iv = (f" [{100 * est.empirical_lo:.3g}, {100 * est.empirical_hi:.3g}]"
+              if np.isfinite(est.empirical_lo) else "")
+        warnings.warn(f"model EER {100 * float(est):.3g} % disagrees with the empirical EER "
+                      f"{100 * est.empirical:.3g} %{iv}; likely cause: {hint}", ModelFitWarning, stacklevel=3)
+    return est
 
 
 def _is_names(by: Any) -> bool:
@@ -530,38 +599,58 @@ def model_eer_tables(
     n_refits: int | None = None,
     progress: bool = True,
     stacklevel: int = 4,
+    thresholds: str = "attainable",
+    negative_by: str | None = None,
+    _model_iv: bool = True,
 ) -> list[pd.DataFrame]:
     """``[model_eer(fit, by=b, ...) for b in bys]`` for a point fit (``LmerResult``), with one
     parametric-bootstrap refit per replicate shared by every table (the refits are the costly
     part; a study's overall and per-column tables then cost one set of ``n_boot`` refits).
     Arguments as :func:`model_eer` (``stacklevel``: of the
     :class:`~scoremix.predictive.gof.ModelFitWarning`, 4 = the caller of this function); every
-    ``b`` must be a breakdown (not ``None``)."""
+    ``b`` must be a breakdown (not ``None``) unless ``negative_by`` is given."""
     bys = by  # the body's name for by= (renamed API argument)
     if is_bayes_fit(fit) or not hasattr(fit, "spec") or callable(getattr(fit, "dask_model_eer", None)):
         raise ModelEERError("model_eer_tables needs a point fit (an LmerResult on in-memory data); call "
                             "model_eer per breakdown for posterior or Dask fits")
     if model_interval not in MODEL_INTERVALS:
         raise ModelIntervalError(f"model_interval must be one of {MODEL_INTERVALS}, got {model_interval!r}")
-    if any(b is None for b in bys):
+    check_thresholds(thresholds)
+    if any(b is None for b in bys) and negative_by is None:
         raise ModelEERError("model_eer_tables: every breakdown must name column(s) or be an array (got None); "
                             "the overall value is model_eer(fit) or a breakdown by a constant")
     pred = predictive(fit, data=data, label=label, positive=positive, conditional=conditional,
                       marginal_over=marginal_over)
+    neg_levels, neg_col = None, None
+    if negative_by is not None:
+        if not isinstance(negative_by, str):
+            raise ModelEERError(f"negative_by must name one column, got {negative_by!r}")
+        neg_col = model_frame_with(fit, data, [negative_by])[negative_by].to_numpy()
+        neg_levels = sorted(pd.unique(neg_col[pred.y == 0]), key=str)
     plans = []
     for by in bys:
-        frame = model_frame_with(fit, data, [by] if isinstance(by, str) else list(by)) if _is_names(by) \
-            else fit.spec.data
-        keys, names = _by_keys(frame, by, len(pred.y))
+        if by is None:
+            frame = model_frame_with(fit, data, [negative_by])
+            keys, names = [np.zeros(len(pred.y), np.int64)], []
+        else:
+            frame = model_frame_with(fit, data, [by] if isinstance(by, str) else list(by)) if _is_names(by) \
+                else fit.spec.data
+            keys, names = _by_keys(frame, by, len(pred.y))
         frame, spk = _speaker_column(fit, frame, data, speaker)
         clusters = cluster_codes_for(frame, spk)
         key_frame = pd.DataFrame({f"k{j}": k for j, k in enumerate(keys)})
         cells = []
         for key, idx in key_frame.groupby(list(key_frame.columns), sort=True, dropna=False).indices.items():
-            mask = np.zeros(len(pred.y), bool)
-            mask[idx] = True
-            cells.append((key, mask, bool(pred.y[mask].any() and not pred.y[mask].all())))
-        how = _model_interval_method(fit, model_interval, by, pred) if n_boot > 0 else None
+            base = np.zeros(len(pred.y), bool)
+            base[idx] = True
+            key = key if isinstance(key, tuple) else (key,)
+            key = key if names else ()
+            for lv in ([None] if neg_levels is None else neg_levels):
+                mask = base if lv is None else base & ((pred.y == 1) | (neg_col == lv))
+                k2 = key if lv is None else (*key, lv)
+                cells.append((k2, mask, bool(pred.y[mask].any() and not pred.y[mask].all())))
+        names = names + ([negative_by] if negative_by is not None else [])
+        how = (_model_interval_method(fit, model_interval, by, pred) if n_boot > 0 and _model_iv else None)
         plans.append((by, names, clusters, cells, how))
     masks = [m for *_, cells, how in plans if how == "parametric" for _, m, ok in cells if ok]
     if masks:
@@ -569,20 +658,29 @@ def model_eer_tables(
         if refits < 2:
             raise ModelIntervalError(f"n_refits must be >= 2 for a parametric model interval, got {n_refits!r}")
         reps = parametric_eer_replicates(fit, masks, refits, seed, label=label, positive=positive, data=data,
-                                         conditional=conditional, marginal_over=marginal_over, progress=progress)
-        truth = population_eer(fit, masks, label=label, positive=positive, data=data)
+                                         conditional=conditional, marginal_over=marginal_over, progress=progress,
+                                         thresholds=thresholds)
+        truth = population_eer(fit, masks, label=label, positive=positive, data=data, thresholds=thresholds)
     it = iter(range(len(masks)))
     return [_point_table(fit, pred, by, names, clusters, cells, how, reps if masks else None,
-                         truth if masks else None, it, n_boot, level, seed, check_fit, stacklevel)
+                         truth if masks else None, it, n_boot, level, seed, check_fit, stacklevel, thresholds,
+                         negative_by)
             for by, names, clusters, cells, how in plans]
 
 
 def _point_table(fit: Any, pred: Any, by: Any, names: list[str], clusters: np.ndarray | None, cells: list,
                  how: str | None, reps: np.ndarray | None, truth: np.ndarray | None, it: Any, n_boot: int,
-                 level: float, seed: int, check_fit: bool, stacklevel: int) -> pd.DataFrame:
+                 level: float, seed: int, check_fit: bool, stacklevel: int, thresholds: str = "attainable",
+                 negative_by: str | None = None) -> pd.DataFrame:
     """One ``model_eer`` table of a point fit from its cells; ``it`` yields the rows of
-    ``reps``/``truth`` of the parametric cells in order."""
+    ``reps``/``truth`` of the parametric cells in order.
+
+    Columns: ``eer_model_lo/_hi`` hold refit-based (parametric) intervals only; the speaker
+    re-weighting of the fitted Gaussians (parameters fixed: much narrower than the estimation
+    error) goes to its own ``eer_model_reweight_lo/_hi``."""
     rows = []
+    stratified = getattr(getattr(fit, "transform", None), "levels", None) is not None
+    by_cols = [c for c in names if c != negative_by] if (isinstance(by, str) or isinstance(by, (list, tuple))) else []
     for key, mask, ok in cells:
         yy = pred.y[mask]
         n_pos = int(yy.sum())
@@ -590,31 +688,53 @@ def _point_table(fit: Any, pred: Any, by: Any, names: list[str], clusters: np.nd
         emp = (empirical_columns(pred.score[mask], yy, None if clusters is None else clusters[mask], n_boot,
                                  level, seed) if ok else
                dict.fromkeys(("eer_empirical", "eer_empirical_lo", "eer_empirical_hi", "se_logit"), float("nan")))
-        model = float(pred.eer(mask)[0]) if ok else float("nan")
-        if not ok or how is None:
-            m_iv = (float("nan"), float("nan"))
-        elif how == "parametric":
+        model = float(pred.eer(mask, thresholds=thresholds)[0]) if ok else float("nan")
+        m_iv = (float("nan"), float("nan"))
+        rw_iv = (float("nan"), float("nan"))
+        if ok and how == "parametric":
             j = next(it)
             n_cl = len(np.unique(clusters[mask])) if clusters is not None else int(mask.sum())
             m_iv = parametric_interval(model, reps[j], float(truth[j]), n_cl, level)
-        else:
-            m_iv = model_eer_interval(pred, mask, clusters, n_boot, level, seed)
-        rows.append((*(key if isinstance(key, tuple) else (key,)), n_neg, n_pos, model, *m_iv, *emp.values()))
-    out = pd.DataFrame(rows, columns=[*names, "n_neg", "n_pos", "eer_model", "eer_model_lo", "eer_model_hi",
-                                      "eer_empirical", "eer_empirical_lo", "eer_empirical_hi", "se_logit"]
-                       ).set_index(names).sort_index()
-    if how is not None:
-        out.insert(out.columns.get_loc("eer_model_hi") + 1, "eer_model_interval", how)
-        out.attrs["model_interval"] = how
-    if n_boot > 0:
-        cols = names if (isinstance(by, str) or isinstance(by, (list, tuple))) else []
-        out["fit_ok"] = ~(warn_if_misfit(fit, out, by=cols, stacklevel=stacklevel) if check_fit
-                          else np.zeros(len(out), bool))
+        elif ok and how is not None:
+            rw_iv = model_eer_interval(pred, mask, clusters, n_boot, level, seed, thresholds=thresholds)
+        f = score_shape_facts(pred.score[mask], yy) if ok else {}
+        hint = misfit_hint(fit, by_cols, ["eer"], facts=f, thresholds=thresholds, negative_by=negative_by)
+        rows.append((*key, n_neg, n_pos, model, *m_iv, *rw_iv, *emp.values(), hint,
+                     bool(f.get("point_mass")) and not stratified))
+    cols = [*names, "n_neg", "n_pos", "eer_model", "eer_model_lo", "eer_model_hi", "eer_model_reweight_lo",
+            "eer_model_reweight_hi", "eer_empirical", "eer_empirical_lo", "eer_empirical_hi", "se_logit",
+            "_hint", "_point_mass"]
+    out = pd.DataFrame(rows, columns=cols).set_index(names).sort_index()
+    hints = out.pop("_hint").tolist()
+    point_mass = out.pop("_point_mass").to_numpy(bool)
+    if how is None:
+        out = out.drop(columns=["eer_model_lo", "eer_model_hi", "eer_model_reweight_lo", "eer_model_reweight_hi"])
     else:
-        out = out.drop(columns=["eer_model_lo", "eer_model_hi", "eer_empirical_lo", "eer_empirical_hi"])
+        if how != "parametric":
+            out = out.drop(columns=["eer_model_lo", "eer_model_hi"])
+        else:
+            out = out.drop(columns=["eer_model_reweight_lo", "eer_model_reweight_hi"])
+        last = "eer_model_hi" if how == "parametric" else "eer_model_reweight_hi"
+        out.insert(out.columns.get_loc(last) + 1, "eer_model_interval", how)
+        out.attrs["model_interval"] = how
+    out.attrs["n_clusters"] = int(len(np.unique(clusters))) if clusters is not None else int(len(pred.y))
+    if n_boot > 0:
+        flags = (warn_if_misfit(fit, out, by=by_cols, stacklevel=stacklevel, hints=hints) if check_fit
+                 else np.zeros(len(out), bool))
+        if check_fit:
+            flags = flags | point_mass
+        out["fit_ok"] = ~flags
+        out["fit_hint"] = np.where(flags, np.asarray(hints, dtype=object), "")
+    else:
+        out = out.drop(columns=["eer_empirical_lo", "eer_empirical_hi"])
+        if check_fit and point_mass.any():
+            import warnings
+            i = int(np.flatnonzero(point_mass)[0])
+            warnings.warn(f"model-based EER of row {out.index[i]!r}: {hints[i]}", ModelFitWarning,
+                          stacklevel=stacklevel)
     out = out.drop(columns="se_logit")
     if isinstance(by, str) or isinstance(by, (list, tuple)):  # column names (not an array of codes)
-        note = subgroup_term_note(fit, names)
+        note = subgroup_term_note(fit, by_cols)
         if note:
             out.attrs["note"] = note
     return out

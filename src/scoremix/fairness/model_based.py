@@ -39,6 +39,7 @@ from scoremix.fairness.model_measures import (PosteriorFairness, gaussian_mixtur
                                               posterior_subgroup_measures, summarise_draws)
 from scoremix.fairness.posterior import posterior_subgroup_dcf
 from scoremix.fairness.subgroups import SubgroupError, define_subgroups
+from scoremix.predictive.attainable import attainable_measures, check_thresholds
 from scoremix.predictive.gof import subgroup_term_note
 from scoremix.predictive.layer import is_bayes_fit, predictive
 
@@ -68,6 +69,8 @@ class ModelSubgroupDCFResult:
     conditional: bool
     overall_empirical: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: with ``negative_by``: the overall model measures per negative level (``"(all)"``: everyone)
+    by_negative: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @renamed_kwargs(groups="by", random_state="seed")
@@ -79,6 +82,7 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, by: Sequence[str], *, lab
                        test_groups: Sequence[str] | None = None, speaker_table: pd.DataFrame | None = None,
                        n_grid: int = 512, min_speakers: int = 5, min_errors: int = 30, score: str | None = None,
                        n_boot: int = 200, seed: Any = 0, check_fit: bool = True,
+                       thresholds: str = "attainable", negative_by: str | None = None,
                        **posterior_kw: Any) -> "ModelSubgroupDCFResult | PosteriorFairness":
     """SVEva measures implied by a fitted linear mixed model (an ``LmerResult``).
 
@@ -120,6 +124,17 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, by: Sequence[str], *, lab
     n_boot, seed, check_fit:
         speaker-bootstrap replicates of the empirical intervals (0: none and no check),
         seed, and whether to warn on disagreement.
+    thresholds:
+        ``"attainable"`` (default): every model measure at the thresholds a detector can set,
+        the observed distinct scores of ``trials`` (tie cells as steps; EER = ROCCH EER, minimum
+        DCF over those thresholds; :mod:`scoremix.predictive.attainable`), so a model that
+        reproduces the data gives the empirical table exactly.  ``"latent"``: the smooth
+        minimum / root over every latent threshold (grid search + refinement, ``n_grid``).
+    negative_by:
+        a column of ``trials`` (e.g. ``"attack"``): the table gets one extra block of rows per
+        level of this column, all positives of the subgroup against that level's negatives
+        (the per-attack EER of anti-spoofing papers); the cell's ``negative`` column names
+        the level (``"(all)"`` for the ordinary rows).
 
     Returns
     -------
@@ -132,6 +147,9 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, by: Sequence[str], *, lab
     groups = by  # the body's name for by= (renamed API argument)
     random_state = seed  # the body's name for seed= (renamed API argument)
     if is_bayes_fit(fit):
+        if negative_by is not None:
+            raise SubgroupError("negative_by is for point fits (LmerResult); for a posterior fit pass the "
+                                "trials of one negative level at a time")
         if marginalize is not None:
             raise SubgroupError("marginalize= applies to LmerResult fits; a posterior fit marginalises all "
                                 "random effects with conditional=False")
@@ -145,6 +163,13 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, by: Sequence[str], *, lab
                                       **posterior_kw)
     if posterior_kw:
         raise TypeError(f"unexpected keyword arguments for an LmerResult fit: {sorted(posterior_kw)}")
+    if negative_by is not None:
+        return _by_negative_level(fit, trials, groups, negative_by, dict(
+            label=label, speaker=speaker, positive=positive, p_target=p_target, c_miss=c_miss, c_fa=c_fa,
+            normalize=normalize, conditional=conditional, marginalize=marginalize, membership=membership,
+            test_speaker=test_speaker, test_groups=test_groups, speaker_table=speaker_table, n_grid=n_grid,
+            min_speakers=min_speakers, min_errors=min_errors, score=score, n_boot=n_boot,
+            random_state=random_state, check_fit=check_fit, thresholds=thresholds))
     if label not in trials.columns:
         raise SubgroupError(f"class column {label!r} not in the trial table")
     sg = define_subgroups(trials, groups, membership=membership, speaker=speaker, test_speaker=test_speaker,
@@ -157,11 +182,21 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, by: Sequence[str], *, lab
     y = pred.y.astype(bool)
     G = sg.n_groups
     W = pred.population_weights(sg.mem_trial, sg.mem_group, G)
-    res = gaussian_mixture_measures(pred.mean, pred.sd, pred.positive, W, p_target=p_target, c_miss=c_miss,
-                                    c_fa=c_fa, normalize=normalize, n_grid=n_grid,
-                                    axis=pred.axis, stratum=pred.stratum)
-    res["all_threshold"] = pred.to_score(res["all_threshold"])
-    res["threshold_own"] = pred.to_score(res["threshold_own"])
+    extra_notes = []
+    if check_thresholds(thresholds) == "attainable" and np.isnan(pred.score).all():
+        thresholds = "latent"   # trials without scores: no observed threshold exists
+        extra_notes.append("the trials carry no scores, so the model measures use latent thresholds "
+                           "(thresholds='latent'): no detector threshold to evaluate them at")
+    if thresholds == "attainable":
+        members = [np.arange(len(pred.y))] + [sg.mem_trial[sg.mem_group == g] for g in range(G)]
+        res = attainable_measures(pred, W, p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize,
+                                  members=members)
+    else:
+        res = gaussian_mixture_measures(pred.mean, pred.sd, pred.positive, W, p_target=p_target, c_miss=c_miss,
+                                        c_fa=c_fa, normalize=normalize, n_grid=n_grid,
+                                        axis=pred.axis, stratum=pred.stratum)
+        res["all_threshold"] = pred.to_score(res["all_threshold"])
+        res["threshold_own"] = pred.to_score(res["threshold_own"])
     tab = sg.cells.copy()
     tab["n_speakers"] = sg.n_speakers
     tab["n_pos"] = np.bincount(sg.mem_group[y[sg.mem_trial]], minlength=G)
@@ -172,7 +207,8 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, by: Sequence[str], *, lab
     tab["reliable"] = ((tab["n_speakers"] >= min_speakers) & (tab["n_errors_expected"] >= min_errors)
                        & (tab["n_pos"] > 0) & (tab["n_neg"] > 0))
     overall = {k: float(res[f"all_{k}"][0]) for k in ("min_dcf", "threshold", "fpr", "fnr", "eer")}
-    emp_overall = empirical_beside(fit, tab, trials, groups, score, n_boot, random_state, check_fit, label=label,
+    emp_overall = empirical_beside(fit, tab, trials, groups, score, n_boot, random_state, check_fit,
+                                   thresholds=thresholds, negative_by=_negative_level_of(trials), label=label,
                                    speaker=speaker, positive=positive, p_target=p_target, c_miss=c_miss,
                                    c_fa=c_fa, normalize=normalize, membership=membership,
                                    test_speaker=test_speaker, test_groups=test_groups,
@@ -181,4 +217,47 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, by: Sequence[str], *, lab
     return ModelSubgroupDCFResult(table=tab, min_dcf=overall["min_dcf"], threshold=overall["threshold"],
                                   fairness_index=float(res["fairness_index"][0]), overall=overall,
                                   conditional=conditional, overall_empirical=emp_overall,
-                                  notes=[note] if note else [])
+                                  notes=([note] if note else []) + extra_notes)
+
+
+_NEG_ATTR = "scoremix_negative_by"
+
+
+def _negative_level_of(trials: pd.DataFrame) -> str | None:
+    return trials.attrs.get(_NEG_ATTR)
+
+
+def _by_negative_level(fit: Any, trials: pd.DataFrame, groups: Sequence[str], negative_by: str,
+                       kw: dict[str, Any]) -> ModelSubgroupDCFResult:
+    """``model_subgroup_dcf(..., negative_by=col)``: the ordinary table (``negative = "(all)"``)
+    followed by one table per level ``L`` of ``col`` among the negatives, computed on the trials
+    ``positives ∪ {negatives with col == L}`` (its own τ*, minimum DCF, EER and checks)."""
+    from scoremix.trials import label_to_binary
+
+    if negative_by not in trials.columns:
+        raise SubgroupError(f"negative_by column {negative_by!r} not in the trial table")
+    label = kw["label"]
+    if label not in trials.columns:
+        raise SubgroupError(f"class column {label!r} not in the trial table")
+    try:
+        y = np.asarray(label_to_binary(trials[label], positive=kw["positive"]), dtype=bool)
+    except (ValueError, TypeError) as exc:
+        raise SubgroupError(f"class column {label!r}: {exc}") from exc
+    levels = sorted(pd.unique(trials.loc[~y, negative_by]), key=str)
+    base = model_subgroup_dcf(fit, trials, groups, **kw)
+    parts = [base.table.assign(negative="(all)")]
+    overall = {"(all)": base.overall}
+    for lv in levels:
+        sub = trials[y | (trials[negative_by] == lv).to_numpy()].copy()
+        sub.attrs[_NEG_ATTR] = negative_by
+        r = model_subgroup_dcf(fit, sub, groups, **kw)
+        parts.append(r.table.assign(negative=lv))
+        overall[str(lv)] = r.overall
+    tab = pd.concat(parts, ignore_index=True)
+    tab.insert(0, "negative", tab.pop("negative"))
+    return ModelSubgroupDCFResult(table=tab, min_dcf=base.min_dcf, threshold=base.threshold,
+                                  fairness_index=base.fairness_index, overall=base.overall,
+                                  conditional=base.conditional, overall_empirical=base.overall_empirical,
+                                  notes=base.notes + [f"rows with negative = L: all positives against the negatives "
+                                                      f"with {negative_by} == L (own τ*)"],
+                                  by_negative=overall)

@@ -16,6 +16,7 @@ from scoremix.adapters import adapter_for
 from scoremix.resampling.bootstrap import TwoWayDesign, two_way_pairs
 from scoremix.fairness.engine import cluster_codes
 from scoremix.fairness.subgroups import SubgroupError, Subgroups, binary_labels, define_subgroups
+from scoremix.metrics import finite_order
 
 __all__ = ["Prepared", "prepare_trials", "two_way_units", "RESAMPLING"]
 
@@ -40,6 +41,9 @@ class Prepared:
     strata: np.ndarray
     sg: Subgroups
     two_way: TwoWayDesign | None = field(default=None)
+    #: maps thresholds of the (finite) scores back to the given ones (±inf scores were replaced
+    #: by values just beyond the finite ones, :func:`scoremix.metrics.finite_order`)
+    threshold_back: Any = field(default=None, repr=False)
 
     @property
     def n_clusters(self) -> int:
@@ -74,9 +78,10 @@ def prepare_trials(trials: pd.DataFrame, groups: Sequence[str], *, score: str = 
         if col not in trials.columns:
             raise SubgroupError(f"{what} column {col!r} not in the trial table (columns: {list(trials.columns)})")
     s = pd.to_numeric(trials[score], errors="coerce").to_numpy(dtype=float)
-    if not np.isfinite(s).all():
-        i = int(np.flatnonzero(~np.isfinite(s))[0])
-        raise SubgroupError(f"score column {score!r} has a missing or non-finite value in row {i}")
+    if np.isnan(s).any():
+        i = int(np.flatnonzero(np.isnan(s))[0])
+        raise SubgroupError(f"score column {score!r} has a missing or non-numeric value in row {i}")
+    s, back = finite_order(s)   # ±inf (saturated logits): order is all the measures need
     y = binary_labels(trials[label], positive=positive)
     sg = define_subgroups(trials, groups, membership=membership, speaker=speaker, test_speaker=test_speaker,
                           test_groups=test_groups, speaker_table=speaker_table)
@@ -84,12 +89,14 @@ def prepare_trials(trials: pd.DataFrame, groups: Sequence[str], *, score: str = 
         raise SubgroupError(f"label column {label!r} holds only one class; both classes are needed")
     if resample == "two-way":
         assert test_speaker is not None
-        return two_way_units(trials, s, y, sg, cluster or speaker, test_speaker, membership)
+        prep = two_way_units(trials, s, y, sg, cluster or speaker, test_speaker, membership)
+        prep.threshold_back = back
+        return prep
     if cluster is None:
         cluster = test_speaker if membership == "test" and test_speaker is not None else speaker
     role_code = sg.code_test if (cluster == test_speaker and test_speaker is not None) else sg.code_enrol
     codes, labels, strata = cluster_codes(trials, cluster, sg, role_code)
-    return Prepared(scores=s, y=y, clusters=codes, cluster_labels=labels, strata=strata, sg=sg)
+    return Prepared(scores=s, y=y, clusters=codes, cluster_labels=labels, strata=strata, sg=sg, threshold_back=back)
 
 
 def two_way_units(trials: pd.DataFrame, scores: np.ndarray, y: np.ndarray, sg: Subgroups, enrol: str,

@@ -294,6 +294,20 @@ def subgroup_dcf(trials: pd.DataFrame, by: Sequence[str], score: str = "score", 
         rng = np.random.default_rng(random_state)
         reps = run_bootstrap([eng], prep.strata, n_boot, rng, progress=progress)[0]
         res = with_bootstrap(res, reps, ci, interval=interval, engine=eng)
+    return _thresholds_back(res, prep.threshold_back)
+
+
+def _thresholds_back(res: SubgroupDCFResult, back: Any) -> SubgroupDCFResult:
+    """Thresholds of a table computed on ``finite_order``-ed scores, reported on the given
+    scores (the stand-ins of ±inf scores become ±inf again)."""
+    if back is None:
+        return res
+    t = res.table
+    for c in ("threshold_own", "threshold_own_lo", "threshold_own_hi"):
+        if c in t.columns:
+            t[c] = back(t[c].to_numpy(dtype=float))
+    res.overall["threshold"] = float(back(res.overall["threshold"]))
+    res.threshold = float(back(res.threshold))
     return res
 
 

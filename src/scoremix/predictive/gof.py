@@ -8,23 +8,21 @@ trials); tables of a point fit also carry an interval of the model value: a para
 bootstrap (:mod:`scoremix.predictive.param_boot`) or the speaker re-weighting of
 :func:`model_eer_interval` (``model_eer(..., model_interval=)``).
 
-Disagreement rule.  For row ``r`` with model value :math:`m_r`, empirical value
-:math:`e_r` and ``R`` rows in the table, the model is flagged when
+Disagreement rule.  A model value is flagged (``fit_ok = False``) exactly when it lies
+outside the empirical interval printed beside it (for rates — EER, FPR, FNR — the bootstrap
+interval widened to at least the Clopper–Pearson interval of the error count,
+:func:`widen_to_binomial`, so a cell with no errors is not "[0, 0]") (:func:`outside_interval`): the flag and the
+printed interval never disagree.  The interval is the speaker-cluster bootstrap interval of
+the empirical value at ``level`` (95 % by default), so a model that is right in every cell is
+flagged in about 5 % of the cells (measured on data simulated from fitted LA models in
+``benchmarks/model_fit_flags.py``).  A flagged table raises one :class:`ModelFitWarning`
+naming the worst row and the likely cause (:func:`misfit_hint`): a missing location term, a
+dispersion or shape that differs by level, a class that is a point mass, or a definition
+issue (tied scores evaluated at latent thresholds).  Each table also gets a ``fit_hint``
+column (empty where ``fit_ok``).
 
-.. math::
-
-    \frac{|\operatorname{logit} m_r - \operatorname{logit} e_r|}{s_r} > \Phi^{-1}\!\left(1 - \frac{0.05}{2R}\right),
-    \qquad s_r = \max\big(\operatorname{sd}_b \operatorname{logit} e_r^{(b)},\; (N_r\,\bar e_r(1-\bar e_r))^{-1/2}\big),
-
-i.e. a two-sided 5 % test per table (Bonferroni over its rows) on the logit scale, with the
-bootstrap standard error of the empirical logit-EER, floored at the binomial standard error
-of a rate estimated from ``N_r = min(n_pos, n_neg)`` trials (so perfectly separated cells do
-not flag tiny model rates); rates are clipped to ``[0.5/N_r, 1 − 0.5/N_r]``.  The sampling
-error of the model value itself is ignored, which makes the rule conservative in the right
-direction only when the model is estimated from many more trials than the cell holds
-(true for the per-cell tables it guards).  A flagged table raises :class:`ModelFitWarning`
-naming the rows and pointing at ``transform="monotone"`` (a Gaussian fit) or at a missing
-term (a transformation fit, or a breakdown by a column the model has no term for).
+(:func:`flag_disagreement`, the earlier Bonferroni z-rule on the logit scale, is kept for
+callers that have no interval.)
 """
 
 from __future__ import annotations
@@ -38,7 +36,8 @@ import pandas as pd
 from scipy.special import ndtri
 
 __all__ = ["ModelFitWarning", "empirical_eer_interval", "model_eer_interval", "order_preserving_finite", "flag_disagreement", "missing_terms",
-           "subgroup_term_note", "warn_if_misfit", "cluster_codes_for"]
+           "subgroup_term_note", "warn_if_misfit", "cluster_codes_for", "outside_interval", "misfit_hint",
+           "score_shape_facts", "binomial_floor", "widen_to_binomial"]
 
 
 class ModelFitWarning(UserWarning):
@@ -68,6 +67,35 @@ def order_preserving_finite(scores: Any) -> np.ndarray:
     s[np.isposinf(s)] = hi + 1.0
     s[np.isneginf(s)] = lo - 1.0
     return s
+
+
+def binomial_floor(value: Any, n: Any, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    r"""Clopper–Pearson interval of a rate ``value`` counted on ``n`` trials (``k = round(value·n)``
+    errors): :math:`[B^{-1}(lpha/2; k, n-k+1),\ B^{-1}(1-lpha/2; k+1, n-k)]`, 0 / 1 at
+    ``k = 0`` / ``k = n``.  Model tables print the empirical interval widened to at least this
+    (a speaker bootstrap of a cell with no or few errors collapses to ``[0, 0]``, which no
+    rate can be checked against; the exact binomial interval of the count is the least a
+    rate estimated from ``n`` trials is uncertain by)."""
+    from scipy.stats import beta
+
+    v = np.asarray(value, dtype=np.float64)
+    nn = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+    k = np.clip(np.round(v * nn), 0, nn)
+    a = (1.0 - level) / 2.0
+    with np.errstate(invalid="ignore"):
+        lo = np.where(k > 0, beta.ppf(a, np.maximum(k, 1e-12), nn - k + 1), 0.0)
+        hi = np.where(k < nn, beta.ppf(1 - a, k + 1, np.maximum(nn - k, 1e-12)), 1.0)
+    bad = ~np.isfinite(v)
+    return np.where(bad, np.nan, lo), np.where(bad, np.nan, hi)
+
+
+def widen_to_binomial(value: Any, lo: Any, hi: Any, n: Any, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """``[min(lo, CP_lo), max(hi, CP_hi)]`` (:func:`binomial_floor`); NaN ends stay NaN."""
+    blo, bhi = binomial_floor(value, n, level)
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    return (np.where(np.isfinite(lo) & np.isfinite(blo), np.minimum(lo, blo), lo),
+            np.where(np.isfinite(hi) & np.isfinite(bhi), np.maximum(hi, bhi), hi))
 
 
 def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: int = 200, level: float = 0.95,
@@ -125,15 +153,17 @@ def empirical_eer_interval(scores: Any, y: Any, clusters: Any = None, n_boot: in
         elo, ehi = measure_intervals({"eer": e[None, :]}, {"eer": np.array([out["eer"]])}, np.array([C], float),
                                      level, ["eer"], "expanded")["eer"]
         lo, hi = float(elo[0]), float(ehi[0])
-    out["lo"], out["hi"] = lo, hi
     n_min = min(int(yy.sum()), int((~yy).sum()))
+    lo, hi = widen_to_binomial(out["eer"], lo, hi, n_min, level)
+    out["lo"], out["hi"] = float(lo), float(hi)
     ec = np.clip(e, 0.5 / n_min, 1 - 0.5 / n_min)
     out["se_logit"] = float(np.std(np.log(ec / (1 - ec)), ddof=1))
     return out
 
 
 def model_eer_interval(pred: Any, mask: Any, clusters: Any = None, n_boot: int = 200, level: float = 0.95,
-                       seed: int | np.random.Generator | None = 0) -> tuple[float, float]:
+                       seed: int | np.random.Generator | None = 0, thresholds: str = "latent",
+                       max_thresholds: int = 2000) -> tuple[float, float]:
     r"""Speaker-cluster bootstrap interval of a point fit's model EER for the trials in ``mask``
     (``model_eer(..., model_interval="speakers")``; the default for transformation fits).
 
@@ -148,7 +178,11 @@ def model_eer_interval(pred: Any, mask: Any, clusters: Any = None, n_boot: int =
     interval.  It measures how much the model EER depends on *which* speakers the cell has —
     with ``conditional=True`` their fitted effects, the dominant uncertainty of a small
     cell — and not the estimation error of the fixed effects and variances, which are
-    estimated from all cells.  ``(nan, nan)`` for a posterior fit (use its credible interval),
+    estimated from all cells, so it is *not* an interval for the model value's estimation
+    error (on LA it is about 7× narrower than the spread of speaker-bootstrap refits); tables
+    show it in their own columns ``eer_model_reweight_lo/_hi``.  ``thresholds="attainable"``:
+    each replicate's EER is the ROCCH EER at (up to ``max_thresholds``) observed scores
+    (:mod:`scoremix.predictive.attainable`).  ``(nan, nan)`` for a posterior fit (use its credible interval),
     without replicates, or when a class is missing.
     """
     from scipy import sparse
@@ -176,10 +210,16 @@ def model_eer_interval(pred: Any, mask: Any, clusters: Any = None, n_boot: int =
     e = np.empty(n_boot)
     for b0 in range(0, n_boot, 100):
         W = np.asarray(S @ M[:, b0:b0 + 100]).T  # (B_chunk, components)
+        if thresholds == "attainable":
+            from scoremix.predictive.attainable import attainable_eer
+            Wf = np.zeros((W.shape[0], pred.n_components))
+            Wf[:, sel] = W
+            e[b0:b0 + W.shape[0]] = attainable_eer(pred, Wf, max_thresholds, scores=pred.score[idx])[0][:, 0]
+            continue
         mix = MixtureRates(pred.mean[:, sel], pred.sd[:, sel], pred.positive[sel], W, axis=pred.axis,
                            stratum=pred.stratum[sel])  # a stratified transform: its common threshold axis
         e[b0:b0 + W.shape[0]] = batch_eer(mix)[:, 0]
-    point = float(pred.eer(np.asarray(mask, bool))[0])
+    point = float(pred.eer(np.asarray(mask, bool), thresholds=thresholds)[0])
     lo, hi = measure_intervals({"eer": e[None, :]}, {"eer": np.array([point])}, np.array([C], float), level,
                                ["eer"], "expanded")["eer"]
     return float(lo[0]), float(hi[0])
@@ -235,44 +275,122 @@ def subgroup_term_note(fit: Any, columns: Sequence[str]) -> str | None:
             f"'label:{miss[0]}' (fixed) or '(0 + dummy(label, ...) | {miss[0]})' to the formula")
 
 
-def _hint(fit: Any, by: Sequence[str]) -> str:
-    miss = missing_terms(fit, by) if by else []
-    if getattr(fit, "transform", None) is None:
-        h = ("the Gaussian model does not fit the tails of the score distributions: refit with "
-             "lmer(..., transform=\"monotone\")")
-        if miss:
-            h += f" and/or add a term for {miss}"
-        return h
+def outside_interval(model: Any, lo: Any, hi: Any) -> np.ndarray:
+    """``True`` where ``model`` lies outside ``[lo, hi]`` (both finite; a relative slack of 1e-9
+    absorbs rounding of equal values).  NaN model values or intervals are never flagged."""
+    m = np.asarray(model, dtype=np.float64)
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        tol = 1e-9 * np.maximum(1.0, np.abs(m))
+        out = (m < lo - tol) | (m > hi + tol)
+    return np.asarray(out & np.isfinite(m) & np.isfinite(lo) & np.isfinite(hi), dtype=bool)
+
+
+def score_shape_facts(scores: Any, y: Any) -> dict[str, Any]:
+    """Facts about a cell's scores that a hint can name: ``tied`` (fewer distinct scores than
+    trials in a class, by more than 5 %), ``point_mass`` (a class whose scores are all equal)."""
+    s = np.asarray(scores, dtype=np.float64)
+    yy = np.asarray(y).astype(bool)
+    facts = {"tied": False, "point_mass": []}
+    for cls, name in ((True, "positive"), (False, "negative")):
+        v = s[yy == cls]
+        v = v[~np.isnan(v)]
+        if v.size == 0:
+            continue
+        k = np.unique(v).size
+        if k == 1 and v.size > 1:
+            facts["point_mass"].append(name)
+        if k < 0.95 * v.size:
+            facts["tied"] = True
+    return facts
+
+
+def misfit_hint(fit: Any, by: Sequence[str] = (), measures: Sequence[str] = ("eer",), *,
+                facts: dict[str, Any] | None = None, thresholds: str = "attainable",
+                negative_by: str | None = None) -> str:
+    """The likely cause of a flagged model value, in words.
+
+    In order: a class of the cell that is a point mass (all scores equal) for a model that
+    cannot put a point mass there (definition: the model spreads it); tied scores evaluated at
+    latent thresholds (a definition issue: ``thresholds="attainable"``); a Gaussian fit (the
+    shape of the tails: ``transform="monotone"``); a breakdown column the formula has no term
+    for (a missing location term); only tail measures flagged (minimum DCF, rates at ``τ*``:
+    the shape differs by level — stratify the transform); else the dispersion (or shape)
+    differs by level.
+    """
+    facts = facts or {}
+    cols = list(by) + ([negative_by] if negative_by else [])
+    miss = missing_terms(fit, cols) if cols else []
+    stratified = getattr(getattr(fit, "transform", None), "levels", None) is not None
+    if facts.get("point_mass") and not stratified:
+        return (f"definition: the {' and '.join(facts['point_mass'])} scores of this cell are all equal (a point "
+                "mass), which a Gaussian or shared-transform model spreads out; stratify the transform "
+                "(transform=\"monotone-by-class\", control=dict(strata=...)) so the stratum is a point mass")
+    if facts.get("tied") and thresholds == "latent":
+        return ("definition: tied scores evaluated at latent thresholds (inside tie cells, where no detector "
+                "threshold can fall); use thresholds=\"attainable\"")
     if miss:
-        return f"the model has no term for {miss}: add one (e.g. 'label:{miss[0]}')"
-    return ("the transformation model still misses structure here: add the missing term (a class-specific "
-            "effect of the breakdown column, or a random term for its levels)")
+        h = (f"missing location term: the model has no term for {miss}; add one (e.g. 'label:{miss[0]}' or "
+             f"'(0 + label | {miss[0]})')")
+        if getattr(fit, "transform", None) is None:
+            h += "; the Gaussian model may also miss the tails (transform=\"monotone\")"
+        return h
+    if getattr(fit, "transform", None) is None:
+        return ("shape: the Gaussian model misses the tails of the score distributions; refit with "
+                "transform=\"monotone\"")
+    tails = {"min_dcf", "fpr", "fnr", "fpr_ratio", "fnr_ratio", "dcf_at_overall", "ratio_overall", "ratio_own"}
+    if not cols:
+        return ("pooled shape: the mixture of the model's per-trial distributions misses the pooled scores; a "
+                "location, dispersion or shape term is missing for some factor (check the per-attack rows, "
+                "model_eer(..., negative_by='attack'), and per-subgroup rows, by=)")
+    col = cols[0]
+    if measures and set(measures) <= tails:
+        return (f"shape differing by level: the tails (measures {sorted(set(measures))}) disagree while the EER "
+                f"fits; stratify the transform by {col!r} (transform=\"monotone-by-class\", control=dict(strata=...))")
+    return (f"dispersion differing by level: the spread of the scores differs by level of {col!r}; add "
+            f"dispersion='~ label*{col}' (or a per-level dispersion effect), or stratify the transform by it")
+
+
+def _hint(fit: Any, by: Sequence[str]) -> str:
+    return misfit_hint(fit, by)
 
 
 def warn_if_misfit(fit: Any, table: pd.DataFrame, what: str = "EER", model_col: str = "eer_model",
-                   emp_col: str = "eer_empirical", by: Sequence[str] = (), stacklevel: int = 3) -> np.ndarray:
-    """Flag the rows of ``table`` (needs ``model_col``, ``emp_col``, ``<emp_col>_lo/_hi``,
-    ``se_logit``, ``n_pos``, ``n_neg``) and raise one :class:`ModelFitWarning` naming them.
+                   emp_col: str = "eer_empirical", by: Sequence[str] = (), stacklevel: int = 3,
+                   hints: Sequence[str] | None = None, warn: bool = True) -> np.ndarray:
+    """Flag the rows of ``table`` whose ``model_col`` lies outside the printed empirical
+    interval ``<emp_col>_lo/_hi`` (:func:`outside_interval`; rows without an interval fall back
+    to :func:`flag_disagreement`, which needs ``se_logit``, ``n_pos``, ``n_neg``) and raise one
+    :class:`ModelFitWarning` naming the worst (``hints``: one per row, else :func:`misfit_hint`).
 
-    Returns the boolean flags (also useful as a ``fit_ok`` column: ``~flags``).
+    Returns the boolean flags (``fit_ok`` is ``~flags``).
     """
-    se = table["se_logit"] if "se_logit" in table.columns else np.full(len(table), np.nan)
-    n_min = np.minimum(table["n_pos"].to_numpy(float), table["n_neg"].to_numpy(float))
-    flags = flag_disagreement(table[model_col], table[emp_col], se, n_min)
-    if flags.any():
+    lo, hi = f"{emp_col}_lo", f"{emp_col}_hi"
+    if lo in table.columns and hi in table.columns:
+        flags = outside_interval(table[model_col], table[lo], table[hi])
+        no_iv = ~(np.isfinite(table[lo].to_numpy(float)) & np.isfinite(table[hi].to_numpy(float)))
+    else:
+        flags = np.zeros(len(table), bool)
+        no_iv = np.ones(len(table), bool)
+    if no_iv.any() and {"n_pos", "n_neg"} <= set(table.columns) and "se_logit" in table.columns:
+        n_min = np.minimum(table["n_pos"].to_numpy(float), table["n_neg"].to_numpy(float))
+        fb = flag_disagreement(table[model_col], table[emp_col], table["se_logit"], n_min)
+        flags = flags | (no_iv & fb & np.isfinite(table["se_logit"].to_numpy(float)))
+    if flags.any() and warn:
         bad = table[flags]
-        lo, hi = f"{emp_col}_lo", f"{emp_col}_hi"
-        k = int(np.argmax(np.abs(np.log(np.clip(bad[model_col].to_numpy(float), 1e-12, 1))
-                                 - np.log(np.clip(bad[emp_col].to_numpy(float), 1e-12, 1)))))
+        k = int(np.argmax(np.abs(np.log(np.clip(bad[model_col].to_numpy(float), 1e-12, None))
+                                 - np.log(np.clip(bad[emp_col].to_numpy(float), 1e-12, None)))))
         row = bad.iloc[k]
         name = row.name if not isinstance(row.name, tuple) else "/".join(map(str, row.name))
         if table.index.name in ("overall", "cell") and len(table) == 1:
             name = "overall"  # the one row of an overall table, not its index value 0
         interval = (f" [{100 * row[lo]:.3g}, {100 * row[hi]:.3g}]"
                     if lo in bad.columns and np.isfinite(row[lo]) else "")
+        hint = (list(np.asarray(hints, dtype=object)[flags])[k] if hints is not None else _hint(fit, by))
         warnings.warn(
-            f"model-based {what} disagrees with the empirical {what} beyond sampling error in "
+            f"model-based {what} lies outside the empirical {what}'s interval in "
             f"{int(flags.sum())} of {len(table)} row(s) (worst: {name}: model {100 * row[model_col]:.3g} % vs "
-            f"empirical {100 * row[emp_col]:.3g} %{interval}); {_hint(fit, by)}",
+            f"empirical {100 * row[emp_col]:.3g} %{interval}); likely cause: {hint}",
             ModelFitWarning, stacklevel=stacklevel)
     return flags

@@ -51,7 +51,7 @@ from scoremix.predictive.axis import ThresholdAxis, is_stratified_transform, thr
 from scoremix.predictive.mixture import MixtureRates, ModelEERError, PredictiveError, batch_eer, mixture_eer
 
 __all__ = ["Predictive", "predictive", "is_bayes_fit", "model_frame_with", "term_covariance",
-           "fit_transform"]
+           "fit_transform", "check_same_response"]
 
 _CELL = "__predictive_cell__"
 _Y01 = "__predictive_y__"
@@ -170,20 +170,32 @@ class Predictive:
         return MixtureRates(self.mean, self.sd, self.positive, weights, axis=self.axis, stratum=self.stratum)
 
     # ----------------------------------------------------------------- measures
-    def eer(self, mask: Any = None, return_threshold: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    def eer(self, mask: Any = None, return_threshold: bool = False, thresholds: str = "attainable",
+            max_thresholds: int | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Model EER of the trials in ``mask`` (all by default), one value per draw.
 
-        Exact root of :math:`\\mathrm{FNR}(t) = \\mathrm{FPR}(t)` of the two class mixtures
-        (:func:`~scoremix.predictive.mixture.mixture_eer`); for a stratified transform the
-        root over the common threshold axis (:func:`~scoremix.predictive.mixture.batch_eer`);
+        ``thresholds="attainable"`` (default): the ROCCH EER of the model ROC at the observed
+        distinct scores of the rows in ``mask`` (tie cells as steps, :mod:`scoremix.predictive.attainable`),
+        the convention of :func:`scoremix.metrics.eer`.  ``"latent"``: the exact root of
+        :math:`\\mathrm{FNR}(t) = \\mathrm{FPR}(t)` of the two class mixtures over every real latent
+        threshold (:func:`~scoremix.predictive.mixture.mixture_eer`; for a stratified transform
+        the root over the common threshold axis, :func:`~scoremix.predictive.mixture.batch_eer`).
         NaN when a class is missing.  With ``return_threshold`` also the EER threshold on the
-        *score* scale.
+        *score* scale (attainable: the observed score of the nearer hull vertex).
         """
+        from scoremix.predictive.attainable import attainable_eer, check_thresholds
+
+        check_thresholds(thresholds)
         w = self.counts(mask)
         neg = (w > 0) & ~self.positive
         pos = (w > 0) & self.positive
         e = np.full(self.n_draws, np.nan)
         t = np.full(self.n_draws, np.nan)
+        if neg.any() and pos.any() and thresholds == "attainable":
+            sc = self.score if mask is None else self.score[np.asarray(mask, bool)]
+            e, t = attainable_eer(self, w[None, :], max_thresholds, scores=sc)
+            e, t = e[0], t[0]
+            return (e, t) if return_threshold else e
         if neg.any() and pos.any() and not self.axis.identity:
             e, t = batch_eer(self.mixture(w[None, :]), return_threshold=True)
             e, t = e[0], t[0]
@@ -287,7 +299,33 @@ def model_frame_with(fit: Any, data: pd.DataFrame | None, needed: Sequence[str])
     except KeyError:
         raise ModelEERError("data does not contain every row of the model frame (match is by "
                             "index label); pass the data frame the model was fitted on") from None
+    check_same_response(fit, data)
     return pd.concat([frame, extra], axis=1)
+
+
+def check_same_response(fit: Any, data: pd.DataFrame) -> None:
+    """Rows of ``data`` are matched to the model frame by index label; refuse (named error) when
+    ``data`` holds the fit's response column with other values in those rows — it is then not
+    the frame the model was fitted on (e.g. re-indexed, sorted or another system's table)."""
+    spec = getattr(fit, "spec", None)
+    resp = getattr(spec, "response", None)
+    frame = getattr(spec, "data", None)
+    if resp is None or frame is None or resp not in data.columns:
+        return
+    fitted = (pd.to_numeric(frame[resp], errors="coerce").to_numpy(np.float64) if resp in frame.columns
+              else np.asarray(getattr(spec, "y", np.full(len(frame), np.nan)), dtype=np.float64))
+    given = pd.to_numeric(data.loc[frame.index, resp], errors="coerce").to_numpy(np.float64)
+    if given.ndim != 1 or given.shape != fitted.shape:
+        return
+    with np.errstate(invalid="ignore"):
+        same = (given == fitted) | (np.isnan(given) & np.isnan(fitted)) | np.isclose(given, fitted, rtol=1e-12,
+                                                                                     atol=0.0)
+    if not same.all():
+        i = int(np.flatnonzero(~same)[0])
+        raise ModelEERError(
+            f"data= is not the frame the model was fitted on: rows are matched by index label, and at index "
+            f"{frame.index[i]!r} its response column {resp!r} is {given[i]!r} where the fit has {fitted[i]!r} "
+            f"({int((~same).sum())} row(s) differ); pass the fitted data frame (same index and rows)")
 
 
 def _group_factors(fit: Any) -> list[str]:

@@ -17,7 +17,8 @@ __all__ = ["stratified_model_eer"]
 
 def stratified_model_eer(fit: Any, label: str = "label", positive: Any = None,
                          conditional: bool = True, data: pd.DataFrame | None = None,
-                         neg_mask: np.ndarray | None = None, pos_mask: np.ndarray | None = None) -> float:
+                         neg_mask: np.ndarray | None = None, pos_mask: np.ndarray | None = None,
+                         thresholds: str = "attainable") -> float:
     """Model EER of a stratified transformation fit (``transform="monotone-by-class"``),
     optionally of a subset of its positives/negatives.
 
@@ -26,8 +27,9 @@ def stratified_model_eer(fit: Any, label: str = "label", positive: Any = None,
     the predictive layer (:func:`scoremix.predictive.predictive`, ``Predictive.eer``): per-trial
     latent moments, each trial at its stratum's latent threshold
     :math:`h^-_{s(i)}(\tau)`, the root of FNR = FPR over one common score threshold
-    (:mod:`scoremix.predictive.axis`).  ``sm.model_eer(fit)`` gives the same value for
-    all trials.
+    (:mod:`scoremix.predictive.axis`) with ``thresholds="latent"``, the ROCCH EER at the
+    observed scores with ``"attainable"`` (default; :mod:`scoremix.predictive.attainable`).
+    ``sm.model_eer(fit)`` gives the same value for all trials.
     """
     if not isinstance(getattr(fit, "transform", None), StratifiedTransform):
         raise TransformError("stratified_model_eer needs a fit with transform='monotone-by-class'")
@@ -40,4 +42,4 @@ def stratified_model_eer(fit: Any, label: str = "label", positive: Any = None,
             if m.shape != y.shape:
                 raise TransformError(f"masks must have one entry per model-frame row ({y.size}), got {m.shape}")
             keep &= ~cls | m
-    return float(pred.eer(keep)[0])
+    return float(pred.eer(keep, thresholds=thresholds)[0])

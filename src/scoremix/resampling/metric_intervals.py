@@ -35,6 +35,12 @@ class Estimate(MetricValue):
     ``"studentized"``, :mod:`scoremix.resampling.overall`, or ``"expanded"``,
     :mod:`scoremix.resampling.intervals`).
     Arithmetic returns plain floats; ``float(e)`` is the point estimate.
+
+    A *model-based* value (``sm.model_eer(fit)``) also carries its goodness of fit:
+    ``empirical`` (the same measure counted on the data), ``empirical_lo``/``empirical_hi`` (its
+    speaker-bootstrap interval, the one printed), ``fit_ok`` (False exactly when the model value
+    lies outside that interval; None when unchecked) and ``hint`` (the likely cause of a misfit,
+    ``""`` when none).
     """
 
     lo: float
@@ -43,12 +49,22 @@ class Estimate(MetricValue):
     n_boot: int
     n_clusters: int
     interval: str
+    empirical: float
+    empirical_lo: float
+    empirical_hi: float
+    fit_ok: bool | None
+    hint: str
 
     def __new__(cls, value: float, lo: float = np.nan, hi: float = np.nan, level: float = 0.95, n_boot: int = 0,
-                n_clusters: int = 0, interval: str = "expanded") -> "Estimate":
+                n_clusters: int = 0, interval: str = "expanded", *, empirical: float = np.nan,
+                empirical_lo: float = np.nan, empirical_hi: float = np.nan, fit_ok: bool | None = None,
+                hint: str = "") -> "Estimate":
         obj = super().__new__(cls, value)
         obj.lo, obj.hi, obj.level = float(lo), float(hi), float(level)
         obj.n_boot, obj.n_clusters, obj.interval = int(n_boot), int(n_clusters), str(interval)
+        obj.empirical, obj.empirical_lo, obj.empirical_hi = float(empirical), float(empirical_lo), float(empirical_hi)
+        obj.fit_ok = None if fit_ok is None else bool(fit_ok)
+        obj.hint = str(hint)
         return obj
 
     @property
@@ -63,8 +79,14 @@ class Estimate(MetricValue):
         return not (self.hi > self.lo)
 
     def __repr__(self) -> str:
-        return (f"Estimate({float(self)!r}, lo={self.lo!r}, hi={self.hi!r}, level={self.level!r}, "
-                f"n_boot={self.n_boot})")
+        base = (f"Estimate({float(self)!r}, lo={self.lo!r}, hi={self.hi!r}, level={self.level!r}, "
+                f"n_boot={self.n_boot}")
+        if self.fit_ok is not None or np.isfinite(self.empirical):
+            base += (f", empirical={self.empirical!r} [{self.empirical_lo!r}, {self.empirical_hi!r}], "
+                     f"fit_ok={self.fit_ok!r}")
+            if self.hint:
+                base += f", hint={self.hint!r}"
+        return base + ")"
 
 
 class WeightedReplicates:

@@ -261,10 +261,14 @@ def _model_eer_table(fit: Any, df: pd.DataFrame, cfg: ModelEERConfig | None,
                          "eer_model_lo": float(r.get("eer_model_lo", np.nan)),
                          "eer_model_hi": float(r.get("eer_model_hi", np.nan)),
                          "eer_model_interval": str(r.get("eer_model_interval", "")),
+                         # speaker re-weighting (parameters fixed): its own columns, never eer_model_lo/_hi
+                         "eer_model_reweight_lo": float(r.get("eer_model_reweight_lo", np.nan)),
+                         "eer_model_reweight_hi": float(r.get("eer_model_reweight_hi", np.nan)),
                          "eer_empirical": float(r["eer_empirical"]),
                          "eer_empirical_lo": float(r.get("eer_empirical_lo", np.nan)),
                          "eer_empirical_hi": float(r.get("eer_empirical_hi", np.nan)),
                          "fit_ok": bool(r.get("fit_ok", True)),
+                         "fit_hint": str(r.get("fit_hint", "")),
                          "term_note": tab.attrs.get("note", "") if col else ""})
     return pd.DataFrame(rows)
 

@@ -47,18 +47,27 @@ class CutpointBasis:
         """Number of transform parameters ``J + 1``."""
         return int(self.knots.size)
 
+    @property
+    def seg_hi(self) -> np.ndarray:
+        """Right knot of every edge's segment (its own knot for a single free edge)."""
+        return np.minimum(self.seg + 1, max(self.n_par - 1, 0))
+
     def knot_values(self, par: np.ndarray) -> np.ndarray:
         """``c = γ0 + [0, cumsum(exp δ)]``."""
         par = np.asarray(par, float)
+        if par.size == 0:   # a point-mass stratum: no edge, no parameter
+            return par.copy()
         return par[0] + np.concatenate([[0.0], np.cumsum(np.exp(par[1:]))])
 
     def alpha(self, c: np.ndarray) -> np.ndarray:
         """Cutpoints ``α_k`` of every edge from knot values ``c``."""
-        return (1.0 - self.w) * c[self.seg] + self.w * c[self.seg + 1]
+        return (1.0 - self.w) * c[self.seg] + self.w * c[self.seg_hi]
 
     def weights_at(self, u: float) -> np.ndarray:
         """Row vector ``a`` with ``α(u) = a'c`` (linear extrapolation outside the knots)."""
         J = self.knots.size - 1
+        if J < 1:   # zero or one knot: α is that knot's value (or nothing)
+            return np.ones(J + 1)
         m = int(np.clip(np.searchsorted(self.knots, u, side="right") - 1, 0, J - 1))
         w = (u - self.knots[m]) / (self.knots[m + 1] - self.knots[m])
         a = np.zeros(J + 1)
@@ -70,21 +79,27 @@ class CutpointBasis:
         """Back-propagate ``∂f/∂α`` (per edge) to ``∂f/∂c`` (per knot)."""
         J1 = self.knots.size
         return (np.bincount(self.seg, g_alpha * (1.0 - self.w), minlength=J1)
-                + np.bincount(self.seg + 1, g_alpha * self.w, minlength=J1))
+                + np.bincount(self.seg_hi, g_alpha * self.w, minlength=J1))
 
     def grad_par(self, g_c: np.ndarray, par: np.ndarray) -> np.ndarray:
         """``∂f/∂(γ0, δ)`` from ``∂f/∂c``: ``∂c_l/∂γ0 = 1``, ``∂c_l/∂δ_j = e^{δ_j}`` for ``l ≥ j``."""
+        if g_c.size == 0:
+            return np.zeros(0)
         tail = np.cumsum(g_c[::-1])[::-1]           # Σ_{l ≥ j} g_c[l]
         return np.concatenate([[tail[0]], tail[1:] * np.exp(np.asarray(par[1:], float))])
 
     def par_from_c(self, c: np.ndarray) -> np.ndarray:
         """Inverse of :meth:`knot_values` (``c`` strictly increasing)."""
+        if c.size == 0:
+            return np.zeros(0)
         return np.concatenate([[c[0]], np.log(np.diff(c))])
 
     def jac_par(self, par: np.ndarray) -> np.ndarray:
         """``∂c/∂(γ0, δ)`` (``(J+1) × (J+1)``, lower triangular)."""
         n = self.n_par
         Jc = np.zeros((n, n))
+        if n == 0:
+            return Jc
         Jc[:, 0] = 1.0
         Jc[1:, 1:] = np.tril(np.ones((n - 1, n - 1))) * np.exp(np.asarray(par[1:], float))[None, :]
         return Jc
@@ -98,9 +113,10 @@ def make_basis(u_edge: np.ndarray, max_free: int = 100, n_knots: int = 200,
     E = u.size
     if E <= max_free or E <= 2:
         knots = u.copy()
-        seg = np.minimum(np.arange(E), E - 2)
+        seg = np.maximum(np.minimum(np.arange(E), E - 2), 0)   # one edge (a two-value stratum): its own knot
         w = np.zeros(E)
-        w[-1] = 1.0
+        if E >= 2:
+            w[-1] = 1.0
         return CutpointBasis(knots=knots, seg=seg, w=w, free=True)
     cand = np.linspace(u[0], u[-1], n_knots + 1)
     keep = [u[0]]

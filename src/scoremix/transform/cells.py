@@ -53,8 +53,11 @@ class Cells:
         return int(self.values.size)
 
 
-def make_cells(y: np.ndarray, response: str = "response") -> Cells:
+def make_cells(y: np.ndarray, response: str = "response", min_distinct: int = 3) -> Cells:
     """Cells of the response ``y`` (no NaN; the model frame has removed them).
+
+    ``min_distinct``: fewest distinct values accepted (3 for a transformation model; a stratum of a
+    stratified model may have 1 — a point mass, its single cell spanning the whole latent line — or 2).
 
     Raises
     ------
@@ -68,11 +71,11 @@ def make_cells(y: np.ndarray, response: str = "response") -> Cells:
         raise ValueError(f"{response!r} contains NaN; the model frame should have removed it")
     values, code, counts = np.unique(y, return_inverse=True, return_counts=True)
     K = values.size
-    if K == 1:
+    if K == 1 and min_distinct > 1:
         raise AllScoresTiedError(
             f"all {y.size} values of {response!r} are tied ({values[0]!r}); a transformation "
             "model needs at least three distinct scores")
-    if K < 3:
+    if K < min_distinct:
         raise TooFewDistinctScoresError(
             f"{response!r} has only {K} distinct values ({values.tolist()}); a transformation "
             "model needs at least three distinct scores (with two, the transform is a relabelling "

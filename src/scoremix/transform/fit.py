@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
+from scipy.special import ndtri
 
 from scoremix._threads import limits_blas
 from scoremix.lme.errors import ConvergenceWarning, SingularFitWarning, SINGULAR_FIT_MESSAGE
@@ -173,6 +174,20 @@ class TransformLmerResult(LmerResult):
         lat = fit_spec(dataclasses.replace(spec, y=z, data=spec.data.assign(**{spec.response: z})), REML=True)
         self.__dict__["_latent_gaussian"] = lat
         return lat
+
+    def refit_scores(self, y: Any) -> "TransformLmerResult":
+        """The same model (formula, transform kind, strata) refitted from scratch to new scores
+        ``y`` of the same rows (e.g. simulated from this fit for a parametric bootstrap), without
+        ``vcov`` and warnings."""
+        spec = self.require_spec("refit_scores")
+        y = np.asarray(y, dtype=np.float64)
+        if y.shape != (spec.n,):
+            raise TransformError(f"refit_scores needs one score per fitted row ({spec.n}), got {y.shape}")
+        resp = spec.response
+        data = spec.data.assign(**{resp: y}) if resp in spec.data.columns else spec.data
+        kind = "monotone-by-class" if self.strata is not None else "monotone"
+        return fit_transform(dataclasses.replace(spec, y=y, data=data), transform=kind,
+                             control=dict(vcov=False, warn=False), strata=self.strata)
 
     def refit(self, *args: Any, **kwargs: Any) -> "LmerResult":
         raise NotImplementedError("refit is not available for transformation models; call "
@@ -402,7 +417,7 @@ def _strata_setup(spec: ModelSpec, strata: pd.Series, ctl: TransformControl) -> 
     for k, lv in enumerate(levels):
         r = codes == k
         try:
-            ck = make_cells(spec.y[r], f"{spec.response}[{col} == {lv!r}]")
+            ck = make_cells(spec.y[r], f"{spec.response}[{col} == {lv!r}]", min_distinct=1)
         except TransformError as e:
             raise type(e)(f"stratum {col} == {lv!r}: {e}") from None
         parts.append(make_basis(ck.u_edge, max_free=ctl.max_free, n_knots=ctl.n_knots,
@@ -536,10 +551,17 @@ def fit_transform(spec: ModelSpec, transform: str = "monotone",
         # (there is no such column when the strata are finer than the formula's terms).
         a0 = np.zeros(nt)
         shift, shifts, trs = 0.0, [], []
+        # Saturated (no random effects, no fixed effect left, free cutpoints, every σ fixed at 1):
+        # the ML transform of each stratum is its empirical CDF on the probit scale, in closed form.
+        saturated = bool(nth == 0 and p == 0 and nz == 0 and all(b.free for b in basis.parts))
+        info_saturated = saturated
         for k, ck in enumerate(S.cells):
             sh = float(basis.weights_at_stratum(k, 0.0) @ c)    # h_k(median of stratum k)
             e0, e1 = basis.edge_off[k], basis.edge_off[k + 1]
-            trs.append(MonotoneTransform(ck.values, alpha[e0:e1]))
+            a_k = alpha[e0:e1]
+            if saturated:   # closed-form ML edges: Φ(α_k) = C_k / n_s (the stratum's ECDF)
+                a_k = ndtri(np.cumsum(ck.counts)[:-1] / float(ck.counts.sum()))
+            trs.append(MonotoneTransform(ck.values, a_k))
             shifts.append(sh)
         transform_obj = StratifiedTransform(S.column, S.levels, trs)
         keep = S.keep
@@ -616,7 +638,7 @@ def fit_transform(spec: ModelSpec, transform: str = "monotone",
                       rho=None if sigma_by is None else (sigma_by.to_numpy() ** 2).tolist()))
     out.transform = transform_obj
     if S is not None:
-        info.update(strata=S.column, strata_levels=[str(v) for v in S.levels],
+        info.update(strata=S.column, strata_levels=[str(v) for v in S.levels], closed_form=info_saturated,
                     n_cells_by_stratum=[int(ck.K) for ck in S.cells],
                     median_latent_by_stratum=shifts,
                     absorbed_fixef=[names[j] for j in range(spec.p) if j not in keep],

@@ -82,6 +82,7 @@ class StackedBasis:
         self.edge_off = np.concatenate([[0], np.cumsum([b.seg.size for b in self.parts])]).astype(int)
         self.knots = np.concatenate([b.knots for b in self.parts])
         self.seg = np.concatenate([b.seg + o for b, o in zip(self.parts, self.par_off)])
+        self.seg_hi = np.concatenate([b.seg_hi + o for b, o in zip(self.parts, self.par_off)])
         self.w = np.concatenate([b.w for b in self.parts])
         self.free = all(b.free for b in self.parts)
 
@@ -96,12 +97,12 @@ class StackedBasis:
         return np.concatenate([b.knot_values(par[self._sl(k)]) for k, b in enumerate(self.parts)])
 
     def alpha(self, c: np.ndarray) -> np.ndarray:
-        return (1.0 - self.w) * c[self.seg] + self.w * c[self.seg + 1]
+        return (1.0 - self.w) * c[self.seg] + self.w * c[self.seg_hi]
 
     def grad_c(self, g_alpha: np.ndarray) -> np.ndarray:
         n = self.n_par
         return (np.bincount(self.seg, g_alpha * (1.0 - self.w), minlength=n)
-                + np.bincount(self.seg + 1, g_alpha * self.w, minlength=n))
+                + np.bincount(self.seg_hi, g_alpha * self.w, minlength=n))
 
     def grad_par(self, g_c: np.ndarray, par: np.ndarray) -> np.ndarray:
         return np.concatenate([b.grad_par(g_c[self._sl(k)], par[self._sl(k)])
