@@ -129,14 +129,15 @@ def _stats(data: LocScaleData, ez: np.ndarray, ez2: np.ndarray, info: np.ndarray
     return st, unit_ids, cell_ids, trial_cell
 
 
-def _flags(spec: LocScaleSpec, st: CellStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _flags(spec: LocScaleSpec, st: CellStats) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     scale = np.array([c in spec.speaker_scale for c in _CLASSES])
     corr = np.array([c in spec.correlated for c in _CLASSES]) & scale
     omega = np.array([c in spec.speaker_by_stratum for c in _CLASSES])
     # ω is identified only where speakers have several cells of the class
     multi = np.array([np.any(np.bincount(st.unit[st.unit_class[st.unit] == c], minlength=st.n_units) > 1)
                       for c in range(2)])
-    return scale, corr, omega & multi
+    tail = np.array([c in spec.heavy_tailed_scale for c in _CLASSES]) & scale & ~corr
+    return scale, corr, omega & multi, tail
 
 
 def _start(st: CellStats, lik: UnitLikelihood) -> np.ndarray:
@@ -152,7 +153,7 @@ def _start(st: CellStats, lik: UnitLikelihood) -> np.ndarray:
                                else 0.1, 1e-4)) for c in range(2)])
     del resid
     p = Params(mu=mu, lam=lam, log_tb=np.log(tb), log_tg=np.full(2, np.log(0.2)), z_rho=np.zeros(2),
-               log_om=np.full(2, np.log(0.1)))
+               log_om=np.full(2, np.log(0.1)), log_nu=np.full(2, np.log(4.0)))
     return lik.pack(p)
 
 
@@ -231,6 +232,8 @@ class LocScaleFit:
                 rows.append((spec.speaker, f"log_sd:{name}", None, float(np.exp(2 * p.log_tg[c]))))
             if lik.corr[c]:
                 rows.append((spec.speaker, f"location:{name}", f"log_sd:{name}", float(np.tanh(p.z_rho[c]))))
+            if lik.tail[c]:
+                rows.append((spec.speaker, f"log_sd_df:{name}", None, float(np.exp(p.log_nu[c]))))
             if lik.omega[c]:
                 rows.append((f"{spec.speaker}:stratum", f"location:{name}", None, float(np.exp(2 * p.log_om[c]))))
         vc = pd.DataFrame(rows, columns=["grp", "var1", "var2", "vcov"])
@@ -274,7 +277,7 @@ class LocScaleFit:
         mu, sig = p.mu[s], np.exp(p.lam[s])
         if spec.speaker in marg:
             om2 = np.where(self._lik.omega, np.exp(2 * p.log_om), 0.0)[y]
-            e2g = np.where(self._lik.scale, np.exp(2 * np.exp(2 * p.log_tg)), 1.0)[y]
+            e2g = np.array([_mean_e2g(self._lik, p, c) for c in range(2)])[y]
             var = np.exp(2 * p.log_tb)[y] + om2 + sig ** 2 * e2g
             return mu, np.sqrt(var), strata.to_numpy(dtype=object)
         spk = pd.Index(self._data.speakers).get_indexer(frame[spec.speaker].astype(str))
@@ -295,6 +298,19 @@ class LocScaleFit:
                 f"{self._data.cells.n_strata} strata, loglik {self.loglik:.1f}>")
 
 
+def _mean_e2g(lik: UnitLikelihood, p: Params, c: int) -> float:
+    """:math:`E[e^{2g}]` under the fitted prior of class ``c`` (t prior: ``g`` truncated to ±3)."""
+    if not lik.scale[c]:
+        return 1.0
+    tg = float(np.exp(p.log_tg[c]))
+    if not lik.tail[c]:
+        return float(np.exp(2 * tg ** 2))
+    from scipy import stats
+    g = np.linspace(-3, 3, 2001)
+    w = stats.t.pdf(g / tg, df=float(np.exp(p.log_nu[c])))
+    return float(np.sum(w * np.exp(2 * g)) / np.sum(w))
+
+
 def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_pass: int = 3, n_nodes: int = 15,
                  ) -> LocScaleFit:
     """Fit the location-scale transformation mixed model ``spec`` to ``trials``
@@ -310,11 +326,11 @@ def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_p
     for it in range(n_pass):
         ez, ez2, info = cell_moments(cells, edges, mean, sd)
         st, unit_ids, cell_ids, trial_cell = _stats(data, ez, ez2, info)
-        scale, corr, omega = _flags(spec, st)
+        scale, corr, omega, tail = _flags(spec, st)
         if not spec.speaker_location:
             raise LocScaleError("speaker_location=False is not supported (the speaker location effect is the "
                                 "model's base term)")
-        lik = UnitLikelihood(st, scale, corr, omega, n_nodes=n_nodes)
+        lik = UnitLikelihood(st, scale, corr, omega, n_nodes=n_nodes, tail=tail)
         x0 = _start(st, lik) if x is None else x
         x, ll = _maximise(lik, x0)
         post = lik.posterior(lik.unpack(x))

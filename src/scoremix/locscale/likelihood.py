@@ -10,6 +10,9 @@ Model (latent scale; trial ``t`` of speaker ``i``, stratum ``s``, class ``c = c(
     \rho_c\tau_{b,c}\tau_{g,c}\\ \rho_c\tau_{b,c}\tau_{g,c} & \tau_{g,c}^2\end{pmatrix}\right),\qquad
     u_{is}\sim N(0,\omega_c^2),
 
+(or, with a heavy-tailed speaker spread, :math:`g_{ic}/\tau_{g,c}\sim t_{\nu_c}` independent of
+:math:`b_{ic}`: a few speakers — Doddington's goats — far wider than the rest)
+
 independent over speakers, classes and cells: a per-speaker *location* effect :math:`b` and
 *log-SD* effect :math:`g` per class (Doddington's goats and lambs differ in both), optionally
 correlated, and a speaker × stratum location effect :math:`u` (``(1 | speaker:attack)``).
@@ -42,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
-from scipy.special import logsumexp
+from scipy.special import gammaln, logsumexp
 
 __all__ = ["CellStats", "Params", "UnitLikelihood"]
 
@@ -86,6 +89,7 @@ class Params:
     log_tg: np.ndarray
     z_rho: np.ndarray
     log_om: np.ndarray
+    log_nu: np.ndarray
 
 
 class UnitLikelihood:
@@ -95,10 +99,11 @@ class UnitLikelihood:
     OFF = -30.0
 
     def __init__(self, stats: CellStats, scale: np.ndarray, corr: np.ndarray, omega: np.ndarray,
-                 n_nodes: int = 15) -> None:
+                 n_nodes: int = 15, tail: np.ndarray | None = None) -> None:
         self.st = stats
         self.scale = np.asarray(scale, bool)
         self.corr = np.asarray(corr, bool) & self.scale
+        self.tail = (np.zeros(2, bool) if tail is None else np.asarray(tail, bool)) & self.scale & ~self.corr
         self.omega = np.asarray(omega, bool)
         self.n_nodes = int(n_nodes)
         x, w = np.polynomial.hermite.hermgauss(self.n_nodes)
@@ -111,7 +116,7 @@ class UnitLikelihood:
     def pack(self, p: Params) -> np.ndarray:
         c = np.arange(self.st.n_classes)
         return np.concatenate([p.mu, p.lam, p.log_tb, p.log_tg[self.scale], p.z_rho[self.corr],
-                               p.log_om[self.omega]]) if c.size else np.zeros(0)
+                               p.log_om[self.omega], p.log_nu[self.tail]]) if c.size else np.zeros(0)
 
     def unpack(self, v: np.ndarray) -> Params:
         S, K = self.st.n_strata, self.st.n_classes
@@ -122,12 +127,14 @@ class UnitLikelihood:
         tg = np.full(K, self.OFF); k = int(self.scale.sum()); tg[self.scale] = v[i:i + k]; i += k
         zr = np.zeros(K); k = int(self.corr.sum()); zr[self.corr] = v[i:i + k]; i += k
         om = np.full(K, self.OFF); k = int(self.omega.sum()); om[self.omega] = v[i:i + k]; i += k
-        return Params(mu, lam, tb, tg, zr, om)
+        nu = np.full(K, np.log(1e6)); k = int(self.tail.sum()); nu[self.tail] = v[i:i + k]; i += k
+        return Params(mu, lam, tb, tg, zr, om, nu)
 
     def bounds(self) -> list[tuple[float, float]]:
         S, K = self.st.n_strata, self.st.n_classes
         return ([(-20, 20)] * S + [(-6, 4)] * S + [(-8, 3)] * K + [(-6, 2)] * int(self.scale.sum())
-                + [(-3, 3)] * int(self.corr.sum()) + [(-8, 3)] * int(self.omega.sum()))
+                + [(-3, 3)] * int(self.corr.sum()) + [(-8, 3)] * int(self.omega.sum())
+                + [(np.log(0.5), np.log(100.0))] * int(self.tail.sum()))
 
     # ---------------------------------------------------------------- integrand
     def _parts(self, p: Params, g: np.ndarray) -> dict:
@@ -155,7 +162,12 @@ class UnitLikelihood:
         num = B + a / t2
         logb = (-0.5 * st.n_cells_unit[:, None] * _LOG2PI - 0.5 * D - 0.5 * np.log(t2) - 0.5 * np.log(P)
                 - 0.5 * (C + a * a / t2 - num * num / P))
-        prior = np.where(us, -0.5 * _LOG2PI - np.log(tg) - 0.5 * (g / tg) ** 2, 0.0)
+        nu = np.exp(p.log_nu[cls])[:, None]
+        tl = self.tail[cls][:, None]
+        gauss = -0.5 * _LOG2PI - np.log(tg) - 0.5 * (g / tg) ** 2
+        student = (gammaln((nu + 1) / 2) - gammaln(nu / 2) - 0.5 * np.log(nu * np.pi) - np.log(tg)
+                   - (nu + 1) / 2 * np.log1p((g / tg) ** 2 / nu))
+        prior = np.where(us, np.where(tl, student, gauss), 0.0)
         return dict(f=Ws + logb + prior, bmean=num / P, bvar=1.0 / P, v=v, d=d, om2=om2)
 
     def _f(self, p: Params, g: np.ndarray) -> np.ndarray:

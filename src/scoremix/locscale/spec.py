@@ -36,6 +36,9 @@ class LocScaleSpec:
         classes whose speaker location and log-SD effects are correlated.
     speaker_by_stratum:
         classes with a speaker × stratum location effect ``(1 | speaker:stratum)``.
+    heavy_tailed_scale:
+        classes whose speaker log-SD effects follow a scaled Student t (degrees of freedom
+        estimated) instead of a Gaussian (not with ``correlated``).
     """
 
     score: str = "score"
@@ -47,6 +50,7 @@ class LocScaleSpec:
     speaker_scale: tuple[str, ...] = ("positive", "negative")
     correlated: tuple[str, ...] = ()
     speaker_by_stratum: tuple[str, ...] = ()
+    heavy_tailed_scale: tuple[str, ...] = ()
     name: str = field(default="", compare=False)
 
     def with_(self, **kw: Any) -> "LocScaleSpec":
@@ -56,14 +60,14 @@ class LocScaleSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["strata"] = list(self.strata)
-        for k in ("speaker_scale", "correlated", "speaker_by_stratum"):
+        for k in ("speaker_scale", "correlated", "speaker_by_stratum", "heavy_tailed_scale"):
             d[k] = list(d[k])
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LocScaleSpec":
         d = dict(d)
-        for k in ("strata", "speaker_scale", "correlated", "speaker_by_stratum"):
+        for k in ("strata", "speaker_scale", "correlated", "speaker_by_stratum", "heavy_tailed_scale"):
             if k in d:
                 d[k] = tuple(d[k])
         return cls(**d)
@@ -79,7 +83,8 @@ class LocScaleSpec:
         disp = ["~ 0 + stratum"]
         if self.speaker_scale:
             corr = f" correlated with location [{', '.join(self.correlated)}]" if self.correlated else ""
-            disp.append(f"(0 + {self.label} | {self.speaker}) [{', '.join(self.speaker_scale)}]{corr}")
+            tail = f", Student-t [{', '.join(self.heavy_tailed_scale)}]" if self.heavy_tailed_scale else ""
+            disp.append(f"(0 + {self.label} | {self.speaker}) [{', '.join(self.speaker_scale)}]{corr}{tail}")
         return {"formula": " + ".join(loc), "dispersion": " + ".join(disp)}
 
     def describe(self) -> str:
