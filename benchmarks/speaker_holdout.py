@@ -43,7 +43,7 @@ def system_table(d: pd.DataFrame, system: str) -> pd.DataFrame:
     return t.assign(score=s)
 
 
-def one(t: pd.DataFrame, share: float, seed: int, by=None, **kw) -> pd.DataFrame:
+def one(t: pd.DataFrame, share: float, seed: int, by=None, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         r = validate_model(t, score="score", label="label", speaker="speaker", factors=["attack"],
@@ -67,18 +67,14 @@ def main() -> None:
         for sysname in systems:
             t = system_table(d, sysname)
             t0 = time.perf_counter()
-            r = one(t, share, a.seed)
+            r = one(t, share, a.seed, also_by=[dict(by="speaker_gender", negative_by="attack")] if a.gender else [])
             dt = time.perf_counter() - t0
-            for m, row in r.summary.iterrows():
-                rows.append(dict(system=sysname, share=share, cells="speaker", measure=m, **row.to_dict(),
-                                 seconds=dt))
-            if a.gender:
-                rg = one(t, share, a.seed, by=["speaker_gender", "attack"])
-                for m, row in rg.summary.iterrows():
-                    rows.append(dict(system=sysname, share=share, cells="gender×attack", measure=m,
-                                     **row.to_dict(), seconds=np.nan))
-            print(pd.DataFrame(rows[-(2 if not a.gender else 4):])[["system", "share", "cells", "measure",
-                  "ratio_model", "ratio_shrunk", "n_groups", "seconds"]].to_string(header=False), flush=True)
+            for (cells, m), row in r.summary.iterrows():
+                rows.append(dict(system=sysname, share=share, cells=cells, measure=m, **row.to_dict(), seconds=dt))
+            sel = r.info.get("selection")
+            chosen = sel.chosen.name if sel is not None else ""
+            print(pd.DataFrame(rows[-len(r.summary):])[["system", "share", "cells", "measure", "ratio_model",
+                  "ratio_shrunk", "n_groups", "seconds"]].round(3).to_string(header=False), chosen, flush=True)
     out = pd.DataFrame(rows)
     pd.set_option("display.width", 200)
     for (cells, m), g in out.groupby(["cells", "measure"]):

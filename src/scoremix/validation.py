@@ -31,7 +31,7 @@ import pandas as pd
 from scoremix.metrics import eer, min_dcf
 from scoremix.predictive.layer import predictive
 
-__all__ = ["ValidationError", "split_cells", "model_group_measures", "empirical_group_measures", "shrinkage_mae",
+__all__ = ["ValidationError", "split_cells", "group_masks", "rocch_eer", "model_group_measures", "empirical_group_measures", "shrinkage_mae",
            "ValidationResult", "validate_model"]
 
 
@@ -62,31 +62,46 @@ def split_cells(trials: pd.DataFrame, share: float, by: Sequence[str], *, seed: 
     return mask
 
 
-def _group_codes(frame: pd.DataFrame, by: Sequence[str]) -> tuple[np.ndarray, pd.Index]:
-    g = frame.groupby(list(by), sort=True, observed=True)
-    codes = g.ngroup().to_numpy()
-    keys = pd.Index(list(g.groups.keys()), name=by[0] if len(by) == 1 else None) if len(by) == 1 else \
-        pd.MultiIndex.from_tuples(list(g.groups.keys()), names=list(by))
-    return codes, keys
+def group_masks(frame: pd.DataFrame, y: np.ndarray, by: Sequence[str], negative_by: str | None = None
+                ) -> tuple[pd.Index, list[np.ndarray]]:
+    """Keys and boolean trial masks of the groups of ``by``; with ``negative_by`` every group
+    is split into one cell per level of that column among its negatives (all the group's
+    positives against the negatives of one level: the per-attack EER of anti-spoofing)."""
+    by = list(by)
+    grp = frame.groupby(by, sort=True, observed=True)
+    codes = grp.ngroup().to_numpy()
+    keys = list(grp.groups.keys())
+    if negative_by is None:
+        idx = pd.Index(keys, name=by[0]) if len(by) == 1 else pd.MultiIndex.from_tuples(keys, names=by)
+        return idx, [codes == k for k in range(len(keys))]
+    if negative_by not in frame.columns:
+        raise ValidationError(f"negative_by column {negative_by!r} is not in the trial table")
+    nb = frame[negative_by].to_numpy()
+    levels = sorted(pd.unique(nb[y == 0]), key=str)
+    out_keys, masks = [], []
+    for k, key in enumerate(keys):
+        g = codes == k
+        for lv in levels:
+            out_keys.append((*(key if isinstance(key, tuple) else (key,)), lv))
+            masks.append(g & ((y == 1) | (nb == lv)))
+    return pd.MultiIndex.from_tuples(out_keys, names=[*by, negative_by]), masks
 
 
 def model_group_measures(fit: Any, by: Sequence[str], *, label: str, positive: Any, p_target: float = 0.05,
                          marginal_over: Sequence[str] | None = None, trials: pd.DataFrame | None = None,
-                         thresholds: np.ndarray | None = None) -> pd.DataFrame:
-    """Model EER and minimum DCF of every group of ``by`` at attainable thresholds.
+                         thresholds: np.ndarray | None = None, negative_by: str | None = None) -> pd.DataFrame:
+    """Model EER and minimum DCF of every cell of :func:`group_masks` at attainable thresholds.
 
-    For the trials of a group the model's FNR and FPR at every fitted distinct score τ
+    For the trials of a cell the model's FNR and FPR at every fitted distinct score τ
     (:meth:`scoremix.predictive.Predictive.rates_at`) are its operating points; the ROCCH EER
     (:func:`rocch_eer`) and the minimum DCF (non-normalised, unit costs) are those of the points."""
     pred = predictive(fit, trials, label=label, positive=positive, marginal_over=marginal_over)
-    frame = pred.frame
-    codes, keys = _group_codes(frame, by)
+    keys, masks = group_masks(pred.frame, pred.y, by, negative_by)
     if thresholds is None:
         thresholds = np.unique(pred.score[np.isfinite(pred.score)])
     tau = np.asarray(thresholds, np.float64)
     rows = []
-    for k in range(len(keys)):
-        m = codes == k
+    for m in masks:
         y = pred.y[m]
         if y.all() or not y.any():
             rows.append((np.nan, np.nan))
@@ -113,13 +128,12 @@ def rocch_eer(pmiss: np.ndarray, pfa: np.ndarray) -> float:
 
 
 def empirical_group_measures(frame: pd.DataFrame, by: Sequence[str], *, score: str, y: np.ndarray,
-                             p_target: float = 0.05) -> pd.DataFrame:
-    """Empirical (ROCCH) EER and minimum DCF of every group of ``by``."""
-    codes, keys = _group_codes(frame, by)
+                             p_target: float = 0.05, negative_by: str | None = None) -> pd.DataFrame:
+    """Empirical (ROCCH) EER and minimum DCF of every cell of :func:`group_masks`."""
+    keys, masks = group_masks(frame, y, by, negative_by)
     s = frame[score].to_numpy(np.float64)
     rows = []
-    for k in range(len(keys)):
-        m = codes == k
+    for m in masks:
         yy = y[m]
         if yy.all() or not yy.any():
             rows.append((np.nan, np.nan))
@@ -142,9 +156,10 @@ def shrinkage_mae(own: np.ndarray, pooled: float, truth: np.ndarray) -> tuple[fl
 class ValidationResult:
     """Result of :func:`validate_model`.
 
-    ``summary``: one row per measure (``eer``, ``min_dcf``): MAE of the model, of counting and
+    ``summary``: one row per grouping (``cells``) and measure (``eer``, ``min_dcf``): MAE of the model, of counting and
     of the best shrinkage, their ratios to counting, the shrinkage λ and the number of groups.
-    ``groups``: per group the held-out truth, the model value and the counts."""
+    ``groups``: per group the held-out truth, the model value and the counts (column
+    ``cells`` names the grouping)."""
 
     summary: pd.DataFrame
     groups: pd.DataFrame
@@ -157,6 +172,7 @@ class ValidationResult:
         if ax is None:
             _, ax = plt.subplots(figsize=(4.5, 4.5))
         g = self.groups
+        g = g[g["cells"] == g["cells"].iloc[0]] if "cells" in g else g
         t = g[f"{measure}_heldout"]
         ax.scatter(t, g[f"{measure}_count"], s=12, alpha=0.6, label="counting (A)")
         ax.scatter(t, g[f"{measure}_model"], s=12, alpha=0.8, label="model (A)")
@@ -188,7 +204,7 @@ def validate_model(trials: pd.DataFrame, *, score: str = "score", label: str = "
                    factors: Sequence[str] = (), positive: Any = None, by: Sequence[str] | str | None = None,
                    share: float = 0.2, split: str = "trials", p_target: float = 0.05,
                    seed: int | np.random.Generator = 0, fitter: Callable[..., Any] | None = None,
-                   **fit_kwargs: Any) -> ValidationResult:
+                   also_by: Sequence[Sequence[str] | str] = (), **fit_kwargs: Any) -> ValidationResult:
     """Split, fit on A, and score model vs counting vs shrunken counting on B (module docstring).
 
     Parameters
@@ -202,6 +218,9 @@ def validate_model(trials: pd.DataFrame, *, score: str = "score", label: str = "
         (whole speakers).
     p_target: prior of the minimum DCF.
     seed: the split's randomness.
+    also_by: further groupings scored from the same fit: column lists, or
+        ``dict(by=[...], negative_by="attack")`` (each group's positives against the negatives of
+        one level, e.g. gender × attack cells).
     fitter: ``fitter(A, score=, label=, speaker=, factors=, positive=, **fit_kwargs)`` → fit;
         default :func:`scoremix.score_model`.
     """
@@ -232,16 +251,30 @@ def validate_model(trials: pd.DataFrame, *, score: str = "score", label: str = "
     yA, yB = y[in_a], y[~in_a]
     fit = fitter(A, score=score, label=label, speaker=speaker, factors=list(factors), positive=positive,
                  **fit_kwargs)
-    if split == "trials":
-        mod = model_group_measures(fit, by, label=label, positive=positive, p_target=p_target)
-    else:
-        mod = model_group_measures(fit, by, label=label, positive=positive, p_target=p_target, trials=B,
-                                   marginal_over=[speaker])
-    cnt = empirical_group_measures(A, by, score=score, y=yA, p_target=p_target)
-    held = empirical_group_measures(B, by, score=score, y=yB, p_target=p_target)
-    tab = pd.concat([held.add_suffix("_heldout"), mod.add_suffix("_model"), cnt.add_suffix("_count")], axis=1)
+    groupings = [(list(by), None)]
+    for b in also_by:
+        if isinstance(b, dict):
+            gb = b["by"]
+            groupings.append(([gb] if isinstance(gb, str) else list(gb), b.get("negative_by")))
+        else:
+            groupings.append(([b] if isinstance(b, str) else list(b), None))
     sA = A[score].to_numpy(np.float64)
     pooled = {"eer": float(eer(sA, yA)), "min_dcf": float(min_dcf(sA, yA, p_target=p_target).value)}
-    summ = _summarise(tab, pooled)
+    tabs, summs = [], []
+    for gb, nb in groupings:
+        if split == "trials":
+            mod = model_group_measures(fit, gb, label=label, positive=positive, p_target=p_target, negative_by=nb)
+        else:
+            mod = model_group_measures(fit, gb, label=label, positive=positive, p_target=p_target, trials=B,
+                                       marginal_over=[speaker], negative_by=nb)
+        cnt = empirical_group_measures(A, gb, score=score, y=yA, p_target=p_target, negative_by=nb)
+        held = empirical_group_measures(B, gb, score=score, y=yB, p_target=p_target, negative_by=nb)
+        tab = pd.concat([held.add_suffix("_heldout"), mod.add_suffix("_model"), cnt.add_suffix("_count")], axis=1)
+        name = " × ".join(gb + ([nb] if nb else []))
+        tabs.append(tab.assign(cells=name))
+        summs.append(_summarise(tab, pooled).assign(cells=name).set_index("cells", append=True)
+                     .reorder_levels(["cells", "measure"]))
+    tab = tabs[0] if len(tabs) == 1 else pd.concat(tabs)
+    summ = pd.concat(summs)
     return ValidationResult(summary=summ, groups=tab, info=dict(share=share, split=split, n_fit=len(A), n_heldout=len(B),
                                                                  selection=getattr(fit, "selection", None)))
