@@ -68,7 +68,7 @@ def group_masks(frame: pd.DataFrame, y: np.ndarray, by: Sequence[str], negative_
     is split into one cell per level of that column among its negatives (all the group's
     positives against the negatives of one level: the per-attack EER of anti-spoofing)."""
     by = list(by)
-    grp = frame.groupby(by, sort=True, observed=True)
+    grp = frame.groupby(by if len(by) > 1 else by[0], sort=True, observed=True)
     codes = grp.ngroup().to_numpy()
     keys = list(grp.groups.keys())
     if negative_by is None:

@@ -173,7 +173,7 @@ def _maximise(lik: UnitLikelihood, x0: np.ndarray, rounds: int = 3, tol: float =
         if r >= 1 and moved < 1e-3:
             break
     lik.recentre(lik.unpack(x))
-    return x, -float(lik.unit_loglik(lik.unpack(x)).sum())
+    return x, float(lik.unit_loglik(lik.unpack(x)).sum())
 
 
 class LocScaleFit:

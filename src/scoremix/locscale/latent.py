@@ -168,8 +168,10 @@ def cell_moments(cells: StrataCells, edges: list[np.ndarray], mean: np.ndarray, 
             info[idx] = False
     width = hi - lo
     narrow = np.isfinite(width) & (width < _NARROW)
-    ez = np.where(narrow, 0.5 * (lo + hi), 0.0)
-    ez2 = np.where(narrow, ez ** 2 + width ** 2 / 12.0, 0.0)
+    ez = np.zeros(n)
+    ez2 = np.zeros(n)
+    ez[narrow] = 0.5 * (lo[narrow] + hi[narrow])
+    ez2[narrow] = ez[narrow] ** 2 + width[narrow] ** 2 / 12.0
     wide = ~narrow & info
     if wide.any():
         e1, e2 = truncated_moments(lo[wide], hi[wide], mean[wide], sd[wide])
