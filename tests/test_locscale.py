@@ -232,7 +232,7 @@ def test_bad_input_errors():
         fit_locscale(d, spec.with_(strata=("session",)))
     with pytest.raises(LocScaleError, match="class column 'label'"):
         fit_locscale(d[d["label"] == "spoof"], spec)
-    bad = d.copy()
+    bad = d.astype({"score": object})
     bad.loc[3, "score"] = "x"
     with pytest.raises(LocScaleError, match="row 3"):
         fit_locscale(bad, spec)

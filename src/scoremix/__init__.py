@@ -113,6 +113,17 @@ from scoremix.fairness import (
     with_bootstrap,
 )
 
+# --- branch s4trust-ls: location-scale score models, automatic specification, held-out validation
+from scoremix.locscale import (
+    LocScaleError,
+    LocScaleFit,
+    LocScaleSpec,
+    Selection,
+    fit_locscale,
+    score_model,
+)
+from scoremix.validation import ValidationError, ValidationResult, validate_model
+
 __all__ = [
     "__version__",
     # trials
@@ -151,4 +162,7 @@ __all__ = [
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",
     "subgroup_dcf_replicates", "with_bootstrap", "bootstrap_intervals",
+    # branch s4trust-ls: location-scale score models and held-out validation
+    "LocScaleError", "LocScaleFit", "LocScaleSpec", "Selection", "fit_locscale", "score_model",
+    "ValidationError", "ValidationResult", "validate_model",
 ]

@@ -8,6 +8,8 @@ sufficient statistics), :mod:`~scoremix.locscale.fit` (the estimator),
 """
 
 from scoremix.locscale.fit import LocScaleError, LocScaleFit, fit_locscale
+from scoremix.locscale.select import Selection, candidate_specs, score_model
 from scoremix.locscale.spec import LocScaleSpec
 
-__all__ = ["LocScaleSpec", "LocScaleFit", "LocScaleError", "fit_locscale"]
+__all__ = ["LocScaleSpec", "LocScaleFit", "LocScaleError", "fit_locscale", "score_model", "Selection",
+           "candidate_specs"]

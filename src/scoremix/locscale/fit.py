@@ -210,7 +210,7 @@ class LocScaleFit:
         self.formula, self.dispersion = f["formula"], f["dispersion"]
         frame = data.frame.assign(**{STRATUM: data.strata.to_numpy()})
         self.spec = _Spec(frame, spec.score, self.formula, self.dispersion)
-        self.transform = stratified_transform(data.cells, edges, STRATUM)
+        self.transform = stratified_transform(data.cells, edges, STRATUM) if edges is not None else None
         self.strata = pd.Series(data.strata.to_numpy(), index=frame.index)
         self.trial_mean = trial_mean
         self.trial_sd = trial_sd
@@ -323,8 +323,17 @@ def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_p
     mean, sd = np.zeros(n), np.ones(n)
     edges = normal_score_edges(cells)
     x = None
+    if not spec.transform:
+        n_pass = 1
+        if not np.isfinite(data.score).all():
+            bad = int(np.flatnonzero(~np.isfinite(data.score))[0])
+            raise LocScaleError(f"column {spec.score!r}: row {data.frame.index[bad]!r} is infinite; the Gaussian "
+                                "model (transform=False) needs finite scores (use transform=True)")
     for it in range(n_pass):
-        ez, ez2, info = cell_moments(cells, edges, mean, sd)
+        if spec.transform:
+            ez, ez2, info = cell_moments(cells, edges, mean, sd)
+        else:
+            ez, ez2, info = data.score, data.score ** 2, np.isfinite(data.score)
         st, unit_ids, cell_ids, trial_cell = _stats(data, ez, ez2, info)
         scale, corr, omega, tail = _flags(spec, st)
         if not spec.speaker_location:
@@ -347,6 +356,6 @@ def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_p
         sd = np.exp(p.lam[s] + g)
         if it < n_pass - 1:
             edges = matched_edges(cells, mean, sd)
-    edges = matched_edges(cells, mean, sd)
+    edges = matched_edges(cells, mean, sd) if spec.transform else None
     info = dict(seconds=time.perf_counter() - t0, n_pass=n_pass, n_nodes=n_nodes, n_params=int(x.size))
     return LocScaleFit(data, lik, x, ll, edges, mean, sd, post, unit_ids, cell_ids, info)

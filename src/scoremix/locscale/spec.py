@@ -39,6 +39,9 @@ class LocScaleSpec:
     heavy_tailed_scale:
         classes whose speaker log-SD effects follow a scaled Student t (degrees of freedom
         estimated) instead of a Gaussian (not with ``correlated``).
+    transform:
+        ``True``: one estimated transform per stratum (the latent scale); ``False``: the
+        Gaussian location-scale mixed model on the scores themselves (one pass, no transform).
     """
 
     score: str = "score"
@@ -51,6 +54,7 @@ class LocScaleSpec:
     correlated: tuple[str, ...] = ()
     speaker_by_stratum: tuple[str, ...] = ()
     heavy_tailed_scale: tuple[str, ...] = ()
+    transform: bool = True
     name: str = field(default="", compare=False)
 
     def with_(self, **kw: Any) -> "LocScaleSpec":
@@ -75,7 +79,8 @@ class LocScaleSpec:
     def formulas(self) -> dict[str, str]:
         """lme4/glmmTMB-style formulas of the model on the latent scale ``h_s(score)``."""
         strat = " × ".join([self.label, *self.strata])
-        loc = [f"h_s({self.score}) ~ 0 + stratum[{strat}]"]
+        lhs = f"h_s({self.score})" if self.transform else self.score
+        loc = [f"{lhs} ~ 0 + stratum[{strat}]"]
         if self.speaker_location:
             loc.append(f"(0 + {self.label} | {self.speaker})")
         if self.speaker_by_stratum:
