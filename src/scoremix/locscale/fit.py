@@ -237,7 +237,8 @@ class LocScaleFit:
             if lik.omega[c]:
                 rows.append((f"{spec.speaker}:stratum", f"location:{name}", None, float(np.exp(2 * p.log_om[c]))))
         vc = pd.DataFrame(rows, columns=["grp", "var1", "var2", "vcov"])
-        vc["sdcor"] = np.where(vc["var2"].isna(), np.sqrt(vc["vcov"].astype(float)), vc["vcov"])
+        v = vc["vcov"].to_numpy(float)
+        vc["sdcor"] = np.where(vc["var2"].isna(), np.sqrt(np.abs(v)), v)
         self.varcorr = vc
         self.selection: Any = None
         self.n_obs = len(frame)
@@ -311,7 +312,7 @@ def _mean_e2g(lik: UnitLikelihood, p: Params, c: int) -> float:
     return float(np.sum(w * np.exp(2 * g)) / np.sum(w))
 
 
-def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_pass: int = 3, n_nodes: int = 15,
+def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_pass: int = 3, n_nodes: int = 9,
                  ) -> LocScaleFit:
     """Fit the location-scale transformation mixed model ``spec`` to ``trials``
     (module docstring).  ``n_pass``: passes of steps 1–4; ``n_nodes``: Gauss–Hermite nodes

@@ -203,6 +203,8 @@ class UnitLikelihood:
         g = self.nodes()
         f = self._f(p, g)
         ll = logsumexp(f + self.logw[None, :], axis=1) + np.log(np.sqrt(2.0) * self.spread)
+        if self.u_scale.all():
+            return ll
         g0 = self._f(p, np.zeros((self.st.n_units, 1)))[:, 0]
         return np.where(self.u_scale, ll, g0)
 

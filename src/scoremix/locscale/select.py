@@ -116,7 +116,7 @@ def cv_loglik(data: LocScaleData, spec: LocScaleSpec, n_folds: int, seed: int, n
 def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "label", speaker: str = "speaker",
                 factors: Sequence[str] = (), covariates: Sequence[str] = (), positive: Any = None,
                 candidates: Sequence[LocScaleSpec] | None = None, n_folds: int = 4, seed: int = 0,
-                n_nodes: int = 15, n_pass: int = 3) -> Any:
+                n_nodes: int = 9, n_pass: int = 3) -> Any:
     """Fit a score model whose specification is chosen automatically (module docstring).
 
     Parameters
