@@ -179,6 +179,19 @@ def test_in_sample_strata_reproduce_counts_and_predictive_hook():
     assert len(tab) == 15 and tab["eer_model"].between(0, 0.5).all()
 
 
+def test_model_subgroup_dcf_accepts_fit_and_reproduces_min_dcf_in_sample():
+    """The fit goes through the predictive layer into model_subgroup_dcf; every stratum is
+    reproduced at the fitted scores, so the overall model minimum DCF is the empirical one."""
+    d = simulate_ls(n_speakers=12, n_per_cell=20, strata_neg=2, seed=4)
+    d["gender"] = np.where(d["speaker"].str[-1].astype(int) % 2 == 0, "f", "m")
+    fit = fit_locscale(d, LocScaleSpec(score="score", label="label", speaker="speaker", positive="bonafide",
+                                       strata=("attack",)), n_nodes=7)
+    r = sm.model_subgroup_dcf(fit, d, ["gender"], label="label", positive="bonafide", n_boot=20, min_speakers=2)
+    emp = sm.min_dcf(d["score"], (d["label"] == "bonafide").to_numpy(), p_target=0.05).value
+    assert r.overall["min_dcf"] == pytest.approx(emp, abs=1e-9)
+    assert set(r.table["gender"]) == {"f", "m"}
+
+
 def test_rocch_eer_equals_metrics_eer():
     rng = np.random.default_rng(0)
     s = np.round(rng.normal(0, 1, 300), 1)
