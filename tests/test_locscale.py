@@ -249,3 +249,24 @@ def test_bad_input_errors():
     bad.loc[3, "score"] = "x"
     with pytest.raises(LocScaleError, match="row 3"):
         fit_locscale(bad, spec)
+
+
+def test_validate_model_whole_speaker_split():
+    """split='speakers': groups are subgroups, the held-out value is the empirical EER of the
+    held-out speakers' trials (recomputed here from the same seeded speaker draw)."""
+    d = simulate_ls(n_speakers=20, n_per_cell=20, strata_neg=2, seed=8)
+    d["gender"] = np.where(d["speaker"].str[-1].astype(int) % 2 == 0, "f", "m")
+    spec = LocScaleSpec(score="score", label="label", speaker="speaker", positive="bonafide", strata=("attack",),
+                        name="ls")
+    r = validate_model(d, score="score", label="label", speaker="speaker", factors=["attack"], positive="bonafide",
+                       share=0.5, split="speakers", by=["gender"], seed=0, candidates=[spec], n_pass=1, n_nodes=7,
+                       also_by=[dict(by="gender", negative_by="attack")])
+    spk = np.unique(d["speaker"].astype(str))
+    fitted = set(np.random.default_rng(0).choice(spk, size=10, replace=False))
+    B = d[~d["speaker"].isin(fitted)]
+    g = r.groups[r.groups["cells"] == "gender"]
+    for sex in ("f", "m"):
+        b = B[B["gender"] == sex]
+        assert g.loc[sex, "eer_heldout"] == pytest.approx(sm.eer(b["score"], (b["label"] == "bonafide").to_numpy()),
+                                                          abs=1e-12)
+    assert r.summary.loc[("gender × attack", "eer"), "n_groups"] == 4
