@@ -124,6 +124,16 @@ from scoremix.bayes.api import IncompleteSamplingError
 from scoremix.metrics import finite_order
 from scoremix.predictive.attainable import THRESHOLDS, hull_eer
 from scoremix.predictive.gof import misfit_hint, outside_interval
+# --- branch s4trust-ls: location-scale score models, automatic specification, held-out validation
+from scoremix.locscale import (
+    LocScaleError,
+    LocScaleFit,
+    LocScaleSpec,
+    Selection,
+    fit_locscale,
+    score_model,
+)
+from scoremix.validation import ValidationError, ValidationResult, validate_model
 
 __all__ = [
     "__version__",
@@ -170,4 +180,7 @@ __all__ = [
     # s4robust (issue 24)
     "BootstrapSizeError", "min_boot", "DuplicateColumnError", "MalformedLineError", "write_table",
     "IncompleteSamplingError",
+    # branch s4trust-ls: location-scale score models and held-out validation
+    "LocScaleError", "LocScaleFit", "LocScaleSpec", "Selection", "fit_locscale", "score_model",
+    "ValidationError", "ValidationResult", "validate_model",
 ]

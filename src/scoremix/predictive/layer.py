@@ -550,6 +550,30 @@ def _point_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame 
                       stratum=comp_key[:, 3].astype(np.int64))
 
 
+def _moments_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame | None, label: str,
+                        positive: Any, marg: tuple[str, ...], split: Sequence[str]) -> Predictive:
+    """Predictive of a fit that computes its own per-trial latent moments
+    (``fit.latent_moments(trials, marginal_over=) -> (mean, sd, strata)``, e.g. a
+    :class:`scoremix.locscale.LocScaleFit`)."""
+    if trials is None:
+        rows = model_frame_with(fit, data, [label, *split])
+    else:
+        rows = trials
+        if label not in rows.columns:
+            raise PredictiveError(f"class column {label!r} not in the trial table")
+    mean, sd, strata = fit.latent_moments(trials, marginal_over=marg)
+    mean, sd = np.asarray(mean, np.float64), np.asarray(sd, np.float64)
+    y = _binary(rows[label], positive, label)
+    axis = threshold_axis(fit_transform(fit))
+    codes = axis.codes(strata, len(rows)) if not axis.identity else np.zeros(len(rows), np.int64)
+    comp_key, comp = unique_rows(np.c_[mean, sd, y.astype(float), codes.astype(float)])
+    return Predictive(mean=comp_key[:, 0][None, :], sd=comp_key[:, 1][None, :], positive=comp_key[:, 2] > 0.5,
+                      component=np.asarray(comp).ravel().astype(np.int64), y=y,
+                      score=_observed_scores(fit, trials), frame=rows, transform=fit_transform(fit),
+                      marginal_over=marg, draws=None, conditional=not marg, axis=axis,
+                      stratum=comp_key[:, 3].astype(np.int64))
+
+
 def _design_cells(fit: Any, rows: pd.DataFrame | None, conditional: bool) -> np.ndarray | None:
     """Rows with identical fixed-effects row, random-term design (and levels when
     conditional), dispersion level and weight share one Gaussian in every draw."""
@@ -682,4 +706,6 @@ def predictive(
     if getattr(fit, "spec", None) is None and trials is None:
         raise PredictiveError("pass trials=: the fit carries no model frame")
     marg = _marginal_set(fit, conditional, marginal_over)
+    if callable(getattr(fit, "latent_moments", None)):   # fits that give their own per-trial moments
+        return _moments_predictive(fit, trials, data, label, positive, marg, list(split))
     return _point_predictive(fit, trials, data, label, positive, marg, conditional, list(split))

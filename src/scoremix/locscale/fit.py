@@ -1,0 +1,362 @@
+r"""Fit a location-scale transformation mixed model (:func:`fit_locscale`).
+
+Model: one increasing transform :math:`h_s` per stratum (class × ``spec.strata``,
+:mod:`scoremix.locscale.latent`) and on the latent scale the Gaussian location-scale mixed
+model of :mod:`scoremix.locscale.likelihood`
+
+.. math::
+
+    h_{s(t)}(S_t) = \mu_s + b_{ic} + u_{is} + \sigma_s e^{g_{ic}}\varepsilon_t .
+
+Estimation alternates (a few passes, typically 3):
+
+1. latent moments of every trial given its cell (interval censoring; first pass: rank-based
+   normal scores), reduced to per-cell sufficient statistics :math:`(n, \sum z, \sum z^2)`;
+2. maximum marginal likelihood of :math:`\mu_s, \log\sigma_s` and the random-effect
+   parameters (adaptive Gauss–Hermite quadrature over :math:`g`, :math:`b` and :math:`u`
+   in closed form; L-BFGS-B with the quadrature nodes re-centred between rounds);
+3. posterior means of :math:`b, g, u` → every trial's latent mean and SD;
+4. marginal matching of the edges of every :math:`h_s` to those trial Gaussians.
+
+After step 4 the model's distribution of every stratum equals the empirical one at every
+fitted score (in sample, per stratum, the model reproduces the counts), while the speaker
+effects distribute that distribution over speakers with partial pooling — the quantity that
+is predicted out of sample.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import minimize
+
+from scoremix.locscale.latent import (StrataCells, cell_moments, matched_edges, normal_score_edges, strata_cells,
+                                      stratified_transform)
+from scoremix.locscale.likelihood import CellStats, Params, UnitLikelihood
+from scoremix.locscale.spec import LocScaleSpec
+from scoremix.transform.errors import TransformError
+
+__all__ = ["LocScaleError", "LocScaleFit", "LocScaleData", "prepare", "fit_locscale", "STRATUM"]
+
+STRATUM = "__stratum__"
+_CLASSES = ("negative", "positive")
+
+
+class LocScaleError(TransformError, ValueError):
+    """Bad input to a location-scale score model (names the column / level)."""
+
+
+class _Spec:
+    """The model frame as the predictive layer reads it (``data``, ``response``, ``n``)."""
+
+    def __init__(self, data: pd.DataFrame, response: str, formula: str, dispersion: str) -> None:
+        self.data = data
+        self.response = response
+        self.n = len(data)
+        self.y = data[response].to_numpy(np.float64)
+        self.terms = None
+        self.formula = formula
+        self.dispersion_formula = dispersion
+
+
+class LocScaleData:
+    """A trial table prepared for fitting: class, speaker and stratum codes, cells."""
+
+    def __init__(self, frame: pd.DataFrame, spec: LocScaleSpec) -> None:
+        from scoremix.trials import label_to_binary
+
+        for c in [spec.score, spec.label, spec.speaker, *spec.strata]:
+            if c not in frame.columns:
+                raise LocScaleError(f"column {c!r} is not in the trial table (columns: {list(frame.columns)})")
+        s = pd.to_numeric(frame[spec.score], errors="coerce").to_numpy(np.float64)
+        if np.isnan(s).any():
+            bad = int(np.flatnonzero(np.isnan(s))[0])
+            raise LocScaleError(f"column {spec.score!r}: row {frame.index[bad]!r} is not a number "
+                                f"({frame[spec.score].iloc[bad]!r})")
+        try:
+            y = np.asarray(label_to_binary(frame[spec.label], positive=spec.positive), dtype=np.int64)
+        except (ValueError, TypeError) as exc:
+            raise LocScaleError(f"class column {spec.label!r}: {exc}") from exc
+        if y.min() == y.max():
+            raise LocScaleError(f"class column {spec.label!r} holds one class only")
+        for c in [spec.speaker, *spec.strata]:
+            if frame[c].isna().any():
+                raise LocScaleError(f"column {c!r} has missing values (row {frame.index[frame[c].isna()][0]!r})")
+        self.spec = spec
+        self.frame = frame
+        self.score = s
+        self.y = y
+        lab = np.where(y == 1, "+", "-").astype(object)
+        strata = pd.Series(lab, index=frame.index, dtype=object)
+        for c in spec.strata:
+            strata = strata + ":" + frame[c].astype(str).to_numpy()
+        self.strata = strata
+        self.cells: StrataCells = strata_cells(s, strata.to_numpy())
+        self.stratum_class = np.array([1 if str(lv).startswith("+") else 0 for lv in self.cells.levels])
+        self.speaker_codes, self.speakers = pd.factorize(frame[spec.speaker].astype(str), sort=True)
+        self.unit = self.speaker_codes * 2 + y            # speaker × class
+        self.cell = self.speaker_codes * self.cells.n_strata + self.cells.stratum
+
+    def subset(self, mask: np.ndarray) -> "LocScaleData":
+        return LocScaleData(self.frame.loc[np.asarray(mask, bool)], self.spec)
+
+
+def prepare(trials: pd.DataFrame, spec: LocScaleSpec) -> LocScaleData:
+    return LocScaleData(trials, spec)
+
+
+def _stats(data: LocScaleData, ez: np.ndarray, ez2: np.ndarray, info: np.ndarray
+           ) -> tuple[CellStats, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-cell sufficient statistics of the informative trials; returns the stats, the
+    unit ids (speaker × class codes) of the stats' units, the cell ids and the map
+    trial → stats cell (−1 for uninformative trials)."""
+    idx = np.flatnonzero(info)
+    cell_ids, inv = np.unique(data.cell[idx], return_inverse=True)
+    n = np.bincount(inv).astype(np.float64)
+    sz = np.bincount(inv, weights=ez[idx])
+    szz = np.bincount(inv, weights=ez2[idx])
+    S = data.cells.n_strata
+    spk, stratum = cell_ids // S, cell_ids % S
+    unit_ids_all = spk * 2 + data.stratum_class[stratum]
+    unit_ids, unit = np.unique(unit_ids_all, return_inverse=True)
+    st = CellStats(unit=unit, stratum=stratum, n=n, sz=sz, szz=szz, unit_class=unit_ids % 2, n_strata=S,
+                   n_classes=2)
+    trial_cell = np.full(data.score.size, -1)
+    trial_cell[idx] = inv
+    return st, unit_ids, cell_ids, trial_cell
+
+
+def _flags(spec: LocScaleSpec, st: CellStats) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    scale = np.array([c in spec.speaker_scale for c in _CLASSES])
+    corr = np.array([c in spec.correlated for c in _CLASSES]) & scale
+    omega = np.array([c in spec.speaker_by_stratum for c in _CLASSES])
+    # ω is identified only where speakers have several cells of the class
+    multi = np.array([np.any(np.bincount(st.unit[st.unit_class[st.unit] == c], minlength=st.n_units) > 1)
+                      for c in range(2)])
+    tail = np.array([c in spec.heavy_tailed_scale for c in _CLASSES]) & scale & ~corr
+    return scale, corr, omega & multi, tail
+
+
+def _start(st: CellStats, lik: UnitLikelihood) -> np.ndarray:
+    S = st.n_strata
+    ns = np.bincount(st.stratum, weights=st.n, minlength=S)
+    mu = np.bincount(st.stratum, weights=st.sz, minlength=S) / np.maximum(ns, 1)
+    resid = st.szz - 2 * mu[st.stratum] * st.sz + st.n * mu[st.stratum] ** 2
+    ssw = st.ssw
+    lam = 0.5 * np.log(np.maximum(np.bincount(st.stratum, weights=ssw, minlength=S)
+                                  / np.maximum(ns - np.bincount(st.stratum, minlength=S), 1), 1e-4))
+    dev = st.zbar - mu[st.stratum]
+    tb = np.array([np.sqrt(max(np.mean(dev[st.unit_class[st.unit] == c] ** 2) if np.any(st.unit_class[st.unit] == c)
+                               else 0.1, 1e-4)) for c in range(2)])
+    del resid
+    p = Params(mu=mu, lam=lam, log_tb=np.log(tb), log_tg=np.full(2, np.log(0.2)), z_rho=np.zeros(2),
+               log_om=np.full(2, np.log(0.1)), log_nu=np.full(2, np.log(4.0)))
+    return lik.pack(p)
+
+
+def _maximise(lik: UnitLikelihood, x0: np.ndarray, rounds: int = 3, tol: float = 1e-7) -> tuple[np.ndarray, float]:
+    x = x0.copy()
+    val = np.inf
+    for r in range(rounds):
+        lik.recentre(lik.unpack(x))
+
+        def obj(v: np.ndarray) -> float:
+            return -float(lik.unit_loglik(lik.unpack(v)).sum())
+
+        res = minimize(obj, x, method="L-BFGS-B", bounds=lik.bounds(),
+                       options=dict(maxiter=500, ftol=tol, gtol=1e-5))
+        moved = np.max(np.abs(res.x - x)) if x.size else 0.0
+        x, val = res.x, float(res.fun)
+        if r >= 1 and moved < 1e-3:
+            break
+    lik.recentre(lik.unpack(x))
+    return x, float(lik.unit_loglik(lik.unpack(x)).sum())
+
+
+class LocScaleFit:
+    """A fitted location-scale transformation mixed model (see :mod:`scoremix.locscale.fit`).
+
+    Every model-based function of scoremix accepts it (through the predictive layer's
+    ``latent_moments`` hook): ``sm.model_eer(fit, by="speaker")``, ``model_subgroup_dcf`` …
+
+    Attributes
+    ----------
+    spec: the :class:`~scoremix.locscale.spec.LocScaleSpec`.
+    params: fitted :class:`~scoremix.locscale.likelihood.Params` (stratum ``mu``/``lam`` on the
+        latent scale, random-effect SDs per class ``[negative, positive]``).
+    transform: the :class:`~scoremix.transform.StratifiedTransform` (column ``__stratum__``).
+    ranef: ``{speaker: DataFrame}`` posterior means per speaker (``b_neg``, ``b_pos``,
+        ``g_neg``, ``g_pos``).
+    varcorr: random-effect SDs and correlations (lme4's ``as.data.frame(VarCorr)`` layout).
+    loglik: latent-scale marginal log-likelihood of the last pass.
+    selection: set by :func:`scoremix.score_model` (what was tried and chosen).
+    """
+
+    def __init__(self, data: LocScaleData, lik: UnitLikelihood, x: np.ndarray, loglik: float, edges: list,
+                 trial_mean: np.ndarray, trial_sd: np.ndarray, post: dict, unit_ids: np.ndarray,
+                 cell_ids: np.ndarray, info: dict) -> None:
+        spec = data.spec
+        self.locscale_spec = spec
+        self.params = lik.unpack(x)
+        self.loglik = float(loglik)
+        self.info = info
+        self._data = data
+        self._edges = edges
+        self._lik = lik
+        f = spec.formulas()
+        self.formula, self.dispersion = f["formula"], f["dispersion"]
+        frame = data.frame.assign(**{STRATUM: data.strata.to_numpy()})
+        self.spec = _Spec(frame, spec.score, self.formula, self.dispersion)
+        self.transform = stratified_transform(data.cells, edges, STRATUM) if edges is not None else None
+        self.strata = pd.Series(data.strata.to_numpy(), index=frame.index)
+        self.trial_mean = trial_mean
+        self.trial_sd = trial_sd
+        self._post = post
+        self._unit_ids = unit_ids
+        self._cell_ids = cell_ids
+        sp = list(data.speakers)
+        re = pd.DataFrame(0.0, index=pd.Index(sp, name=spec.speaker), columns=["b_neg", "b_pos", "g_neg", "g_pos"])
+        for k, uid in enumerate(unit_ids):
+            c = "pos" if uid % 2 else "neg"
+            re.iloc[uid // 2, re.columns.get_loc(f"b_{c}")] = post["b"][k]
+            re.iloc[uid // 2, re.columns.get_loc(f"g_{c}")] = post["g"][k]
+        self.ranef = {spec.speaker: re}
+        p = self.params
+        rows = []
+        for c, name in enumerate(_CLASSES):
+            rows.append((spec.speaker, f"location:{name}", None, float(np.exp(2 * p.log_tb[c]))))
+            if lik.scale[c]:
+                rows.append((spec.speaker, f"log_sd:{name}", None, float(np.exp(2 * p.log_tg[c]))))
+            if lik.corr[c]:
+                rows.append((spec.speaker, f"location:{name}", f"log_sd:{name}", float(np.tanh(p.z_rho[c]))))
+            if lik.tail[c]:
+                rows.append((spec.speaker, f"log_sd_df:{name}", None, float(np.exp(p.log_nu[c]))))
+            if lik.omega[c]:
+                rows.append((f"{spec.speaker}:stratum", f"location:{name}", None, float(np.exp(2 * p.log_om[c]))))
+        vc = pd.DataFrame(rows, columns=["grp", "var1", "var2", "vcov"])
+        v = vc["vcov"].to_numpy(float)
+        vc["sdcor"] = np.where(vc["var2"].isna(), np.sqrt(np.abs(v)), v)
+        self.varcorr = vc
+        self.selection: Any = None
+        self.n_obs = len(frame)
+
+    # ------------------------------------------------------------------ predictive hook
+    def latent_moments(self, trials: pd.DataFrame | None = None, marginal_over: Sequence[str] = ()
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-trial latent mean, SD and stratum label.
+
+        Conditional (default): :math:`m_t = \\hat\\mu_s + \\hat b_{ic} + \\hat u_{is}`,
+        :math:`s_t = \\hat\\sigma_s e^{\\hat g_{ic}}` (posterior means of the speaker's effects;
+        0 for a speaker or cell not seen in fitting).  Marginal over the speaker:
+        :math:`m_t=\\hat\\mu_s`, :math:`s_t^2=\\tau_b^2+\\omega^2+\\sigma_s^2E[e^{2g}]` (the
+        moment-matched Gaussian of the scale mixture)."""
+        spec = self.locscale_spec
+        marg = tuple(marginal_over)
+        p = self.params
+        if trials is None and not marg:
+            return self.trial_mean, self.trial_sd, self.strata.to_numpy(dtype=object)
+        frame = self._data.frame if trials is None else trials
+        for c in [spec.label, spec.speaker, *spec.strata]:
+            if c not in frame.columns:
+                raise LocScaleError(f"column {c!r} is needed to predict with this model "
+                                    f"(columns: {list(frame.columns)})")
+        from scoremix.trials import label_to_binary
+        y = np.asarray(label_to_binary(frame[spec.label], positive=spec.positive), dtype=np.int64)
+        lab = np.where(y == 1, "+", "-").astype(object)
+        strata = pd.Series(lab, index=frame.index, dtype=object)
+        for c in spec.strata:
+            strata = strata + ":" + frame[c].astype(str).to_numpy()
+        pos = {lv: k for k, lv in enumerate(self._data.cells.levels)}
+        s = strata.map(pos)
+        if s.isna().any():
+            raise LocScaleError(f"stratum {strata[s.isna()].iloc[0]!r} (class and {list(spec.strata)}) was not "
+                                f"seen in fitting")
+        s = s.to_numpy(np.int64)
+        mu, sig = p.mu[s], np.exp(p.lam[s])
+        if spec.speaker in marg:
+            om2 = np.where(self._lik.omega, np.exp(2 * p.log_om), 0.0)[y]
+            e2g = np.array([_mean_e2g(self._lik, p, c) for c in range(2)])[y]
+            var = np.exp(2 * p.log_tb)[y] + om2 + sig ** 2 * e2g
+            return mu, np.sqrt(var), strata.to_numpy(dtype=object)
+        spk = pd.Index(self._data.speakers).get_indexer(frame[spec.speaker].astype(str))
+        unit_id = np.where(spk >= 0, spk * 2 + y, -1)
+        k = np.searchsorted(self._unit_ids, unit_id)
+        k = np.clip(k, 0, self._unit_ids.size - 1)
+        hit = (spk >= 0) & (self._unit_ids[k] == unit_id)
+        b = np.where(hit, self._post["b"][k], 0.0)
+        g = np.where(hit, self._post["g"][k], 0.0)
+        cid = np.where(spk >= 0, spk * self._data.cells.n_strata + s, -1)
+        kc = np.clip(np.searchsorted(self._cell_ids, cid), 0, self._cell_ids.size - 1)
+        hitc = (spk >= 0) & (self._cell_ids[kc] == cid)
+        u = np.where(hitc, self._post["u"][kc], 0.0)
+        return mu + b + u, sig * np.exp(g), strata.to_numpy(dtype=object)
+
+    def __repr__(self) -> str:
+        return (f"<LocScaleFit {self.locscale_spec.describe()}; {self.n_obs} trials, "
+                f"{self._data.cells.n_strata} strata, loglik {self.loglik:.1f}>")
+
+
+def _mean_e2g(lik: UnitLikelihood, p: Params, c: int) -> float:
+    """:math:`E[e^{2g}]` under the fitted prior of class ``c`` (t prior: ``g`` truncated to ±3)."""
+    if not lik.scale[c]:
+        return 1.0
+    tg = float(np.exp(p.log_tg[c]))
+    if not lik.tail[c]:
+        return float(np.exp(2 * tg ** 2))
+    from scipy import stats
+    g = np.linspace(-3, 3, 2001)
+    w = stats.t.pdf(g / tg, df=float(np.exp(p.log_nu[c])))
+    return float(np.sum(w * np.exp(2 * g)) / np.sum(w))
+
+
+def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_pass: int = 3, n_nodes: int = 9,
+                 ) -> LocScaleFit:
+    """Fit the location-scale transformation mixed model ``spec`` to ``trials``
+    (module docstring).  ``n_pass``: passes of steps 1–4; ``n_nodes``: Gauss–Hermite nodes
+    over the log-SD effect (1 = Laplace)."""
+    t0 = time.perf_counter()
+    data = trials if isinstance(trials, LocScaleData) else LocScaleData(trials, spec)
+    cells = data.cells
+    n = data.score.size
+    mean, sd = np.zeros(n), np.ones(n)
+    edges = normal_score_edges(cells)
+    x = None
+    if not spec.transform:
+        n_pass = 1
+        if not np.isfinite(data.score).all():
+            bad = int(np.flatnonzero(~np.isfinite(data.score))[0])
+            raise LocScaleError(f"column {spec.score!r}: row {data.frame.index[bad]!r} is infinite; the Gaussian "
+                                "model (transform=False) needs finite scores (use transform=True)")
+    for it in range(n_pass):
+        if spec.transform:
+            ez, ez2, info = cell_moments(cells, edges, mean, sd)
+        else:
+            ez, ez2, info = data.score, data.score ** 2, np.isfinite(data.score)
+        st, unit_ids, cell_ids, trial_cell = _stats(data, ez, ez2, info)
+        scale, corr, omega, tail = _flags(spec, st)
+        if not spec.speaker_location:
+            raise LocScaleError("speaker_location=False is not supported (the speaker location effect is the "
+                                "model's base term)")
+        lik = UnitLikelihood(st, scale, corr, omega, n_nodes=n_nodes, tail=tail)
+        x0 = _start(st, lik) if x is None else x
+        x, ll = _maximise(lik, x0)
+        post = lik.posterior(lik.unpack(x))
+        p = lik.unpack(x)
+        s = cells.stratum
+        # trial → unit/cell index in the stats
+        k_unit = np.searchsorted(unit_ids, data.unit)
+        ok_u = (k_unit < unit_ids.size) & (unit_ids[np.clip(k_unit, 0, unit_ids.size - 1)] == data.unit)
+        k_unit = np.clip(k_unit, 0, unit_ids.size - 1)
+        b = np.where(ok_u, post["b"][k_unit], 0.0)
+        g = np.where(ok_u, post["g"][k_unit], 0.0)
+        u = np.where(trial_cell >= 0, post["u"][np.maximum(trial_cell, 0)], 0.0)
+        mean = p.mu[s] + b + u
+        sd = np.exp(p.lam[s] + g)
+        if it < n_pass - 1:
+            edges = matched_edges(cells, mean, sd)
+    edges = matched_edges(cells, mean, sd) if spec.transform else None
+    info = dict(seconds=time.perf_counter() - t0, n_pass=n_pass, n_nodes=n_nodes, n_params=int(x.size))
+    return LocScaleFit(data, lik, x, ll, edges, mean, sd, post, unit_ids, cell_ids, info)
