@@ -112,6 +112,18 @@ from scoremix.fairness import (
     subgroup_dcf_replicates,
     with_bootstrap,
 )
+# --- s4deteval: tandem ASV + CM metrics, system comparisons, binomial intervals ---
+from scoremix.tandem import (
+    SasvEER,
+    TandemCostModel,
+    TandemEstimate,
+    TandemInputError,
+    adcf,
+    cascade_scores,
+    sasv_eer,
+    tdcf,
+    teer,
+)
 
 __all__ = [
     "__version__",
@@ -151,4 +163,7 @@ __all__ = [
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",
     "subgroup_dcf_replicates", "with_bootstrap", "bootstrap_intervals",
+    # s4deteval: tandem metrics, system comparisons, binomial intervals
+    "SasvEER", "TandemCostModel", "TandemEstimate", "TandemInputError", "adcf", "cascade_scores",
+    "sasv_eer", "tdcf", "teer",
 ]
