@@ -22,17 +22,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from scoremix.metrics import MetricInputError
+from scoremix.tandem.errors import TandemInputError
 from scoremix.tandem import kernels as K
 from scoremix.tandem.costs import ADCF_COST_MODELS, TDCF_COST_MODELS, TandemCostModel, resolve_cost_model
 from scoremix.tandem.result import SasvEER, TandemEstimate
 
 __all__ = ["TandemInputError", "tdcf", "adcf", "teer", "sasv_eer", "cascade_scores", "asv_keys_codes",
            "cm_keys_codes"]
-
-
-class TandemInputError(MetricInputError):
-    """Scores or keys that a tandem metric cannot use (names the argument and the first bad row)."""
 
 
 _ASV_VOCAB = {"target": 0, "tar": 0, "nontarget": 1, "nontar": 1, "spoof": 2, "spoofed": 2}
@@ -213,7 +209,7 @@ def tdcf(asv_scores: Any, asv_keys: Any, cm_scores: Any, cm_keys: Any, cost_mode
     >>> cm = np.array([2., 1., 0.5, -1., -2., 0.8])
     >>> ckeys = ["bonafide"] * 3 + ["spoof"] * 3
     >>> round(float(sm.tdcf(asv, akeys, cm, ckeys)), 6)
-    0.0
+    0.333333
     """
     model = resolve_cost_model(cost_model, TDCF_COST_MODELS)
     sa, sc = _scores(asv_scores, "asv_scores"), _scores(cm_scores, "cm_scores")

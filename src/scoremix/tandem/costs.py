@@ -44,7 +44,7 @@ class TandemCostModel:
     c_miss_cm: float = 1.0    # 2019 only: CM rejects a bona fide target
 
     def __post_init__(self) -> None:
-        from scoremix.metrics import MetricInputError
+        from scoremix.tandem.errors import TandemInputError as MetricInputError
 
         for k in ("p_tar", "p_non", "p_spoof", "c_miss", "c_fa", "c_fa_spoof", "c_miss_cm"):
             if getattr(self, k) < 0:
@@ -70,7 +70,7 @@ ADCF_COST_MODELS: dict[str, TandemCostModel] = {
 
 def resolve_cost_model(cost_model: Any, table: dict[str, TandemCostModel], **overrides: float) -> TandemCostModel:
     """A named cost model of ``table``, or a :class:`TandemCostModel` as given; ``overrides`` replace fields."""
-    from scoremix.metrics import MetricInputError
+    from scoremix.tandem.errors import TandemInputError as MetricInputError
 
     if isinstance(cost_model, TandemCostModel):
         cm = cost_model
