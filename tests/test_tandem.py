@@ -190,3 +190,25 @@ def test_bad_input_is_named():
                 cost_model="asvspoof2077")
     with pytest.raises(TandemInputError, match="only used with n_boot"):
         sm.adcf([1.0, 0.0, 0.5], ["target", "nontarget", "spoof"], speaker=["a", "a", "b"])
+
+
+def test_cli_tandem_matches_the_api(tmp_path, capsys):
+    from scoremix.cli import main
+
+    d = _toy(n_spk=8)
+    d["utt"] = [f"u{i}" for i in range(len(d))]
+    asv = d[["utt", "speaker", "key", "asv"]].rename(columns={"key": "trial_type", "asv": "score"})
+    cm = d[["utt", "speaker", "cm"]].rename(columns={"cm": "score"})
+    cm["label"] = np.where(d["key"] == "spoof", "spoof", "bonafide")
+    asv.to_csv(tmp_path / "asv.csv", index=False)
+    cm.to_csv(tmp_path / "cm.csv", index=False)
+    rc = main(["tandem", str(tmp_path / "asv.csv"), str(tmp_path / "cm.csv"), "--join", "utt", "--json"])
+    assert rc == 0
+    import json
+
+    row = json.loads(capsys.readouterr().out)[0]
+    assert abs(row["min_tdcf_2019"] - float(sm.tdcf(asv["score"], asv["trial_type"], cm["score"], cm["label"]))) < TOL
+    assert abs(row["teer"] - float(sm.teer(asv["score"], cm["score"], asv["trial_type"]))) < TOL
+    rc = main(["tandem", str(tmp_path / "asv.csv"), str(tmp_path / "cm.csv"), "--join", "nope"])
+    assert rc == 2
+    assert "has no column 'nope'" in capsys.readouterr().err

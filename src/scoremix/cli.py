@@ -13,6 +13,8 @@ Subcommands:
     Fit one linear mixed model; print lme4's summary, optionally write the result JSON.
 ``scoremix fairness FILE --groups COL [COL …] [--speaker COL] [--n-boot B] [--csv OUT]``
     SVEva subgroup DCF table with speaker-bootstrap intervals.
+``scoremix tandem ASV_FILE CM_FILE --join utt [--system COL] [--n-boot B --asv-speaker COL --cm-speaker COL]``
+    Tandem ASV + CM metrics (min t-DCF 2019/2021, t-EER, a-DCF, SASV EERs) per CM system.
 ``scoremix simulate --out FILE [--kind cm|sv] [--n-trials N] [--seed S] [--truth JSON]``
     Write a simulated trial table (and optionally its truth).
 
@@ -492,6 +494,69 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 # parser
 # ---------------------------------------------------------------------------------------
 
+
+# ---------------------------------------------------------------------------------------
+# tandem (s4deteval)
+# ---------------------------------------------------------------------------------------
+
+def _cmd_tandem(args: argparse.Namespace) -> int:
+    from scoremix.tandem.table import tandem_table
+    from scoremix.trials import read_table
+
+    where = f"{args.asv_file}, {args.cm_file}"
+    try:
+        asv = read_table(args.asv_file)
+        cm = read_table(args.cm_file)
+        for w in args.where or []:
+            col, _, val = w.partition("=")
+            if not _ or col not in asv.columns:
+                raise KeyError(f"--where {w!r}: expected COL=VALUE with COL a column of {args.asv_file}")
+            asv = asv[asv[col].astype(str) == val].reset_index(drop=True)
+        table = tandem_table(asv, cm, join=args.join, asv_score=args.asv_score, asv_key=args.asv_key,
+                             cm_score=args.cm_score, cm_key=args.cm_key, system=args.system,
+                             asv_speaker=args.asv_speaker, cm_speaker=args.cm_speaker,
+                             lower_is_bonafide=args.lower_is_bonafide or (), n_boot=args.n_boot, seed=args.seed,
+                             level=args.level)
+    except (ValueError, KeyError, OSError) as exc:
+        return _fail("tandem", where, exc)
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+    if args.json:
+        print(table.to_json(orient="records", indent=2))
+        return 0
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 40):
+        print(table.round(5).to_string(index=False))
+    return 0
+
+
+def _add_tandem_parser(sub: Any) -> None:
+    p = sub.add_parser("tandem", help="min t-DCF, t-EER, a-DCF and SASV EERs of an ASV and CM score table",
+                       description="Tandem (ASV + countermeasure) metrics: min t-DCF (ASVspoof 2019 and 2021 "
+                                   "cost models, ASV at its EER threshold), concurrent t-EER, a-DCF and "
+                                   "SASV/SV/SPF EERs of the cascade, one row per CM system.")
+    p.add_argument("asv_file", metavar="ASV_FILE", help="ASV trial table (score, target/nontarget/spoof key)")
+    p.add_argument("cm_file", metavar="CM_FILE", help="CM trial table (score, bonafide/spoof key; long: --system)")
+    p.add_argument("--join", default="utt", metavar="COL", help="utterance id column in both tables (default utt)")
+    p.add_argument("--asv-score", default="score", metavar="COL")
+    p.add_argument("--asv-key", default="trial_type", metavar="COL")
+    p.add_argument("--cm-score", default="score", metavar="COL")
+    p.add_argument("--cm-key", default="label", metavar="COL")
+    p.add_argument("--system", default=None, metavar="COL", help="CM system column of a long table")
+    p.add_argument("--where", action="append", metavar="COL=VALUE", help="keep ASV rows with COL == VALUE")
+    p.add_argument("--lower-is-bonafide", action="append", metavar="SYSTEM",
+                   help="a system whose CM scores are lower for bona fide (repeatable)")
+    p.add_argument("--asv-speaker", default=None, metavar="COL", help="claimed-speaker column (bootstrap)")
+    p.add_argument("--cm-speaker", default=None, metavar="COL", help="speaker column of the CM table (bootstrap)")
+    p.add_argument("--n-boot", type=int, default=0, help="speaker-cluster bootstrap replicates (default 0)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--level", type=float, default=0.95)
+    p.add_argument("--csv", default=None, metavar="OUT", help="also write the table as CSV")
+    p.add_argument("--json", action="store_true", help="print JSON records")
+    p.set_defaults(func=_cmd_tandem)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``scoremix`` command."""
     parser = argparse.ArgumentParser(
@@ -613,6 +678,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", default=None, metavar="OUT", help="write the full table as CSV")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=_cmd_fairness)
+
+    _add_tandem_parser(sub)  # s4deteval
 
     p = sub.add_parser("simulate", help="write a simulated trial table",
                        description="Write a simulated trial table (CSV, .csv.gz or .parquet by extension).")
