@@ -124,6 +124,7 @@ from scoremix.tandem import (
     tdcf,
     teer,
 )
+from scoremix.binomial import binomial_interval, rate_at, rule_of_30
 
 __all__ = [
     "__version__",
@@ -165,5 +166,5 @@ __all__ = [
     "subgroup_dcf_replicates", "with_bootstrap", "bootstrap_intervals",
     # s4deteval: tandem metrics, system comparisons, binomial intervals
     "SasvEER", "TandemCostModel", "TandemEstimate", "TandemInputError", "adcf", "cascade_scores",
-    "sasv_eer", "tdcf", "teer",
+    "sasv_eer", "tdcf", "teer", "binomial_interval", "rate_at", "rule_of_30",
 ]
