@@ -125,6 +125,7 @@ from scoremix.tandem import (
     teer,
 )
 from scoremix.binomial import binomial_interval, rate_at, rule_of_30
+from scoremix.compare_systems import SystemComparisonError, compare_systems, delong_test
 
 __all__ = [
     "__version__",
@@ -167,4 +168,5 @@ __all__ = [
     # s4deteval: tandem metrics, system comparisons, binomial intervals
     "SasvEER", "TandemCostModel", "TandemEstimate", "TandemInputError", "adcf", "cascade_scores",
     "sasv_eer", "tdcf", "teer", "binomial_interval", "rate_at", "rule_of_30",
+    "SystemComparisonError", "compare_systems", "delong_test",
 ]
