@@ -126,6 +126,7 @@ from scoremix.tandem import (
 )
 from scoremix.binomial import binomial_interval, rate_at, rule_of_30
 from scoremix.compare_systems import SystemComparisonError, compare_systems, delong_test
+from scoremix.fairness.panel import FairnessPanel, fairness_panel
 
 __all__ = [
     "__version__",
@@ -168,5 +169,5 @@ __all__ = [
     # s4deteval: tandem metrics, system comparisons, binomial intervals
     "SasvEER", "TandemCostModel", "TandemEstimate", "TandemInputError", "adcf", "cascade_scores",
     "sasv_eer", "tdcf", "teer", "binomial_interval", "rate_at", "rule_of_30",
-    "SystemComparisonError", "compare_systems", "delong_test",
+    "SystemComparisonError", "compare_systems", "delong_test", "FairnessPanel", "fairness_panel",
 ]
