@@ -127,6 +127,7 @@ from scoremix.tandem import (
 from scoremix.binomial import binomial_interval, rate_at, rule_of_30
 from scoremix.compare_systems import SystemComparisonError, compare_systems, delong_test
 from scoremix.fairness.panel import FairnessPanel, fairness_panel
+from scoremix.ape import ape_curve, pav_llrs, plot_ape
 
 __all__ = [
     "__version__",
@@ -170,4 +171,5 @@ __all__ = [
     "SasvEER", "TandemCostModel", "TandemEstimate", "TandemInputError", "adcf", "cascade_scores",
     "sasv_eer", "tdcf", "teer", "binomial_interval", "rate_at", "rule_of_30",
     "SystemComparisonError", "compare_systems", "delong_test", "FairnessPanel", "fairness_panel",
+    "ape_curve", "pav_llrs", "plot_ape",
 ]
