@@ -78,3 +78,19 @@ def test_live_r(tmp_path):
             lo, hi = binomial_interval(h["k"].to_numpy(), h["n"].to_numpy(), level=level, method=method)
             np.testing.assert_allclose(lo, h["lo"], rtol=0, atol=1e-10)
             np.testing.assert_allclose(hi, h["hi"], rtol=0, atol=1e-10)
+
+
+def test_rule_of_30_lines_on_det_plots():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from scoremix.binomial import draw_rule_of_30
+    from scoremix.metrics import probit
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots()
+    draw_rule_of_30(ax, 300, 3000)
+    xs = [ln.get_xdata()[0] for ln in ax.lines]
+    ys = [ln.get_ydata()[0] for ln in ax.lines]
+    assert float(probit(30 / 3000)) in xs and float(probit(30 / 300)) in ys
+    plt.close("all")
