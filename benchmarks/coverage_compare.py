@@ -26,6 +26,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import ndtr
 
 from scoremix.compare_systems import compare_systems
+from scoremix.fairness.resampling import expanded_percentile_interval, percentile_interval
 
 SB, RHO, DA, DB, P = 0.5, 0.6, 2.0, 2.5, 0.05
 
@@ -64,20 +65,32 @@ def main() -> None:
     rows = []
     for n in args.sizes:
         t0 = time.time()
-        hits = {"eer": [], "min_dcf": []}
-        width = {"eer": [], "min_dcf": []}
+        keys = [(m, iv) for m in ("eer", "min_dcf") for iv in ("expanded", "percentile")]
+        hits: dict = {k: [] for k in keys}
+        width: dict = {k: [] for k in keys}
+        pvals: dict = {m: [] for m in ("eer", "min_dcf")}
         for k in range(args.n_sets):
             d = simulate(n, np.random.default_rng([args.seed, n, k]))
             r = compare_systems(d, metrics=["eer", "min_dcf"], speaker="spk", trial="utt", n_boot=args.n_boot,
                                 seed=[args.seed, n, k, 1])
             for _, row in r.iterrows():
-                hits[row["metric"]].append(row["lo"] <= true[row["metric"]] <= row["hi"])
-                width[row["metric"]].append(row["hi"] - row["lo"])
-        for m in hits:
-            c = float(np.mean(hits[m]))
-            rows.append({"speakers": n, "metric": f"{m} difference", "coverage": c,
-                         "mc_se": float(np.sqrt(c * (1 - c) / len(hits[m]))), "mean_width": float(np.mean(width[m])),
-                         "n_sets": len(hits[m]), "seconds": round(time.time() - t0, 1)})
+                m = row["metric"]
+                d = r.attrs["replicates"][(m, "A", "B")]
+                pvals[m].append(row["p_value"])
+                for iv in ("expanded", "percentile"):
+                    if iv == "expanded":
+                        lo, hi = expanded_percentile_interval(d[None, :], np.array([float(n)]), 0.95)
+                    else:
+                        lo, hi = percentile_interval(d[None, :], 0.95)
+                    lo, hi = float(np.ravel(lo)[0]), float(np.ravel(hi)[0])
+                    hits[(m, iv)].append(lo <= true[m] <= hi)
+                    width[(m, iv)].append(hi - lo)
+        for (m, iv) in keys:
+            c = float(np.mean(hits[(m, iv)]))
+            rows.append({"speakers": n, "metric": f"{m} difference", "interval": iv, "coverage": c,
+                         "mc_se": float(np.sqrt(c * (1 - c) / len(hits[(m, iv)]))),
+                         "mean_width": float(np.mean(width[(m, iv)])), "power p<0.05": float(np.mean(np.array(pvals[m]) < 0.05)),
+                         "n_sets": len(hits[(m, iv)]), "seconds": round(time.time() - t0, 1)})
         print(pd.DataFrame(rows).to_string(index=False), flush=True)
 
 

@@ -13,9 +13,11 @@ multiplicities (two-way crossed, Owen 2007; :class:`scoremix.fairness.bootstrap.
 Replicates are computed exactly for all :math:`B` at once by
 :class:`scoremix.metrics.WeightedReplicates`.  Interval of :math:`d = θ_a − θ_b`: Hesterberg's
 expanded percentile interval of :math:`d^*` (levels :math:`Φ(∓\sqrt{C/(C−1)}\,t_{C−1,1−α/2})`,
-:math:`C` speakers), the same for the ratio; p-value: the level at which that interval just
-reaches 0, :math:`p = 2[1 − T_{C−1}(|Φ^{-1}(\hat q_0)|/\sqrt{C/(C−1)})]` with
-:math:`\hat q_0 = \min(\#\{d^* ≤ 0\}, \#\{d^* ≥ 0\}) / B` (floored at :math:`1/(2B)`).
+:math:`C` speakers; ``interval="percentile"``: levels :math:`α/2, 1−α/2`), the same for the ratio;
+p-value from the bootstrap standard error with the same small-sample expansion,
+:math:`p = 2\,T_{C−1}\big(−|\hat d| / (\sqrt{C/(C−1)}\,\mathrm{sd}(d^*))\big)` (Efron & Tibshirani
+1993, §16; not limited by :math:`1/B` as a percentile p-value is, so Holm over many pairs works).
+``result.attrs["replicates"]`` keeps every :math:`d^*` (key ``(metric, system_a, system_b)``).
 
 **DeLong** (AUC with ``test="auto"``/``"delong"``; DeLong, DeLong & Clarke-Pearson 1988): with
 placements :math:`V^{10}_{i} = \frac1n\sum_j ψ(x_i, y_j)` (positives) and
@@ -149,14 +151,15 @@ class _WeightedAUC:
 
 
 # ----------------------------------------------------------------------------- bootstrap
-def _expanded_p(d: np.ndarray, C: int) -> float:
+def _bootstrap_p(diff: float, d: np.ndarray, C: int) -> float:
+    """Two-sided p-value of ``H0: difference = 0`` from the bootstrap standard error (module docstring)."""
     d = d[np.isfinite(d)]
-    if d.size == 0 or C < 2:
+    if d.size < 2 or C < 2:
         return float("nan")
-    q0 = min(np.mean(d <= 0), np.mean(d >= 0))
-    q0 = min(max(q0, 0.5 / d.size), 0.5)
-    tq = abs(norm.ppf(q0)) / np.sqrt(C / (C - 1))
-    return float(min(1.0, 2 * student_t.sf(tq, C - 1)))
+    se = float(np.std(d, ddof=1)) * np.sqrt(C / (C - 1))
+    if se == 0:
+        return 1.0 if diff == 0 else 0.0
+    return float(min(1.0, 2 * student_t.sf(abs(diff) / se, C - 1)))
 
 
 def _metric_point_and_reps(kind: str, s: np.ndarray, y: np.ndarray, cl: np.ndarray, C: int, M: np.ndarray,
@@ -176,7 +179,7 @@ def compare_systems(trials: pd.DataFrame, systems: Sequence[Any] | None = None,
                     label: str = "label", system: str = "system", trial: str | None = None, positive: Any = None,
                     p_target: float = 0.05, c_miss: float = 1.0, c_fa: float = 1.0, n_boot: int = 1000,
                     seed: int | np.random.Generator | None = None, level: float = 0.95,
-                    adjust: str = "holm") -> pd.DataFrame:
+                    adjust: str = "holm", interval: str = "expanded") -> pd.DataFrame:
     r"""Every pair of ``systems`` compared on every metric (module docstring for the methods).
 
     Parameters
@@ -214,6 +217,8 @@ def compare_systems(trials: pd.DataFrame, systems: Sequence[Any] | None = None,
         raise SystemComparisonError("test='delong' applies to metrics=['auc'] only")
     if not 0 < level < 1:
         raise SystemComparisonError(f"level must be in (0, 1), got {level}")
+    if interval not in ("expanded", "percentile"):
+        raise SystemComparisonError(f"interval must be 'expanded' or 'percentile', got {interval!r}")
     if test_speaker is not None and speaker is None:
         raise SystemComparisonError("test_speaker= needs speaker= (the enrolment speaker) for the two-way bootstrap")
     names, S, y, per = paired_table(trials, systems=systems, score=score, label=label, system=system, trial=trial,
@@ -243,6 +248,17 @@ def compare_systems(trials: pd.DataFrame, systems: Sequence[Any] | None = None,
                               threshold=bayes_threshold(p_target, c_miss, c_fa)),
               "cllr": {}}
     rows = []
+    saved: dict[tuple, np.ndarray] = {}
+
+    def iv(x: np.ndarray) -> tuple[float, float]:
+        if interval == "percentile":
+            from scoremix.fairness.resampling import percentile_interval
+
+            lo_, hi_ = percentile_interval(x[None, :], level)
+        else:
+            lo_, hi_ = expanded_percentile_interval(x[None, :], nn, level)
+        return float(np.asarray(lo_).ravel()[0]), float(np.asarray(hi_).ravel()[0])
+
     nn = np.array([float(n_units)])
     for metric in metrics:
         if metric in boot_metrics:
@@ -252,14 +268,15 @@ def compare_systems(trials: pd.DataFrame, systems: Sequence[Any] | None = None,
             row: dict[str, Any] = {"metric": metric, "system_a": names[a], "system_b": names[b]}
             if metric in boot_metrics:
                 d = reps[a] - reps[b]
-                lo, hi = expanded_percentile_interval(d[None, :], nn, level)
+                saved[(metric, names[a], names[b])] = d
+                lo, hi = iv(d)
                 with np.errstate(divide="ignore", invalid="ignore"):
                     r = reps[a] / reps[b]
                     ratio = pts[a] / pts[b] if pts[b] != 0 else np.nan
-                rlo, rhi = expanded_percentile_interval(np.where(np.isfinite(r), r, np.nan)[None, :], nn, level)
-                row.update(value_a=pts[a], value_b=pts[b], difference=pts[a] - pts[b], lo=float(lo[0]),
-                           hi=float(hi[0]), p_value=_expanded_p(d, n_units), ratio=ratio, ratio_lo=float(rlo[0]),
-                           ratio_hi=float(rhi[0]),
+                rlo, rhi = iv(np.where(np.isfinite(r), r, np.nan))
+                row.update(value_a=pts[a], value_b=pts[b], difference=pts[a] - pts[b], lo=lo, hi=hi,
+                           p_value=_bootstrap_p(pts[a] - pts[b], d, n_units), ratio=ratio, ratio_lo=rlo,
+                           ratio_hi=rhi,
                            method="paired two-way bootstrap" if test_speaker else "paired cluster bootstrap")
             else:
                 dl = delong_test(S[:, a], S[:, b], y)
@@ -281,4 +298,6 @@ def compare_systems(trials: pd.DataFrame, systems: Sequence[Any] | None = None,
             out.loc[g.index, "p_adjusted"] = adj
     cols = ["metric", "system_a", "system_b", "value_a", "value_b", "difference", "lo", "hi", "p_value",
             "p_adjusted", "ratio", "ratio_lo", "ratio_hi", "method", "n_clusters"]
-    return out[cols]
+    out = out[cols]
+    out.attrs["replicates"] = saved
+    return out
