@@ -145,3 +145,20 @@ def test_errors_name_the_problem():
         compare_systems(bad, trial="utt", metrics=["auc"])
     with pytest.raises(SystemComparisonError, match="metrics must be"):
         compare_systems(d, trial="utt", metrics=["f1"])
+
+
+def test_cli_compare(tmp_path, capsys):
+    import json
+
+    from scoremix.cli import main
+
+    d = _long()
+    d.to_csv(tmp_path / "long.csv", index=False)
+    rc = main(["compare", str(tmp_path / "long.csv"), "--trial", "utt", "--speaker", "spk", "--metrics", "eer", "auc",
+               "--n-boot", "100", "--seed", "4", "--json"])
+    assert rc == 0
+    rows = json.loads(capsys.readouterr().out)
+    want = compare_systems(d, metrics=["eer", "auc"], speaker="spk", trial="utt", n_boot=100, seed=4)
+    assert [r["p_value"] for r in rows] == pytest.approx(list(want["p_value"]), abs=1e-12)
+    assert main(["compare", str(tmp_path / "long.csv"), "--systems", "A", "Q"]) == 2
+    assert "'Q'" in capsys.readouterr().err

@@ -15,6 +15,8 @@ Subcommands:
     SVEva subgroup DCF table with speaker-bootstrap intervals.
 ``scoremix tandem ASV_FILE CM_FILE --join utt [--system COL] [--n-boot B --asv-speaker COL --cm-speaker COL]``
     Tandem ASV + CM metrics (min t-DCF 2019/2021, t-EER, a-DCF, SASV EERs) per CM system.
+``scoremix compare FILE --system COL --trial COL [--speaker COL] [--metrics eer min_dcf auc] [--n-boot B]``
+    Pairwise comparison of systems (paired bootstrap, DeLong for AUC, Holm).
 ``scoremix simulate --out FILE [--kind cm|sv] [--n-trials N] [--seed S] [--truth JSON]``
     Write a simulated trial table (and optionally its truth).
 
@@ -522,7 +524,7 @@ def _cmd_tandem(args: argparse.Namespace) -> int:
     if args.csv:
         table.to_csv(args.csv, index=False)
     if args.json:
-        print(table.to_json(orient="records", indent=2))
+        print(table.to_json(orient="records", indent=2, double_precision=15))
         return 0
     import pandas as pd
 
@@ -555,6 +557,72 @@ def _add_tandem_parser(sub: Any) -> None:
     p.add_argument("--csv", default=None, metavar="OUT", help="also write the table as CSV")
     p.add_argument("--json", action="store_true", help="print JSON records")
     p.set_defaults(func=_cmd_tandem)
+
+
+
+# ---------------------------------------------------------------------------------------
+# compare (s4deteval)
+# ---------------------------------------------------------------------------------------
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from scoremix.compare_systems import compare_systems
+    from scoremix.trials import read_table
+
+    where = str(args.file)
+    try:
+        df = read_table(args.file)
+        for name in args.lower_is_positive or []:
+            if name not in set(df[args.system].astype(str)):
+                raise KeyError(f"--lower-is-positive {name!r}: no such system in column {args.system!r}")
+            m = df[args.system].astype(str) == name
+            df.loc[m, args.score] = -df.loc[m, args.score]
+        table = compare_systems(df, systems=args.systems, metrics=args.metrics, test=args.test, speaker=args.speaker,
+                                test_speaker=args.test_speaker, score=args.score, label=args.label, system=args.system,
+                                trial=args.trial, positive=args.positive, p_target=args.p_target, c_miss=args.c_miss,
+                                c_fa=args.c_fa, n_boot=args.n_boot, seed=args.seed, level=args.level)
+    except (ValueError, KeyError, OSError) as exc:
+        return _fail("compare", where, exc)
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+    if args.json:
+        print(table.to_json(orient="records", indent=2, double_precision=15))
+        return 0
+    import pandas as pd
+
+    with pd.option_context("display.width", 220, "display.max_columns", 40):
+        print(table.drop(columns=["ratio_lo", "ratio_hi"]).round(5).to_string(index=False))
+    print(f"p_adjusted: Holm within each metric over {table.groupby('metric').size().iloc[0]} pairs")
+    return 0
+
+
+def _add_compare_parser(sub: Any) -> None:
+    p = sub.add_parser("compare", help="pairwise comparison of systems that score the same trials",
+                       description="Differences and ratios of EER, minDCF, actDCF, Cllr and AUC between every pair "
+                                   "of systems of a long table (one row per trial and system): paired "
+                                   "speaker-cluster bootstrap, DeLong for AUC, Holm-adjusted p-values.")
+    p.add_argument("file", metavar="FILE", help="long trial table")
+    p.add_argument("--system", default="system", metavar="COL")
+    p.add_argument("--systems", nargs="+", default=None, metavar="NAME", help="systems to compare (default: all)")
+    p.add_argument("--score", default="score", metavar="COL")
+    p.add_argument("--label", default="label", metavar="COL")
+    p.add_argument("--positive", default=None, metavar="V")
+    p.add_argument("--trial", default=None, metavar="COL", help="trial id column pairing the systems' rows")
+    p.add_argument("--speaker", default=None, metavar="COL", help="speaker (cluster) column")
+    p.add_argument("--test-speaker", default=None, metavar="COL", help="test-speaker column (two-way bootstrap)")
+    p.add_argument("--metrics", nargs="+", default=["eer", "min_dcf", "auc"],
+                   choices=["eer", "min_dcf", "act_dcf", "cllr", "auc"])
+    p.add_argument("--test", default="auto", choices=["auto", "bootstrap", "delong"])
+    p.add_argument("--lower-is-positive", action="append", metavar="SYSTEM",
+                   help="a system whose scores are lower for the positive class (negated; repeatable)")
+    p.add_argument("--p-target", type=float, default=0.05)
+    p.add_argument("--c-miss", type=float, default=1.0)
+    p.add_argument("--c-fa", type=float, default=1.0)
+    p.add_argument("--n-boot", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--level", type=float, default=0.95)
+    p.add_argument("--csv", default=None, metavar="OUT")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_compare)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -680,6 +748,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_fairness)
 
     _add_tandem_parser(sub)  # s4deteval
+    _add_compare_parser(sub)  # s4deteval
 
     p = sub.add_parser("simulate", help="write a simulated trial table",
                        description="Write a simulated trial table (CSV, .csv.gz or .parquet by extension).")
