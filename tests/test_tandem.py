@@ -212,3 +212,19 @@ def test_cli_tandem_matches_the_api(tmp_path, capsys):
     rc = main(["tandem", str(tmp_path / "asv.csv"), str(tmp_path / "cm.csv"), "--join", "nope"])
     assert rc == 2
     assert "has no column 'nope'" in capsys.readouterr().err
+
+
+def test_tandem_table_by_subgroup_equals_subset_calls():
+    from scoremix.tandem.table import tandem_table
+
+    d = _toy(n_spk=10)
+    d["utt"] = [f"u{i}" for i in range(len(d))]
+    d["sex"] = np.where(d["speaker"].str[1:].astype(int) % 2 == 0, "f", "m")
+    asv = d[["utt", "speaker", "sex", "key", "asv"]].rename(columns={"key": "trial_type", "asv": "score"})
+    cm = d[["utt", "speaker", "sex", "cm"]].rename(columns={"cm": "score"})
+    cm["label"] = np.where(d["key"] == "spoof", "spoof", "bonafide")
+    tab = tandem_table(asv, cm, by=("sex", "sex"))
+    assert list(tab["group"]) == ["f", "m"]
+    for lev, row in zip(("f", "m"), tab.itertuples()):
+        a, c = asv[asv["sex"] == lev], cm[cm["sex"] == lev]
+        assert abs(row.min_tdcf_2019 - float(sm.tdcf(a["score"], a["trial_type"], c["score"], c["label"]))) < TOL

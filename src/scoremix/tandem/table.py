@@ -30,13 +30,30 @@ def _need(df: pd.DataFrame, cols: list[str | None], what: str) -> None:
 def tandem_table(asv: pd.DataFrame, cm: pd.DataFrame, *, join: str = "utt", asv_score: str = "score",
                  asv_key: str = "trial_type", cm_score: str = "score", cm_key: str = "label",
                  system: str | None = None, asv_speaker: str | None = None, cm_speaker: str | None = None,
-                 lower_is_bonafide: Any = (), n_boot: int = 0, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+                 lower_is_bonafide: Any = (), n_boot: int = 0, seed: int = 0, level: float = 0.95,
+                 by: tuple[str, str] | None = None) -> pd.DataFrame:
     """Every tandem metric (:data:`TANDEM_COLUMNS`, each with ``_lo``/``_hi`` when ``n_boot > 0``)
     per CM system (``system`` column of ``cm``; one system when None).
 
     ``lower_is_bonafide``: the systems whose CM scores are lower for bona fide (negated here).
     ``asv_speaker`` / ``cm_speaker``: cluster columns of the bootstrap (the t-EER, a-DCF and SASV
-    intervals cluster the ASV trials by ``asv_speaker``)."""
+    intervals cluster the ASV trials by ``asv_speaker``).  ``by=(asv_column, cm_column)``: one row per
+    system and level (e.g. ``("claimed_gender", "speaker_gender")``); each subgroup's ASV threshold is
+    placed on its own trials, as a per-subgroup evaluation does."""
+    if by is not None:
+        a_col, c_col = by
+        _need(asv, [a_col], "the ASV table")
+        _need(cm, [c_col], "the CM table")
+        parts = []
+        for lev in sorted(set(asv[a_col].dropna().astype(str)) | set(cm[c_col].dropna().astype(str))):
+            sa = asv[asv[a_col].astype(str) == lev].reset_index(drop=True)
+            sc = cm[cm[c_col].astype(str) == lev].reset_index(drop=True)
+            part = tandem_table(sa, sc, join=join, asv_score=asv_score, asv_key=asv_key, cm_score=cm_score,
+                                cm_key=cm_key, system=system, asv_speaker=asv_speaker, cm_speaker=cm_speaker,
+                                lower_is_bonafide=lower_is_bonafide, n_boot=n_boot, seed=seed, level=level)
+            part.insert(1, "group", lev)
+            parts.append(part)
+        return pd.concat(parts, ignore_index=True)
     _need(asv, [join, asv_score, asv_key, asv_speaker], "the ASV table")
     _need(cm, [join, cm_score, cm_key, system, cm_speaker], "the CM table")
     if n_boot and (asv_speaker is None or cm_speaker is None):
