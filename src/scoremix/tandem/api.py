@@ -341,14 +341,15 @@ def sasv_eer(scores: Any, keys: Any, *, speaker: Any = None, n_boot: int = 0,
         (cl,), C = _cluster_codes([speaker], [s.shape[0]])
     elif speaker is not None:
         raise TandemInputError("speaker= is only used with n_boot > 0")
+    if isinstance(seed, np.random.Generator):  # one int seed: the three EERs share their speaker draws
+        seed = int(seed.integers(2 ** 63))
     for name, m in subsets.items():
         ss, pos = s[m], k[m] == 0
         value = K.interp_eer(ss, pos)
         boot = None
         if n_boot:
             boot = bootstrap_interval(value, lambda w, ss=ss, pos=pos: K.interp_eer(ss, pos, w[0]), [cl[m]], C,
-                                      n_boot, seed if not isinstance(seed, np.random.Generator) else seed, level,
-                                      minimum=False)
+                                      n_boot, seed, level, minimum=False)
         out[name] = _est(value, name, boot, C, level, n_boot)
     return SasvEER(out["sasv_eer"], out["sv_eer"], out["spf_eer"])
 
