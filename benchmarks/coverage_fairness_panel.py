@@ -68,7 +68,8 @@ def main() -> None:
         hits: dict[tuple, list] = {(m, iv): [] for m in MEASURES for iv in ("expanded", "percentile")}
         for k in range(args.n_sets):
             d = simulate(n, np.random.default_rng([args.seed, n, k]))
-            p = fairness_panel(d, "grp", speaker="speaker", n_boot=args.n_boot, seed=[args.seed, n, k, 1])
+            p = fairness_panel(d, "grp", speaker="speaker", n_boot=args.n_boot, seed=[args.seed, n, k, 1],
+                               interval="expanded")
             t = p.table.set_index("measure")
             for m in MEASURES:
                 hits[(m, "expanded")].append(bool(t.loc[m, "lo"] <= tr[m] <= t.loc[m, "hi"]))

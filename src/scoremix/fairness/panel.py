@@ -27,8 +27,9 @@ number.  Per group :math:`g = 1..G`: :math:`\text{FMR}_g(τ)` (nontargets accept
 
 Intervals: speakers are resampled with replacement *within their group*; every replicate
 re-sets the threshold on the replicate's overall rates, then recomputes every measure.  The
-interval is Hesterberg's expanded percentile interval with :math:`n` = the number of speakers of
-the smallest group (per-group rows: of that group).
+interval is the percentile interval (default; ``interval="expanded"``: Hesterberg's expanded
+percentile interval with :math:`n` = the number of speakers of the smallest group, per-group
+rows of that group).
 """
 
 from __future__ import annotations
@@ -150,19 +151,24 @@ def fairness_panel(trials: pd.DataFrame, group: str, *, score: str = "score", la
                    speaker: str | None = "speaker", positive: Any = None,
                    operating_points: Sequence[Any] = ("eer",), alpha: float = 0.5, llr: bool = False,
                    p_target: float = 0.05, c_miss: float = 1.0, c_fa: float = 1.0, n_boot: int = 0,
-                   seed: int | np.random.Generator | None = None, level: float = 0.95) -> FairnessPanel:
+                   seed: int | np.random.Generator | None = None, level: float = 0.95,
+                   interval: str = "percentile") -> FairnessPanel:
     """The fairness panel of the module docstring for the groups of column ``group``.
 
     ``operating_points``: any of ``"eer"``, ``{"fpr": f}`` / ``("fpr", f)`` (threshold where the overall
     FPR first drops to ``f``), or a number (a fixed threshold); fairness over a range of operating
-    points is one call with several.  ``llr=True`` adds per-group actDCF and Cllr.
+    points is one call with several.  ``llr=True`` adds per-group actDCF and Cllr.  ``interval``:
+    ``"percentile"`` (default; covered 0.93–0.96 at 8–30 speakers per group in
+    ``benchmarks/coverage_fairness_panel.py``) or ``"expanded"`` (Hesterberg; over-covers there, 0.97–0.99).
     """
     from scoremix.fairness.bootstrap import draw_cluster_weights
-    from scoremix.fairness.resampling import expanded_percentile_interval
+    from scoremix.fairness.resampling import expanded_percentile_interval, percentile_interval
 
     for c in (group, score, label, speaker):
         if c is not None and c not in trials.columns:
             raise SubgroupError(f"the trial table has no column {c!r} (columns: {list(trials.columns)})")
+    if interval not in ("percentile", "expanded"):
+        raise SubgroupError(f"interval must be 'percentile' or 'expanded', got {interval!r}")
     if not 0 <= alpha <= 1:
         raise SubgroupError(f"alpha must be in [0, 1], got {alpha}")
     ops: list[Any] = []
@@ -241,8 +247,11 @@ def fairness_panel(trials: pd.DataFrame, group: str, *, score: str = "score", la
             gi = [k for k in range(G) if name.endswith(f"|{levels[k]}")]
             n = n_spk[gi[0]] if gi else n_spk.min()
             r = np.where(np.isfinite(reps[(op, name)]), reps[(op, name)], np.nan)
-            a, b = expanded_percentile_interval(r[None, :], np.array([float(n)]), level)
-            lo, hi = float(a[0]), float(b[0])
+            if interval == "expanded":
+                a, b = expanded_percentile_interval(r[None, :], np.array([float(n)]), level)
+            else:
+                a, b = percentile_interval(r[None, :], level)
+            lo, hi = float(np.ravel(a)[0]), float(np.ravel(b)[0])
         if "|" in name:
             meas, lev = name.split("|", 1)
             grows.setdefault((op, lev), {"operating_point": op, "group": lev})
@@ -253,5 +262,5 @@ def fairness_panel(trials: pd.DataFrame, group: str, *, score: str = "score", la
     groups_df["n_speakers"] = [int(n_spk[list(levels).index(lv)]) for lv in groups_df["group"]]
     settings = {"group": group, "alpha": alpha, "operating_points": [_op_name(o) for o in ops], "n_boot": int(n_boot),
                 "level": level, "llr": llr, "p_target": p_target, "c_miss": c_miss, "c_fa": c_fa,
-                "interval": "expanded percentile, speakers resampled within groups" if n_boot else None}
+                "interval": f"{interval} bootstrap interval, speakers resampled within groups" if n_boot else None}
     return FairnessPanel(pd.DataFrame(rows), groups_df, settings, {f"{k[0]}: {k[1]}": v for k, v in reps.items()})
