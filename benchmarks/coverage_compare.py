@@ -26,7 +26,10 @@ from scipy.optimize import minimize_scalar
 from scipy.special import ndtr
 
 from scoremix.compare_systems import compare_systems
-from scoremix.fairness.resampling import expanded_percentile_interval, percentile_interval
+from scoremix.fairness.resampling import (
+    expanded_percentile_interval,
+    percentile_interval,
+)
 
 SB, RHO, DA, DB, P = 0.5, 0.6, 2.0, 2.5, 0.05
 
@@ -34,7 +37,7 @@ SB, RHO, DA, DB, P = 0.5, 0.6, 2.0, 2.5, 0.05
 def truth(d: float) -> tuple[float, float]:
     sv = np.sqrt(1 + SB ** 2)
     eer = float(ndtr(-d / (2 * sv)))
-    f = lambda t: (P * ndtr((t - d) / sv) + (1 - P) * ndtr(-t / sv)) / min(P, 1 - P)  # noqa: E731
+    f = lambda t: (P * ndtr((t - d) / sv) + (1 - P) * ndtr(-t / sv)) / min(P, 1 - P)
     r = minimize_scalar(f, bounds=(-5, 10), method="bounded", options={"xatol": 1e-10})
     return eer, float(r.fun)
 

@@ -32,8 +32,8 @@ MEASURES = ["GARBE", "FDR", "max/geomean FMR", "max/geomean FNMR", "max/min FNMR
 
 def truth() -> dict[str, float]:
     sv = np.sqrt(1 + SB ** 2)
-    pm = lambda t: np.mean([ndtr((t - d) / sv) for d, _ in GROUPS.values()])  # noqa: E731
-    pf = lambda t: np.mean([ndtr((m - t) / sv) for _, m in GROUPS.values()])  # noqa: E731
+    pm = lambda t: np.mean([ndtr((t - d) / sv) for d, _ in GROUPS.values()])
+    pf = lambda t: np.mean([ndtr((m - t) / sv) for _, m in GROUPS.values()])
     tau = brentq(lambda t: pm(t) - pf(t), -5, 8, xtol=1e-14)
     fnmr = np.array([ndtr((tau - d) / sv) for d, _ in GROUPS.values()])
     fmr = np.array([ndtr((m - tau) / sv) for _, m in GROUPS.values()])

@@ -8,8 +8,8 @@ import subprocess
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import TEST_DATA
+
 from scoremix.binomial import binomial_interval, rate_at, rule_of_30
 from scoremix.metrics import MetricInputError
 
@@ -84,9 +84,10 @@ def test_rule_of_30_lines_on_det_plots():
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     from scoremix.binomial import draw_rule_of_30
     from scoremix.metrics import probit
-    import matplotlib.pyplot as plt
 
     _, ax = plt.subplots()
     draw_rule_of_30(ax, 300, 3000)

@@ -9,9 +9,14 @@ import subprocess
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import REPO_ROOT, TEST_DATA
-from scoremix.compare_systems import SystemComparisonError, _WeightedAUC, compare_systems, delong_test
+
+from scoremix.compare_systems import (
+    SystemComparisonError,
+    _WeightedAUC,
+    compare_systems,
+    delong_test,
+)
 from scoremix.metrics import auc, eer, min_dcf
 
 DATA = TEST_DATA / "detection_eval"

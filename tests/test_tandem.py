@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import tandem_reference as ref
 
 import scoremix as sm
 from scoremix.tandem import TandemInputError
-
-import tandem_reference as ref
 
 TOL = 1e-9
 

@@ -36,7 +36,7 @@ from scipy.stats import beta, norm
 
 from scoremix.metrics import Estimate, MetricInputError, _prepare
 
-__all__ = ["BINOMIAL_METHODS", "binomial_interval", "rate_at", "rule_of_30", "draw_rule_of_30"]
+__all__ = ["BINOMIAL_METHODS", "binomial_interval", "draw_rule_of_30", "rate_at", "rule_of_30"]
 
 BinomialMethod = Literal["wilson", "clopper-pearson", "jeffreys"]
 BINOMIAL_METHODS: tuple[str, ...] = ("wilson", "clopper-pearson", "jeffreys")

@@ -34,17 +34,19 @@ method (``p_adjusted``; ``adjust=`` any :func:`statsmodels.stats.multitest.multi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import combinations
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm, t as student_t
+from scipy.stats import norm
+from scipy.stats import t as student_t
 
-from scoremix.metrics import MetricInputError, WeightedReplicates, _auc, bayes_threshold
+from scoremix.metrics import MetricInputError, WeightedReplicates, bayes_threshold
 from scoremix.trials import label_to_binary
 
-__all__ = ["SystemComparisonError", "compare_systems", "delong_test", "paired_table", "COMPARE_METRICS"]
+__all__ = ["COMPARE_METRICS", "SystemComparisonError", "compare_systems", "delong_test", "paired_table"]
 
 COMPARE_METRICS = ("eer", "min_dcf", "act_dcf", "cllr", "auc")
 

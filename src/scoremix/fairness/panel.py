@@ -34,8 +34,9 @@ rows of that group).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -43,7 +44,7 @@ import pandas as pd
 from scoremix.fairness.subgroups import SubgroupError
 from scoremix.trials import label_to_binary
 
-__all__ = ["FairnessPanel", "fairness_panel", "gini", "garbe", "fdr", "max_geomean", "max_min_ratio"]
+__all__ = ["FairnessPanel", "fairness_panel", "fdr", "garbe", "gini", "max_geomean", "max_min_ratio"]
 
 
 # ----------------------------------------------------------------------------- formulas (last axis = groups)
@@ -162,7 +163,10 @@ def fairness_panel(trials: pd.DataFrame, group: str, *, score: str = "score", la
     ``benchmarks/coverage_fairness_panel.py``) or ``"expanded"`` (Hesterberg; over-covers there, 0.97–0.99).
     """
     from scoremix.fairness.bootstrap import draw_cluster_weights
-    from scoremix.fairness.resampling import expanded_percentile_interval, percentile_interval
+    from scoremix.fairness.resampling import (
+        expanded_percentile_interval,
+        percentile_interval,
+    )
 
     for c in (group, score, label, speaker):
         if c is not None and c not in trials.columns:

@@ -13,5 +13,16 @@ from scoremix.tandem.api import (
 from scoremix.tandem.costs import ADCF_COST_MODELS, TDCF_COST_MODELS, TandemCostModel
 from scoremix.tandem.result import SasvEER, TandemEstimate
 
-__all__ = ["TandemInputError", "adcf", "cascade_scores", "sasv_eer", "tdcf", "teer", "ADCF_COST_MODELS",
-           "TDCF_COST_MODELS", "TandemCostModel", "SasvEER", "TandemEstimate"]
+__all__ = [
+    "ADCF_COST_MODELS",
+    "TDCF_COST_MODELS",
+    "SasvEER",
+    "TandemCostModel",
+    "TandemEstimate",
+    "TandemInputError",
+    "adcf",
+    "cascade_scores",
+    "sasv_eer",
+    "tdcf",
+    "teer",
+]

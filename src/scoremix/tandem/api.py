@@ -18,17 +18,31 @@ t-DCF, a-DCF) get the expanded percentile interval shifted by twice the bootstra
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from scoremix.tandem.errors import TandemInputError
 from scoremix.tandem import kernels as K
-from scoremix.tandem.costs import ADCF_COST_MODELS, TDCF_COST_MODELS, TandemCostModel, resolve_cost_model
+from scoremix.tandem.costs import (
+    ADCF_COST_MODELS,
+    TDCF_COST_MODELS,
+    TandemCostModel,
+    resolve_cost_model,
+)
+from scoremix.tandem.errors import TandemInputError
 from scoremix.tandem.result import SasvEER, TandemEstimate
 
-__all__ = ["TandemInputError", "tdcf", "adcf", "teer", "sasv_eer", "cascade_scores", "asv_keys_codes",
-           "cm_keys_codes"]
+__all__ = [
+    "TandemInputError",
+    "adcf",
+    "asv_keys_codes",
+    "cascade_scores",
+    "cm_keys_codes",
+    "sasv_eer",
+    "tdcf",
+    "teer",
+]
 
 
 _ASV_VOCAB = {"target": 0, "tar": 0, "nontarget": 1, "nontar": 1, "spoof": 2, "spoofed": 2}
@@ -113,7 +127,10 @@ def bootstrap_interval(point: float, stat: Callable[[list[np.ndarray]], float], 
                        ) -> tuple[float, float, np.ndarray, str]:
     """Speaker-cluster bootstrap of ``stat(trial weights per table)``; ``(lo, hi, replicates, method)``."""
     from scoremix.fairness.bootstrap import draw_cluster_weights
-    from scoremix.fairness.resampling import expanded_percentile_interval, shift_t_interval
+    from scoremix.fairness.resampling import (
+        expanded_percentile_interval,
+        shift_t_interval,
+    )
 
     if int(n_boot) < 2:
         raise TandemInputError(f"n_boot must be >= 2 for an interval, got {n_boot}")

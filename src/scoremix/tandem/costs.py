@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["TandemCostModel", "TDCF_COST_MODELS", "ADCF_COST_MODELS", "resolve_cost_model"]
+__all__ = ["ADCF_COST_MODELS", "TDCF_COST_MODELS", "TandemCostModel", "resolve_cost_model"]
 
 
 @dataclass(frozen=True)

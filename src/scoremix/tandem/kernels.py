@@ -20,8 +20,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SortedTrials", "accept_threshold", "asv_eer_threshold", "asv_rates", "tdcf_curve",
-           "min_adcf", "teer_concurrent", "interp_eer"]
+__all__ = [
+    "SortedTrials",
+    "accept_threshold",
+    "asv_eer_threshold",
+    "asv_rates",
+    "interp_eer",
+    "min_adcf",
+    "tdcf_curve",
+    "teer_concurrent",
+]
 
 
 @dataclass(frozen=True)
@@ -33,12 +41,12 @@ class SortedTrials:
     n_classes: int
 
     @classmethod
-    def build(cls_, scores: np.ndarray, codes: np.ndarray, n_classes: int) -> "SortedTrials":
+    def build(cls_, scores: np.ndarray, codes: np.ndarray, n_classes: int) -> SortedTrials:
         perm = np.concatenate([np.flatnonzero(codes == c) for c in range(n_classes)])
         order = perm[np.argsort(scores[perm], kind="stable")]
         return cls_(scores[order], codes[order], n_classes)
 
-    def repeat(self, w: np.ndarray) -> "SortedTrials":
+    def repeat(self, w: np.ndarray) -> SortedTrials:
         """The same trials with sorted trial ``i`` repeated ``w[i]`` times (still sorted)."""
         return SortedTrials(np.repeat(self.s, w), np.repeat(self.cls, w), self.n_classes)
 

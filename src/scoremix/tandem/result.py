@@ -9,7 +9,7 @@ import numpy as np
 
 from scoremix.metrics import Estimate
 
-__all__ = ["TandemEstimate", "SasvEER"]
+__all__ = ["SasvEER", "TandemEstimate"]
 
 
 class TandemEstimate(Estimate):
@@ -31,7 +31,7 @@ class TandemEstimate(Estimate):
     def __new__(cls, value: float, lo: float = np.nan, hi: float = np.nan, ci: float = 0.95, n_boot: int = 0,
                 n_clusters: int = 0, interval: str = "expanded", *, metric: str = "", threshold: float = np.nan,
                 asv_threshold: float = np.nan, details: dict | None = None,
-                replicates: Any = None) -> "TandemEstimate":
+                replicates: Any = None) -> TandemEstimate:
         obj = super().__new__(cls, value, lo, hi, ci, n_boot, n_clusters, interval)
         obj.metric, obj.threshold, obj.asv_threshold = str(metric), float(threshold), float(asv_threshold)
         obj.details = dict(details or {})

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from scoremix.tandem.api import adcf, cascade_scores, sasv_eer, tdcf, teer
 from scoremix.tandem.errors import TandemInputError
 
-__all__ = ["tandem_table", "TANDEM_COLUMNS"]
+__all__ = ["TANDEM_COLUMNS", "tandem_table"]
 
 TANDEM_COLUMNS = ("min_tdcf_2019", "min_tdcf_2021", "teer", "min_adcf", "sasv_eer", "sv_eer", "spf_eer")
 
@@ -94,6 +93,6 @@ def tandem_table(asv: pd.DataFrame, cm: pd.DataFrame, *, join: str = "utt", asv_
             if n_boot:
                 row[f"{k}_lo"], row[f"{k}_hi"] = e.lo, e.hi
         row["asv_threshold"] = ests["min_tdcf_2019"].asv_threshold
-        row["n_cm_trials"], row["n_asv_trials"] = int(len(g)), int(len(j))
+        row["n_cm_trials"], row["n_asv_trials"] = len(g), len(j)
         rows.append(row)
     return pd.DataFrame(rows)
