@@ -167,3 +167,28 @@ def test_cli_compare(tmp_path, capsys):
     assert [r["p_value"] for r in rows] == pytest.approx(list(want["p_value"]), abs=1e-12)
     assert main(["compare", str(tmp_path / "long.csv"), "--systems", "A", "Q"]) == 2
     assert "'Q'" in capsys.readouterr().err
+
+
+def test_two_way_replicate_is_the_metric_of_the_product_weighted_table():
+    """Two-way crossed: a nontarget trial of (enrolment e, test t) counts m_e * m_t times, a target trial m_e
+    times; the replicate difference equals EER(A) - EER(B) recomputed on that repeated table."""
+    from scoremix.fairness.bootstrap import draw_cluster_weights, two_way_pairs
+
+    d = _long()
+    r = compare_systems(d, systems=["A", "B"], metrics=["eer"], speaker="spk", test_speaker="tspk", trial="utt",
+                        n_boot=3, seed=9)
+    reps = r.attrs["replicates"][("eer", "A", "B")]
+    per = d[d["system"] == "A"].set_index("utt")
+    wide = d.pivot(index="utt", columns="system", values="score")
+    per = per.loc[wide.index]
+    y = per["label"].to_numpy().astype(bool)
+    en = np.unique(per["spk"].astype(str), return_inverse=True)[1]
+    te_u, te = np.unique(per["tspk"].astype(str), return_inverse=True)
+    te = np.where(y, -1, te)
+    cl, design = two_way_pairs(en, te, int(en.max()) + 1, te_u.size)
+    U = draw_cluster_weights(np.zeros(design.n_units, np.int64), 3, np.random.default_rng(9))
+    W = design.pair_weights(U)
+    for b in range(3):
+        idx = np.repeat(np.arange(len(per)), W[cl, b].astype(int))
+        want = eer(wide["A"].to_numpy()[idx], y[idx]) - eer(wide["B"].to_numpy()[idx], y[idx])
+        assert abs(reps[b] - want) < 1e-9
