@@ -108,6 +108,21 @@ def test_teer_equals_reference_on_subsamples_of_all_ten_cms(la):
         assert abs(float(got) - want) < TOL, name
 
 
+def test_teer_equals_stored_full_data_brute_force(la):
+    """The published double loop on the FULL tables (O(N^2), ~4 min per CM, so run offline by
+    tests/data/detection_eval/make_teer_full_reference.py and stored) equals sm.teer on all ten CMs."""
+    import json
+
+    from conftest import TEST_DATA
+
+    ref_vals = json.loads((TEST_DATA / "detection_eval" / "teer_full_reference.json").read_text())
+    asv, cm = la
+    assert len(ref_vals) == 10
+    for name, want in ref_vals.items():
+        j = _joined(asv, cm[cm["system"] == name])
+        assert abs(float(sm.teer(j["score"], j["cm"], j["trial_type"])) - want) < TOL, name
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ties_and_small_samples_equal_reference(seed):
     rng = np.random.default_rng(seed)
