@@ -114,6 +114,22 @@ from scoremix.fairness import (
     subgroup_dcf_replicates,
     with_bootstrap,
 )
+# --- s4deteval: tandem ASV + CM metrics, system comparisons, binomial intervals ---
+from scoremix.tandem import (
+    SasvEER,
+    TandemCostModel,
+    TandemEstimate,
+    TandemInputError,
+    adcf,
+    cascade_scores,
+    sasv_eer,
+    tdcf,
+    teer,
+)
+from scoremix.binomial import binomial_interval, rate_at, rule_of_30
+from scoremix.compare_systems import SystemComparisonError, compare_systems, delong_test
+from scoremix.fairness.panel import FairnessPanel, fairness_panel
+from scoremix.ape import ape_curve, pav_llrs, plot_ape
 
 # --- s4robust (issue 24): named errors and atomic table writes
 from scoremix.metrics import BootstrapSizeError, min_boot
@@ -183,4 +199,9 @@ __all__ = [
     # branch s4trust-ls: location-scale score models and held-out validation
     "LocScaleError", "LocScaleFit", "LocScaleSpec", "Selection", "fit_locscale", "score_model",
     "ValidationError", "ValidationResult", "validate_model",
+    # s4deteval: tandem metrics, system comparisons, binomial intervals
+    "SasvEER", "TandemCostModel", "TandemEstimate", "TandemInputError", "adcf", "cascade_scores",
+    "sasv_eer", "tdcf", "teer", "binomial_interval", "rate_at", "rule_of_30",
+    "SystemComparisonError", "compare_systems", "delong_test", "FairnessPanel", "fairness_panel",
+    "ape_curve", "pav_llrs", "plot_ape",
 ]

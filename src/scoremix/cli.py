@@ -13,6 +13,10 @@ Subcommands:
     Fit one linear mixed model; print lme4's summary, optionally write the result JSON.
 ``scoremix fairness FILE --groups COL [COL …] [--speaker COL] [--n-boot B] [--csv OUT]``
     SVEva subgroup DCF table with speaker-bootstrap intervals.
+``scoremix tandem ASV_FILE CM_FILE --join utt [--system COL] [--n-boot B --asv-speaker COL --cm-speaker COL]``
+    Tandem ASV + CM metrics (min t-DCF 2019/2021, t-EER, a-DCF, SASV EERs) per CM system.
+``scoremix compare FILE --system COL --trial COL [--speaker COL] [--metrics eer min_dcf auc] [--n-boot B]``
+    Pairwise comparison of systems (paired bootstrap, DeLong for AUC, Holm).
 ``scoremix simulate --out FILE [--kind cm|sv] [--n-trials N] [--seed S] [--truth JSON]``
     Write a simulated trial table (and optionally its truth).
 
@@ -546,6 +550,135 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 # parser
 # ---------------------------------------------------------------------------------------
 
+
+# ---------------------------------------------------------------------------------------
+# tandem (s4deteval)
+# ---------------------------------------------------------------------------------------
+
+def _cmd_tandem(args: argparse.Namespace) -> int:
+    from scoremix.tandem.table import tandem_table
+    from scoremix.trials import read_table
+
+    where = f"{args.asv_file}, {args.cm_file}"
+    try:
+        asv = read_table(args.asv_file)
+        cm = read_table(args.cm_file)
+        for w in args.where or []:
+            col, _, val = w.partition("=")
+            if not _ or col not in asv.columns:
+                raise KeyError(f"--where {w!r}: expected COL=VALUE with COL a column of {args.asv_file}")
+            asv = asv[asv[col].astype(str) == val].reset_index(drop=True)
+        table = tandem_table(asv, cm, join=args.join, asv_score=args.asv_score, asv_key=args.asv_key,
+                             cm_score=args.cm_score, cm_key=args.cm_key, system=args.system,
+                             asv_speaker=args.asv_speaker, cm_speaker=args.cm_speaker,
+                             lower_is_bonafide=args.lower_is_bonafide or (), n_boot=args.n_boot, seed=args.seed,
+                             level=args.level)
+    except (ValueError, KeyError, OSError) as exc:
+        return _fail("tandem", where, exc)
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+    if args.json:
+        print(table.to_json(orient="records", indent=2, double_precision=15))
+        return 0
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 40):
+        print(table.round(5).to_string(index=False))
+    return 0
+
+
+def _add_tandem_parser(sub: Any) -> None:
+    p = sub.add_parser("tandem", help="min t-DCF, t-EER, a-DCF and SASV EERs of an ASV and CM score table",
+                       description="Tandem (ASV + countermeasure) metrics: min t-DCF (ASVspoof 2019 and 2021 "
+                                   "cost models, ASV at its EER threshold), concurrent t-EER, a-DCF and "
+                                   "SASV/SV/SPF EERs of the cascade, one row per CM system.")
+    p.add_argument("asv_file", metavar="ASV_FILE", help="ASV trial table (score, target/nontarget/spoof key)")
+    p.add_argument("cm_file", metavar="CM_FILE", help="CM trial table (score, bonafide/spoof key; long: --system)")
+    p.add_argument("--join", default="utt", metavar="COL", help="utterance id column in both tables (default utt)")
+    p.add_argument("--asv-score", default="score", metavar="COL")
+    p.add_argument("--asv-key", default="trial_type", metavar="COL")
+    p.add_argument("--cm-score", default="score", metavar="COL")
+    p.add_argument("--cm-key", default="label", metavar="COL")
+    p.add_argument("--system", default=None, metavar="COL", help="CM system column of a long table")
+    p.add_argument("--where", action="append", metavar="COL=VALUE", help="keep ASV rows with COL == VALUE")
+    p.add_argument("--lower-is-bonafide", action="append", metavar="SYSTEM",
+                   help="a system whose CM scores are lower for bona fide (repeatable)")
+    p.add_argument("--asv-speaker", default=None, metavar="COL", help="claimed-speaker column (bootstrap)")
+    p.add_argument("--cm-speaker", default=None, metavar="COL", help="speaker column of the CM table (bootstrap)")
+    p.add_argument("--n-boot", type=int, default=0, help="speaker-cluster bootstrap replicates (default 0)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--level", type=float, default=0.95)
+    p.add_argument("--csv", default=None, metavar="OUT", help="also write the table as CSV")
+    p.add_argument("--json", action="store_true", help="print JSON records")
+    p.set_defaults(func=_cmd_tandem)
+
+
+
+# ---------------------------------------------------------------------------------------
+# compare (s4deteval)
+# ---------------------------------------------------------------------------------------
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from scoremix.compare_systems import compare_systems
+    from scoremix.trials import read_table
+
+    where = str(args.file)
+    try:
+        df = read_table(args.file)
+        for name in args.lower_is_positive or []:
+            if name not in set(df[args.system].astype(str)):
+                raise KeyError(f"--lower-is-positive {name!r}: no such system in column {args.system!r}")
+            m = df[args.system].astype(str) == name
+            df.loc[m, args.score] = -df.loc[m, args.score]
+        table = compare_systems(df, systems=args.systems, metrics=args.metrics, test=args.test, speaker=args.speaker,
+                                test_speaker=args.test_speaker, score=args.score, label=args.label, system=args.system,
+                                trial=args.trial, positive=args.positive, p_target=args.p_target, c_miss=args.c_miss,
+                                c_fa=args.c_fa, n_boot=args.n_boot, seed=args.seed, level=args.level)
+    except (ValueError, KeyError, OSError) as exc:
+        return _fail("compare", where, exc)
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+    if args.json:
+        print(table.to_json(orient="records", indent=2, double_precision=15))
+        return 0
+    import pandas as pd
+
+    with pd.option_context("display.width", 220, "display.max_columns", 40):
+        print(table.drop(columns=["ratio_lo", "ratio_hi"]).round(5).to_string(index=False))
+    print(f"p_adjusted: Holm within each metric over {table.groupby('metric').size().iloc[0]} pairs")
+    return 0
+
+
+def _add_compare_parser(sub: Any) -> None:
+    p = sub.add_parser("compare", help="pairwise comparison of systems that score the same trials",
+                       description="Differences and ratios of EER, minDCF, actDCF, Cllr and AUC between every pair "
+                                   "of systems of a long table (one row per trial and system): paired "
+                                   "speaker-cluster bootstrap, DeLong for AUC, Holm-adjusted p-values.")
+    p.add_argument("file", metavar="FILE", help="long trial table")
+    p.add_argument("--system", default="system", metavar="COL")
+    p.add_argument("--systems", nargs="+", default=None, metavar="NAME", help="systems to compare (default: all)")
+    p.add_argument("--score", default="score", metavar="COL")
+    p.add_argument("--label", default="label", metavar="COL")
+    p.add_argument("--positive", default=None, metavar="V")
+    p.add_argument("--trial", default=None, metavar="COL", help="trial id column pairing the systems' rows")
+    p.add_argument("--speaker", default=None, metavar="COL", help="speaker (cluster) column")
+    p.add_argument("--test-speaker", default=None, metavar="COL", help="test-speaker column (two-way bootstrap)")
+    p.add_argument("--metrics", nargs="+", default=["eer", "min_dcf", "auc"],
+                   choices=["eer", "min_dcf", "act_dcf", "cllr", "auc"])
+    p.add_argument("--test", default="auto", choices=["auto", "bootstrap", "delong"])
+    p.add_argument("--lower-is-positive", action="append", metavar="SYSTEM",
+                   help="a system whose scores are lower for the positive class (negated; repeatable)")
+    p.add_argument("--p-target", type=float, default=0.05)
+    p.add_argument("--c-miss", type=float, default=1.0)
+    p.add_argument("--c-fa", type=float, default=1.0)
+    p.add_argument("--n-boot", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--level", type=float, default=0.95)
+    p.add_argument("--csv", default=None, metavar="OUT")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_compare)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``scoremix`` command."""
     parser = argparse.ArgumentParser(
@@ -667,6 +800,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", default=None, metavar="OUT", help="write the full table as CSV")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=_cmd_fairness)
+
+    _add_tandem_parser(sub)  # s4deteval
+    _add_compare_parser(sub)  # s4deteval
 
     p = sub.add_parser("simulate", help="write a simulated trial table",
                        description="Write a simulated trial table; the format follows the extension: .csv "

@@ -98,7 +98,7 @@ def det_bootstrap_band(scores: np.ndarray, y: np.ndarray, clusters: np.ndarray, 
 def plot_subgroup_det(result: Any, subgroups: Sequence[str] | None = None, ax: Any = None,
                       p_min: float | None = None, p_max: float = 0.5, legend: bool = True,
                       bands: bool = False, n_boot: int = 200, ci: float = 0.95,
-                      random_state: int | None = None) -> Any:
+                      random_state: int | None = None, rule_of_30: bool = True) -> Any:
     """DET curves per subgroup with the overall DET baseline (see module docstring).
 
     Parameters
@@ -114,6 +114,9 @@ def plot_subgroup_det(result: Any, subgroups: Sequence[str] | None = None, ax: A
     bands, n_boot, ci, random_state:
         draw each subgroup's pointwise ``ci`` speaker-bootstrap band
         (:func:`det_bootstrap_band`, ``n_boot`` replicates, seeded by ``random_state``).
+    rule_of_30:
+        dotted lines where the overall curve rests on 30 errors (Doddington; BOSARIS style,
+        :func:`scoremix.binomial.draw_rule_of_30`).
     """
     prep = result._prepared
     if prep is None:
@@ -122,6 +125,10 @@ def plot_subgroup_det(result: Any, subgroups: Sequence[str] | None = None, ax: A
     s, y = prep.scores, prep.y
     ov = det_curve(s, y)
     ax.plot(probit(ov.p_fa, _EPS), probit(ov.p_miss, _EPS), color="black", lw=2, label="overall")
+    if rule_of_30:
+        from scoremix.binomial import draw_rule_of_30
+
+        draw_rule_of_30(ax, ov.n_pos, ov.n_neg)
     tstar = result.threshold
     r = rates_at(s, y, [tstar])
     ax.plot(probit(r.p_fa, _EPS), probit(r.p_miss, _EPS), "k*", ms=12, label="τ* (overall min DCF)")

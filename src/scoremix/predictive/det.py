@@ -135,9 +135,12 @@ def model_det_curve(
 
 
 def plot_model_det(model: pd.DataFrame, scores: Any = None, labels: Any = None, ax: Any = None,
-                   label: str = "", color: Any = None, p_min: float = 1e-3, p_max: float = 0.5) -> Any:
+                   label: str = "", color: Any = None, p_min: float = 1e-3, p_max: float = 0.5,
+                   rule_of_30: bool = True) -> Any:
     """Overlay a model DET curve (``model``: a frame of :func:`model_det_curve`) on the
-    empirical DET curve of ``scores``/``labels`` (probit axes); returns the axes."""
+    empirical DET curve of ``scores``/``labels`` (probit axes); returns the axes.
+    ``rule_of_30``: dotted lines where the empirical curve rests on 30 errors
+    (:func:`scoremix.binomial.draw_rule_of_30`)."""
     import matplotlib.pyplot as plt
 
     from scoremix.metrics import det_axis_ticks, det_curve, probit
@@ -149,6 +152,10 @@ def plot_model_det(model: pd.DataFrame, scores: Any = None, labels: Any = None, 
         emp = det_curve(scores, labels)
         (line,) = ax.plot(probit(emp.p_fa, _EPS), probit(emp.p_miss, _EPS), lw=1.2, color=color,
                           label=f"{label} empirical".strip())
+        if rule_of_30:
+            from scoremix.binomial import draw_rule_of_30
+
+            draw_rule_of_30(ax, emp.n_pos, emp.n_neg)
     c = line.get_color() if line is not None else color
     ax.plot(probit(model["fpr"], _EPS), probit(model["fnr"], _EPS), ls="--", lw=1.5, color=c,
             label=f"{label} model".strip())

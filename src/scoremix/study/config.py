@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 __all__ = [
     "StudyConfigError", "StudyConfig", "StudyInfo", "DataConfig", "SimulateConfig", "ModelConfig",
     "MetricsConfig", "ModelEERConfig", "FairnessConfig", "BreakdownConfig", "CompareConfig",
-    "NuisanceConfig", "AnalysesConfig", "BACKENDS", "ANALYSES",
+    "NuisanceConfig", "SystemsConfig", "AnalysesConfig", "BACKENDS", "ANALYSES",
     "load_study", "parse_study", "apply_overrides", "expand_vars",
 ]
 
@@ -33,7 +33,7 @@ BACKENDS = ("native", "statsmodels", "lme4", "bayes")
 #: values of a model's ``transform`` key (see docs/study-format.md)
 TRANSFORMS = ("monotone", "monotone-by-class")
 #: Analysis tables accepted under ``[analyses]``.
-ANALYSES = ("metrics", "model_eer", "fairness", "breakdown", "compare", "nuisance")
+ANALYSES = ("metrics", "model_eer", "fairness", "breakdown", "compare", "nuisance", "systems")
 EER_METHODS = ("rocch", "interp", "asvspoof", "voxceleb")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -217,6 +217,20 @@ class CompareConfig:
 
 
 @dataclass
+class SystemsConfig:
+    """``[analyses.systems]`` (s4deteval): every pair of systems compared on EER, minDCF, actDCF, Cllr
+    or AUC (:func:`scoremix.compare_systems.compare_systems`; paired speaker bootstrap, DeLong, Holm)."""
+
+    metrics: list[str] = field(default_factory=lambda: ["eer", "min_dcf", "auc"])
+    systems: list[str] = field(default_factory=list)
+    n_boot: int = 200
+    ci: float = 0.95
+    trial_id: str | None = None
+    test: str = "auto"
+    adjust: str = "holm"
+
+
+@dataclass
 class NuisanceConfig:
     """``[analyses.nuisance]``: nuisance LLR from class-conditional GMMs of a feature."""
 
@@ -236,6 +250,7 @@ class AnalysesConfig:
     breakdown: BreakdownConfig | None = None
     compare: CompareConfig | None = None
     nuisance: NuisanceConfig | None = None
+    systems: SystemsConfig | None = None
 
     def enabled(self) -> list[str]:
         return [a for a in ANALYSES if getattr(self, a) is not None]
@@ -705,6 +720,23 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         c.measures = s.strlist("measures", ["ratio_overall", "ratio_own"])
         s.finish()
         a.compare = c
+    if r.has("systems"):  # s4deteval
+        s = _Reader(r.get("systems"), r.key("systems"), src)
+        sc = SystemsConfig()
+        if data.system is None:
+            raise s.err("metrics", "needs a [data].system column (the systems to compare)")
+        sc.metrics = s.strlist("metrics", ["eer", "min_dcf", "auc"])
+        bad = [m for m in sc.metrics if m not in ("eer", "min_dcf", "act_dcf", "cllr", "auc")]
+        if bad or not sc.metrics:
+            raise s.err("metrics", f"must be among eer, min_dcf, act_dcf, cllr, auc; got {sc.metrics!r}")
+        sc.systems = s.strlist("systems", [])
+        sc.n_boot = s.int("n_boot", 200, minimum=0) or 0
+        sc.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+        sc.trial_id = s.str("trial_id", None)
+        sc.test = s.str("test", "auto", choices=("auto", "bootstrap", "delong")) or "auto"
+        sc.adjust = s.str("adjust", "holm") or "holm"
+        s.finish()
+        a.systems = sc
     if r.has("nuisance"):
         s = _Reader(r.get("nuisance"), r.key("nuisance"), src)
         n = NuisanceConfig()

@@ -483,6 +483,18 @@ def _compare_section(res: StudyResult) -> rh.Section | None:
     return rh.Section("Two-system comparison", blocks)
 
 
+def _systems_section(res: StudyResult) -> rh.Section | None:  # s4deteval
+    df = getattr(res, "systems", None)
+    if df is None or not len(df):
+        return None
+    n_pairs = int(df.groupby("metric").size().iloc[0])
+    text = (f"Every pair of systems on the same trials ({n_pairs} pairs per metric): difference a − b and ratio "
+            "with paired speaker-bootstrap intervals (DeLong for AUC); p_adjusted: Holm within each metric.")
+    return rh.Section("Pairwise system comparison", [rh.Paragraph(text),
+                                                     rh.Table(df.drop(columns=["ratio_lo", "ratio_hi"]),
+                                                              caption="all pairs of systems")])
+
+
 def _simple_section(title: str, df: pd.DataFrame | None, text: str) -> rh.Section | None:
     if df is None or not len(df):
         return None
@@ -527,6 +539,7 @@ def build_sections(res: StudyResult) -> list[rh.Section]:
     secs: list[rh.Section | None] = [_overview(res), _data_section(res), _metrics_section(res)]
     secs += _model_sections(res)
     secs += [_model_eer_section(res), det_overlay_section(res), _fairness_section(res), _compare_section(res),
+             _systems_section(res),
              _simple_section("Breakdowns", res.breakdown,
                              "Per attribute value: shares of data and of errors (fn_share/fp_share vs the "
                              "value's class shares), precision, log-loss, EER and minDCF."),

@@ -36,6 +36,7 @@ FILE_DESCRIPTIONS: dict[str, str] = {
     "breakdown.csv": "breakdown per attribute value",
     "compare.csv": "paired two-system comparison per subgroup",
     "compare_summary.json": "Fairness Index of both systems and their difference",
+    "systems_compare.csv": "all pairs of systems: metric differences and ratios, intervals, Holm-adjusted p-values",
     "nuisance.csv": "nuisance LLR two-Gaussian model",
     "recovered_vs_true.csv": "estimated vs true parameters of the simulation",
     "trials.csv": "the simulated trial table",
@@ -66,6 +67,7 @@ class StudyResult:
     fairness: dict[str, dict[str, Any]] = field(default_factory=dict)
     breakdown: pd.DataFrame | None = None
     compare: dict[str, Any] | None = None
+    systems: pd.DataFrame | None = None  # s4deteval: [analyses.systems]
     nuisance: pd.DataFrame | None = None
     data_summary: pd.DataFrame | None = None
     recovered: pd.DataFrame | None = None

@@ -130,6 +130,9 @@ def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
             out.append(Task(k, T.compare_point_task, cargs))
             for j, (sd, n) in enumerate(zip(chunk_seeds(seed, k, len(counts)), counts)):
                 out.append(Task(f"{BOOT_PREFIX}{k}/{j}", T.compare_boot_task, (*cargs, sd, n)))
+    if an.systems is not None:  # s4deteval
+        k = "systems"
+        out.append(Task(k, T.systems_task, (data.table, cfg.data.system, an.systems, speaker, task_seed(seed, k))))
     return out
 
 
@@ -230,6 +233,8 @@ def _collect(res: StudyResult, tasks: list[Task], results: list[Any]) -> None:
                 res.models.append(r)
         elif kind == "compare":
             res.compare = r
+        elif kind == "systems":  # s4deteval
+            res.systems = r
 
 
 def _write_outputs(res: StudyResult) -> None:
@@ -270,6 +275,7 @@ def _write_outputs(res: StudyResult) -> None:
                                                   "fairness_index": res.compare["fairness_index"],
                                                   "n_boot": res.compare.get("n_boot", 0),
                                                   "boot_chunks": res.compare.get("boot_chunks", 0)})
+    _write_csv(res, "systems_compare.csv", res.systems)  # s4deteval
     _write_csv(res, "nuisance.csv", res.nuisance)
 
 

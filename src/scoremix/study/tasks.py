@@ -706,3 +706,18 @@ def nuisance_task(system: str, df: pd.DataFrame, cfg: NuisanceConfig, seed: int)
     tab = nm.to_frame(cfg.feature).reset_index()
     tab.insert(0, "system", system)
     return {"table": tab}
+
+
+def systems_task(df: pd.DataFrame, system_col: str, cfg: Any, speaker: str | None, seed: int) -> pd.DataFrame:
+    """``[analyses.systems]`` (s4deteval): all pairs of systems on the same trials
+    (:func:`scoremix.compare_systems.compare_systems`, label column ``y``)."""
+    from scoremix.compare_systems import compare_systems
+
+    spk = speaker if speaker is not None and speaker in df.columns else None
+    test = cfg.test if cfg.n_boot or cfg.test == "delong" else "delong"
+    metrics = cfg.metrics if cfg.n_boot else [m for m in cfg.metrics if m == "auc"]
+    if not metrics:
+        raise ValueError("[analyses.systems] with n_boot = 0 can only compare auc (DeLong)")
+    return compare_systems(df, systems=cfg.systems or None, metrics=metrics, test=test, speaker=spk,
+                           score="score", label="y", system=system_col, trial=cfg.trial_id, n_boot=cfg.n_boot,
+                           seed=seed, level=cfg.ci, adjust=cfg.adjust)
