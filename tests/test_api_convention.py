@@ -160,9 +160,9 @@ def test_old_grouping_names_give_the_same_fairness_table():
                        "speaker": np.repeat(np.arange(24), 10).astype(str),
                        "sex": np.repeat(np.array(["f", "m"] * 12), 10)})
     df.loc[df.label == 1, "score"] += 1.5
-    new = sm.subgroup_dcf(df, by=["sex"], n_boot=20, seed=1, level=0.9, progress=False)
+    new = sm.subgroup_dcf(df, by=["sex"], n_boot=40, seed=1, level=0.9, progress=False)
     with pytest.warns(FutureWarning) as rec:
-        old = sm.subgroup_dcf(df, groups=["sex"], n_boot=20, random_state=1, ci=0.9, progress=False)
+        old = sm.subgroup_dcf(df, groups=["sex"], n_boot=40, random_state=1, ci=0.9, progress=False)
     assert {str(w.message).split("the argument ")[1].split("=")[0] for w in rec} == {"groups", "random_state", "ci"}
     pd.testing.assert_frame_equal(old.table, new.table)
 
@@ -183,7 +183,7 @@ def test_float_like_results_survive_pickling_and_copies():
     import pickle
 
     s, y = _data(100)
-    for v in (sm.eer(s, y, n_boot=20, seed=1), sm.min_dcf(s, y), sm.min_dcf(s, y, n_boot=20, seed=1)):
+    for v in (sm.eer(s, y, n_boot=40, seed=1), sm.min_dcf(s, y), sm.min_dcf(s, y, n_boot=40, seed=1)):
         for w in (pickle.loads(pickle.dumps(v)), copy.deepcopy(v)):
             assert type(w) is type(v) and float(w) == float(v) and repr(w) == repr(v)
 

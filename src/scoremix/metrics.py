@@ -185,7 +185,7 @@ def finite_order(scores: Any) -> tuple[Any, Any]:
     Error rates at thresholds depend on the scores only through their order, so every rate,
     EER and DCF is unchanged; this lets the metrics accept saturated scores (logits of
     probabilities 0 and 1).  Dask input and scores without ``±inf`` are returned as given."""
-    if _is_dask(scores):
+    if adapter_for("metric_candidates", scores) is not None:  # a lazy (Dask) column: left to its adapter
         return scores, (lambda t: t)
     try:
         s = np.asarray(scores, dtype=np.float64)
@@ -782,6 +782,7 @@ def eer(scores: Any, labels: Any, method: EerMethod = "rocch", higher_is_positiv
         when ``n_boot > 0``.
     """
     ci = level  # the body's name for level= (renamed API argument)
+    scores, _ = finite_order(scores)          # ±inf: order is all an EER needs
     value = _eer_point(scores, labels, method, higher_is_positive)[0]
     sign = 1.0 if higher_is_positive else -1.0
     fast = WeightedSpec("eer", sign) if method == "rocch" else None
@@ -991,7 +992,8 @@ def min_dcf(scores: Any, labels: Any, p_target: float = 0.05, c_miss: float = 1,
         _warn_if_reversed(s, y, stacklevel=2)
         p = _points(s, y)
     res = _min_dcf_of(p, p_target, c_miss, c_fa, normalize, higher_is_positive)
-    return dataclasses.replace(res, threshold=back(res.threshold))
+    return MinDCF(res.value, back(res.threshold), res.p_miss, res.p_fa, res.p_target, res.c_miss, res.c_fa,
+                  res.normalize, res.lo, res.hi, res.level, res.n_boot)
 
 
 def min_dcf_from_counts(scores: Any, n_pos: Any, n_neg: Any, p_target: float = 0.05,
