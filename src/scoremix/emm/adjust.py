@@ -16,12 +16,10 @@ Within one family (one ``by`` group) of :math:`m` contrasts among :math:`k` mean
   :math:`k' = (1+\sqrt{1+8m})/2`, :math:`w = (m-1)/m`;
 * ``"mvt"``: :math:`p_i = 1 - P(\max_j |T_j| \le |t_i|)`, :math:`T` multivariate t with
   the contrasts' correlation and emmeans's integer df (``floor(ν + 0.25)``, normal when
-  :math:`\nu > 9999`).  Computed as :math:`\int P_C(|Z| \le |t_i| s)\,dF(s)` over
-  :math:`s = \sqrt{\chi^2_\nu/\nu}` (32-point Gauss–Legendre in the quantile of
-  :math:`s`) with ``scipy.stats.multivariate_normal.cdf`` (Genz's quasi-Monte Carlo,
-  fixed seed) for the possibly singular normal probabilities; agrees with mvtnorm at
-  high precision to about 1e-5 (emmeans itself uses mvtnorm's randomised default,
-  ``abseps = 1e-3``).
+  :math:`\nu > 9999`), by ``scipy.stats.multivariate_t.cdf`` (Genz–Bretz quasi-Monte
+  Carlo, fixed seed; a singular correlation, as of pairwise or ``eff`` contrasts, is
+  moved to :math:`(C + 10^{-4}I)/(1+10^{-4})`).  Agrees with mvtnorm at high precision
+  to about 5e-5 (emmeans itself uses mvtnorm's randomised default, ``abseps = 1e-3``).
 
 As in emmeans, a family of one contrast is not adjusted (except Scheffé), and Tukey on
 contrasts that are not pairwise comparisons becomes Šidák (with a warning).
@@ -68,27 +66,25 @@ def fix_df(df: np.ndarray) -> np.ndarray:
     return np.asarray(out)
 
 
-_GL_X, _GL_W = np.polynomial.legendre.leggauss(32)
-
-
-def pmvt_max(c: float, corr: np.ndarray, df: int, seed: int = 20261125) -> float:
+def pmvt_max(c: float, corr: np.ndarray, df: int, seed: int = 20261125,
+             maxpts: int = 100_000) -> float:
     """``P(max_j |T_j| ≤ c)`` for a multivariate t with correlation ``corr`` and integer
-    ``df`` (0 = normal)."""
+    ``df`` (0 = normal), by ``scipy.stats.multivariate_t`` (Genz–Bretz quasi-Monte Carlo,
+    fixed seed); a singular ``corr`` is first moved to ``(corr + 1e-4 I)/(1 + 1e-4)``."""
     k = corr.shape[0]
     if k == 1:
         return float(1 - 2 * (stats.t.sf(c, df) if df > 0 else stats.norm.sf(c)))
-    def pn(x: float) -> float:
-        if x <= 0:
-            return 0.0
-        return float(stats.multivariate_normal.cdf(
-            np.full(k, x), mean=np.zeros(k), cov=corr, allow_singular=True,
-            lower_limit=np.full(k, -x), maxpts=200_000 * k, abseps=1e-7, releps=0,
-            rng=np.random.default_rng(seed)))
+    if c <= 0:
+        return 0.0
+    if np.linalg.eigvalsh(corr)[0] < 1e-6:
+        corr = (corr + 1e-4 * np.eye(k)) / (1 + 1e-4)
+    up, lo = np.full(k, c), np.full(k, -c)
     if df == 0:
-        return pn(c)
-    u = 0.5 * (_GL_X + 1)
-    s = np.sqrt(stats.chi2.ppf(u, df) / df)
-    return float(0.5 * np.sum(_GL_W * np.array([pn(c * si) for si in s])))
+        return float(stats.multivariate_normal.cdf(up, mean=np.zeros(k), cov=corr, lower_limit=lo,
+                                                   maxpts=maxpts * k, abseps=1e-6, releps=0,
+                                                   rng=np.random.default_rng(seed)))
+    return float(stats.multivariate_t.cdf(up, shape=corr, df=df, lower_limit=lo, maxpts=maxpts * k,
+                                          random_state=np.random.default_rng(seed)))
 
 
 def _pdunnx(x: np.ndarray, k: int, df: np.ndarray) -> np.ndarray:
@@ -163,6 +159,7 @@ def critical_values(level: float, df: np.ndarray, adjust: str, *, fam_size: int,
         for di in set(d.tolist()):
             lo = stats.t.ppf(0.5 + level / 2, di if di > 0 else np.inf)
             hi = stats.t.ppf(1 - (1 - level) / m / 2, di if di > 0 else np.inf) + 0.5
-            out[di] = optimize.brentq(lambda x: pmvt_max(x, corr, int(di)) - level, lo, hi, xtol=1e-8)
+            out[di] = optimize.brentq(lambda x: pmvt_max(x, corr, int(di), maxpts=20_000) - level,
+                                      lo, hi, xtol=1e-5)
         return np.array([out[di] for di in d.tolist()])
     raise EmmError(f"unknown adjust {adjust!r}")
