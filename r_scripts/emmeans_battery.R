@@ -256,7 +256,8 @@ for (m in models) {
   reml <- if (is.null(m$REML)) TRUE else m$REML
   fit <- lme4::lmer(stats::as.formula(m$formula), data = ds$df, REML = reml)
   out <- list(id = m$id, data = m$data, formula = m$formula, REML = reml, factors = ds$factors,
-              fixef = as.list(lme4::fixef(fit)), queries = list())
+              fixef = as.list(lme4::fixef(fit)), theta = as.numeric(lme4::getME(fit, "theta")),
+              theta_names = names(lme4::getME(fit, "theta")), queries = list())
   for (q in m$queries) {
     at <- q$at
     if (q$kind == "joint_tests") {

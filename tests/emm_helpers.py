@@ -143,3 +143,31 @@ def compare(ours: pd.DataFrame, ref: list[dict], q: dict) -> list[str]:
         if np.any(np.isnan(ov) != np.isnan(rv)) or np.nanmax(d, initial=0) > tol:
             errs.append(f"{col}: max diff {np.nanmax(d, initial=0):.2e} (tol {tol})")
     return errs
+
+
+def fit_at_theta(fit, theta):
+    """The same model evaluated at lme4's ``θ`` (so the emmeans layer is compared with R
+    at identical variance parameters; the engines agree on ``θ`` only to the optimisers'
+    tolerance, ~1e-6 relative for random-slope models)."""
+    from scoremix.lme.conditional import estimates_at
+    from scoremix.lme.engine import NativeFit
+    from scoremix.lme.optimizer import OptimResult
+    from scoremix.lme.result import LmerResult
+    th = np.asarray(theta, dtype=float)
+    est = estimates_at(fit.cp, th, fit.REML, None)
+    opt = OptimResult(theta=th, rho=None, criterion=float(est["criterion"]), converged=True,
+                      singular=bool(np.any(th == 0)), n_eval=0)
+    nf = NativeFit(spec=fit.spec, cp=fit.cp, REML=fit.REML, opt=opt, estimates=est, info={})
+    return LmerResult.from_native(nf)
+
+
+def battery_fit(m: dict, shared: Path | None):
+    """The model of battery entry ``m`` at R's ``θ`` (or the native fit when the stored
+    references carry no ``θ``)."""
+    key = ("atR", m["id"])
+    if key not in _FITS:
+        fit = fit_model(m, shared)
+        if fit is None:
+            return None
+        _FITS[key] = fit_at_theta(fit, m["theta"]) if m.get("theta") is not None else fit
+    return _FITS[key]

@@ -378,6 +378,13 @@ class LmerResult:
             warnings.warn(msg + " (pass allow_new_levels=True to silence this warning)",
                           UserWarning, stacklevel=3)
 
+    def simulate(self, nsim: int = 1, *, seed: int | np.random.Generator | None = None,
+                 re_form: str | None = "~0", newdata: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Simulated responses from the fit (lme4's ``simulate``; see
+        :mod:`scoremix.lme.simulation`)."""
+        from scoremix.lme.simulation import simulate_lmer
+        return simulate_lmer(self, nsim, seed=seed, re_form=re_form, newdata=newdata)
+
     # ------------------------------------------------------------------ goodness of fit
     def r2(self) -> dict[str, float]:
         """Nakagawa–Schielzeth marginal and conditional R² (see :func:`scoremix.lme.r2.r2_nakagawa`)."""
