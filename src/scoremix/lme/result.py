@@ -385,6 +385,12 @@ class LmerResult:
         from scoremix.lme.simulation import simulate_lmer
         return simulate_lmer(self, nsim, seed=seed, re_form=re_form, newdata=newdata)
 
+    def check(self, **kwargs: Any):
+        """Model checks: singularity, convergence, scaled residuals, influential levels
+        (see :func:`scoremix.lme.check.check_model`)."""
+        from scoremix.lme.check import check_model
+        return check_model(self, **kwargs)
+
     # ------------------------------------------------------------------ goodness of fit
     def r2(self) -> dict[str, float]:
         """Nakagawa–Schielzeth marginal and conditional R² (see :func:`scoremix.lme.r2.r2_nakagawa`)."""
