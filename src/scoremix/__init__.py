@@ -114,12 +114,13 @@ from scoremix.fairness import (
 )
 
 # ---- s4postfit: after the fit (marginal means, contrasts, joint tests, checks, all_fit)
-from scoremix.emm import ContrastResult, EmmError, EmmGrid, contrast, emmeans, joint_tests, ref_grid
+from scoremix.emm import (ContrastResult, EmmError, EmmGrid, contrast, eer_contrast, emmeans, joint_tests,
+                          ref_grid)
 from scoremix.lme.allfit import AllFit, all_fit
 from scoremix.lme.check import ModelCheck, check_model
 
 __all__ = [
-    "ContrastResult", "EmmError", "EmmGrid", "contrast", "emmeans", "joint_tests", "ref_grid",
+    "ContrastResult", "EmmError", "EmmGrid", "contrast", "eer_contrast", "emmeans", "joint_tests", "ref_grid",
     "AllFit", "all_fit", "ModelCheck", "check_model",  # s4postfit
     "__version__",
     # trials
