@@ -28,7 +28,8 @@ def influential_levels(m, group: str | None = None, max_levels: int = 60) -> pd.
     """Cook's distance of every level of ``group`` (default: the first grouping factor
     with at most ``max_levels`` levels): ``group``, ``level``, ``cooks_d``, ``influential``
     and the largest change of one fixed effect in SEs (``max_dfbetas``)."""
-    from scoremix.lme.api import lmer
+    from scoremix.lme.engine import fit_native
+    from scoremix.lme.model_frame import build_model_spec
     spec = m.require_spec("influential_levels")
     groups = [t.group_factor for t in spec.terms if ":" not in t.group_factor]
     if group is None:
@@ -49,8 +50,11 @@ def influential_levels(m, group: str | None = None, max_levels: int = 60) -> pd.
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                f = lmer(m.formula, sub, REML=m.REML, dispersion=m.dispersion)
-            b = f.fixef.reindex(m.fixef.index).to_numpy()
+                sp = build_model_spec(m.formula, sub, dispersion=m.dispersion,
+                                      weights=None if spec.weights is None else
+                                      np.asarray(spec.weights)[(data[group] != lev).to_numpy()])
+                nf = fit_native(sp, REML=m.REML, control=dict(warn=False))
+            b = pd.Series(nf.estimates["beta"], index=sp.fixef_names).reindex(m.fixef.index).to_numpy()
         except Exception:  # noqa: BLE001 - a refit that cannot be formed has no distance
             b = np.full(beta.size, np.nan)
         d = beta - b
