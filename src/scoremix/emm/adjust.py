@@ -159,7 +159,7 @@ def critical_values(level: float, df: np.ndarray, adjust: str, *, fam_size: int,
         for di in set(d.tolist()):
             lo = stats.t.ppf(0.5 + level / 2, di if di > 0 else np.inf)
             hi = stats.t.ppf(1 - (1 - level) / m / 2, di if di > 0 else np.inf) + 0.5
-            out[di] = optimize.brentq(lambda x: pmvt_max(x, corr, int(di), maxpts=20_000) - level,
+            out[di] = optimize.brentq(lambda x: pmvt_max(x, corr, int(di), maxpts=100_000) - level,
                                       lo, hi, xtol=1e-5)
         return np.array([out[di] for di in d.tolist()])
     raise EmmError(f"unknown adjust {adjust!r}")
