@@ -41,8 +41,10 @@ def _fit(model_id):
     return fit
 
 
-#: models with more than 700 rows: their Kenward-Roger queries (dense n x n) are slow
-BIG = {"carrots_product", "carrots_sens", "sim_attacks", "la_attack_gender", "la_label_gender"}
+#: models with more than 300 rows: their Kenward-Roger queries (dense n x n) are slow
+BIG = {"carrots_product", "carrots_sens", "sim_attacks", "la_attack_gender", "la_label_gender",
+       "chick_int", "chick_slopes", "ham", "ham_gender", "sim_unbalanced_full", "sim_unbalanced_slopes",
+       "sim_crossed"}
 
 
 def _param(mid, i):
