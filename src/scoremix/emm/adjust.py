@@ -141,7 +141,20 @@ def critical_values(level: float, df: np.ndarray, adjust: str, *, fam_size: int,
     if adjust == "sidak":
         return stats.t.ppf(1 - (1 - level ** (1 / m)) / 2, df)
     if adjust == "tukey":
-        return stats.studentized_range.ppf(level, fam_size, df) / np.sqrt(2)
+        # one quantile per distinct df (to 9 significant digits: the quantile moves by
+        # ~1e-4 per unit df, so this is exact to ~1e-11); scipy's ppf is a slow root search
+        key = np.array([float(f"{d:.9g}") for d in df])
+        uniq = np.unique(key)
+        if uniq.size <= 6 or not np.all(np.isfinite(uniq)):
+            cache = {u: float(stats.studentized_range.ppf(level, fam_size, u)) for u in uniq}
+            return np.array([cache[k] for k in key]) / np.sqrt(2)
+        # many distinct df: the quantile is smooth in 1/ν; interpolate it through 8
+        # Chebyshev nodes on [1/ν_max, 1/ν_min] (exact to ~1e-10 here)
+        a, b = 1 / uniq.max(), 1 / uniq.min()
+        x = (a + b) / 2 + (b - a) / 2 * np.cos(np.pi * (np.arange(8) + 0.5) / 8)
+        qv = np.array([float(stats.studentized_range.ppf(level, fam_size, 1 / xi)) for xi in x])
+        cheb = np.polynomial.Chebyshev.fit(x, qv, 7, domain=[a, b])
+        return cheb(1 / df) / np.sqrt(2)
     if adjust == "scheffe":
         r = int(scheffe_rank)
         return np.sqrt(r * stats.f.ppf(level, r, df))
