@@ -65,8 +65,11 @@ def test_from_dict_of_lme4_output_gives_r_fitted_and_predictions():
                                rtol=1e-10)
     np.testing.assert_allclose(m.predict(new, re_form="~0").to_numpy(), ref["predict"]["fixed"], rtol=1e-10)
     np.testing.assert_allclose(m.predict().to_numpy(), ref["reml"]["fitted"], rtol=1e-10)
+    # a re_form formula keeps the random terms it names (here the only one: as re_form=None)
+    np.testing.assert_allclose(m.predict(new, re_form="~(Days|Subject)", allow_new_levels=True).to_numpy(),
+                               ref["predict"]["full"], rtol=1e-10)
     with pytest.raises(ValueError, match="re_form"):
-        m.predict(new, re_form="~(1|Subject)")
+        m.predict(new, re_form="~(1|Nosuchgroup)")
 
 
 def test_from_dict_without_spec_keeps_estimates_and_explains_what_needs_it():

@@ -151,7 +151,15 @@ from scoremix.locscale import (
 )
 from scoremix.validation import ValidationError, ValidationResult, validate_model
 
+# ---- s4postfit: after the fit (marginal means, contrasts, joint tests, checks, all_fit)
+from scoremix.emm import (ContrastResult, EmmError, EmmGrid, contrast, eer_contrast, emmeans, joint_tests,
+                          ref_grid)
+from scoremix.lme.allfit import AllFit, all_fit
+from scoremix.lme.check import ModelCheck, check_model
+
 __all__ = [
+    "ContrastResult", "EmmError", "EmmGrid", "contrast", "eer_contrast", "emmeans", "joint_tests", "ref_grid",
+    "AllFit", "all_fit", "ModelCheck", "check_model",  # s4postfit
     "__version__",
     # s4trust-def
     "finite_order", "THRESHOLDS", "hull_eer", "misfit_hint", "outside_interval",

@@ -352,9 +352,15 @@ class LmerResult:
         return pd.Series(y - self.fitted.to_numpy(), index=spec.data.index, name="residuals")
 
     def predict(self, newdata: pd.DataFrame | None = None, re_form: str | None = None,
-                allow_new_levels: bool | None = None) -> pd.Series:
+                allow_new_levels: bool | None = None, *, se_fit: bool = False,
+                interval: str | None = None, level: float = 0.95) -> pd.Series | pd.DataFrame:
         """Predictions ``Xβ̂ + Zb̂`` (``re_form=None``) or ``Xβ̂`` (``re_form="~0"`` or
-        ``"NA"``) for ``newdata``.  Without ``newdata``: the fitted values.
+        ``"NA"``; a formula such as ``"~ (1 | speaker)"`` keeps the random terms it lists)
+        for ``newdata``.  Without ``newdata``: the fitted values.
+
+        ``se_fit=True`` or ``interval="confidence" | "prediction"`` return a data frame
+        with ``fit``, ``se_fit`` (lme4's ``predict(..., se.fit = TRUE)``) and
+        ``lower``/``upper`` (see :mod:`scoremix.lme.prediction`).
 
         Grouping levels unseen in fitting get random effect 0 (their population mean).
         ``allow_new_levels=False`` makes them an error (lme4's default), ``True`` accepts them
@@ -363,8 +369,12 @@ class LmerResult:
         """
         spec = self.require_spec("predict")
         population = re_form is not None and str(re_form).replace(" ", "") in ("~0", "NA", "~1-1")
-        if re_form is not None and not population:
-            raise ValueError(f"re_form must be None (all random effects) or '~0', not {re_form!r}")
+        if se_fit or interval is not None or (re_form is not None and not population):
+            from scoremix.lme.prediction import prediction_se
+            if newdata is not None and allow_new_levels is not True and not population:
+                self._check_new_levels(newdata, spec.random_design(newdata), allow_new_levels)
+            out = prediction_se(self, newdata, re_form, True, interval, level)
+            return out if (se_fit or interval is not None) else out["fit"].rename("predicted")
         if newdata is None:
             X, design, idx = spec.X, [(t.codes, t.X) for t in spec.terms], spec.data.index
         else:
@@ -401,6 +411,19 @@ class LmerResult:
                 raise NewLevelError(msg + "; pass allow_new_levels=True to accept them")
             warnings.warn(msg + " (pass allow_new_levels=True to silence this warning)",
                           UserWarning, stacklevel=3)
+
+    def simulate(self, nsim: int = 1, *, seed: int | np.random.Generator | None = None,
+                 re_form: str | None = "~0", newdata: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Simulated responses from the fit (lme4's ``simulate``; see
+        :mod:`scoremix.lme.simulation`)."""
+        from scoremix.lme.simulation import simulate_lmer
+        return simulate_lmer(self, nsim, seed=seed, re_form=re_form, newdata=newdata)
+
+    def check(self, **kwargs: Any):
+        """Model checks: singularity, convergence, scaled residuals, influential levels
+        (see :func:`scoremix.lme.check.check_model`)."""
+        from scoremix.lme.check import check_model
+        return check_model(self, **kwargs)
 
     # ------------------------------------------------------------------ goodness of fit
     def r2(self) -> dict[str, float]:
