@@ -693,8 +693,13 @@ def build_model_spec(
     na_action: str = "omit",
     contrasts: dict[str, str] | None = None,
     offset: str | np.ndarray | pd.Series | None = None,
+    glmm: bool = False,
 ) -> ModelSpec:
     r"""Build the :class:`~scoremix.lme.spec.ModelSpec` of an lme4 formula on a data frame.
+
+    ``glmm=True`` applies ``glmerControl``'s identifiability checks instead of
+    ``lmerControl``'s (a grouping factor may have as many levels as observations, e.g. an
+    observation-level random effect, and the number of random effects may reach ``n``).
 
     The model is :math:`y = X\beta + \sum_k Z_k b_k + \varepsilon` with
     :math:`\varepsilon_i \sim N(0, \sigma^2_{c(i)} / w_i)` (``c(i)`` the dispersion level,
@@ -914,7 +919,7 @@ def build_model_spec(
         raise GroupingError(
             f"grouping factors must have > 1 sampled level (problems: {', '.join(few)})"
         )
-    many = [f for f, k in flist.items() if k >= n]
+    many = [f for f, k in flist.items() if (k > n if glmm else k >= n)]
     if many:
         raise GroupingError(
             "number of levels of each grouping factor must be < number of observations "
@@ -922,7 +927,7 @@ def build_model_spec(
         )
     for rp, g, Xk, *_ in parts:
         q = len(g.levels) * Xk.shape[1]
-        if n <= q:
+        if n <= q and not glmm:
             raise GroupingError(
                 f"number of observations (={n}) <= number of random effects (={q}) for term "
                 f"({rp.label}); the random-effects parameters and the residual variance "
