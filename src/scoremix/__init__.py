@@ -58,6 +58,10 @@ from scoremix.lme.errors import (
     UnsupportedModelError,
 )
 from scoremix.lme.input_checks import ConstantResponseError, EmptyDataError, ResponseScaleError
+# --- branch s4glmm: generalised linear mixed models (issue 20) ---
+from scoremix.glmm import (FamilyError, GlmerResult, GlmmControl, GlmmError, GlmmResponseError,
+                           GlmmUnsupportedError, PirlsError, glmer)
+# --- end s4glmm ---
 from scoremix.nuisance import NuisanceLLR, NuisanceModel, nuisance_model
 from scoremix.design import (
     CONFIGURATIONS,
@@ -151,4 +155,7 @@ __all__ = [
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",
     "subgroup_dcf_replicates", "with_bootstrap", "bootstrap_intervals",
+    # generalised linear mixed models (branch s4glmm)
+    "glmer", "GlmerResult", "GlmmControl", "GlmmError", "FamilyError", "GlmmResponseError",
+    "GlmmUnsupportedError", "PirlsError",
 ]

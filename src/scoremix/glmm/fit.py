@@ -169,15 +169,11 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
 def _vcov_rx(data: GlmmData, theta: np.ndarray, beta: np.ndarray, st: PirlsState) -> np.ndarray:
     """``(R_X'R_X)^{-1}`` at the mode (the Fisher-information approximation)."""
     import scipy.linalg as sla
-    import scipy.sparse as sp
-    ZL = (data.Z @ data.lambda_matrix(theta)).tocsr()
+    _, _, _, xcross = data._zl_ops(theta)
     mu_eta = data.family.link.mu_eta(st.eta)
     w = data.wt * mu_eta ** 2 / data.family.variance(st.mu)
-    sw = np.sqrt(w)
-    U = sp.diags(sw) @ ZL
-    V = data.X * sw[:, None]
-    RZX = sla.solve_triangular(st.L, np.asarray(U.T @ V), lower=True)
-    M = V.T @ V - RZX.T @ RZX
+    RZX = sla.solve_triangular(st.L, xcross(w), lower=True)
+    M = data.X.T @ (data.X * w[:, None]) - RZX.T @ RZX
     return np.linalg.inv(M)
 
 

@@ -113,6 +113,16 @@ class GlmmData:
         self.term_nlev = [t.n_levels for t in terms]
         self.q = int(sum(p * nl for p, nl in zip(self.term_p, self.term_nlev)))
         self.Z = self._build_z()
+        # per row and per random-effect column of every term: the column of u it touches
+        # (``ZΛ`` has, per row, p_k entries per term k, at the columns of that row's level)
+        cols, pos = [], 0
+        for t in terms:
+            codes = np.asarray(t.codes, np.int64)
+            for b in range(t.p):
+                cols.append(pos + codes * t.p + b)
+            pos += t.p * t.n_levels
+        self.cols = np.column_stack(cols) if cols else np.zeros((self.n, 0), np.int64)
+        self.dense_ok = self.q <= 3000
         self._u_warm = np.zeros(self.q)
         self._beta_warm: np.ndarray | None = None
         self.n_eval = 0
@@ -144,6 +154,59 @@ class GlmmData:
             return sp.csc_matrix((0, 0))
         return sp.block_diag(blocks, format="csc")
 
+    def zl_values(self, theta: np.ndarray) -> np.ndarray:
+        """``(n, Σp_k)`` values of ``ZΛ_θ`` at :attr:`cols` (row ``i`` of term ``k``:
+        ``x_{ik}' T_k``)."""
+        T = theta_to_T(theta, self.term_p)
+        return np.column_stack([np.asarray(t.X, float) @ Tk for t, Tk in zip(self.terms, T)]) \
+            if self.terms else np.zeros((self.n, 0))
+
+    def zl_mul(self, vals: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """``ZΛu``."""
+        return np.einsum("ij,ij->i", vals, u[self.cols]) if vals.shape[1] else np.zeros(self.n)
+
+    def zl_tmul(self, vals: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """``(ZΛ)'v``."""
+        out = np.zeros(self.q)
+        for j in range(vals.shape[1]):
+            out += np.bincount(self.cols[:, j], weights=vals[:, j] * v, minlength=self.q)
+        return out
+
+    def zl_cross(self, vals: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """``(ZΛ)'W(ZΛ)`` as a dense ``q × q`` matrix."""
+        q = self.q
+        P = vals.shape[1]
+        A = np.zeros(q * q)
+        for j in range(P):
+            for k in range(j, P):
+                idx = self.cols[:, j] * q + self.cols[:, k]
+                c = np.bincount(idx, weights=w * vals[:, j] * vals[:, k], minlength=q * q)
+                A += c
+                if k != j:
+                    A += c.reshape(q, q).T.ravel()
+        return A.reshape(q, q)
+
+    def zl_xcross(self, vals: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """``(ZΛ)'WX`` (``q × p``)."""
+        out = np.zeros((self.q, self.p))
+        for c in range(self.p):
+            out[:, c] = self.zl_tmul(vals, w * self.X[:, c])
+        return out
+
+    def _zl_ops(self, theta: np.ndarray):
+        """``(ZΛu, (ZΛ)'v, (ZΛ)'W(ZΛ), (ZΛ)'WX)`` as functions: index arithmetic on
+        :attr:`cols` when ``q`` is small enough for a dense ``q × q`` matrix, else sparse
+        products."""
+        if self.dense_ok:
+            vals = self.zl_values(theta)
+            return (lambda u: self.zl_mul(vals, u), lambda v: self.zl_tmul(vals, v),
+                    lambda w: self.zl_cross(vals, w), lambda w: self.zl_xcross(vals, w))
+        ZL = (self.Z @ self.lambda_matrix(theta)).tocsr()
+        ZLt = ZL.T.tocsr()
+        return (lambda u: ZL @ u, lambda v: ZLt @ v,
+                lambda w: (ZLt @ sp.diags(w) @ ZL).toarray(),
+                lambda w: np.asarray(ZLt @ (self.X * w[:, None])))
+
     def scalar_only(self) -> bool:
         return len(self.terms) == 1 and self.terms[0].p == 1
 
@@ -164,7 +227,7 @@ class GlmmData:
         lme4's ``nAGQ = 0`` step).  Converges when the penalised deviance changes by less
         than ``tol`` relative and the largest Newton step is below ``step_tol``."""
         self.n_eval += 1
-        ZL = (self.Z @ self.lambda_matrix(theta)).tocsr()
+        mul, tmul, cross, xcross = self._zl_ops(theta)
         joint = beta is None
         q, p = self.q, self.p
         u = np.array(self._u_warm if u0 is None else u0, float)
@@ -174,46 +237,40 @@ class GlmmData:
                 eta = self.initial_eta()
                 u = np.zeros(q)
             else:
-                eta = self.offset + self.X @ b + ZL @ u
+                eta = self.offset + self.X @ b + mul(u)
         else:
             b = np.asarray(beta, float)
-            eta = self.offset + self.X @ b + ZL @ u
+            eta = self.offset + self.X @ b + mul(u)
         mu = self._mu(eta)
         pdev = float(np.sum(self._devres(mu)) + u @ u)
         first = joint and self._beta_warm is None
         for it in range(max_iter):
             mu_eta = self.family.link.mu_eta(eta)
             w = self.wt * mu_eta ** 2 / self.family.variance(mu)
-            sw = np.sqrt(w)
-            U = sp.diags(sw) @ ZL
-            r = sw * (self.y - mu) / mu_eta               # W^{1/2} × working residual
-            A = (U.T @ U).toarray() if q else np.zeros((0, 0))
+            wr = w * (self.y - mu) / mu_eta                 # W × working residual
+            A = cross(w)
             A[np.diag_indices(q)] += 1.0
             if joint:
-                V = self.X * sw[:, None]
-                B = np.asarray(U.T @ V)
-                C = V.T @ V
+                B = xcross(w)
+                C = self.X.T @ (self.X * w[:, None])
+                M = np.block([[A, B], [B.T, C]])
                 if first:
                     # IRLS from the starting means: solve for (u, β) directly
-                    zt = r + sw * (eta - self.offset)
-                    rhs = np.concatenate([U.T @ zt, V.T @ zt])
-                    M = np.block([[A, B], [B.T, C]])
-                    sol = sla.solve(M, rhs, assume_a="pos")
+                    wz = wr + w * (eta - self.offset)
+                    sol = sla.solve(M, np.concatenate([tmul(wz), self.X.T @ wz]), assume_a="pos")
                     du, db = sol[:q] - u, sol[q:] - b
                 else:
-                    rhs = np.concatenate([U.T @ r - u, V.T @ r])
-                    M = np.block([[A, B], [B.T, C]])
-                    sol = sla.solve(M, rhs, assume_a="pos")
+                    sol = sla.solve(M, np.concatenate([tmul(wr) - u, self.X.T @ wr]), assume_a="pos")
                     du, db = sol[:q], sol[q:]
             else:
                 Lc = sla.cho_factor(A, lower=True)
-                du = sla.cho_solve(Lc, U.T @ r - u)
+                du = sla.cho_solve(Lc, tmul(wr) - u)
                 db = np.zeros(p)
             step = 1.0
             accepted = False
             for _ in range(30):
                 un, bn = u + step * du, b + step * db
-                etan = self.offset + self.X @ bn + ZL @ un
+                etan = self.offset + self.X @ bn + mul(un)
                 mun = self._mu(etan)
                 pdn = float(np.sum(self._devres(mun)) + un @ un)
                 if first or pdn <= pdev + 1e-10 * abs(pdev):
@@ -236,18 +293,15 @@ class GlmmData:
         # Cholesky factor at the mode
         mu_eta = self.family.link.mu_eta(eta)
         w = self.wt * mu_eta ** 2 / self.family.variance(mu)
-        sw = np.sqrt(w)
-        U = sp.diags(sw) @ ZL
-        A = (U.T @ U).toarray() if q else np.zeros((0, 0))
+        A = cross(w)
         A[np.diag_indices(q)] += 1.0
         L = np.linalg.cholesky(A) if q else np.zeros((0, 0))
         ldL2 = float(2 * np.sum(np.log(np.diag(L)))) if q else 0.0
         RX = None
         if joint:
-            V = self.X * sw[:, None]
-            B = np.asarray(U.T @ V)
+            B = xcross(w)
             RZX = sla.solve_triangular(L, B, lower=True) if q else np.zeros((0, p))
-            RX = np.linalg.cholesky(V.T @ V - RZX.T @ RZX)
+            RX = np.linalg.cholesky(self.X.T @ (self.X * w[:, None]) - RZX.T @ RZX)
             self._beta_warm = b.copy()
         self._u_warm = u.copy()
         m2ll = float(np.sum(self.family.minus2_loglik(self.y, mu, self.wt, self.trials)))
