@@ -34,12 +34,13 @@ __all__ = ["GlmmControl", "GlmmFit", "fit_glmm"]
 class GlmmControl:
     """Options of the native GLMM fit.
 
-    ``tol``: final trust-region radius of the optimiser; ``maxfun``: evaluations per stage;
+    ``tol``: final trust-region radius of the optimiser (the optimum is then polished by one
+    Newton step with the finite-difference gradient and Hessian); ``maxfun``: evaluations per stage;
     ``pirls_tol``: relative change of the penalised deviance that stops PIRLS;
     ``hessian_step``: finite-difference step of the Hessian (lme4: ``1e-4``);
     ``check_singular_tol``: ``isSingular``'s tolerance on the diagonal of ``T_k``."""
 
-    tol: float = 1e-9
+    tol: float = 1e-6
     maxfun: int = 20000
     pirls_tol: float = 1e-13
     hessian_step: float = 1e-4
@@ -145,8 +146,22 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
     H = None
     vc = np.full((data.p, data.p), np.nan)
     if ctl.calc_derivs:
-        H = _hessian(lambda z: _criterion(data, z[:nt], z[nt:], nAGQ, ctl.pirls_tol)[0], x,
-                     ctl.hessian_step)
+        fz = lambda z: _criterion(data, z[:nt], z[nt:], nAGQ, ctl.pirls_tol)[0]  # noqa: E731
+        H, g = _hessian(fz, x, ctl.hessian_step)
+        # one Newton step on the free parameters (those not held at a bound by the gradient)
+        free = ~((x <= lower2 + 1e-12) & (g > 0))
+        try:
+            dx = np.zeros_like(x)
+            dx[free] = -np.linalg.solve(H[np.ix_(free, free)], g[free])
+            xn = np.maximum(x + dx, lower2)
+            cn, stn = _criterion(data, xn[:nt], xn[nt:], nAGQ, ctl.pirls_tol)
+            if cn < crit:
+                x, crit, st = xn, cn, stn
+                theta, beta = x[:nt], x[nt:]
+                if np.max(np.abs(dx)) > 10 * ctl.hessian_step:
+                    H, g = _hessian(fz, x, ctl.hessian_step)
+        except np.linalg.LinAlgError:
+            pass
         data.pirls(theta, beta, u0=st.u, tol=ctl.pirls_tol)  # restore the warm start
         try:
             Vh = 2 * np.linalg.inv(H)
@@ -177,8 +192,8 @@ def _vcov_rx(data: GlmmData, theta: np.ndarray, beta: np.ndarray, st: PirlsState
     return np.linalg.inv(M)
 
 
-def _hessian(f, x: np.ndarray, h: float) -> np.ndarray:
-    """Central-difference Hessian (lme4's ``deriv12`` stencil)."""
+def _hessian(f, x: np.ndarray, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """Central-difference Hessian and gradient (lme4's ``deriv12`` stencil)."""
     k = len(x)
     f0 = f(x)
     fp = np.empty(k)
@@ -194,4 +209,4 @@ def _hessian(f, x: np.ndarray, h: float) -> np.ndarray:
             fpp = f(x + E[i] + E[j])
             fmm = f(x - E[i] - E[j])
             H[i, j] = H[j, i] = (fpp - fp[i] - fp[j] + 2 * f0 - fm[i] - fm[j] + fmm) / (2 * h ** 2)
-    return H
+    return H, (fp - fm) / (2 * h)
