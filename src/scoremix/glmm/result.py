@@ -138,6 +138,32 @@ class GlmerResult:
             pos += t.p * t.n_levels
         return out
 
+    def joint_cov(self) -> np.ndarray:
+        """Covariance of ``(u, β)`` from the Laplace approximation at the mode: the inverse
+        of the penalised Hessian ``[[Λ'Z'WZΛ + I, Λ'Z'WX], [X'WZΛ, X'WX]]`` (``θ`` fixed)."""
+        d = self.glmm_data
+        if d is None:
+            raise ValueError("joint_cov needs the native fit's data")
+        _, _, cross, xcross = d._zl_ops(self.theta.to_numpy())
+        eta = self.predict(type="link").to_numpy()
+        mu = d.family.valid_mu(d.family.link.linkinv(eta))
+        w = d.wt * d.family.link.mu_eta(eta) ** 2 / d.family.variance(mu)
+        A = cross(w)
+        A[np.diag_indices(d.q)] += 1.0
+        B = xcross(w)
+        M = np.block([[A, B], [B.T, d.X.T @ (d.X * w[:, None])]])
+        C = np.linalg.inv(M)
+        return (C + C.T) / 2
+
+    def b_from_u(self, u: np.ndarray) -> list[np.ndarray]:
+        """``b = Λ_θ u`` per term as ``(n_k, p_k)`` arrays."""
+        T = theta_to_T(self.theta.to_numpy(), [t.p for t in self.spec.terms])
+        out, pos = [], 0
+        for t, Tk in zip(self.spec.terms, T):
+            out.append(u[pos:pos + t.p * t.n_levels].reshape(t.n_levels, t.p) @ Tk.T)
+            pos += t.p * t.n_levels
+        return out
+
     def _group_frames(self, arrays: list[np.ndarray]) -> dict[str, pd.DataFrame]:
         out: dict[str, pd.DataFrame] = {}
         for t, a in zip(self.spec.terms, arrays):
