@@ -61,6 +61,7 @@ from scoremix.lme.input_checks import ConstantResponseError, EmptyDataError, Res
 # --- branch s4glmm: generalised linear mixed models (issue 20) ---
 from scoremix.glmm import (FamilyError, GlmerResult, GlmmControl, GlmmError, GlmmResponseError,
                            GlmmUnsupportedError, PirlsError, glmer)
+from scoremix.fairness.decision_model import DecisionModelResult, decision_model
 # --- end s4glmm ---
 from scoremix.nuisance import NuisanceLLR, NuisanceModel, nuisance_model
 from scoremix.design import (
@@ -157,5 +158,5 @@ __all__ = [
     "subgroup_dcf_replicates", "with_bootstrap", "bootstrap_intervals",
     # generalised linear mixed models (branch s4glmm)
     "glmer", "GlmerResult", "GlmmControl", "GlmmError", "FamilyError", "GlmmResponseError",
-    "GlmmUnsupportedError", "PirlsError",
+    "GlmmUnsupportedError", "PirlsError", "decision_model", "DecisionModelResult",
 ]

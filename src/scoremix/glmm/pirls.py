@@ -285,7 +285,9 @@ class GlmmData:
             pdev = pdn
             # the criterion depends on the mode to first order (through log|L|): converge
             # on the step, not only on the penalised deviance
-            if not first and ((change < tol and stepsize < step_tol) or stepsize < 1e-2 * step_tol):
+            if not first and ((change < tol and stepsize < step_tol) or stepsize < 1e-2 * step_tol
+                              # a separated cell drifts to ±inf with vanishing gains
+                              or (it > 30 and change < 1e-10)):
                 break
             first = False
         else:
