@@ -184,3 +184,14 @@ def test_live_lme4_reference(rscript, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     ref, d = load("cbpp_agq20", tmp_path)
     check_against(fit(ref, d), ref)
+
+
+@pytest.mark.r
+def test_lme4_backend_gives_the_same_result_type(rscript):
+    pytest.importorskip("rpy2")
+    ref, d = load("det_label_slope")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = glmer(ref["formula"], d, backend="lme4", control="tight")
+    assert isinstance(r, sm.GlmerResult) and r.backend == "lme4"
+    check_against(r, ref)

@@ -131,7 +131,9 @@ def glmer(formula: str, data: pd.DataFrame, family: str | Family = "binomial", *
         0 (lme4's fast first stage only), 1 (Laplace, default) or the number of adaptive
         Gauss–Hermite points (``> 1``: one scalar random-effects term only, as lme4).
     control:
-        :class:`scoremix.glmm.fit.GlmmControl` fields (native backend).
+        :class:`scoremix.glmm.fit.GlmmControl` fields (native backend); with
+        ``backend="lme4"``: ``None`` (lme4's defaults) or ``"tight"`` (converged PIRLS,
+        ``tolPwrss = 1e-12``, and a tight bobyqa).
     backend:
         ``"native"`` or ``"lme4"`` (R through rpy2, same result type).
     collapse:
@@ -165,7 +167,7 @@ def glmer(formula: str, data: pd.DataFrame, family: str | Family = "binomial", *
     if backend == "lme4":
         from scoremix.glmm.lme4_backend import fit_lme4
         return fit_lme4(spec, fam, formula, data, weights=weights, offset=offset, nAGQ=nAGQ,
-                        lhs=lhs)
+                        lhs=lhs, tight=control == "tight")
     full = glmm_arrays(spec, fam, cbind)
     work, inv, const = full, None, 0.0
     if collapse not in (False, "no", None):
