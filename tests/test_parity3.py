@@ -210,3 +210,10 @@ def test_live_r_formula_reference(rscript, tmp_path):
         stored = json.loads((REF_DIR / f"{name}.json").read_text())
         np.testing.assert_allclose(list(live["fixef"].values()), list(stored["fixef"].values()),
                                    rtol=1e-8)
+
+
+@pytest.mark.parametrize("wrapper", ["cs", "diag", "ar1"])
+def test_structured_covariances_are_refused_by_name(wrapper):
+    df = pd.DataFrame({"y": np.arange(12.0) % 5, "x": np.arange(12.0), "g": list("abc") * 4})
+    with pytest.raises(sm.FormulaError, match=rf"structured covariance {wrapper}\(\)"):
+        sm.lmer(f"y ~ x + {wrapper}(1 + x | g)", df)
