@@ -82,10 +82,11 @@ def collapse_cells(d: GlmmData) -> tuple[GlmmData, np.ndarray, float] | None:
     for t in d.terms:
         cols.append(np.asarray(t.codes, float)[:, None])
         cols.append(np.asarray(t.X, float))
-    key = np.ascontiguousarray(np.hstack(cols))
-    _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
-    inv = inv.ravel()
-    nc = len(first)
+    key = pd.DataFrame(np.hstack(cols))
+    inv = key.groupby(list(key.columns), sort=False).ngroup().to_numpy()   # hashing, O(n)
+    nc = int(inv.max()) + 1 if len(inv) else 0
+    first = np.full(nc, -1)
+    first[inv[::-1]] = np.arange(len(inv))[::-1]
     if nc > 0.8 * d.n:
         return None
     m = np.bincount(inv, minlength=nc).astype(float)
@@ -185,7 +186,7 @@ def glmer(formula: str, data: pd.DataFrame, family: str | Family = "binomial", *
     mu_rows = full.family.valid_mu(mu_rows)
     deviance = float(np.sum(full.family.dev_resid(full.y, mu_rows, full.wt)))
     # conditional covariances of b: Λ (L L')^{-1} Λ' blocks per level
-    condvar = _condvar(work, fit.theta, st.L)
+    condvar = _condvar(work, fit.theta, np.asarray(st.L))
     names = [nm for t in spec.terms for nm in t.theta_names()]
     res = GlmerResult(
         spec, fam, backend="native", nAGQ=nAGQ,

@@ -187,7 +187,7 @@ def _vcov_rx(data: GlmmData, theta: np.ndarray, beta: np.ndarray, st: PirlsState
     _, _, _, xcross = data._zl_ops(theta)
     mu_eta = data.family.link.mu_eta(st.eta)
     w = data.wt * mu_eta ** 2 / data.family.variance(st.mu)
-    RZX = sla.solve_triangular(st.L, xcross(w), lower=True)
+    RZX = sla.solve_triangular(np.asarray(st.L), xcross(w), lower=True)
     M = data.X.T @ (data.X * w[:, None]) - RZX.T @ RZX
     return np.linalg.inv(M)
 
