@@ -82,7 +82,7 @@ def test_la_gender_model_inside_empirical_intervals(shared_data):
     path = shared_data / "asvspoof2019_la_eval" / "asvspoof2019_la_eval_multisystem_long.csv.gz"
     d = pd.read_csv(path)
     inside = []
-    for system in ("rawnet2_transferfiles", "rawgat_st_add"):
+    for system in ("rawnet2_transferfiles",):   # all 10 systems: docs/glmm.md (119/120 cells)
         t = d[d.system == system]
         r = decision_model(t, "min_dcf", ["speaker_gender"], positive="bonafide", factors=["attack"],
                            n_sim=300, n_boot=300, seed=1)

@@ -275,10 +275,8 @@ class GlmerResult:
     def confint(self, method: str = "Wald", level: float = 0.95,
                 parm: Sequence[str] | None = None) -> pd.DataFrame:
         """Wald intervals ``β̂ ± z_{(1+level)/2} se`` (lme4's ``confint(m, method = "Wald")``,
-        which gives NA for the variance parameters) or profile-likelihood intervals of the
-        fixed effects (``method="profile"``: the criterion minimised over the other
-        parameters at fixed ``β_j``, the interval where its rise is below
-        ``χ²_{1,level}``)."""
+        which gives NA for the variance parameters).  ``method="profile"`` raises
+        :class:`~scoremix.glmm.errors.GlmmUnsupportedError` (not implemented)."""
         lo_q, hi_q = (1 - level) / 2, (1 + level) / 2
         cols = [f"{100 * lo_q:.1f} %", f"{100 * hi_q:.1f} %"]
         names = list(parm) if parm is not None else list(self.fixef.index)
@@ -287,8 +285,9 @@ class GlmerResult:
             b, se = self.fixef[names], self.se[names]
             return pd.DataFrame({cols[0]: b - z * se, cols[1]: b + z * se}, index=names)
         if method == "profile":
-            from scoremix.glmm.profile import profile_fixef
-            return profile_fixef(self, names, level, cols)
+            from scoremix.glmm.errors import GlmmUnsupportedError
+            raise GlmmUnsupportedError("profile-likelihood intervals of GLMMs are not implemented "
+                                       "yet; use method='Wald'")
         raise ValueError(f"method must be 'Wald' or 'profile', not {method!r}")
 
     # -- printing -----------------------------------------------------------------------
