@@ -209,3 +209,16 @@ def test_lme4_backend_gives_the_same_result_type(rscript):
         r = glmer(ref["formula"], d, backend="lme4", control="tight")
     assert isinstance(r, sm.GlmerResult) and r.backend == "lme4"
     check_against(r, ref)
+
+
+def test_collapsed_quadrature_fit_equals_row_fit():
+    """With nAGQ > 1 the collapsed cells' deviance residuals differ from the rows' by the
+    saturated deviance, which is added back."""
+    ref, d = load("bacteria")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = glmer("y ~ trt + wk2 + (1 | ID)", d, nAGQ=5)
+        b = glmer("y ~ trt + wk2 + (1 | ID)", d, nAGQ=5, collapse=False)
+    assert a.fit_info["collapsed_rows"] == 100
+    np.testing.assert_allclose(a.loglik, b.loglik, rtol=1e-9)
+    np.testing.assert_allclose(a.fixef, b.fixef, atol=1e-6)
