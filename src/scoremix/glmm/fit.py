@@ -6,9 +6,10 @@ stages:
 2. minimise the Laplace (``nAGQ = 1``) or adaptive Gauss–Hermite criterion over
    :math:`(\theta, \beta)` jointly, :math:`u` by PIRLS at each point.
 
-Both stages use a bounded derivative-free trust-region method with quadratic models
-(COBYQA, Powell's successor of lme4's BOBYQA; ``scipy.optimize.minimize``), the diagonal
-of each :math:`T_k` bounded below by 0.  The covariance of :math:`\hat\beta` is, as lme4's
+Both stages use L-BFGS-B on central-difference gradients (or, with
+``optimizer="cobyqa"``, the derivative-free trust-region method COBYQA, Powell's successor
+of lme4's BOBYQA), the diagonal of each :math:`T_k` bounded below by 0, and end with one
+Newton step on the finite-difference gradient and Hessian.  The covariance of :math:`\hat\beta` is, as lme4's
 default for GLMMs, the :math:`\beta` block of :math:`2H^{-1}` with :math:`H` the
 finite-difference Hessian of the criterion in :math:`(\theta, \beta)` (central
 differences, step ``1e-4``, lme4's ``deriv12``); with ``nAGQ = 0`` it is
@@ -34,13 +35,19 @@ __all__ = ["GlmmControl", "GlmmFit", "fit_glmm"]
 class GlmmControl:
     """Options of the native GLMM fit.
 
-    ``tol``: final trust-region radius of the optimiser (the optimum is then polished by one
-    Newton step with the finite-difference gradient and Hessian); ``maxfun``: evaluations per stage;
+    ``optimizer``: ``"lbfgsb"`` (L-BFGS-B on central-difference gradients with step
+    ``gradient_step``, default) or ``"cobyqa"`` (derivative-free trust region, Powell's
+    successor of lme4's BOBYQA; slower in Python);
+    ``tol``: projected-gradient tolerance (L-BFGS-B) or final trust-region radius (COBYQA);
+    the optimum is then polished by one Newton step with the finite-difference gradient and
+    Hessian; ``maxfun``: evaluations per stage;
     ``pirls_tol``: relative change of the penalised deviance that stops PIRLS;
     ``hessian_step``: finite-difference step of the Hessian (lme4: ``1e-4``);
     ``check_singular_tol``: ``isSingular``'s tolerance on the diagonal of ``T_k``."""
 
     tol: float = 1e-6
+    optimizer: str = "lbfgsb"
+    gradient_step: float = 1e-5
     maxfun: int = 20000
     pirls_tol: float = 1e-13
     hessian_step: float = 1e-4
@@ -86,15 +93,41 @@ def _criterion(data: GlmmData, theta: np.ndarray, beta: np.ndarray, nAGQ: int,
 
 
 def _minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl) -> optimize.OptimizeResult:
-    bounds = optimize.Bounds(lower, np.full_like(lower, np.inf))
     x0 = np.maximum(x0, lower)
-    rad = max(0.2 * float(np.max(np.abs(x0), initial=0)), 0.05)
+    if ctl.optimizer == "cobyqa":
+        bounds = optimize.Bounds(lower, np.full_like(lower, np.inf))
+        rad = max(0.2 * float(np.max(np.abs(x0), initial=0)), 0.05)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return optimize.minimize(f, x0, method="COBYQA", bounds=bounds,
+                                     options={"initial_tr_radius": rad, "final_tr_radius": ctl.tol,
+                                              "maxfev": ctl.maxfun})
+    # L-BFGS-B with central-difference gradients (the criterion is smooth to ~1e-12 because
+    # PIRLS converges on the step; a diagonal of T_k may be evaluated just below 0, where the
+    # criterion is the mirror image of its value above)
+    h = ctl.gradient_step
+
+    def fg(x: np.ndarray) -> tuple[float, np.ndarray]:
+        fx = f(x)
+        g = np.empty_like(x)
+        for i in range(len(x)):
+            e = np.zeros_like(x)
+            e[i] = h
+            if x[i] - h < lower[i]:
+                # at a bound: forward difference (θ = 0 is a stationary point of the even
+                # function θ ↦ criterion, where a central difference is 0 whether it is a
+                # minimum or a maximum)
+                g[i] = (f(x + e) - fx) / h
+            else:
+                g[i] = (f(x + e) - f(x - e)) / (2 * h)
+        return fx, g
+
+    bounds = [(lo if np.isfinite(lo) else None, None) for lo in lower]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = optimize.minimize(f, x0, method="COBYQA", bounds=bounds,
-                                options={"initial_tr_radius": rad, "final_tr_radius": ctl.tol,
-                                         "maxfev": ctl.maxfun})
-    return res
+        return optimize.minimize(fg, x0, jac=True, method="L-BFGS-B", bounds=bounds,
+                                 options={"maxfun": ctl.maxfun, "ftol": 1e-15, "gtol": ctl.tol,
+                                          "maxcor": 20})
 
 
 def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None = None,
@@ -178,7 +211,7 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
                    nAGQ=nAGQ, messages=messages,
                    info={"stage1_evals": n1, "evals": data.n_eval,
                          "seconds": time.perf_counter() - t0,
-                         "optimizer": "COBYQA", "message": str(r2.message)})
+                         "optimizer": ctl.optimizer, "message": str(r2.message)})
 
 
 def _vcov_rx(data: GlmmData, theta: np.ndarray, beta: np.ndarray, st: PirlsState) -> np.ndarray:
