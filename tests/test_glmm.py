@@ -222,3 +222,17 @@ def test_collapsed_quadrature_fit_equals_row_fit():
     assert a.fit_info["collapsed_rows"] == 100
     np.testing.assert_allclose(a.loglik, b.loglik, rtol=1e-9)
     np.testing.assert_allclose(a.fixef, b.fixef, atol=1e-6)
+
+
+def test_nagq0_matches_lme4():
+    """``nAGQ = 0`` (β inside PIRLS, vcov from R_X): lme4 1.1 with ``tolPwrss = 1e-12`` gives
+    −2ℓ 184.1085909, β (−1.3604718, −0.9761775, −1.1110769, −1.5596805), SEs (0.2275746,
+    0.3032873, 0.3235118, 0.4244555), θ 0.6418151."""
+    ref, d = load("cbpp_cbind")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = glmer(ref["formula"], d, nAGQ=0)
+    assert -2 * m.loglik <= 184.1085909 + 1e-6
+    np.testing.assert_allclose(m.fixef, [-1.3604718, -0.9761775, -1.1110769, -1.5596805], atol=1e-5)
+    np.testing.assert_allclose(m.se, [0.2275746, 0.3032873, 0.3235118, 0.4244555], rtol=1e-4)
+    np.testing.assert_allclose(m.theta, [0.6418151], atol=1e-4)

@@ -152,7 +152,7 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
     n1 = data.n_eval
     if nAGQ == 0:
         Rinv = np.linalg.inv(st1.RX)
-        vc = Rinv @ Rinv.T
+        vc = Rinv.T @ Rinv          # RX is lower: (RX RX')^{-1} = RX^{-T} RX^{-1}
         fit = GlmmFit(theta=theta1, beta=st1.beta, criterion=data.laplace(st1), state=st1,
                       vcov=vc, hessian=None, nAGQ=0, messages=messages,
                       info={"stage1_evals": n1, "seconds": time.perf_counter() - t0})
