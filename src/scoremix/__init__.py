@@ -60,6 +60,11 @@ from scoremix.lme.errors import (
     UnsupportedModelError,
 )
 from scoremix.lme.input_checks import ConstantResponseError, EmptyDataError, ResponseScaleError
+# --- branch s4glmm: generalised linear mixed models (issue 20) ---
+from scoremix.glmm import (FamilyError, GlmerResult, GlmmControl, GlmmError, GlmmResponseError,
+                           GlmmUnsupportedError, PirlsError, glmer)
+from scoremix.fairness.decision_model import DecisionModelResult, decision_model
+# --- end s4glmm ---
 from scoremix.nuisance import NuisanceLLR, NuisanceModel, nuisance_model
 from scoremix.design import (
     CONFIGURATIONS,
@@ -212,4 +217,7 @@ __all__ = [
     "sasv_eer", "tdcf", "teer", "binomial_interval", "rate_at", "rule_of_30",
     "SystemComparisonError", "compare_systems", "delong_test", "FairnessPanel", "fairness_panel",
     "ape_curve", "pav_llrs", "plot_ape",
+    # generalised linear mixed models (branch s4glmm)
+    "glmer", "GlmerResult", "GlmmControl", "GlmmError", "FamilyError", "GlmmResponseError",
+    "GlmmUnsupportedError", "PirlsError", "decision_model", "DecisionModelResult",
 ]

@@ -399,10 +399,8 @@ def _reduced_lhs(lhs_labels: list[str], lhs_intercept: bool, variables: list[set
 def _lm_loglik(m: LmerResult, reml: bool) -> tuple[int, float]:
     """``logLik.lm`` (REML or ML) of the fixed part alone: ``(df, logLik)``."""
     spec = m.spec
+    # ``spec.y`` is already ``y - offset`` (the model frame removes the offset once)
     X, y = np.asarray(spec.X, float), np.asarray(spec.y, float)
-    offset = getattr(spec, "offset", None)
-    if offset is not None:
-        y = y - np.asarray(offset, float)
     w = np.ones_like(y) if spec.weights is None else np.asarray(spec.weights, float)
     sw = np.sqrt(w)
     Q, R = np.linalg.qr(X * sw[:, None]) if X.shape[1] else (np.zeros((len(y), 0)), np.zeros((0, 0)))

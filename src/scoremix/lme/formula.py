@@ -590,12 +590,22 @@ def _split_bars(node: object, text: str) -> tuple[object | None, list[object]]:
         if right is None:
             return left, bars
         return ("bin", node[1], left, right), bars  # type: ignore[index]
+    if node[0] == "call" and node[1] in _STRUCTURED and _contains_bar(node):  # type: ignore[index]
+        raise FormulaError(
+            f"in formula {text!r}: the structured covariance {node[1]}() of lme4 2.0 "  # type: ignore[index]
+            f"({_deparse(node)!r}) is not supported; use an unstructured (x | g) or "
+            "independent (x || g) term")
     if _contains_bar(node):
         raise FormulaError(
             f"in formula {text!r}: a random-effects term (expr | group) must be a top-level "
             f"summand in its own parentheses, as in y ~ x + (1 | g); found {_deparse(node)!r}"
         )
     return node, []
+
+
+#: lme4 2.0 / glmmTMB covariance-structure wrappers of a random term
+_STRUCTURED = ("cs", "diag", "ar1", "us", "ou", "exp", "gau", "mat", "toep", "homcs", "homdiag",
+               "hetar1", "homar1", "rr")
 
 
 def _contains_bar(node: object) -> bool:

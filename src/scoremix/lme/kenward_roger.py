@@ -128,6 +128,30 @@ def _g_times(Gr, M: np.ndarray) -> np.ndarray:
     return Gr[:, None] * M
 
 
+#: relative singular-value cut of the generalised inverse: ``MASS::ginv``'s
+#: ``sqrt(.Machine$double.eps)`` (numpy's default ``1e-15`` keeps round-off eigenvalues)
+GINV_TOL = float(np.sqrt(np.finfo(float).eps))
+
+
+def _w_from_information(IE2: np.ndarray) -> np.ndarray:
+    """pbkrtest's ``W = 2 IE2^{-1}``: the inverse when ``min |eig(IE2)| > 1e-10``, else the
+    Moore–Penrose inverse with ``MASS::ginv``'s cut (singular values below
+    ``sqrt(eps) · s_max`` are dropped).
+
+    At a singular fit (e.g. ``(Treatment || Animal)`` with a redundant intercept) ``IE2`` has
+    an exact null direction that round-off leaves at ``~1e-15 · s_max``; keeping it (numpy's
+    default ``rcond=1e-15`` does, depending on the last bits) puts ``~1e15`` into ``W`` and
+    gives NaN standard errors and negative F values.
+    """
+    IE2 = (IE2 + IE2.T) / 2
+    ev = np.linalg.eigvalsh(IE2)
+    if np.min(np.abs(ev)) > 1e-10:
+        W = 2 * np.linalg.inv(IE2)
+    else:
+        W = 2 * np.linalg.pinv(IE2, rcond=GINV_TOL, hermitian=False)
+    return (W + W.T) / 2
+
+
 def kr_info(m: LmerResult) -> KRInfo:
     """``Φ_A``, ``P_r`` and ``W`` of a REML fit (pbkrtest's ``vcovAdj``), cached per fit.
 
@@ -180,9 +204,7 @@ def kr_info(m: LmerResult) -> KRInfo:
         for s in range(r, k):
             IE2[r, s] = IE2[s, r] = (K[r, s] - 2 * np.sum(Phi * Q[r, s])
                                      + np.sum(PhiPr * (P[s] @ Phi)))
-    ev = np.linalg.eigvalsh(IE2)
-    W = 2 * (np.linalg.inv(IE2) if np.min(np.abs(ev)) > 1e-10 else np.linalg.pinv(IE2))
-    W = (W + W.T) / 2
+    W = _w_from_information(IE2)
     U = np.zeros_like(Phi)
     for r in range(k - 1):
         for s in range(r + 1, k):

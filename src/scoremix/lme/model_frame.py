@@ -684,21 +684,25 @@ def _column_or_rows(arg: Any, name: str, n_rows: int) -> tuple[str | None, np.nd
     return None, values
 
 
-def check_nobs_vs_random_effects(nlevels: dict[str, int], term_q: list[tuple[str, int]], n: int) -> None:
+def check_nobs_vs_random_effects(nlevels: dict[str, int], term_q: list[tuple[str, int]], n: int,
+                                 glmm: bool = False) -> None:
     """lme4's ``check.nobs.vs.nlev`` and ``check.nobs.vs.nRE`` (``checkNlevels``, ``checkZdims``):
     every grouping factor has fewer levels than the ``n`` observations, and every random term
     has fewer random effects ``q = levels × columns`` than observations; else
     :class:`GroupingError`.  A named stage of :func:`build_model_spec`, skipped with
     ``check_nobs=False`` (the Dask route applies it to the global counts,
-    :mod:`scoremix.distributed.checks`, and builds its encoders from a small prototype)."""
-    many = [f for f, k in nlevels.items() if k >= n]
+    :mod:`scoremix.distributed.checks`, and builds its encoders from a small prototype).
+    ``glmm=True`` applies glmer's looser defaults: levels may equal the observations
+    (``check.nlev.gtr.1``/``nobs.vs.nlev`` "ignore"-ish for e.g. ``(1|obs)``) and the number of
+    random effects is not checked against the observations (no residual variance)."""
+    many = [f for f, k in nlevels.items() if (k > n if glmm else k >= n)]
     if many:
         raise GroupingError(
             "number of levels of each grouping factor must be < number of observations "
             f"(problems: {', '.join(many)})"
         )
     for label, q in term_q:
-        if n <= q:
+        if n <= q and not glmm:
             raise GroupingError(
                 f"number of observations (={n}) <= number of random effects (={q}) for term "
                 f"({label}); the random-effects parameters and the residual variance "
@@ -716,8 +720,13 @@ def build_model_spec(
     contrasts: dict[str, str] | None = None,
     offset: str | np.ndarray | pd.Series | None = None,
     check_nobs: bool = True,
+    glmm: bool = False,
 ) -> ModelSpec:
     r"""Build the :class:`~scoremix.lme.spec.ModelSpec` of an lme4 formula on a data frame.
+
+    ``glmm=True`` applies ``glmerControl``'s identifiability checks instead of
+    ``lmerControl``'s (a grouping factor may have as many levels as observations, e.g. an
+    observation-level random effect, and the number of random effects may reach ``n``).
 
     The model is :math:`y = X\beta + \sum_k Z_k b_k + \varepsilon` with
     :math:`\varepsilon_i \sim N(0, \sigma^2_{c(i)} / w_i)` (``c(i)`` the dispersion level,
@@ -942,7 +951,8 @@ def build_model_spec(
             f"grouping factors must have > 1 sampled level (problems: {', '.join(few)})"
         )
     if check_nobs:
-        check_nobs_vs_random_effects(flist, [(rp.label, len(g.levels) * Xk.shape[1]) for rp, g, Xk, *_ in parts], n)
+        check_nobs_vs_random_effects(flist, [(rp.label, len(g.levels) * Xk.shape[1]) for rp, g, Xk, *_ in parts], n,
+                                     glmm=glmm)
 
     terms = [
         RandomTerm(

@@ -22,6 +22,18 @@ An expression is a node of :mod:`scoremix.lme.formula`'s syntax tree.  Supported
     and :math:`\nu_d = \sum P_d^2`, and new data are evaluated with
     :math:`P_{d+1}(x) = (x - \alpha_{d+1}) P_d(x) - (\nu_{d+1}/\nu_d) P_{d-1}(x)`.
 
+  - ``bs(x, df, knots, degree = 3, intercept = FALSE, Boundary.knots)`` and
+    ``ns(x, df, knots, intercept = FALSE, Boundary.knots)``: R's B-spline and natural cubic
+    spline bases (:mod:`scoremix.lme.splines`); the knots are stored and re-used on new data;
+
+* **data-dependent summaries** ``mean``, ``sd``, ``var``, ``median``, ``min``, ``max``,
+  ``sum`` (optionally ``na.rm = TRUE``), e.g. ``I(conc - mean(conc))``: evaluated over the
+  whole data frame given to the fit, as R's ``model.frame`` evaluates them (so a missing
+  value makes the summary missing unless ``na.rm = TRUE``; scoremix then stops with a
+  :class:`FormulaError` instead of dropping every row).  On new data the value computed
+  on the fitting data is re-used (R re-evaluates the call on ``newdata``, which centres new
+  data on their own mean: a well-known pitfall that scoremix does not reproduce).
+
 As in R, the parameters are computed on every row of the data where the variable itself is
 not missing (before rows with a missing value elsewhere are dropped).
 """
@@ -37,8 +49,9 @@ import pandas as pd
 from scoremix.lme.contrasts import gram_schmidt_powers
 from scoremix.lme.errors import FormulaError
 from scoremix.lme.rsyntax import deparse
+from scoremix.lme.splines import fit_basis
 
-__all__ = ["Value", "ELEMENTWISE", "STATEFUL", "FACTOR_FUNCTIONS", "CONSTANTS",
+__all__ = ["Value", "ELEMENTWISE", "STATEFUL", "SUMMARIES", "FACTOR_FUNCTIONS", "CONSTANTS",
            "expression_columns", "validate_expression", "evaluate", "deparse_expr"]
 
 ELEMENTWISE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -47,7 +60,24 @@ ELEMENTWISE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
     "tanh": np.tanh, "floor": np.floor, "ceiling": np.ceil, "trunc": np.trunc, "sign": np.sign,
 }
-STATEFUL = ("scale", "poly")
+STATEFUL = ("scale", "poly", "bs", "ns")
+
+def _r_sd(x: np.ndarray) -> float:
+    return float(np.std(x, ddof=1)) if len(x) > 1 else float("nan")
+
+
+def _r_var(x: np.ndarray) -> float:
+    return float(np.var(x, ddof=1)) if len(x) > 1 else float("nan")
+
+
+#: data-dependent summaries (one number from a whole column), R's ``mean``, ``sd``, …
+SUMMARIES: dict[str, Callable[[np.ndarray], float]] = {
+    "mean": lambda x: float(np.mean(x)), "sd": _r_sd, "var": _r_var,
+    "median": lambda x: float(np.median(x)), "min": lambda x: float(np.min(x)),
+    "max": lambda x: float(np.max(x)), "sum": lambda x: float(np.sum(x)),
+}
+#: summaries that take several vectors (``min(x, y)``) like R's ``...``
+_VARIADIC = ("min", "max", "sum")
 FACTOR_FUNCTIONS = ("factor", "as.factor", "ordered", "as.ordered")
 CONSTANTS = {"pi": np.pi, "TRUE": 1.0, "FALSE": 0.0, "T": 1.0, "F": 0.0}
 _COMPARE = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
@@ -96,7 +126,9 @@ def expression_columns(node: object) -> list[str]:
 
 def _supported_text() -> str:
     return ("supported in expressions: I(), log(x[, base]), " + ", ".join(sorted(ELEMENTWISE))
-            + ", scale(x, center, scale), poly(x, degree, raw), arithmetic + - * / ^ %% %/%, "
+            + ", scale(x, center, scale), poly(x, degree, raw), bs(x, df, knots, degree, "
+            "intercept, Boundary.knots), ns(x, df, knots, intercept, Boundary.knots), "
+            + ", ".join(SUMMARIES) + " (with na.rm), arithmetic + - * / ^ %% %/%, "
             "comparisons, pi, TRUE/FALSE")
 
 
@@ -169,6 +201,32 @@ def validate_expression(node: object, text: str) -> None:
             raise FormulaError(f"in {text!r}: poly(): degree must be a positive whole number")
         if "raw" in a and not (a["raw"][0] == "name" and a["raw"][1] in ("TRUE", "FALSE", "T", "F")):  # type: ignore[index]
             raise FormulaError(f"in {text!r}: poly(): raw must be TRUE or FALSE")
+    elif fname in ("bs", "ns"):
+        names = (("x", "df", "knots", "degree", "intercept", "Boundary.knots") if fname == "bs"
+                 else ("x", "df", "knots", "intercept", "Boundary.knots"))
+        a = _args(node, fname, names, text)
+        for k in ("df", "degree"):
+            if k in a:
+                v = _numbers(a[k], text, f"{fname}(): {k}")
+                if len(v) != 1 or not float(v[0]).is_integer() or v[0] < (1 if k == "degree" else 0):
+                    raise FormulaError(f"in {text!r}: {fname}(): {k} must be a whole number")
+        if "knots" in a:
+            _numbers(a["knots"], text, f"{fname}(): knots")
+        if "Boundary.knots" in a and len(_numbers(a["Boundary.knots"], text,
+                                                  f"{fname}(): Boundary.knots")) != 2:
+            raise FormulaError(f"in {text!r}: {fname}(): Boundary.knots must be two numbers")
+        if "intercept" in a and not (a["intercept"][0] == "name"  # type: ignore[index]
+                                     and a["intercept"][1] in ("TRUE", "FALSE", "T", "F")):  # type: ignore[index]
+            raise FormulaError(f"in {text!r}: {fname}(): intercept must be TRUE or FALSE")
+        if "x" not in a:
+            raise FormulaError(f"in {text!r}: {fname}() needs an argument x")
+        validate_expression(a["x"], text)
+        return
+    elif fname in SUMMARIES:
+        xs, _ = _summary_args(node, fname, text)
+        for v in xs:
+            validate_expression(v, text)
+        return
     else:
         raise FormulaError(f"in {text!r}: function {fname}() is not supported; {_supported_text()}; "
                            "compute other columns in the data frame first")
@@ -176,6 +234,47 @@ def validate_expression(node: object, text: str) -> None:
         raise FormulaError(f"in {text!r}: {fname}() needs an argument x")
     for v in a.values():
         validate_expression(v, text)
+
+
+def _numbers(node: object, text: str, what: str) -> list[float]:
+    """A literal number or ``c(n1, n2, …)`` (with unary minus) as floats."""
+    kind = node[0]  # type: ignore[index]
+    if kind == "num":
+        return [float(node[1])]  # type: ignore[index]
+    if kind == "unary" and node[1] == "-":  # type: ignore[index]
+        return [-v for v in _numbers(node[2], text, what)]  # type: ignore[index]
+    if kind == "paren":
+        return _numbers(node[1], text, what)  # type: ignore[index]
+    if kind == "call" and node[1] == "c":  # type: ignore[index]
+        out: list[float] = []
+        for a in node[2]:  # type: ignore[index]
+            out.extend(_numbers(a, text, what))
+        return out
+    raise FormulaError(f"in {text!r}: {what} must be a number or c() of numbers, "
+                       f"got {deparse_expr(node)}")
+
+
+def _summary_args(node: object, fname: str, text: str) -> tuple[list[object], bool]:
+    """The vectors and the ``na.rm`` flag of ``mean(x, na.rm = TRUE)`` etc."""
+    xs: list[object] = []
+    na_rm = False
+    for a in node[2]:  # type: ignore[index]
+        if a[0] == "named":
+            if a[1] == "na.rm" and a[2][0] == "name" and a[2][1] in ("TRUE", "FALSE", "T", "F"):
+                na_rm = a[2][1] in ("TRUE", "T")
+                continue
+            if a[1] == "x" and fname not in _VARIADIC:
+                xs.append(a[2])
+                continue
+            raise FormulaError(f"in {text!r}: {fname}(): only the data and na.rm = TRUE/FALSE "
+                               f"are supported, not {a[1]!r}")
+        xs.append(a)
+    if not xs:
+        raise FormulaError(f"in {text!r}: {fname}() needs an argument")
+    if len(xs) > 1 and fname not in _VARIADIC:
+        raise FormulaError(f"in {text!r}: {fname}() takes one vector here "
+                           f"(extra arguments such as trim= are not supported)")
+    return xs, na_rm
 
 
 def _flag(node: object | None, default: bool) -> bool:
@@ -287,6 +386,36 @@ def evaluate(node: object, get: Callable[[str], np.ndarray], state: dict[str, ob
             Z[:, i + 1] = (x - alpha[i]) * Z[:, i] - (norm2[i + 1] / norm2[i]) * Z[:, i - 1]
         Z = Z / np.sqrt(norm2[1:])[None, :]
         return Value(Z[:, 1:], names)
+    if fname in ("bs", "ns"):
+        names = (("x", "df", "knots", "degree", "intercept", "Boundary.knots") if fname == "bs"
+                 else ("x", "df", "knots", "intercept", "Boundary.knots"))
+        a = _args(node, fname, names, label)
+        x = evaluate(a["x"], get, state, fit, n).values[:, 0]
+        if fit:
+            num = lambda k: _numbers(a[k], label, k) if k in a else None  # noqa: E731
+            df = num("df")
+            deg = num("degree")
+            bnd = num("Boundary.knots")
+            state[label] = fit_basis(
+                fname, x, df=None if df is None else int(df[0]), knots=num("knots"),
+                degree=3 if deg is None else int(deg[0]), intercept=_flag(a.get("intercept"), False),
+                boundary=None if bnd is None else (bnd[0], bnd[1]))
+        basis = state[label].basis(x)  # type: ignore[attr-defined]
+        return Value(basis, [str(j) for j in range(1, basis.shape[1] + 1)])
+    if fname in SUMMARIES:
+        if fit:
+            xs, na_rm = _summary_args(node, fname, label)
+            vals = np.concatenate([evaluate(v, get, state, fit, n).values[:, 0] for v in xs])
+            if na_rm:
+                vals = vals[~np.isnan(vals)]
+            elif np.isnan(vals).any():
+                cols = ", ".join(repr(c) for v in xs for c in expression_columns(v))
+                raise FormulaError(f"{label} is NA because {cols} has missing values (R would then "
+                                   f"drop every row); write {fname}(..., na.rm = TRUE)")
+            if len(vals) == 0:
+                raise FormulaError(f"{label}: no non-missing values")
+            state[label] = SUMMARIES[fname](vals)
+        return Value(np.full((n, 1), float(state[label])), [""])  # type: ignore[arg-type]
     raise FormulaError(f"function {fname}() is not supported; {_supported_text()}")  # pragma: no cover
 
 

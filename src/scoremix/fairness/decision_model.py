@@ -1,0 +1,285 @@
+r"""Decision-level fairness model: a binomial GLMM of the errors a detector makes at one
+threshold, giving partially pooled subgroup FNR, FPR, DCF and SVEva ratios.
+
+At threshold :math:`\tau` (accept :math:`\iff s \ge \tau`) trial :math:`i` of class
+:math:`c(i)` (positive / negative) in subgroup :math:`g(i)` by speaker :math:`k(i)` is an
+error :math:`e_i = 1` when it is a miss (positive rejected) or a false alarm (negative
+accepted).  The model is
+
+.. math::
+
+    \operatorname{logit} P(e_i = 1) = \beta_{c(i), g(i)} + b_{k(i), c(i)}
+        + \sum_f a^{(f)}_{f(i)},\qquad
+    (b_{k,\mathrm{neg}}, b_{k,\mathrm{pos}}) \sim N(0, \Sigma_s),\quad
+    a^{(f)}_l \sim N(0, \sigma_f^2),
+
+(``err ~ 0 + cell + (0 + cls | speaker) + (1 | factor) …`` fitted by
+:func:`scoremix.glmer`, Laplace; 0/1 rows are collapsed into per-cell counts; a factor with
+a single level in one class, such as ASVspoof's attack ``bonafide``, acts in the other
+class only).  The model subgroup rates are those of a new speaker of the subgroup drawn
+from the fitted speaker distribution, over the subgroup's mix of factor levels (the
+conditional modes of the factor effects), i.e. the speakers are pooled through
+:math:`\Sigma_s` instead of being weighted by their trial counts:
+
+.. math::
+
+    \widehat{\mathrm{FNR}}_g = \sum_l w^+_{g,l} \int \operatorname{logit}^{-1}
+        (\hat\beta_{+,g} + \tilde a_l + \sigma_+ z)\,\phi(z)\,dz,\qquad
+    \widehat{\mathrm{DCF}}_g = c_{miss}\pi\,\widehat{\mathrm{FNR}}_g
+        + c_{fa}(1-\pi)\,\widehat{\mathrm{FPR}}_g,
+
+with SVEva's ratio ``ratio_overall = DCF_g / DCF_all`` and the rate ratios to the overall
+rates.  Model intervals: percentiles of the same quantities over joint draws of
+:math:`(u, \beta)` from the Laplace approximation at the mode, the normal with the
+inverse of the penalised Hessian as covariance (Gelman & Hill's ``sim`` with the
+correlation between fixed and random effects kept; the uncertainty of :math:`\theta` is
+ignored).  Beside each model
+value: the empirical (counted) value and its speaker-cluster bootstrap percentile interval
+at the same fixed threshold.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from scoremix.fairness.subgroups import SubgroupError, binary_labels
+
+__all__ = ["DecisionModelResult", "decision_model", "MEASURES"]
+
+MEASURES = ("fnr", "fpr", "dcf", "ratio_overall", "fnr_ratio", "fpr_ratio")
+
+
+@dataclass
+class DecisionModelResult:
+    """``table``: one row per subgroup with, for every measure ``m`` of :data:`MEASURES`,
+    ``m_model``, ``m_model_lo``, ``m_model_hi``, ``m_emp``, ``m_emp_lo``, ``m_emp_hi``;
+    ``overall``: the same measures of all trials; ``threshold``; ``fit`` (the GLMM)."""
+
+    table: pd.DataFrame
+    overall: dict[str, float]
+    threshold: float
+    fit: Any
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def inside(self) -> pd.DataFrame:
+        """Whether each model value lies inside the empirical interval (subgroups ×
+        measures)."""
+        out = {}
+        for m in MEASURES:
+            v, lo, hi = (self.table[f"{m}_model"], self.table[f"{m}_emp_lo"], self.table[f"{m}_emp_hi"])
+            out[m] = (v >= lo) & (v <= hi)
+        return pd.DataFrame(out)
+
+
+def _threshold(trials: pd.DataFrame, threshold: float | str, groups: Sequence[str], score: str,
+               label: str, speaker: str, positive: Any, cost: dict) -> float:
+    if isinstance(threshold, (int, float, np.floating)) and not isinstance(threshold, bool):
+        return float(threshold)
+    if threshold == "eer":
+        from scoremix.metrics import eer_threshold
+        return float(eer_threshold(trials[score].to_numpy(float),
+                                   binary_labels(trials[label], positive)))
+    if threshold == "min_dcf":
+        from scoremix.fairness.sveva import subgroup_dcf
+        res = subgroup_dcf(trials, list(groups), score=score, label=label, speaker=speaker,
+                           positive=positive, n_boot=0, eer=False, progress=False, **cost)
+        return float(res.threshold)
+    raise ValueError(f"threshold must be a number, 'eer' or 'min_dcf', not {threshold!r}")
+
+
+def _measures(fn: np.ndarray, npos: np.ndarray, fa: np.ndarray, nneg: np.ndarray,
+              fn_all: np.ndarray, npos_all: np.ndarray, fa_all: np.ndarray, nneg_all: np.ndarray,
+              a: float, b: float) -> dict[str, np.ndarray]:
+    """The six measures from (possibly fractional) error counts; trailing axes broadcast."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fnr, fpr = fn / npos, fa / nneg
+        fnr_all, fpr_all = fn_all / npos_all, fa_all / nneg_all
+        dcf, dcf_all = a * fnr + b * fpr, a * fnr_all + b * fpr_all
+        return {"fnr": fnr, "fpr": fpr, "dcf": dcf, "ratio_overall": dcf / dcf_all,
+                "fnr_ratio": fnr / fnr_all, "fpr_ratio": fpr / fpr_all,
+                "_all": (fnr_all, fpr_all, dcf_all)}
+
+
+def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
+                   groups: Sequence[str] = (), *, score: str = "score", label: str = "label",
+                   speaker: str = "speaker", positive: Any = None,
+                   factors: Sequence[str] = (), p_target: float = 0.05, c_miss: float = 1.0,
+                   c_fa: float = 1.0, level: float = 0.95, n_sim: int = 1000, n_boot: int = 1000,
+                   seed: int | np.random.Generator | None = 0,
+                   control: dict | None = None) -> DecisionModelResult:
+    """Binomial GLMM of misses and false alarms at ``threshold`` (see the module docstring).
+
+    Parameters
+    ----------
+    trials:
+        one row per trial (score, label, speaker and the attribute columns).
+    threshold:
+        a number, ``"min_dcf"`` (the overall minimum-DCF threshold of SVEva, ``τ*``) or
+        ``"eer"`` (the ROC-convex-hull EER threshold).
+    groups:
+        attribute columns defining the subgroups (their level combinations).
+    speaker:
+        the speaker column (random speaker effects per class, and the bootstrap clusters).
+    factors:
+        further crossed random intercepts, e.g. ``["attack"]``.
+    p_target, c_miss, c_fa:
+        the detection cost (SVEva defaults).
+    level, n_sim, n_boot, seed:
+        interval level, number of model draws and of bootstrap replicates, seed.
+
+    Returns
+    -------
+    DecisionModelResult
+    """
+    from scoremix.glmm import glmer
+
+    groups = list(groups)
+    for col in [score, label, speaker, *groups, *factors]:
+        if col not in trials.columns:
+            raise SubgroupError(f"column {col!r} is not in the trials (columns: {list(trials.columns)})")
+    if not groups:
+        raise SubgroupError("decision_model needs at least one subgroup column in groups=")
+    cost = dict(p_target=p_target, c_miss=c_miss, c_fa=c_fa)
+    tau = _threshold(trials, threshold, groups, score, label, speaker, positive, cost)
+    y = binary_labels(trials[label], positive).astype(bool)
+    s = trials[score].to_numpy(float)
+    err = np.where(y, s < tau, s >= tau).astype(float)
+    grp = trials[groups].astype(str).agg(":".join, axis=1).to_numpy()
+    cls = np.where(y, "pos", "neg")
+    frame = pd.DataFrame({"err": err, "cls": pd.Categorical(cls, categories=["neg", "pos"]),
+                          "cell": pd.Categorical([f"{c}|{g}" for c, g in zip(cls, grp)]),
+                          "spk": trials[speaker].astype(str).to_numpy()}, index=trials.index)
+    frame["isneg"] = (~y).astype(float)
+    frame["ispos"] = y.astype(float)
+    terms = ["(0 + cls | spk)"]
+    for j, f in enumerate(factors):
+        v = trials[f].astype(str).to_numpy()
+        frame[f"f{j}"] = v
+        # a factor with one level in a class (ASVspoof's attack "bonafide") acts in the
+        # other class only; its single level would otherwise be aliased with the class means
+        if len(set(v[y])) == 1:
+            terms.append(f"(0 + isneg | f{j})")
+        elif len(set(v[~y])) == 1:
+            terms.append(f"(0 + ispos | f{j})")
+        else:
+            terms.append(f"(1 | f{j})")
+    rand = " + ".join(terms)
+    formula = f"err ~ 0 + cell + {rand}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = glmer(formula, frame, "binomial", control=control)
+    a, b = c_miss * p_target, c_fa * (1 - p_target)
+    levels = sorted(set(grp))
+
+    # ---- model: marginal rates of a new speaker of each subgroup, over the subgroup's mix
+    # of factor levels; draws of β and of the factor effects
+    keys = ["cell"] + [f"f{j}" for j in range(len(factors))]
+    cells = frame.groupby(keys, observed=True).size().rename("n").reset_index()
+    cells["cls"] = cells["cell"].astype(str).str.split("|").str[0]
+    cells["grp"] = cells["cell"].astype(str).str.split("|", n=1).str[1]
+    cells["spk"] = "\x00new speaker"
+    cells["isneg"] = (cells["cls"] == "neg").astype(float)
+    cells["ispos"] = 1.0 - cells["isneg"]
+    X = np.asarray(fit.spec.fixed_design(cells), float)
+    design = fit.spec.random_design(cells)
+    n = cells["n"].to_numpy(float)
+    is_pos = (cells["cls"] == "pos").to_numpy()
+    gidx = np.array([levels.index(g) for g in cells["grp"]])
+    G = len(levels)
+    S_spk = fit.cov_re[0]                                      # (neg, pos) speaker covariance
+    sd_row = np.sqrt(np.where(is_pos, S_spk[1, 1], S_spk[0, 0]))
+    from scoremix.glmm.pirls import gh_rule
+    zk, wk = gh_rule(21)
+
+    def rates(eta: np.ndarray) -> dict[str, np.ndarray]:
+        mu = np.zeros_like(eta)                                 # (cells, draws)
+        for z, w in zip(zk, wk):
+            mu += w / (1 + np.exp(-(eta + sd_row[:, None] * z)))
+        e = mu * n[:, None]
+        fn = np.stack([e[(gidx == k) & is_pos].sum(0) for k in range(G)])
+        fa = np.stack([e[(gidx == k) & ~is_pos].sum(0) for k in range(G)])
+        npos = np.array([n[(gidx == k) & is_pos].sum() for k in range(G)])[:, None]
+        nneg = np.array([n[(gidx == k) & ~is_pos].sum() for k in range(G)])[:, None]
+        return _measures(fn, npos, fa, nneg, e[is_pos].sum(0), n[is_pos].sum(), e[~is_pos].sum(0),
+                         n[~is_pos].sum(), a, b)
+
+    beta = fit.fixef.to_numpy()
+    b_hat = fit._b()
+    eta_hat = X @ beta + _zb(design, b_hat)
+    point = rates(eta_hat[:, None])
+    rng = np.random.default_rng(seed)
+    # joint draws of (u, β) from the Laplace approximation (θ fixed)
+    q = len(fit.u)
+    C = fit.joint_cov()
+    Lj = np.linalg.cholesky(C + 1e-12 * np.eye(len(C)))
+    mean = np.concatenate([fit.u, beta])
+    D = mean[:, None] + Lj @ rng.standard_normal((len(mean), n_sim))      # (q + p, draws)
+    eta = X @ D[q:]
+    for s_ in range(n_sim):
+        bs = fit.b_from_u(D[:q, s_])
+        for (codes, Xk), bk in list(zip(design, bs))[1:]:
+            codes = np.asarray(codes)
+            ok = codes >= 0
+            eta[ok, s_] += np.sum(np.asarray(Xk, float)[ok] * bk[codes[ok]], axis=1)
+    sim = rates(eta)
+    lo_q, hi_q = (1 - level) / 2, (1 + level) / 2
+
+    # ---- empirical: counts per speaker and class, speaker bootstrap within subgroups
+    emp_frame = pd.DataFrame({"spk": frame["spk"], "grp": grp, "pos": y, "err": err})
+    per = emp_frame.groupby(["grp", "spk", "pos"]).agg(e=("err", "sum"), n=("err", "size")).unstack(
+        "pos", fill_value=0)
+    per.columns = [f"{c}_{'pos' if p else 'neg'}" for c, p in per.columns]
+    for c in ("e_pos", "n_pos", "e_neg", "n_neg"):
+        if c not in per.columns:
+            per[c] = 0.0
+    per = per.reset_index()
+    pg = np.array([levels.index(g) for g in per["grp"]])
+    M = per[["e_pos", "n_pos", "e_neg", "n_neg"]].to_numpy(float)
+    W = np.zeros((len(per), n_boot + 1))
+    W[:, 0] = 1.0
+    for k in range(G):
+        idx = np.where(pg == k)[0]
+        if len(idx):
+            draws = rng.integers(0, len(idx), size=(n_boot, len(idx)))
+            for r in range(n_boot):
+                W[idx, r + 1] = np.bincount(draws[r], minlength=len(idx))
+    tot = np.einsum("sc,sr->rc", M, W)                          # (reps, 4) overall
+    sub = np.stack([np.einsum("sc,sr->rc", M[pg == k], W[pg == k]) for k in range(G)])  # (G, reps, 4)
+    emp = _measures(sub[..., 0], sub[..., 1], sub[..., 2], sub[..., 3],
+                    tot[:, 0], tot[:, 1], tot[:, 2], tot[:, 3], a, b)
+
+    rows = []
+    for k, g in enumerate(levels):
+        r: dict[str, Any] = {"subgroup": g, "n_speakers": int((pg == k).sum()),
+                             "n_pos": int(M[pg == k, 1].sum()), "n_neg": int(M[pg == k, 3].sum()),
+                             "n_errors": int(M[pg == k, 0].sum() + M[pg == k, 2].sum())}
+        for m in MEASURES:
+            r[f"{m}_model"] = float(point[m][k, 0])
+            r[f"{m}_model_lo"], r[f"{m}_model_hi"] = np.nanquantile(sim[m][k], [lo_q, hi_q])
+            r[f"{m}_emp"] = float(emp[m][k, 0])
+            r[f"{m}_emp_lo"], r[f"{m}_emp_hi"] = np.nanquantile(emp[m][k, 1:], [lo_q, hi_q])
+        rows.append(r)
+    table = pd.DataFrame(rows).set_index("subgroup")
+    fnr_all, fpr_all, dcf_all = point["_all"]
+    efn, efp, edcf = emp["_all"]
+    overall = {"fnr_model": float(fnr_all[0]), "fpr_model": float(fpr_all[0]),
+               "dcf_model": float(dcf_all[0]), "fnr_emp": float(efn[0]), "fpr_emp": float(efp[0]),
+               "dcf_emp": float(edcf[0])}
+    return DecisionModelResult(table=table, overall=overall, threshold=tau, fit=fit,
+                               settings=dict(groups=groups, factors=list(factors), level=level,
+                                             n_sim=n_sim, n_boot=n_boot, formula=formula, **cost))
+
+
+def _zb(design: list[tuple[np.ndarray, np.ndarray]], b: list[np.ndarray]) -> np.ndarray:
+    n = len(design[0][0])
+    out = np.zeros(n)
+    for (codes, Xk), bk in zip(design, b):
+        codes = np.asarray(codes)
+        ok = codes >= 0
+        out[ok] += np.sum(np.asarray(Xk, float)[ok] * bk[codes[ok]], axis=1)
+    return out

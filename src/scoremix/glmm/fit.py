@@ -1,0 +1,245 @@
+r"""Maximum (Laplace / adaptive-quadrature) likelihood estimation of a GLMM, lme4's two
+stages:
+
+1. ``nAGQ = 0``: minimise the Laplace criterion over :math:`\theta` with :math:`\beta`
+   updated jointly with :math:`u` inside PIRLS;
+2. minimise the Laplace (``nAGQ = 1``) or adaptive Gauss–Hermite criterion over
+   :math:`(\theta, \beta)` jointly, :math:`u` by PIRLS at each point.
+
+Both stages use L-BFGS-B on central-difference gradients (or, with
+``optimizer="cobyqa"``, the derivative-free trust-region method COBYQA, Powell's successor
+of lme4's BOBYQA), the diagonal of each :math:`T_k` bounded below by 0, and end with one
+Newton step on the finite-difference gradient and Hessian.  The covariance of :math:`\hat\beta` is, as lme4's
+default for GLMMs, the :math:`\beta` block of :math:`2H^{-1}` with :math:`H` the
+finite-difference Hessian of the criterion in :math:`(\theta, \beta)` (central
+differences, step ``1e-4``, lme4's ``deriv12``); with ``nAGQ = 0`` it is
+:math:`(R_X'R_X)^{-1}` from the last PIRLS step.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import optimize
+
+from scoremix.glmm.pirls import GlmmData, PirlsState
+
+__all__ = ["GlmmControl", "GlmmFit", "fit_glmm"]
+
+
+@dataclass
+class GlmmControl:
+    """Options of the native GLMM fit.
+
+    ``optimizer``: ``"lbfgsb"`` (L-BFGS-B on central-difference gradients with step
+    ``gradient_step``, default) or ``"cobyqa"`` (derivative-free trust region, Powell's
+    successor of lme4's BOBYQA; slower in Python);
+    ``tol``: projected-gradient tolerance (L-BFGS-B) or final trust-region radius (COBYQA);
+    the optimum is then polished by one Newton step with the finite-difference gradient and
+    Hessian; ``maxfun``: evaluations per stage;
+    ``pirls_tol``: relative change of the penalised deviance that stops PIRLS;
+    ``hessian_step``: finite-difference step of the Hessian (lme4: ``1e-4``);
+    ``check_singular_tol``: ``isSingular``'s tolerance on the diagonal of ``T_k``."""
+
+    tol: float = 1e-6
+    optimizer: str = "lbfgsb"
+    gradient_step: float = 1e-5
+    maxfun: int = 20000
+    pirls_tol: float = 1e-13
+    hessian_step: float = 1e-4
+    check_singular_tol: float = 1e-4
+    calc_derivs: bool = True
+
+    @classmethod
+    def from_any(cls, control: "GlmmControl | dict | None") -> "GlmmControl":
+        if control is None:
+            return cls()
+        if isinstance(control, cls):
+            return control
+        if isinstance(control, dict):
+            unknown = set(control) - set(cls.__dataclass_fields__)
+            if unknown:
+                raise ValueError(f"unknown control option(s) {sorted(unknown)}; choose from "
+                                 f"{sorted(cls.__dataclass_fields__)}")
+            return cls(**control)
+        raise TypeError(f"control must be a dict or GlmmControl, got {type(control).__name__}")
+
+
+@dataclass
+class GlmmFit:
+    """Estimates and the state at the optimum."""
+
+    theta: np.ndarray
+    beta: np.ndarray
+    criterion: float
+    state: PirlsState
+    vcov: np.ndarray
+    hessian: np.ndarray | None
+    nAGQ: int
+    messages: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _criterion(data: GlmmData, theta: np.ndarray, beta: np.ndarray, nAGQ: int,
+               tol: float) -> tuple[float, PirlsState]:
+    st = data.pirls(theta, beta, tol=tol)
+    if nAGQ <= 1:
+        return data.laplace(st), st
+    return data.agq(theta, st, nAGQ), st
+
+
+def _minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl) -> optimize.OptimizeResult:
+    x0 = np.maximum(x0, lower)
+    if ctl.optimizer == "cobyqa":
+        bounds = optimize.Bounds(lower, np.full_like(lower, np.inf))
+        rad = max(0.2 * float(np.max(np.abs(x0), initial=0)), 0.05)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return optimize.minimize(f, x0, method="COBYQA", bounds=bounds,
+                                     options={"initial_tr_radius": rad, "final_tr_radius": ctl.tol,
+                                              "maxfev": ctl.maxfun})
+    # L-BFGS-B with central-difference gradients (the criterion is smooth to ~1e-12 because
+    # PIRLS converges on the step; a diagonal of T_k may be evaluated just below 0, where the
+    # criterion is the mirror image of its value above)
+    h = ctl.gradient_step
+
+    def fg(x: np.ndarray) -> tuple[float, np.ndarray]:
+        fx = f(x)
+        g = np.empty_like(x)
+        for i in range(len(x)):
+            e = np.zeros_like(x)
+            e[i] = h
+            if x[i] - h < lower[i]:
+                # at a bound: forward difference (θ = 0 is a stationary point of the even
+                # function θ ↦ criterion, where a central difference is 0 whether it is a
+                # minimum or a maximum)
+                g[i] = (f(x + e) - fx) / h
+            else:
+                g[i] = (f(x + e) - f(x - e)) / (2 * h)
+        return fx, g
+
+    bounds = [(lo if np.isfinite(lo) else None, None) for lo in lower]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return optimize.minimize(fg, x0, jac=True, method="L-BFGS-B", bounds=bounds,
+                                 options={"maxfun": ctl.maxfun, "ftol": 1e-15, "gtol": ctl.tol,
+                                          "maxcor": 20})
+
+
+def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None = None,
+             start: dict | None = None) -> GlmmFit:
+    """Fit by lme4's two stages (see the module docstring)."""
+    ctl = GlmmControl.from_any(control)
+    t0 = time.perf_counter()
+    lower_t = np.concatenate([t.theta_lower for t in data.terms])
+    theta0 = np.concatenate([t.theta_init for t in data.terms])
+    if start and "theta" in start:
+        theta0 = np.asarray(start["theta"], float)
+    messages: list[str] = []
+
+    # stage 1: θ with (β, u) jointly in PIRLS
+    def f1(th: np.ndarray) -> float:
+        st = data.pirls(th, None, tol=ctl.pirls_tol)
+        return data.laplace(st)
+
+    r1 = _minimize(f1, theta0, lower_t, ctl)
+    theta1 = np.asarray(r1.x, float)
+    st1 = data.pirls(theta1, None, tol=ctl.pirls_tol)
+    n1 = data.n_eval
+    if nAGQ == 0:
+        Rinv = np.linalg.inv(st1.RX)
+        vc = Rinv.T @ Rinv          # RX is lower: (RX RX')^{-1} = RX^{-T} RX^{-1}
+        fit = GlmmFit(theta=theta1, beta=st1.beta, criterion=data.laplace(st1), state=st1,
+                      vcov=vc, hessian=None, nAGQ=0, messages=messages,
+                      info={"stage1_evals": n1, "seconds": time.perf_counter() - t0})
+        return fit
+    beta1 = st1.beta.copy()
+    if start and "fixef" in start:
+        beta1 = np.asarray(start["fixef"], float)
+    nt = len(theta1)
+
+    # stage 2: (θ, β) jointly, u by PIRLS
+    def f2(x: np.ndarray) -> float:
+        return _criterion(data, x[:nt], x[nt:], nAGQ, ctl.pirls_tol)[0]
+
+    lower2 = np.concatenate([lower_t, np.full(data.p, -np.inf)])
+    x0 = np.concatenate([theta1, beta1])
+    r2 = _minimize(f2, x0, lower2, ctl)
+    x = np.asarray(r2.x, float)
+    if not r2.success and "maximum" in str(r2.message).lower():
+        messages.append(f"failure to converge in {ctl.maxfun} evaluations")
+    crit, st = _criterion(data, x[:nt], x[nt:], nAGQ, ctl.pirls_tol)
+    if f2(x0) < crit:  # never return worse than the start
+        x, (crit, st) = x0, _criterion(data, x0[:nt], x0[nt:], nAGQ, ctl.pirls_tol)
+    theta, beta = x[:nt], x[nt:]
+    H = None
+    vc = np.full((data.p, data.p), np.nan)
+    if ctl.calc_derivs:
+        fz = lambda z: _criterion(data, z[:nt], z[nt:], nAGQ, ctl.pirls_tol)[0]  # noqa: E731
+        H, g = _hessian(fz, x, ctl.hessian_step)
+        # one Newton step on the free parameters (those not held at a bound by the gradient)
+        free = ~((x <= lower2 + 1e-12) & (g > 0))
+        try:
+            dx = np.zeros_like(x)
+            dx[free] = -np.linalg.solve(H[np.ix_(free, free)], g[free])
+            xn = np.maximum(x + dx, lower2)
+            cn, stn = _criterion(data, xn[:nt], xn[nt:], nAGQ, ctl.pirls_tol)
+            if cn < crit:
+                x, crit, st = xn, cn, stn
+                theta, beta = x[:nt], x[nt:]
+                if np.max(np.abs(dx)) > 10 * ctl.hessian_step:
+                    H, g = _hessian(fz, x, ctl.hessian_step)
+        except np.linalg.LinAlgError:
+            pass
+        data.pirls(theta, beta, u0=st.u, tol=ctl.pirls_tol)  # restore the warm start
+        try:
+            Vh = 2 * np.linalg.inv(H)
+            Vh = (Vh + Vh.T) / 2
+            if np.min(np.linalg.eigvalsh(Vh)) <= 0:
+                raise np.linalg.LinAlgError("not positive definite")
+            vc = Vh[nt:, nt:]
+        except np.linalg.LinAlgError:
+            messages.append("variance-covariance matrix computed from finite-difference Hessian "
+                            "is not positive definite or contains NA values: falling back to "
+                            "var-cov estimated from RX")
+            vc = _vcov_rx(data, theta, beta, st)
+    return GlmmFit(theta=theta, beta=beta, criterion=crit, state=st, vcov=vc, hessian=H,
+                   nAGQ=nAGQ, messages=messages,
+                   info={"stage1_evals": n1, "evals": data.n_eval,
+                         "seconds": time.perf_counter() - t0,
+                         "optimizer": ctl.optimizer, "message": str(r2.message)})
+
+
+def _vcov_rx(data: GlmmData, theta: np.ndarray, beta: np.ndarray, st: PirlsState) -> np.ndarray:
+    """``(R_X'R_X)^{-1}`` at the mode (the Fisher-information approximation)."""
+    import scipy.linalg as sla
+    _, _, _, xcross = data._zl_ops(theta)
+    mu_eta = data.family.link.mu_eta(st.eta)
+    w = data.wt * mu_eta ** 2 / data.family.variance(st.mu)
+    RZX = sla.solve_triangular(np.asarray(st.L), xcross(w), lower=True)
+    M = data.X.T @ (data.X * w[:, None]) - RZX.T @ RZX
+    return np.linalg.inv(M)
+
+
+def _hessian(f, x: np.ndarray, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """Central-difference Hessian and gradient (lme4's ``deriv12`` stencil)."""
+    k = len(x)
+    f0 = f(x)
+    fp = np.empty(k)
+    fm = np.empty(k)
+    E = np.eye(k) * h
+    for i in range(k):
+        fp[i] = f(x + E[i])
+        fm[i] = f(x - E[i])
+    H = np.empty((k, k))
+    for i in range(k):
+        H[i, i] = (fp[i] - 2 * f0 + fm[i]) / h ** 2
+        for j in range(i):
+            fpp = f(x + E[i] + E[j])
+            fmm = f(x - E[i] - E[j])
+            H[i, j] = H[j, i] = (fpp - fp[i] - fp[j] + 2 * f0 - fm[i] - fm[j] + fmm) / (2 * h ** 2)
+    return H, (fp - fm) / (2 * h)
