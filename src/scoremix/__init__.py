@@ -113,6 +113,19 @@ from scoremix.fairness import (
     with_bootstrap,
 )
 
+# s4bayes: posterior checks, LOO, contrasts, memory budget, Ctrl-C (issue 25)
+from scoremix.bayes import (  # noqa: E402
+    ContrastError,
+    LooError,
+    MemoryBudgetError,
+    PosteriorContrasts,
+    SamplingInterrupted,
+    posterior_contrasts,
+)
+from scoremix.bayes import compare as bayes_compare  # noqa: E402
+from scoremix.bayes import loo as bayes_loo  # noqa: E402
+from scoremix.bayes import waic as bayes_waic  # noqa: E402
+
 __all__ = [
     "__version__",
     # trials
@@ -151,4 +164,7 @@ __all__ = [
     "SubgroupError", "breakdown", "compare_subgroup_dcf", "fairness_index", "model_subgroup_dcf",
     "posterior_subgroup_dcf", "posterior_subgroup_measures", "subgroup_dcf",
     "subgroup_dcf_replicates", "with_bootstrap", "bootstrap_intervals",
+    # s4bayes (issue 25)
+    "ContrastError", "LooError", "MemoryBudgetError", "PosteriorContrasts", "SamplingInterrupted",
+    "posterior_contrasts", "bayes_compare", "bayes_loo", "bayes_waic",
 ]
