@@ -86,6 +86,8 @@ def la_systems(n_systems: int, n_trials: int, seed: int) -> list[tuple[str, pd.D
     here = Path(__file__).resolve().parents[1]
     shared = Path(os.environ.get("SCOREMIX_SHARED_DATA", here.parent / "shared" / "data"))
     path = shared / "asvspoof2019_la_eval" / "asvspoof2019_la_eval_multisystem_long.csv.gz"
+    if n_systems <= 0:
+        return []
     if not path.exists():
         print(f"{path} absent: simulated systems")
         return [(f"sim{i}", simulate(n_trials, seed + i)) for i in range(n_systems)]
@@ -167,7 +169,7 @@ def main() -> None:
     tab = pd.DataFrame(rows, columns=["system", "rows", "fit_s", "peak_fit_GB", "peak_model_eer_GB",
                                       "peak_subgroup_dcf_GB", "peak_loo_GB", "rss_after_GB", "ru_maxrss_GB"])
     with pd.option_context("display.width", 200, "display.precision", 3):
-        print(tab.to_string(index=False))
+        print(tab.to_string(index=False) if len(tab) else "(no systems)")
     post_bytes = sum(k[0].idata.posterior.nbytes for k in keep)
     print(f"posterior draws held (all systems): {post_bytes / GB:.3f} GB")
     print(f"study peak RSS: {mon.peak / GB:.2f} GB (sampled), ru_maxrss {ru_maxrss_gb():.2f} GB")

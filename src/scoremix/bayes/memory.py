@@ -8,7 +8,7 @@ scores, pointwise log-likelihoods, per-trial predictive means — is ``n × S`` 
 * never keeps such an array unless asked (``posterior_predictive=True``,
   :meth:`~scoremix.bayes.result.BayesLmerResult.log_likelihood`, :meth:`ppc`);
 * computes reductions of them (class moments, LOO, grouped log-likelihood sums) in chunks
-  whose size is chosen from the budget (:func:`chunk_size`);
+  whose working set is at most the budget and 256 MiB (:func:`chunk_size`);
 * estimates the bytes of any array it is asked to keep *before* allocating it and raises
   :class:`MemoryBudgetError` — naming the setting to change — when it exceeds the budget.
 
@@ -23,11 +23,13 @@ import os
 import re
 from typing import Any
 
-__all__ = ["MemoryBudgetError", "DEFAULT_MAX_MEMORY", "ENV_VAR", "parse_bytes", "memory_budget",
+__all__ = ["MemoryBudgetError", "DEFAULT_MAX_MEMORY", "CHUNK_BYTES", "ENV_VAR", "parse_bytes", "memory_budget",
            "check_budget", "chunk_size", "format_bytes"]
 
 #: default budget of one kept array / one chunk's working set (bytes)
 DEFAULT_MAX_MEMORY = 2 * 1024**3
+#: working set of one chunk of a reduction (bytes): larger chunks are no faster
+CHUNK_BYTES = 256 * 1024**2
 #: environment variable overriding the default budget
 ENV_VAR = "SCOREMIX_MAX_MEMORY"
 
@@ -92,7 +94,8 @@ def _suggest(nbytes: float) -> str:
 
 
 def chunk_size(bytes_per_unit: float, n_units: int, max_memory: Any = None, floor: int = 1) -> int:
-    """How many units (draws or trials) fit one chunk's working set within the budget."""
-    budget = memory_budget(max_memory)
+    """How many units (draws or trials) fit one chunk's working set: within the budget, and
+    at most :data:`CHUNK_BYTES` (256 MiB) since larger chunks are no faster."""
+    budget = min(memory_budget(max_memory), CHUNK_BYTES)
     k = int(budget // max(float(bytes_per_unit), 1.0))
     return int(min(max(k, floor), max(n_units, 1)))

@@ -67,12 +67,15 @@ def _need_rows(spec: Any) -> None:
                              "rows; this fit was made from summed statistics (Dask input) and holds none")
 
 
-def linear_predictor(spec: Any, pa: PosteriorArrays, rows: np.ndarray, draws: slice | np.ndarray = slice(None)
-                     ) -> np.ndarray:
-    r""":math:`\mu_{di}` for the fitted ``rows`` and the ``draws`` of ``pa``: ``(len(draws), len(rows))``."""
+def linear_predictor(spec: Any, pa: PosteriorArrays, rows: np.ndarray, draws: slice | np.ndarray = slice(None),
+                     skip: frozenset = frozenset()) -> np.ndarray:
+    r""":math:`\mu_{di}` for the fitted ``rows`` and the ``draws`` of ``pa``: ``(len(draws), len(rows))``
+    (without the random terms whose indices are in ``skip``)."""
     X = np.asarray(spec.X, dtype=np.float64)[rows]
     mu = pa.beta[draws] @ X.T
     for k, t in enumerate(spec.terms):
+        if k in skip:
+            continue
         codes = np.asarray(t.codes)[rows]
         Xk = np.asarray(t.X, dtype=np.float64)[rows]
         bk = pa.bs[k][draws]  # (s, L, p)

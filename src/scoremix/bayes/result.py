@@ -490,26 +490,28 @@ class BayesLmerResult:
                                else int(seed))
         return az.plot_ppc(self.idata, kind=kind, var_names=[self.spec.response], **plot_kwargs)
 
-    def log_likelihood(self, group: Any = None, *, add: bool = False, max_memory: Any = None) -> Any:
+    def log_likelihood(self, group: Any = None, *, integrate: bool = False, add: bool = False,
+                       max_memory: Any = None) -> Any:
         """Pointwise (``group=None``) or per-group summed log-likelihood, ``xarray.Dataset`` over
         ``(chain, draw, obs | <group>)`` (see :mod:`scoremix.bayes.loo`); with ``add=True`` it
         also becomes ``idata.log_likelihood`` (for ``arviz.loo(fit.idata)``).  The kept array is
         checked against the memory budget first; :meth:`loo` never keeps it."""
         from scoremix.bayes.loo import log_likelihood
 
-        ds = log_likelihood(self, group, max_memory=max_memory)
+        ds = log_likelihood(self, group, integrate=integrate, max_memory=max_memory)
         if add:
             if "log_likelihood" in self.idata.groups():
                 del self.idata["log_likelihood"]
             self.idata.add_groups({"log_likelihood": ds})
         return ds
 
-    def loo(self, group: Any = None, *, scale: str = "log", max_memory: Any = None) -> Any:
-        """PSIS-LOO per trial, or leaving out whole groups (``group="speaker"``), computed in
-        chunks (:func:`scoremix.bayes.loo.loo`); an ``arviz.ELPDData`` for ``arviz.compare``."""
+    def loo(self, group: Any = None, *, integrate: bool = False, scale: str = "log", max_memory: Any = None) -> Any:
+        """PSIS-LOO per trial, or leaving out whole groups (``group="speaker"``; ``integrate=True``
+        integrates the left-out group's random effects), computed in chunks
+        (:func:`scoremix.bayes.loo.loo`); an ``arviz.ELPDData`` for ``arviz.compare``."""
         from scoremix.bayes.loo import loo
 
-        return loo(self, group, scale=scale, max_memory=max_memory)
+        return loo(self, group, integrate=integrate, scale=scale, max_memory=max_memory)
 
     def waic(self, group: Any = None, *, scale: str = "log", max_memory: Any = None) -> Any:
         """WAIC per trial or per group (:func:`scoremix.bayes.loo.waic`)."""
