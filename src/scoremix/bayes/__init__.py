@@ -6,7 +6,7 @@ is built or sampled.
 
 from scoremix.bayes.api import SamplerUnavailableError, SamplingInterrupted, bayes_lmer, bayes_lmer_spec
 from scoremix.bayes.contrasts import ContrastError, PosteriorContrasts, posterior_contrasts
-from scoremix.bayes.loo import LooError, compare, loo, waic
+from scoremix.bayes.elpd import LooError, compare, loo, waic
 from scoremix.bayes.memory import MemoryBudgetError
 from scoremix.bayes.pointwise import PointwiseError
 from scoremix.bayes.checks import NestedFactorWarning

@@ -493,10 +493,10 @@ class BayesLmerResult:
     def log_likelihood(self, group: Any = None, *, integrate: bool = False, add: bool = False,
                        max_memory: Any = None) -> Any:
         """Pointwise (``group=None``) or per-group summed log-likelihood, ``xarray.Dataset`` over
-        ``(chain, draw, obs | <group>)`` (see :mod:`scoremix.bayes.loo`); with ``add=True`` it
+        ``(chain, draw, obs | <group>)`` (see :mod:`scoremix.bayes.elpd`); with ``add=True`` it
         also becomes ``idata.log_likelihood`` (for ``arviz.loo(fit.idata)``).  The kept array is
         checked against the memory budget first; :meth:`loo` never keeps it."""
-        from scoremix.bayes.loo import log_likelihood
+        from scoremix.bayes.elpd import log_likelihood
 
         ds = log_likelihood(self, group, integrate=integrate, max_memory=max_memory)
         if add:
@@ -508,14 +508,14 @@ class BayesLmerResult:
     def loo(self, group: Any = None, *, integrate: bool = False, scale: str = "log", max_memory: Any = None) -> Any:
         """PSIS-LOO per trial, or leaving out whole groups (``group="speaker"``; ``integrate=True``
         integrates the left-out group's random effects), computed in chunks
-        (:func:`scoremix.bayes.loo.loo`); an ``arviz.ELPDData`` for ``arviz.compare``."""
-        from scoremix.bayes.loo import loo
+        (:func:`scoremix.bayes.elpd.loo`); an ``arviz.ELPDData`` for ``arviz.compare``."""
+        from scoremix.bayes.elpd import loo
 
         return loo(self, group, integrate=integrate, scale=scale, max_memory=max_memory)
 
     def waic(self, group: Any = None, *, scale: str = "log", max_memory: Any = None) -> Any:
-        """WAIC per trial or per group (:func:`scoremix.bayes.loo.waic`)."""
-        from scoremix.bayes.loo import waic
+        """WAIC per trial or per group (:func:`scoremix.bayes.elpd.waic`)."""
+        from scoremix.bayes.elpd import waic
 
         return waic(self, group, scale=scale, max_memory=max_memory)
 
