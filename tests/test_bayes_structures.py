@@ -52,7 +52,7 @@ def test_correlated_3x3_slopes():
     u = rng.normal(size=(S, 3)) @ L.T
     y = 1 + 0.5 * x - 0.3 * z + u[spk, 0] + u[spk, 1] * x + u[spk, 2] * z + rng.normal(0, 0.7, n)
     df = pd.DataFrame({"y": y, "x": x, "z": z, "spk": np.char.add("s", spk.astype(str))})
-    b = _fit("y ~ x + z + (x + z | spk)", df, draws=300, tune=300, seed=1)
+    b = _fit("y ~ x + z + (x + z | spk)", df, draws=200, tune=200, seed=1)
     assert len(b.cor_names) == 3 and b.draws("b_spk").shape[2:] == (S, 3)
     _check_against_reml(b, df)
 
