@@ -45,14 +45,14 @@ def _check_against_reml(b, df):
 @pytest.mark.slow
 def test_correlated_3x3_slopes():
     rng = np.random.default_rng(11)
-    n, S = 900, 30
+    n, S = 600, 25
     spk = rng.integers(0, S, n)
     x, z = rng.normal(size=n), rng.normal(size=n)
     L = np.linalg.cholesky(np.array([[1.0, 0.3, 0.0], [0.3, 0.5, 0.1], [0.0, 0.1, 0.4]]))
     u = rng.normal(size=(S, 3)) @ L.T
     y = 1 + 0.5 * x - 0.3 * z + u[spk, 0] + u[spk, 1] * x + u[spk, 2] * z + rng.normal(0, 0.7, n)
     df = pd.DataFrame({"y": y, "x": x, "z": z, "spk": np.char.add("s", spk.astype(str))})
-    b = _fit("y ~ x + z + (x + z | spk)", df, draws=200, tune=200, seed=1)
+    b = _fit("y ~ x + z + (x + z | spk)", df, draws=150, tune=200, seed=1)
     assert len(b.cor_names) == 3 and b.draws("b_spk").shape[2:] == (S, 3)
     _check_against_reml(b, df)
 
