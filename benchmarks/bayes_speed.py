@@ -78,7 +78,7 @@ def run_scoremix(df, kind, draws, tune, chains, seed, cores, refit):
     from scoremix.bayes.cache import clear_model_cache
 
     clear_model_cache()
-    kw = dict(draws=draws, tune=tune, chains=chains, random_seed=seed, progressbar=False,
+    kw = dict(draws=draws, tune=tune, chains=chains, seed=seed, progress=False,
               cores=cores)
     if kind == "rows":
         kw.update(method="joint", likelihood="rows")

@@ -38,7 +38,7 @@ def one(seed: int, n: int) -> dict[str, bool]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = bayes_lmer("score ~ label * sex + (1 | speaker)", df, dispersion="~ label", transform=tr,
-                         draws=300, tune=300, chains=1, cores=1, random_seed=seed, progressbar=False)
+                         draws=300, tune=300, chains=1, cores=1, seed=seed, progress=False)
         pe = model_eer(res, progress=False, n_boot=0, hdi_prob=0.95)
         fair = posterior_subgroup_dcf(res, df, ["sex"], max_draws=150, n_boot=0, ci=0.95, random="marginal")
     sd = np.where(y, 0.8, 1.0)

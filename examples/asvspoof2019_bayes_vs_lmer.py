@@ -47,7 +47,7 @@ def main() -> None:
     print(f"{len(df):,} trials, {df.speaker.nunique()} speakers, {df.attack.nunique()} attack levels")
     freq = lmer(FORMULA, df)
     bayes = bayes_lmer(FORMULA, df, draws=args.draws, tune=args.tune, chains=args.chains,
-                       random_seed=args.seed, progressbar=False)
+                       seed=args.seed, progress=False)
     print(f"\nbayes_lmer: {bayes.wall_time:.1f} s sampling; {bayes.diagnostics!r}\n")
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.precision", 4):
         print(bayes.compare(freq))
@@ -62,7 +62,7 @@ def main() -> None:
         print(model_eer(trans, by="speaker_gender", data=df))
         if args.bayes_transform:
             bt = bayes_lmer(FORMULA, df, transform=trans.transform, draws=args.draws, tune=args.tune,
-                            chains=args.chains, random_seed=args.seed, progressbar=False)
+                            chains=args.chains, seed=args.seed, progress=False)
             print("\nPosterior EER by speaker gender (transformation model, h fixed at its ML estimate):")
             print(model_eer(bt, by="speaker_gender", data=df, max_draws=500, progress=False).summary)
 

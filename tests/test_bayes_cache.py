@@ -78,7 +78,7 @@ def test_cached_refit_equals_fresh_fit():
     from scoremix.bayes import BayesConvergenceWarning, bayes_lmer
     from scoremix.bayes.cache import clear_model_cache, model_cache_info
 
-    kw = dict(draws=60, tune=60, chains=2, cores=1, progressbar=False, random_seed=5)
+    kw = dict(draws=60, tune=60, chains=2, cores=1, progress=False, seed=5)
     a_spec, b_spec = make_spec(seed=1, n=150, n1=6, n2=3), make_spec(seed=2, n=150, n1=6, n2=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BayesConvergenceWarning)
@@ -177,11 +177,11 @@ def test_numpyro_sampler_matches_pymc_posterior():
     from scoremix.bayes import BayesConvergenceWarning, bayes_lmer
 
     spec = make_spec(seed=3, n=200, n1=8, n2=4)
-    kw = dict(draws=400, tune=300, chains=2, cores=1, progressbar=False)
+    kw = dict(draws=400, tune=300, chains=2, cores=1, progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BayesConvergenceWarning)
-        a = bayes_lmer(spec, sampler="numpyro", random_seed=1, **kw)
-        b = bayes_lmer(spec, sampler="pymc", random_seed=2, **kw)
+        a = bayes_lmer(spec, sampler="numpyro", seed=1, **kw)
+        b = bayes_lmer(spec, sampler="pymc", seed=2, **kw)
     import arviz as az
 
     assert a.sampler == "numpyro" and a.param_names == b.param_names

@@ -19,7 +19,7 @@ pytest.importorskip("pymc")
 
 from test_bayes_likelihood import make_spec  # noqa: E402  (helper of the sibling test module)
 
-FIT = dict(chains=2, cores=1, progressbar=False)
+FIT = dict(chains=2, cores=1, progress=False)
 
 
 def _fit(spec, **kw):
@@ -42,9 +42,9 @@ def test_collapsed_joint_rows_agree_and_result_structure():
     models once, not once per worker."""
     spec = make_spec(n=300, n1=10, n2=5)
     fits = {
-        "collapsed": _fit(spec, draws=400, tune=300, random_seed=1),
-        "joint": _fit(spec, draws=400, tune=300, random_seed=2, method="joint"),
-        "rows": _fit(spec, draws=400, tune=300, random_seed=3, method="joint", likelihood="rows"),
+        "collapsed": _fit(spec, draws=400, tune=300, seed=1),
+        "joint": _fit(spec, draws=400, tune=300, seed=2, method="joint"),
+        "rows": _fit(spec, draws=400, tune=300, seed=3, method="joint", likelihood="rows"),
     }
     for other in ("joint", "rows"):
         _check_agree(fits["collapsed"], fits[other])
@@ -110,7 +110,7 @@ def _truth_spec(seed=3):
 def test_known_truth_coverage_class_moments_and_eer():
     """One seeded fit of the known-truth data (one test so pytest-xdist fits it once)."""
     spec, truth = _truth_spec()
-    res = _fit(spec, draws=500, tune=500, random_seed=11)
+    res = _fit(spec, draws=500, tune=500, seed=11)
     _check_intervals_cover_known_truth(truth, res)
     _check_class_moments_and_model_eer(spec, res)
 
@@ -167,7 +167,7 @@ def test_posterior_means_agree_with_lme4_reml(rscript, tmp_path):
     posterior SD of lme4's REML estimates (weakly informative priors, 2400 rows)."""
     spec, _ = _truth_spec(seed=5)
     spec.dispersion_codes = spec.dispersion_formula = spec.dispersion_levels = None
-    res = _fit(spec, draws=500, tune=500, random_seed=3)
+    res = _fit(spec, draws=500, tune=500, seed=3)
     csv = tmp_path / "d.csv"
     spec.data.to_csv(csv, index=False)
     script = tmp_path / "fit.R"
@@ -195,7 +195,7 @@ def test_asvspoof2019_collapsed_vs_lmer(shared_data: Path):
     from scoremix.lme.model_frame import build_model_spec
 
     spec = build_model_spec(formula, df)
-    res = _fit(spec, draws=200, tune=300, random_seed=1)
+    res = _fit(spec, draws=200, tune=300, seed=1)
     freq = lmer(formula, df)
     cmp_ = res.compare(freq)
     assert res.diagnostics.n_divergent == 0

@@ -104,7 +104,7 @@ def test_posterior_eer_and_subgroup_ratios_cover_the_truth():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = bayes_lmer("score ~ label * sex + (1 | speaker)", df, dispersion="~ label", transform=tr,
-                         draws=250, tune=300, chains=1, cores=1, random_seed=5, progressbar=False)
+                         draws=250, tune=300, chains=1, cores=1, seed=5, progress=False)
         pe = model_eer(res, progress=False, n_boot=0, hdi_prob=0.99, thresholds="latent")  # truth: smooth crossing
         fair = posterior_subgroup_dcf(res, df, ["sex"], max_draws=125, n_boot=0, ci=0.99, random="marginal")
     assert res.transform is tr

@@ -162,6 +162,19 @@ from scoremix.emm import (ContrastResult, EmmError, EmmGrid, contrast, eer_contr
 from scoremix.lme.allfit import AllFit, all_fit
 from scoremix.lme.check import ModelCheck, check_model
 
+# s4bayes: posterior checks, LOO, contrasts, memory budget, Ctrl-C (issue 25)
+from scoremix.bayes import (  # noqa: E402
+    ContrastError,
+    LooError,
+    MemoryBudgetError,
+    PosteriorContrasts,
+    SamplingInterrupted,
+    posterior_contrasts,
+)
+from scoremix.bayes import compare as bayes_compare  # noqa: E402
+from scoremix.bayes import loo as bayes_loo  # noqa: E402
+from scoremix.bayes import waic as bayes_waic  # noqa: E402
+
 __all__ = [
     "ContrastResult", "EmmError", "EmmGrid", "contrast", "eer_contrast", "emmeans", "joint_tests", "ref_grid",
     "AllFit", "all_fit", "ModelCheck", "check_model",  # s4postfit
@@ -220,4 +233,7 @@ __all__ = [
     # generalised linear mixed models (branch s4glmm)
     "glmer", "GlmerResult", "GlmmControl", "GlmmError", "FamilyError", "GlmmResponseError",
     "GlmmUnsupportedError", "PirlsError", "decision_model", "DecisionModelResult",
+    # s4bayes (issue 25)
+    "ContrastError", "LooError", "MemoryBudgetError", "PosteriorContrasts", "SamplingInterrupted",
+    "posterior_contrasts", "bayes_compare", "bayes_loo", "bayes_waic",
 ]

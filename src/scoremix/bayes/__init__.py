@@ -4,7 +4,11 @@ Importing this package is cheap: PyMC, PyTensor and ArviZ are imported only when
 is built or sampled.
 """
 
-from scoremix.bayes.api import SamplerUnavailableError, bayes_lmer, bayes_lmer_spec
+from scoremix.bayes.api import SamplerUnavailableError, SamplingInterrupted, bayes_lmer, bayes_lmer_spec
+from scoremix.bayes.contrasts import ContrastError, PosteriorContrasts, posterior_contrasts
+from scoremix.bayes.elpd import LooError, compare, loo, waic
+from scoremix.bayes.memory import MemoryBudgetError
+from scoremix.bayes.pointwise import PointwiseError
 from scoremix.bayes.checks import NestedFactorWarning
 from scoremix.bayes.diagnostics import BayesConvergenceWarning, Diagnostics
 from scoremix.bayes.priors import Prior, PriorError, default_priors, resolve_priors
@@ -23,4 +27,14 @@ __all__ = [
     "NestedFactorWarning",
     "SamplerUnavailableError",
     "ClassMomentsError",
+    "SamplingInterrupted",
+    "MemoryBudgetError",
+    "PointwiseError",
+    "LooError",
+    "loo",
+    "waic",
+    "compare",
+    "ContrastError",
+    "PosteriorContrasts",
+    "posterior_contrasts",
 ]

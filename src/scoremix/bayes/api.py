@@ -17,45 +17,26 @@ import contextlib
 import importlib.util
 import os
 import time
-import warnings
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
-from scoremix._deprecate import renamed_kwargs
 from scoremix.adapters import adapter_for
 from scoremix.bayes.checks import warn_nested_factors
+from scoremix.bayes.conventions import UNSET, resolve_progress, resolve_seed, seed_int
 from scoremix.bayes.diagnostics import diagnose, gate
 from scoremix.bayes.priors import cor_name, resolve_priors, sd_name, sigma_names
 from scoremix.bayes.result import BayesLmerResult
 
-__all__ = ["bayes_lmer", "bayes_lmer_spec", "SamplerUnavailableError", "SAMPLERS", "IncompleteSamplingError"]
+__all__ = ["bayes_lmer", "bayes_lmer_spec", "SamplerUnavailableError", "SamplingInterrupted", "IncompleteSamplingError",
+           "SAMPLERS"]
 
 SAMPLERS = ("pymc", "nutpie", "numpyro")
 
 
 class SamplerUnavailableError(ImportError):
     """The requested NUTS sampler's package is not installed."""
-
-
-def _check_sampler(sampler: str) -> None:
-    if sampler not in SAMPLERS:
-        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
-    need = {"nutpie": ["nutpie"], "numpyro": ["numpyro", "jax"]}.get(sampler, [])
-    missing = [p for p in need if importlib.util.find_spec(p) is None]
-    if missing:
-        raise SamplerUnavailableError(
-            f"sampler={sampler!r} needs the package(s) {missing}: pip install {' '.join(missing)} "
-            f"(or use sampler='pymc')"
-        )
-
-
-def _reset_xla_flags() -> None:
-    """PyMC's import sets XLA_FLAGS to many host devices; keep JAX to one device per process."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    parts = [f for f in flags.split() if "xla_force_host_platform_device_count" not in f]
-    os.environ["XLA_FLAGS"] = " ".join(parts)
 
 
 class IncompleteSamplingError(RuntimeError):
@@ -77,6 +58,7 @@ def _interruptible() -> Any:
     import threading
 
     installed = False
+    previous: Any = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.getsignal(signal.SIGINT)
         if previous is signal.default_int_handler:
@@ -94,12 +76,55 @@ def _interruptible() -> Any:
             signal.signal(signal.SIGINT, previous)
 
 
-def _check_complete(posterior: Any, chains: int, draws: int) -> None:
-    nc, nd = int(posterior.sizes.get("chain", 0)), int(posterior.sizes.get("draw", 0))
-    if nc != chains or nd != draws:
-        raise IncompleteSamplingError(
-            f"the sampler returned {nc} of {chains} chain(s) and {nd} of {draws} draw(s) per chain (it was "
-            "interrupted); no posterior is returned: run bayes_lmer again")
+class SamplingInterrupted(KeyboardInterrupt, IncompleteSamplingError):
+    """Sampling was interrupted (Ctrl-C): no result is returned.
+
+    PyMC catches ``KeyboardInterrupt`` and returns the draws made so far; ``bayes_lmer``
+    re-raises instead, so a truncated posterior is never returned as a normal result.  The
+    truncated draws are kept on the exception (``partial``: the sampler's ``InferenceData``,
+    internal parameter names) with the counts ``draws_done`` / ``draws_requested`` per chain.
+    """
+
+    def __init__(self, message: str, partial: Any = None, draws_done: int = 0, draws_requested: int = 0,
+                 chains_done: int = 0, chains_requested: int = 0) -> None:
+        super().__init__(message)
+        self.partial = partial
+        self.draws_done = draws_done
+        self.draws_requested = draws_requested
+        self.chains_done = chains_done
+        self.chains_requested = chains_requested
+
+
+def _check_complete(raw, draws: int, chains: int) -> None:
+    """Raise :class:`SamplingInterrupted` unless every chain holds all ``draws``."""
+    post = getattr(raw, "posterior", None)
+    nd = int(post.sizes.get("draw", 0)) if post is not None else 0
+    nc = int(post.sizes.get("chain", 0)) if post is not None else 0
+    if nd < draws or nc < chains:
+        raise SamplingInterrupted(
+            f"bayes_lmer: sampling was interrupted after {nd} of {draws} draws in {nc} of {chains} chain(s) "
+            f"({nc} of {chains} chain(s) and {nd} of {draws} draw(s) per chain); no posterior is returned "
+            f"(the truncated draws are on this exception's .partial)",
+            partial=raw, draws_done=nd, draws_requested=draws, chains_done=nc, chains_requested=chains)
+
+
+def _check_sampler(sampler: str) -> None:
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+    need = {"nutpie": ["nutpie"], "numpyro": ["numpyro", "jax"]}.get(sampler, [])
+    missing = [p for p in need if importlib.util.find_spec(p) is None]
+    if missing:
+        raise SamplerUnavailableError(
+            f"sampler={sampler!r} needs the package(s) {missing}: pip install {' '.join(missing)} "
+            f"(or use sampler='pymc')"
+        )
+
+
+def _reset_xla_flags() -> None:
+    """PyMC's import sets XLA_FLAGS to many host devices; keep JAX to one device per process."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    parts = [f for f in flags.split() if "xla_force_host_platform_device_count" not in f]
+    os.environ["XLA_FLAGS"] = " ".join(parts)
 
 
 def _sample(model, sampler: str, draws: int, tune: int, chains: int, cores: int | None,
@@ -225,47 +250,37 @@ def _post_to_named(spec, method: str, ps, raw, ss, rng: np.random.Generator):
     return xr.Dataset(data_vars, coords=coords, attrs=dict(raw.attrs))
 
 
-def _posterior_predictive(spec, post, rng: np.random.Generator, max_values: float = 5e7):
-    """Replicated responses ``y_rep = Xβ + Zb + ε`` (thinned draws if there are too many)."""
-    import xarray as xr
+def _posterior_predictive(spec, post, rng: np.random.Generator, n_draws: int | None = None,
+                          max_memory: Any = None):
+    """Replicated responses ``y_rep = Xβ + Zb + ε`` of ``n_draws`` evenly spaced draws per chain
+    (all by default), see :func:`scoremix.bayes.pointwise.posterior_predictive_dataset`."""
+    from scoremix.bayes.pointwise import posterior_predictive_dataset
 
-    nc, nd = post.sizes["chain"], post.sizes["draw"]
-    keep = int(min(nd, max(1, max_values // max(spec.n * nc, 1))))
-    if keep < nd:
-        warnings.warn(f"posterior_predictive: {nc}×{nd} draws × {spec.n} rows is too large; "
-                      f"using {keep} evenly spaced draws per chain", UserWarning, stacklevel=3)
-    di = np.linspace(0, nd - 1, keep).round().astype(int)
-    beta = np.stack([post[n].values[:, di] for n in spec.fixef_names], axis=-1)  # (c, d, p)
-    mu = np.einsum("cdp,ip->cdi", beta, spec.X)
-    for t in spec.terms:
-        b = post[f"b_{t.group}"].values[:, di]
-        mu += np.einsum("cdip,ip->cdi", b[:, :, np.asarray(t.codes), :], t.X)
-    sig = np.stack([post[n].values[:, di] for n in sigma_names(spec)], axis=-1)
-    dcodes = np.zeros(spec.n, np.int64) if spec.dispersion_codes is None else np.asarray(spec.dispersion_codes)
-    w = np.ones(spec.n) if spec.weights is None else np.asarray(spec.weights, dtype=np.float64)
-    yrep = mu + sig[:, :, dcodes] / np.sqrt(w) * rng.standard_normal(mu.shape)
-    return xr.Dataset({spec.response: (("chain", "draw", "obs"), yrep)},
-                      coords={"chain": post["chain"].values, "draw": post["draw"].values[di]})
+    return posterior_predictive_dataset(spec, post, rng, n_draws=n_draws, max_memory=max_memory)
 
 
 def bayes_lmer_spec(
     spec,
     priors: Mapping[str, Any] | None = None,
+    *,
     draws: int = 1000,
     tune: int = 1000,
     chains: int = 4,
     sampler: str = "pymc",
     method: str = "collapsed",
     likelihood: str = "suffstats",
-    random_seed: int | None = None,
-    progressbar: bool = True,
-    posterior_predictive: bool = False,
+    seed: Any = UNSET,
+    progress: bool = UNSET,
+    posterior_predictive: bool | int = False,
     cores: int | None = None,
     centred: bool | dict | None = None,
     target_accept: float | None = None,
     check: bool = True,
     cache: bool = True,
     cells: tuple[np.ndarray, np.ndarray] | None = None,
+    max_memory: Any = None,
+    random_seed: Any = UNSET,
+    progressbar: Any = UNSET,
 ) -> BayesLmerResult:
     """:func:`bayes_lmer` for a ready :class:`~scoremix.lme.spec.ModelSpec` (see there).
 
@@ -274,6 +289,10 @@ def bayes_lmer_spec(
     ``likelihood="rows"``.
     """
     import arviz as az
+
+    seed = resolve_seed(seed, random_seed, "bayes_lmer")
+    progressbar = resolve_progress(progress, progressbar, True, "bayes_lmer")
+    random_seed = seed_int(seed)
     import xarray as xr
 
     from scoremix.bayes.suffstats import blocked_suffstats
@@ -302,27 +321,28 @@ def bayes_lmer_spec(
                              target_accept, cache)
     else:
         raw = _sample(built.model, sampler, draws, tune, chains, cores, pm_seed, progressbar, target_accept)
+    _check_complete(raw, draws, chains)  # PyMC returns a truncated trace on Ctrl-C: never a normal result
     wall = time.perf_counter() - t0
-    _check_complete(raw.posterior, chains, draws)
     post = _post_to_named(spec, built.method, ps, raw.posterior, ss, rng)
     groups: dict[str, Any] = {"posterior": post, "sample_stats": raw.sample_stats,
                               "observed_data": xr.Dataset({spec.response: (("obs",),
                                                                           np.asarray(spec.y))})}
     if posterior_predictive:
-        groups["posterior_predictive"] = _posterior_predictive(spec, post, rng)
+        n_pp = None if posterior_predictive is True else int(posterior_predictive)
+        groups["posterior_predictive"] = _posterior_predictive(spec, post, rng, n_draws=n_pp, max_memory=max_memory)
     idata = az.InferenceData(**groups)
     res = BayesLmerResult(idata=idata, spec=spec, method=method, likelihood=likelihood, sampler=sampler,
                           priors=ps, diagnostics=None, wall_time=wall,  # type: ignore[arg-type]
-                          centred=list(built.centred))
+                          centred=list(built.centred), cells=cells)
     res.diagnostics = diagnose(idata, res.param_names)
     gate(res.diagnostics)
     return res
 
 
-@renamed_kwargs(random_seed="seed")
 def bayes_lmer(
     formula: Any,
     data: pd.DataFrame | None = None,
+    *,
     priors: Mapping[str, Any] | None = None,
     draws: int = 1000,
     tune: int = 1000,
@@ -330,16 +350,19 @@ def bayes_lmer(
     sampler: str = "pymc",
     method: str = "collapsed",
     likelihood: str = "suffstats",
-    seed: int | None = None,
-    progressbar: bool = True,
+    seed: Any = UNSET,
+    progress: bool = UNSET,
     dispersion: str | None = None,
-    posterior_predictive: bool = False,
+    posterior_predictive: bool | int = False,
     cores: int | None = None,
     weights: Any = None,
     centred: bool | dict | None = None,
     target_accept: float | None = None,
     cache: bool = True,
     transform: Any = None,
+    max_memory: Any = None,
+    random_seed: Any = UNSET,
+    progressbar: Any = UNSET,
 ) -> BayesLmerResult:
     r"""Fit a linear mixed model by NUTS with lme4 formula syntax.
 
@@ -366,11 +389,16 @@ def bayes_lmer(
     likelihood:
         for ``method="joint"``: ``"suffstats"`` (default) or ``"rows"``.
     seed:
-        makes the sampler and the conditional β/b draws reproducible.
+        int or ``numpy.random.Generator``: makes the sampler and the conditional β/b draws
+        reproducible (``random_seed=`` is its deprecated name, with a ``FutureWarning``).
+    progress:
+        show the sampler's progress bar (default ``True``; ``progressbar=`` is deprecated).
     dispersion:
         class-specific residual SD, e.g. ``"~ label"`` (σ per level: ``sigma_<level>``).
     posterior_predictive:
-        add ``posterior_predictive`` (replicated responses) to ``idata``.
+        add ``posterior_predictive`` (replicated responses) to ``idata``: ``True`` for every
+        draw, an int for that many evenly spaced draws per chain.  The array is checked
+        against the memory budget before it is allocated.
     cores:
         parallel chains (PyMC sampler); default PyMC's choice.
     weights:
@@ -394,12 +422,27 @@ def bayes_lmer(
         Everything in the result is on the latent scale; ``result.transform`` maps scores to
         it (see :mod:`scoremix.bayes.transform` for what fixing ``h`` ignores).
 
+    max_memory:
+        budget (bytes, or ``"4GB"``) for any per-trial × per-draw array (default
+        ``$SCOREMIX_MAX_MEMORY`` or 2 GiB, see :mod:`scoremix.bayes.memory`); exceeding it
+        raises :class:`~scoremix.bayes.memory.MemoryBudgetError` before allocating.
+
+    Ctrl-C during sampling raises :class:`SamplingInterrupted` (a ``KeyboardInterrupt``);
+    a truncated posterior is never returned.
+
+    Random-effect structures: every term ``lmer`` accepts — ``(1|g)``, correlated slopes
+    ``(x + z|g)`` (LKJ prior on the correlation matrix), uncorrelated ``(x||g)`` (split into
+    independent terms), nested ``(1|a/b)`` and interactions ``(1|a:b)``, repeated grouping
+    factors — is fitted (tests/test_bayes_structures.py).
+
     Returns
     -------
     BayesLmerResult
     """
-    random_seed = seed  # the body's name for seed= (renamed API argument)
     from scoremix.lme.spec import ModelSpec
+
+    seed = resolve_seed(seed, random_seed, "bayes_lmer")
+    progress = resolve_progress(progress, progressbar, True, "bayes_lmer")
 
     for name, value, least in (("draws", draws, 1), ("tune", tune, 0), ("chains", chains, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
@@ -448,8 +491,9 @@ def bayes_lmer(
         if posterior_predictive:
             raise ValueError("posterior_predictive is not available with a transform (replicates would be latent)")
     res = bayes_lmer_spec(spec, priors=priors, draws=draws, tune=tune, chains=chains, sampler=sampler,
-                          method=method, likelihood=likelihood, random_seed=random_seed,
-                          progressbar=progressbar, posterior_predictive=posterior_predictive,
-                          cores=cores, centred=centred, target_accept=target_accept, cache=cache, cells=cells)
+                          method=method, likelihood=likelihood, seed=seed,
+                          progress=progress, posterior_predictive=posterior_predictive,
+                          cores=cores, centred=centred, target_accept=target_accept, cache=cache, cells=cells,
+                          max_memory=max_memory)
     res.transform = tr
     return res

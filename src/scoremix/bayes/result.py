@@ -18,7 +18,9 @@ import numpy as np
 import pandas as pd
 
 from scoremix._deprecate import renamed_kwargs
+from scoremix.bayes.conventions import UNSET, resolve_level, resolve_seed
 from scoremix.bayes.diagnostics import Diagnostics
+from scoremix.bayes.memory import chunk_size
 from scoremix.bayes.priors import PriorSet, cor_name, sd_name, sigma_names
 
 __all__ = ["BayesLmerResult", "ClassMomentsError", "POSITIVE_LABELS"]
@@ -72,6 +74,8 @@ class BayesLmerResult:
     centred: list[bool] = field(default_factory=list)
     #: the fixed score → latent map of a transformation model (``None``: Gaussian model)
     transform: Any = None
+    #: the latent cells ``(lo, hi)`` of the fitted scores of a transformation model
+    cells: Any = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ names
     @property
@@ -109,14 +113,15 @@ class BayesLmerResult:
             raise KeyError(f"no posterior variable {name!r}; available: {list(post.data_vars)}")
         return np.asarray(post[name].values)
 
-    @renamed_kwargs(hdi_prob="level")
-    def summary(self, var_names: Sequence[str] | None = None, level: float = 0.94, **kwargs) -> pd.DataFrame:
-        """``arviz.summary`` over the named scalar parameters (R names, see module docstring)."""
-        hdi_prob = level  # the body's name for level= (renamed API argument)
+    def summary(self, var_names: Sequence[str] | None = None, *, level: float = UNSET, hdi_prob: float = UNSET,
+                **kwargs) -> pd.DataFrame:
+        """``arviz.summary`` over the named scalar parameters (R names, see module docstring);
+        ``level``: HDI probability (default 0.94; ``hdi_prob=`` is its deprecated name)."""
         import arviz as az
 
+        lev = resolve_level(level, hdi_prob, 0.94, "BayesLmerResult.summary")
         names = list(var_names) if var_names is not None else self.param_names
-        return az.summary(self.idata, var_names=names, hdi_prob=hdi_prob, **kwargs)
+        return az.summary(self.idata, var_names=names, hdi_prob=lev, **kwargs)
 
     def _scalar_table(self, names: list[str], hdi_prob: float) -> pd.DataFrame:
         import arviz as az
@@ -204,17 +209,16 @@ class BayesLmerResult:
                 out[f"sigma_{lvl}"] = (float(v), np.nan)
         return out
 
-    @renamed_kwargs(hdi_prob="level")
-    def compare(self, lmer_result: Any, level: float = 0.94) -> pd.DataFrame:
+    def compare(self, lmer_result: Any, *, level: float = UNSET, hdi_prob: float = UNSET) -> pd.DataFrame:
         """Side-by-side table of a frequentist fit and this posterior.
 
         Columns: ``estimate``, ``se`` (frequentist; SE only for fixed effects), ``mean``,
         ``sd``, the HDI bounds, and ``z = (mean - estimate) / sd`` (distance in posterior
         SDs).  ``lmer_result`` is an ``LmerResult`` or its ``to_dict()``.
         """
-        hdi_prob = level  # the body's name for level= (renamed API argument)
+        lev = resolve_level(level, hdi_prob, 0.94, "BayesLmerResult.compare")
         freq = self._freq_values(lmer_result)
-        post = self._scalar_table(self.param_names, hdi_prob)
+        post = self._scalar_table(self.param_names, lev)
         est = pd.DataFrame([(n, *freq.get(n, (np.nan, np.nan))) for n in post.index],
                            columns=["parameter", "estimate", "se"]).set_index("parameter")
         out = est.join(post)
@@ -301,6 +305,7 @@ class BayesLmerResult:
         positive: Any = None,
         random: str = "conditional",
         max_draws: int | None = None,
+        max_memory: Any = None,
     ) -> pd.DataFrame:
         r"""Posterior draws of the score mean and SD of each class in each subgroup.
 
@@ -321,6 +326,10 @@ class BayesLmerResult:
         effects) and ``v_i = σ_{ℓ(i)}^2 / w_i``; ``random="marginal"`` uses
         ``μ_i = x_i^⊤β`` and adds the random-effect variance
         ``Σ_k z_{k,i}^⊤ Σ_k z_{k,i}`` to ``v_i`` (a new speaker / attack).
+
+        The per-trial × per-draw arrays are built in chunks of draws whose working set stays
+        within the memory budget (``max_memory=`` / ``$SCOREMIX_MAX_MEMORY``, see
+        :mod:`scoremix.bayes.memory`).
 
         Returns
         -------
@@ -362,7 +371,9 @@ class BayesLmerResult:
             cors.append(R)
         means = np.empty((len(cells), idx.size))
         sdsout = np.empty((len(cells), idx.size))
-        chunk = int(max(1, 4e6 // max(N, 1)))
+        # working set per draw: mu, mu², v, the gathered random effects (p columns) and scratch
+        pmax = max((t.p for t in self.spec.terms), default=0)
+        chunk = chunk_size(8.0 * N * (5 + 2 * pmax), idx.size, max_memory)
         for c0 in range(0, idx.size, chunk):
             ii = idx[c0:c0 + chunk]
             mu = X @ beta[ii].T  # (N, s)
@@ -387,7 +398,7 @@ class BayesLmerResult:
         rep["sd"] = sdsout.ravel()
         return rep[gcols + ["class", "draw", "mean", "sd", "n"]]
 
-    @renamed_kwargs(groups="by", hdi_prob="level")
+    @renamed_kwargs(groups="by")
     def model_eer(
         self,
         by: str | Sequence[str] | None = None,
@@ -396,19 +407,22 @@ class BayesLmerResult:
         positive: Any = None,
         random: str = "conditional",
         summary: bool = False,
-        level: float = 0.94,
+        hdi_prob: float = UNSET,
         max_draws: int | None = None,
+        *,
+        level: float = UNSET,
     ) -> pd.DataFrame:
         r"""Model-based EER per posterior draw (and subgroup):
         :math:`\Phi(-(\mu_1-\mu_0)/(\sigma_0+\sigma_1))` from :meth:`class_moments`.
 
         Returns the draws (``groups`` columns, ``draw``, ``eer``) or, with ``summary=True``,
-        per subgroup ``mean``, ``sd`` and the HDI bounds of the EER.
+        per subgroup ``mean``, ``sd`` and the HDI bounds (probability ``level``, default
+        0.94; ``hdi_prob=`` is its deprecated name) of the EER.
         """
         groups = by  # the body's name for by= (renamed API argument)
-        hdi_prob = level  # the body's name for level= (renamed API argument)
         from scoremix.predictive.mixture import gaussian_eer
 
+        hdi_prob = resolve_level(level, hdi_prob, 0.94, "BayesLmerResult.model_eer")
         gcols = [groups] if isinstance(groups, str) else list(groups or [])
         mom = self.class_moments(by=gcols, data=data, label=label, positive=positive,
                                  random=random, max_draws=max_draws)
@@ -433,6 +447,89 @@ class BayesLmerResult:
         if not gcols:
             return agg(out["eer"]).to_frame().T
         return out.groupby(gcols)["eer"].apply(agg).unstack()
+
+    # ------------------------------------------------------------------ checks and comparison
+    def posterior_predictive(self, n_draws: int | None = None, *, seed: Any = 0, max_memory: Any = None,
+                             random_seed: Any = UNSET) -> Any:
+        r"""Replicated scores :math:`y^{rep} = X\beta + Zb + \varepsilon` of ``n_draws`` evenly
+        spaced draws per chain (all if ``None``), stored in (and returned from)
+        ``idata.posterior_predictive`` — the one ``InferenceData`` of this fit.
+
+        The ``chains × n_draws × n`` array is estimated against the memory budget before it is
+        allocated (:class:`~scoremix.bayes.memory.MemoryBudgetError` names ``max_memory=``).
+        """
+        from scoremix.bayes.conventions import seed_int
+        from scoremix.bayes.pointwise import posterior_predictive_dataset
+
+        if self.transform is not None:
+            raise ClassMomentsError("posterior predictive replicates of a transformation model would be latent; "
+                                    "not available with a transform")
+        s = resolve_seed(UNSET if seed is None else seed, random_seed, "posterior_predictive")
+        rng = np.random.default_rng(seed_int(s) if s is not None else None)
+        ds = posterior_predictive_dataset(self.spec, self.idata.posterior, rng, n_draws=n_draws,
+                                          max_memory=max_memory)
+        if "posterior_predictive" in self.idata.groups():
+            del self.idata["posterior_predictive"]
+        self.idata.add_groups({"posterior_predictive": ds})
+        return ds
+
+    def ppc(self, kind: str = "kde", n_draws: int = 100, *, seed: Any = 0, max_memory: Any = None,
+            **plot_kwargs: Any) -> Any:
+        """Posterior predictive check: ``arviz.plot_ppc`` of the observed scores against
+        replicated scores.
+
+        Replicates are drawn for ``n_draws`` evenly spaced draws per chain unless
+        ``idata.posterior_predictive`` already holds them (``bayes_lmer(...,
+        posterior_predictive=True)`` or :meth:`posterior_predictive`).  ``kind`` and
+        ``plot_kwargs`` go to ``arviz.plot_ppc`` (``"kde"``, ``"cumulative"``, ``"scatter"``).
+        Returns its matplotlib axes.
+        """
+        import arviz as az
+
+        if "observed_data" not in self.idata.groups() or self.spec.response not in self.idata.observed_data \
+                or self.idata.observed_data[self.spec.response].size != self.spec.n:
+            raise ClassMomentsError("ppc needs the observed scores; this fit holds none (Dask input)")
+        if "posterior_predictive" not in self.idata.groups():
+            self.posterior_predictive(n_draws, seed=seed, max_memory=max_memory)
+        plot_kwargs.setdefault("random_seed", 0 if seed is None or isinstance(seed, np.random.Generator)
+                               else int(seed))
+        return az.plot_ppc(self.idata, kind=kind, var_names=[self.spec.response], **plot_kwargs)
+
+    def log_likelihood(self, group: Any = None, *, integrate: bool = False, add: bool = False,
+                       max_memory: Any = None) -> Any:
+        """Pointwise (``group=None``) or per-group summed log-likelihood, ``xarray.Dataset`` over
+        ``(chain, draw, obs | <group>)`` (see :mod:`scoremix.bayes.elpd`); with ``add=True`` it
+        also becomes ``idata.log_likelihood`` (for ``arviz.loo(fit.idata)``).  The kept array is
+        checked against the memory budget first; :meth:`loo` never keeps it."""
+        from scoremix.bayes.elpd import log_likelihood
+
+        ds = log_likelihood(self, group, integrate=integrate, max_memory=max_memory)
+        if add:
+            if "log_likelihood" in self.idata.groups():
+                del self.idata["log_likelihood"]
+            self.idata.add_groups({"log_likelihood": ds})
+        return ds
+
+    def loo(self, group: Any = None, *, integrate: bool = False, scale: str = "log", max_memory: Any = None) -> Any:
+        """PSIS-LOO per trial, or leaving out whole groups (``group="speaker"``; ``integrate=True``
+        integrates the left-out group's random effects), computed in chunks
+        (:func:`scoremix.bayes.elpd.loo`); an ``arviz.ELPDData`` for ``arviz.compare``."""
+        from scoremix.bayes.elpd import loo
+
+        return loo(self, group, integrate=integrate, scale=scale, max_memory=max_memory)
+
+    def waic(self, group: Any = None, *, scale: str = "log", max_memory: Any = None) -> Any:
+        """WAIC per trial or per group (:func:`scoremix.bayes.elpd.waic`)."""
+        from scoremix.bayes.elpd import waic
+
+        return waic(self, group, scale=scale, max_memory=max_memory)
+
+    def contrast(self, by: str, data: pd.DataFrame | None = None, **kwargs: Any) -> Any:
+        """Posterior EER / min-DCF contrasts between the levels of ``by``
+        (:func:`scoremix.bayes.contrasts.posterior_contrasts`)."""
+        from scoremix.bayes.contrasts import posterior_contrasts
+
+        return posterior_contrasts(self, by, data, **kwargs)
 
     def __repr__(self) -> str:
         post = self.idata.posterior

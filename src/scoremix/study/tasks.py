@@ -430,7 +430,7 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
     from scoremix.bayes import bayes_lmer
 
     bres = bayes_lmer(model.formula, df, draws=model.draws, tune=model.tune, chains=model.chains,
-                      method=model.method, seed=seed, progressbar=False, dispersion=model.dispersion,
+                      method=model.method, seed=seed, progress=False, dispersion=model.dispersion,
                       cores=1, **tkw)
     fe = bres.fixef.reset_index().rename(columns={"parameter": "term"})
     out.update({"idata": bres.idata, "fixef": fe, "varcorr": bres.varcorr,
