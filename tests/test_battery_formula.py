@@ -204,13 +204,15 @@ def test_statsmodels_nonconvergence_is_reported() -> None:
 
 @pytest.mark.parametrize("model_id", ["igf", "earthquake"])
 def test_statsmodels_silent_stop_is_caught_by_gradient_check(model_id: str) -> None:
-    """statsmodels stops 2e-3 (IGF) and 3e-4 (Earthquake) above lme4's optimum without a
-    warning of its own; lme4's gradient check on the profiled criterion catches it."""
+    """statsmodels stops 2e-3 (IGF) and 3e-4 (Earthquake) above lme4's optimum; up to
+    statsmodels 0.14 without a warning of its own, and lme4's gradient check on the profiled
+    criterion catches it.  statsmodels 0.15 reports its own failure on Earthquake, which the
+    backend passes on ("did not converge"); either way the fit is not called converged."""
     from scoremix import ConvergenceWarning
     from battery_helpers import MODEL_BY_ID, load_ref
 
     m = MODEL_BY_ID[model_id]
-    with pytest.warns(ConvergenceWarning, match="max\\|grad\\|"):
+    with pytest.warns(ConvergenceWarning, match="max\\|grad\\||statsmodels backend did not converge"):
         res = lmer(m["formula"], load_dataset(m["dataset"]), backend="statsmodels")
     assert not res.converged
     assert -2 * res.loglik > load_ref(model_id)["criterion"] * (1 + 1e-5)

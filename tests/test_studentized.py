@@ -140,6 +140,8 @@ def test_studentized_is_the_default_and_uses_the_replicates():
                                       optimism=2.0 if reflect else 1.0, n=n if reflect else None)
         if m == "fpr":
             hi = np.minimum(hi, 1.0)  # rates are capped at 1
+        if m == "ratio_overall":  # at most (a + b)/minDCF, the worst cost over the best (issue 24)
+            hi = np.minimum(hi, (0.5 + 0.5) / res.min_dcf)
         if m == "min_dcf":  # a minimum DCF is at most the trivial system's cost, min(0.5, 0.5)
             lo, hi = np.minimum(lo, 0.5), np.minimum(hi, 0.5)
         ok = ~np.isnan(lo)

@@ -65,11 +65,12 @@ def get_threads() -> int | None:
 
 
 def _controller() -> Any:
-    if _STATE["controller"] is None:
-        from threadpoolctl import ThreadpoolController
+    """A fresh view of the BLAS libraries loaded now (about 1 ms): one cached at first use would
+    miss libraries loaded later (R's BLAS through rpy2, a second OpenBLAS of scipy or PyTensor),
+    which would then keep their own threads inside the hot paths."""
+    from threadpoolctl import ThreadpoolController
 
-        _STATE["controller"] = ThreadpoolController()
-    return _STATE["controller"]
+    return ThreadpoolController()
 
 
 @contextlib.contextmanager
