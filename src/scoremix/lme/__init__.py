@@ -14,7 +14,7 @@ once (:mod:`~scoremix.lme.crossprod`) → blocked Cholesky factorisation at ``θ
 """
 
 from scoremix.lme.api import fit_spec, lmer
-from scoremix.lme import confint as _confint, ddf as _ddf, r2 as _r2  # noqa: F401  (register LmerResult's inference)
+from scoremix.lme import check as _check, confint as _confint, ddf as _ddf, r2 as _r2  # noqa: F401  (register LmerResult's inference)
 from scoremix.lme.crossprod import CrossProducts, crossproducts, sum_crossproducts
 from scoremix.lme.conditional import conditional_estimates
 from scoremix.lme.deviance import profiled_deviance, profiled_deviance_grad

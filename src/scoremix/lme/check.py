@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from scoremix.lme.influence import influential_levels
+from scoremix.lme.result import register_inference
 from scoremix.lme.scaled_residuals import ScaledResiduals, scaled_residuals
 from scoremix.lme.singularity import convergence, re_pca
 
@@ -140,3 +141,6 @@ def check_model(m, *, nsim: int = 250, seed: int | np.random.Generator | None = 
     if m._b:
         out._ranef = np.asarray(m._b[0])[:, 0]
     return out
+
+
+register_inference("check", check_model)

@@ -34,8 +34,9 @@ from scoremix.lme.spec import ModelSpec
 __all__ = ["LmerResult", "SCHEMA", "INFERENCE", "register_inference"]
 
 #: The implementations behind :class:`LmerResult`'s inference methods (``coef_table``,
-#: ``normalize_ddf``, ``confint``, ``r2``), registered by the modules that compute them
-#: (:mod:`~scoremix.lme.ddf`, :mod:`~scoremix.lme.confint`, :mod:`~scoremix.lme.r2`) when they are
+#: ``normalize_ddf``, ``confint``, ``r2``, ``check``), registered by the modules that compute them
+#: (:mod:`~scoremix.lme.ddf`, :mod:`~scoremix.lme.confint`, :mod:`~scoremix.lme.r2`,
+#: :mod:`~scoremix.lme.check`) when they are
 #: imported (``import scoremix.lme`` imports them).  They build on this class, so this module
 #: imports none of them: the dependency runs one way, with no import cycle.
 INFERENCE: dict[str, Any] = {}
@@ -422,8 +423,7 @@ class LmerResult:
     def check(self, **kwargs: Any):
         """Model checks: singularity, convergence, scaled residuals, influential levels
         (see :func:`scoremix.lme.check.check_model`)."""
-        from scoremix.lme.check import check_model
-        return check_model(self, **kwargs)
+        return _inference("check")(self, **kwargs)
 
     # ------------------------------------------------------------------ goodness of fit
     def r2(self) -> dict[str, float]:
