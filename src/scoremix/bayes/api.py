@@ -427,17 +427,19 @@ def bayes_lmer(
         ``$SCOREMIX_MAX_MEMORY`` or 2 GiB, see :mod:`scoremix.bayes.memory`); exceeding it
         raises :class:`~scoremix.bayes.memory.MemoryBudgetError` before allocating.
 
-    Ctrl-C during sampling raises :class:`SamplingInterrupted` (a ``KeyboardInterrupt``);
-    a truncated posterior is never returned.
+    Returns
+    -------
+    BayesLmerResult
+
+    Notes
+    -----
+    Interrupting the sampler (Ctrl-C) raises :class:`SamplingInterrupted` (a
+    ``KeyboardInterrupt``); a truncated posterior is never returned.
 
     Random-effect structures: every term ``lmer`` accepts — ``(1|g)``, correlated slopes
     ``(x + z|g)`` (LKJ prior on the correlation matrix), uncorrelated ``(x||g)`` (split into
     independent terms), nested ``(1|a/b)`` and interactions ``(1|a:b)``, repeated grouping
     factors — is fitted (tests/test_bayes_structures.py).
-
-    Returns
-    -------
-    BayesLmerResult
     """
     from scoremix.lme.spec import ModelSpec
 

@@ -33,9 +33,14 @@ def eer_contrast(fit: Any, factor: str, *, pairs: Sequence[tuple[str, str]] | No
                  by: str | Sequence[str] | None = None, n_boot: int = 200,
                  seed: int | np.random.Generator | None = 0, level: float = 0.95,
                  label: str = "label", positive: Any = None, data: pd.DataFrame | None = None,
-                 conditional: bool = False, progress: bool = False) -> pd.DataFrame:
+                 conditional: bool = False, progress: bool = False,
+                 thresholds: str = "attainable") -> pd.DataFrame:
     """Differences of model EERs between levels of ``factor`` (``pairs``, default every
     pair in level order), within each ``by`` group.
+
+    ``thresholds``: ``"attainable"`` (default) evaluates each model EER at the observed distinct
+    scores, as ``sm.model_eer`` does; ``"latent"`` is the smooth crossing of the model curves
+    (:mod:`scoremix.predictive.attainable`).
 
     Returns
     -------
@@ -76,9 +81,10 @@ def eer_contrast(fit: Any, factor: str, *, pairs: Sequence[tuple[str, str]] | No
             masks += [ma, mb]
     if not masks:
         raise EmmError("no cell has trials of both levels")
-    point = np.array([float(pred.eer(m)[0]) for m in masks])
+    point = np.array([float(pred.eer(m, thresholds=thresholds)[0]) for m in masks])
     reps = parametric_eer_replicates(fit, masks, n_boot, seed, label=label, positive=positive, data=data,
-                                     conditional=conditional, progress=progress)
+                                     conditional=conditional, progress=progress,
+                                     thresholds=thresholds)
     z = stats.norm.ppf(0.5 + level / 2)
     out = []
     for gkey, a, b, ia, ib in rows:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoremix.lme.result import _abbrev, _fmt_table, _format_p, _signif_stars
+from scoremix.lme.show import _abbrev, _fmt_table, _format_p, _signif_stars
 
 __all__ = ["summary_text"]
 
