@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoremix.lme.show import _abbrev, _fmt_table, _format_p, _signif_stars
+from scoremix.lme.show import _fmt_table, _format_p, _signif_stars, fixef_correlation_lines
 
 __all__ = ["summary_text"]
 
@@ -61,16 +61,7 @@ def summary_text(m) -> str:
     out.append("")
     out.append("Fixed effects:")
     out.extend(_coef_lines(m.coef_table()))
-    if len(m.fixef) > 1:
-        out.append("")
-        out.append("Correlation of Fixed Effects:")
-        V = m.vcov.to_numpy()
-        sd = np.sqrt(np.diag(V))
-        C = V / np.outer(sd, sd)
-        short = [_abbrev(k) for k in m.fixef.index]
-        rows = [[m.fixef.index[i]] + [f"{C[i, j]:.3f}" for j in range(i)] + [""] * (len(short) - 1 - i)
-                for i in range(1, len(short))]
-        out.append(_fmt_table(rows, [""] + short[:-1]))
+    out.extend(fixef_correlation_lines(m))
     if m.singular:
         out.append("optimizer: boundary (singular) fit: see help('isSingular')")
     for msg in m.messages:

@@ -92,17 +92,7 @@ def summary_text(m: Any, coefs: pd.DataFrame | None = None,
         out.append(_fmt_table(fe, ["", "Estimate", "Std. Error", "t value"]))
     else:
         out.extend(_coef_lines(coefs))
-    if len(m.fixef) > 1:
-        out.append("")
-        out.append("Correlation of Fixed Effects:")
-        V = m.vcov.to_numpy()
-        sd = np.sqrt(np.diag(V))
-        C = V / np.outer(sd, sd)
-        short = [_abbrev(k) for k in m.fixef.index]
-        rows = []
-        for i in range(1, len(short)):
-            rows.append([m.fixef.index[i]] + [f"{C[i, j]:.3f}" for j in range(i)] + [""] * (len(short) - 1 - i))
-        out.append(_fmt_table(rows, [""] + short[:-1]))
+    out.extend(fixef_correlation_lines(m))
     if m.singular:
         out.append("optimizer: boundary (singular) fit: see help('isSingular')")
     msgs = m.fit_info.get("messages") or []
@@ -142,6 +132,20 @@ def _coef_lines(coefs: pd.DataFrame) -> list[str]:
     lines.append("---")
     lines.append("Signif. codes:  0 '***' 0.001 '**' 0.01 '*' 0.05 '.' 0.1 ' ' 1")
     return lines
+
+
+def fixef_correlation_lines(m: Any) -> list[str]:
+    """lme4's "Correlation of Fixed Effects" block (lower triangle, abbreviated column names) of a
+    fit with ``fixef`` and ``vcov``; no lines for a single fixed effect."""
+    if len(m.fixef) <= 1:
+        return []
+    V = m.vcov.to_numpy()
+    sd = np.sqrt(np.diag(V))
+    C = V / np.outer(sd, sd)
+    short = [_abbrev(k) for k in m.fixef.index]
+    rows = [[m.fixef.index[i]] + [f"{C[i, j]:.3f}" for j in range(i)] + [""] * (len(short) - 1 - i)
+            for i in range(1, len(short))]
+    return ["", "Correlation of Fixed Effects:", _fmt_table(rows, [""] + short[:-1])]
 
 
 def _abbrev(name: str) -> str:
