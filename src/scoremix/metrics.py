@@ -470,7 +470,8 @@ def rates_at(scores: Any, labels: Any, thresholds: Any) -> Rates:
 def _lower_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Indices of the lower convex hull of points sorted by x (ties: y descending).
 
-    Exact integer arithmetic. Repeatedly removes, all at once, every interior point that
+    Exact in integer arithmetic (the metrics' error counts); the model side
+    (:mod:`scoremix.predictive.attainable`) calls it on rates. Repeatedly removes, all at once, every interior point that
     is not a strict left turn (cross product <= 0) with its current neighbours; each such
     point lies on or above a chord between two points of the set, so it is never a hull
     vertex. Stops when the chain is locally, hence globally, convex.

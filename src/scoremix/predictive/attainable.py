@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr
 
+from scoremix.metrics import _lower_hull
 from scoremix.predictive.mixture import PredictiveError
 
 __all__ = ["THRESHOLDS", "check_thresholds", "hull_eer", "attainable_scores", "score_rates",
@@ -65,23 +66,6 @@ def check_thresholds(thresholds: str) -> str:
     if thresholds not in THRESHOLDS:
         raise PredictiveError(f"thresholds must be one of {THRESHOLDS}, got {thresholds!r}")
     return thresholds
-
-
-def _lower_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Indices of the lower convex hull of points sorted by ``x`` ascending (ties: ``y``
-    descending): interior points that are not strict left turns are removed, all at once,
-    until none is left."""
-    idx = np.arange(x.shape[0])
-    while idx.shape[0] > 2:
-        xa, ya = x[idx[:-2]], y[idx[:-2]]
-        xb, yb = x[idx[1:-1]], y[idx[1:-1]]
-        xc, yc = x[idx[2:]], y[idx[2:]]
-        cross = (xb - xa) * (yc - ya) - (yb - ya) * (xc - xa)
-        drop = cross <= 0
-        if not drop.any():
-            break
-        idx = idx[np.concatenate(([True], ~drop, [True]))]
-    return idx
 
 
 def hull_eer(pfa: Any, pmiss: Any) -> tuple[float, int, float]:
@@ -423,13 +407,4 @@ def attainable_measures(pred: Any, weights: np.ndarray, p_target: float = 0.05, 
     k0 = k[0]                                               # (D,) overall minimiser
     pm_at = np.take_along_axis(pm_x, np.broadcast_to(k0[None, :, None], (P, D, 1)), 2)[..., 0]
     pf_at = np.take_along_axis(pf_x, np.broadcast_to(k0[None, :, None], (P, D, 1)), 2)[..., 0]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        dcf_at = a * pm_at + b * pf_at
-        out = {"all_min_dcf": mins[0], "all_threshold": taus[0], "all_fpr": pf_at[0], "all_fnr": pm_at[0],
-               "all_eer": eer[0], "dcf_at_overall": dcf_at[1:], "min_dcf": mins[1:], "threshold_own": taus[1:],
-               "ratio_overall": dcf_at[1:] / mins[0][None, :], "ratio_own": mins[1:] / dcf_at[1:],
-               "fpr": pf_at[1:], "fnr": pm_at[1:], "fpr_ratio": pf_at[1:] / pf_at[0][None, :],
-               "fnr_ratio": pm_at[1:] / pm_at[0][None, :], "eer": eer[1:]}
-    r = out["ratio_overall"]
-    out["fairness_index"] = np.where(r > 1, r, 0.0).sum(axis=0)
-    return out
+    return _assemble(mins, taus, eer, pm_at, pf_at, a, b)
