@@ -192,3 +192,22 @@ def test_two_way_replicate_is_the_metric_of_the_product_weighted_table():
         idx = np.repeat(np.arange(len(per)), W[cl, b].astype(int))
         want = eer(wide["A"].to_numpy()[idx], y[idx]) - eer(wide["B"].to_numpy()[idx], y[idx])
         assert abs(reps[b] - want) < 1e-9
+
+
+def test_cli_compare_csv_and_text(tmp_path, capsys):
+    """``--csv`` writes the same table the API returns (atomically: no temporary file is left),
+    and the text output names the Holm adjustment."""
+    from scoremix.cli import main
+
+    d = _long()
+    d.to_csv(tmp_path / "long.csv", index=False)
+    out = tmp_path / "cmp.csv"
+    rc = main(["compare", str(tmp_path / "long.csv"), "--trial", "utt", "--speaker", "spk", "--metrics", "eer",
+               "--n-boot", "100", "--seed", "4", "--csv", str(out)])
+    assert rc == 0
+    assert "p_adjusted: Holm" in capsys.readouterr().out
+    got = pd.read_csv(out)
+    want = compare_systems(d, metrics=["eer"], speaker="spk", trial="utt", n_boot=100, seed=4)
+    assert list(got.columns) == list(want.columns)
+    np.testing.assert_allclose(got["p_value"], want["p_value"], atol=1e-12)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp.csv", "long.csv"]

@@ -575,15 +575,29 @@ def _cmd_tandem(args: argparse.Namespace) -> int:
                              level=args.level)
     except (ValueError, KeyError, OSError) as exc:
         return _fail("tandem", where, exc)
+    return _show_table("tandem", table, args, width=200)
+
+
+def _show_table(command: str, table: Any, args: argparse.Namespace, *, width: int,
+                hidden: Sequence[str] = ()) -> int:
+    """The result table of a command: written to ``--csv`` atomically (the old file stays until
+    the new one is complete), then printed as JSON records (``--json``) or as text without the
+    ``hidden`` columns."""
     if args.csv:
-        table.to_csv(args.csv, index=False)
+        from scoremix.atomic import atomic_open
+
+        try:
+            with atomic_open(Path(args.csv), "w", encoding="utf-8") as fh:
+                table.to_csv(fh, index=False)
+        except OSError as exc:
+            return _fail(command, str(args.csv), exc)
     if args.json:
         print(table.to_json(orient="records", indent=2, double_precision=15))
         return 0
     import pandas as pd
 
-    with pd.option_context("display.width", 200, "display.max_columns", 40):
-        print(table.round(5).to_string(index=False))
+    with pd.option_context("display.width", width, "display.max_columns", 40):
+        print(table.drop(columns=list(hidden)).round(5).to_string(index=False))
     return 0
 
 
@@ -636,17 +650,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                                 c_fa=args.c_fa, n_boot=args.n_boot, seed=args.seed, level=args.level)
     except (ValueError, KeyError, OSError) as exc:
         return _fail("compare", where, exc)
-    if args.csv:
-        table.to_csv(args.csv, index=False)
-    if args.json:
-        print(table.to_json(orient="records", indent=2, double_precision=15))
-        return 0
-    import pandas as pd
-
-    with pd.option_context("display.width", 220, "display.max_columns", 40):
-        print(table.drop(columns=["ratio_lo", "ratio_hi"]).round(5).to_string(index=False))
-    print(f"p_adjusted: Holm within each metric over {table.groupby('metric').size().iloc[0]} pairs")
-    return 0
+    rc = _show_table("compare", table, args, width=220, hidden=("ratio_lo", "ratio_hi"))
+    if rc == 0 and not args.json:
+        print(f"p_adjusted: Holm within each metric over {table.groupby('metric').size().iloc[0]} pairs")
+    return rc
 
 
 def _add_compare_parser(sub: Any) -> None:
