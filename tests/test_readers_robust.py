@@ -152,3 +152,18 @@ def test_transform_fit_json_reload_keeps_its_transform() -> None:
     grid = np.quantile(s, [0.1, 0.5, 0.9])
     np.testing.assert_allclose(back.transform(grid), fit.transform(grid), rtol=1e-12)
     np.testing.assert_allclose(back.fixef.to_numpy(), fit.fixef.to_numpy(), rtol=1e-12)
+
+
+def test_zst_without_zstandard_is_a_named_error(tmp_path):
+    """A ``.zst`` table without the optional ``zstandard`` package: a named error saying what to
+    install, not a raw ``ImportError``."""
+    import importlib.util
+
+    if importlib.util.find_spec("zstandard") is not None:
+        pytest.skip("zstandard is installed: the .zst path reads the file")
+    from scoremix.trials import CorruptFileError, load_trials
+
+    f = tmp_path / "scores.csv.zst"
+    f.write_bytes(b"\x28\xb5\x2f\xfd not really zstd")
+    with pytest.raises(CorruptFileError, match="zstandard"):
+        load_trials(f)

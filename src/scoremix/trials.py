@@ -306,6 +306,17 @@ def _strip_compression(name: str) -> str:
     return name
 
 
+def _zstandard(path: Any) -> Any:
+    """The optional ``zstandard`` module for a ``.zst`` table (pandas needs it too), else a named
+    error saying what to install."""
+    try:
+        import zstandard  # type: ignore[import-not-found]
+    except ImportError:
+        raise CorruptFileError(f"{path}: reading a .zst table needs the 'zstandard' package "
+                               "(pip install zstandard), or decompress the file first") from None
+    return zstandard
+
+
 def _open_binary(path: Path | io.BytesIO) -> Any:
     """The decompressed bytes of ``path`` (by its compression suffix) as a binary stream."""
     if isinstance(path, io.BytesIO):
@@ -332,9 +343,7 @@ def _open_binary(path: Path | io.BytesIO) -> Any:
                                    f"{len(members)}: {members[:5]}")
         return z.open(members[0])
     if name.endswith(".zst"):
-        import zstandard  # type: ignore[import-not-found]
-
-        return zstandard.open(path, "rb")
+        return _zstandard(path).open(path, "rb")
     return open(path, "rb")
 
 
@@ -452,6 +461,8 @@ def read_table(source: str | Path, sep: str | None = None, **read_kw: Any) -> pd
     # a pipe, FIFO or terminal (/dev/stdin) can be read once only: read it into memory, then sniff
     # the separator from the copy and parse the copy (sniffing the stream itself loses its header)
     data = None if path.is_file() else io.BytesIO(path.read_bytes())
+    if path.name.lower().endswith(".zst"):
+        _zstandard(path)
     if sep is None:
         sep = _sniff_sep(path, data)
     engine = read_kw.pop("engine", None)
