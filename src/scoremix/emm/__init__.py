@@ -14,7 +14,7 @@ from scoremix.emm.errors import EmmError
 from scoremix.emm.grid import RefGrid, ref_grid
 from scoremix.emm.joint import joint_tests
 from scoremix.emm.links import Link
-from scoremix.emm.means import EmmGrid, emmeans
+from scoremix.emm.means import EmmGrid, emmeans, regrid
 
 __all__ = ["ContrastResult", "EmmError", "EmmGrid", "Link", "RefGrid", "contrast", "eer_contrast",
-           "emmeans", "joint_tests", "ref_grid"]
+           "emmeans", "joint_tests", "ref_grid", "regrid"]
