@@ -161,6 +161,8 @@ from scoremix.emm import (ContrastResult, EmmError, EmmGrid, contrast, eer_contr
                           ref_grid)
 from scoremix.lme.allfit import AllFit, all_fit
 from scoremix.lme.check import ModelCheck, check_model
+# s5postfit: GLMM response scale (regrid) and model-based DCF contrasts
+from scoremix.emm import dcf_contrast, regrid  # noqa: E402
 
 # s4bayes: posterior checks, LOO, contrasts, memory budget, Ctrl-C (issue 25)
 from scoremix.bayes import (  # noqa: E402
@@ -178,6 +180,7 @@ from scoremix.bayes import waic as bayes_waic  # noqa: E402
 __all__ = [
     "ContrastResult", "EmmError", "EmmGrid", "contrast", "eer_contrast", "emmeans", "joint_tests", "ref_grid",
     "AllFit", "all_fit", "ModelCheck", "check_model",  # s4postfit
+    "dcf_contrast", "regrid",  # s5postfit
     "__version__",
     # s4trust-def
     "finite_order", "THRESHOLDS", "hull_eer", "misfit_hint", "outside_interval",
