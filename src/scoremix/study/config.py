@@ -33,7 +33,8 @@ BACKENDS = ("native", "statsmodels", "lme4", "bayes")
 #: values of a model's ``transform`` key (see docs/study-format.md)
 TRANSFORMS = ("monotone", "monotone-by-class")
 #: Analysis tables accepted under ``[analyses]``.
-ANALYSES = ("metrics", "model_eer", "fairness", "breakdown", "compare", "nuisance", "systems")
+ANALYSES = ("metrics", "model_eer", "fairness", "breakdown", "compare", "nuisance", "systems",
+            "contrasts", "checks")  # s5postfit: contrasts, checks
 EER_METHODS = ("rocch", "interp", "asvspoof", "voxceleb")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -251,6 +252,8 @@ class AnalysesConfig:
     compare: CompareConfig | None = None
     nuisance: NuisanceConfig | None = None
     systems: SystemsConfig | None = None
+    contrasts: Any = None  # s5postfit: study.postfit.ContrastsConfig
+    checks: Any = None     # s5postfit: study.postfit.ChecksConfig (None: the default panel)
 
     def enabled(self) -> list[str]:
         return [a for a in ANALYSES if getattr(self, a) is not None]
@@ -737,6 +740,12 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         sc.adjust = s.str("adjust", "holm") or "holm"
         s.finish()
         a.systems = sc
+    if r.has("contrasts") or r.has("checks"):  # s5postfit
+        from scoremix.study.postfit import parse_checks, parse_contrasts
+        if r.has("contrasts"):
+            a.contrasts = parse_contrasts(_Reader(r.get("contrasts"), r.key("contrasts"), src), freq, names)
+        if r.has("checks"):
+            a.checks = parse_checks(_Reader(r.get("checks"), r.key("checks"), src))
     if r.has("nuisance"):
         s = _Reader(r.get("nuisance"), r.key("nuisance"), src)
         n = NuisanceConfig()

@@ -538,6 +538,8 @@ def build_sections(res: StudyResult) -> list[rh.Section]:
     """All report sections of a study, in order (missing analyses are skipped)."""
     secs: list[rh.Section | None] = [_overview(res), _data_section(res), _metrics_section(res)]
     secs += _model_sections(res)
+    from scoremix.study.postfit import postfit_sections  # s5postfit: contrasts, model checks
+    secs += postfit_sections(res)
     secs += [_model_eer_section(res), det_overlay_section(res), _fairness_section(res), _compare_section(res),
              _systems_section(res),
              _simple_section("Breakdowns", res.breakdown,

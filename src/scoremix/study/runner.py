@@ -119,7 +119,8 @@ def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
             k = f"model/{m.name}/{system}"
             meer = an.model_eer if (an.model_eer is not None and (m.name in an.model_eer.models
                                                                   or m.backend == "bayes")) else None
-            out.append(Task(k, T.model_task, (m, system, df, task_seed(seed, k), meer, an.fairness, speaker)))
+            out.append(Task(k, T.model_task, (m, system, df, task_seed(seed, k), meer, an.fairness, speaker,
+                                              (an.contrasts, an.checks))))  # s5postfit
     if an.compare is not None:
         k = "compare"
         cargs = (data.table, cfg.data.system, an.compare, speaker, an.fairness)
@@ -277,6 +278,8 @@ def _write_outputs(res: StudyResult) -> None:
                                                   "boot_chunks": res.compare.get("boot_chunks", 0)})
     _write_csv(res, "systems_compare.csv", res.systems)  # s4deteval
     _write_csv(res, "nuisance.csv", res.nuisance)
+    from scoremix.study.postfit import write_postfit  # s5postfit
+    write_postfit(res, _write_csv)
 
 
 def _write_r(res: StudyResult) -> None:

@@ -338,7 +338,7 @@ def _model_fairness(fit: Any, df: pd.DataFrame, fcfg: FairnessConfig, speaker: s
 
 def model_task(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
                model_eer_cfg: ModelEERConfig | None = None, fairness_cfg: FairnessConfig | None = None,
-               speaker: str = "speaker", fit_data: Any = None) -> dict[str, Any]:
+               speaker: str = "speaker", postfit: Any = None, fit_data: Any = None) -> dict[str, Any]:
     """:func:`fit_model` that turns a model error (bad formula for this subset, a grouping
     factor with too few levels, …) into ``{"model", "system", "backend", "error"}`` so that the
     other fits and analyses of the study still finish; the runner reports the error."""
@@ -347,7 +347,7 @@ def model_task(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
     try:
         if fit_data is not None:
             return fit_model_over_partitions(model, system, fit_data, model_eer_cfg, fairness_cfg)
-        return fit_model(model, system, df, seed, model_eer_cfg, fairness_cfg, speaker)
+        return fit_model(model, system, df, seed, model_eer_cfg, fairness_cfg, speaker, postfit)
     except (LmeError, ValueError, np.linalg.LinAlgError) as exc:
         return {"model": model.name, "system": system, "backend": model.backend, "nobs": int(len(df)),
                 "error": f"{type(exc).__name__}: {exc}"}
@@ -398,7 +398,7 @@ def fit_model_over_partitions(model: ModelConfig, system: str, ddf: Any,
 
 def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
               model_eer_cfg: ModelEERConfig | None = None, fairness_cfg: FairnessConfig | None = None,
-              speaker: str = "speaker") -> dict[str, Any]:
+              speaker: str = "speaker", postfit: Any = None) -> dict[str, Any]:
     """Fit one model to one system's trials and derive everything the study reports from it.
 
     Frequentist backends: :func:`scoremix.lme.api.lmer`; ``"bayes"``:
@@ -425,6 +425,8 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
                                                               speaker), model)
         if model_eer_cfg is not None or fair:
             out.update(_det_overlay(fit, df, system, model.name, fairness_cfg.groups if fair else ()))
+        from scoremix.study.postfit import postfit_outputs  # s5postfit: contrasts, model checks
+        out.update(postfit_outputs(fit, model, *(postfit or (None, None))))
         return out
 
     from scoremix.bayes import bayes_lmer
