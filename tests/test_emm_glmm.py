@@ -133,7 +133,7 @@ c <- summary(contrast(e, 'pairwise', adjust = 'holm'), type = 'response')
 r <- summary(contrast(regrid(e), 'trt.vs.ctrl', adjust = 'bonferroni'))
 cat(toJSON(list(fixef = as.list(fixef(m)), vcov = unname(as.matrix(vcov(m))), emm = summary(e),
                 con = as.data.frame(c), reg = as.data.frame(r), joint = as.data.frame(joint_tests(m))),
-           digits = NA, na = 'null'))
+           digits = NA, na = 'null', auto_unbox = TRUE))
 """
     out = subprocess.run([rscript, "-e", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -147,3 +147,28 @@ cat(toJSON(list(fixef = as.list(fixef(m)), vcov = unname(as.matrix(vcov(m))), em
     assert not compare(contrast(regrid(e), "trt.vs.ctrl", adjust="bonferroni").summary(), live["reg"],
                        {"kind": "contrast", "adjust": "bonferroni"})
     assert not compare(joint_tests(fit), live["joint"], {"kind": "joint_tests"})
+
+
+def test_transformation_fit_on_latent_scale():
+    """A transformation fit (h(score) = Xβ + Zb + ε, h estimated) is summarised on its latent
+    scale: means L β̂ with SE √(L V L') from the fit's own vcov, z tests (closed form)."""
+    rng = np.random.default_rng(1)
+    n = 400
+    g = rng.choice(["a", "b", "c"], n)
+    s = rng.choice([f"s{i}" for i in range(15)], n)
+    z = np.select([g == "a", g == "b"], [0.0, 0.5], 1.0) + rng.normal(0, 0.5, 15)[pd.factorize(s, sort=True)[0]] \
+        + rng.normal(size=n)
+    fit = sm.lmer("score ~ g + (1 | spk)", pd.DataFrame({"g": g, "spk": s, "score": np.exp(z)}),
+                  transform="monotone")
+    with pytest.warns(UserWarning, match="transformation fit"):
+        e = emmeans(fit, "g")
+    out = e.summary()
+    b, V = fit.fixef.to_numpy(), fit.vcov.to_numpy()
+    L = np.array([[1, 0, 0], [1, 1, 0], [1, 0, 1]], float)
+    np.testing.assert_allclose(out["emmean"], L @ b, rtol=1e-12)
+    np.testing.assert_allclose(out["SE"], np.sqrt(np.diag(L @ V @ L.T)), rtol=1e-12)
+    assert np.all(np.isinf(out["df"]))
+    c = contrast(emmeans(fit, "g", lmer_df="asymptotic"), "trt.vs.ctrl", adjust="none").summary()
+    np.testing.assert_allclose(c["estimate"], b[1:], rtol=1e-12)
+    np.testing.assert_allclose(c["p.value"], 2 * stats.norm.sf(np.abs(b[1:] / np.sqrt(np.diag(V)[1:]))),
+                               rtol=1e-10)
