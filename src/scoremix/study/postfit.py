@@ -70,12 +70,12 @@ class ChecksConfig:
 
 
 def parse_contrasts(s: Any, freq: list[str], names: list[str]) -> ContrastsConfig:
-    """Read ``[analyses.contrasts]`` from a config reader ``s`` (``study.config._Reader``)."""
+    """Read ``[analyses.contrasts]`` from a config reader ``s`` (``study.config._Reader``, passed
+    in by the config parser: this module does not import the config module)."""
     from scoremix.emm.adjust import ADJUST
     from scoremix.emm.basis import LMER_DF
     from scoremix.emm.contrast import METHODS
     from scoremix.emm.means import WEIGHTS
-    from scoremix.study.config import StudyConfigError
 
     c = ContrastsConfig()
     c.specs = s.strlist("specs")
@@ -90,8 +90,8 @@ def parse_contrasts(s: Any, freq: list[str], names: list[str]) -> ContrastsConfi
     c.models = s.strlist("models", freq)
     for i, n in enumerate(c.models):
         if n not in freq:
-            raise StudyConfigError(f"{s.key('models')}[{i}]", f"no frequentist model named {n!r} "
-                                   f"(models: {names}; frequentist: {freq})", s.source)
+            raise s.err(f"models[{i}]", f"no frequentist model named {n!r} (models: {names}; "
+                        f"frequentist: {freq})")
     s.finish()
     return c
 
