@@ -142,3 +142,16 @@ def test_posterior_contrast_is_per_draw_closed_form():
     assert r["estimate"].iloc[0] == pytest.approx(np.median(per_draw), abs=1e-8)
     assert r["SE"].iloc[0] == pytest.approx(per_draw.std(ddof=1), abs=1e-8)
     assert r["lower"].iloc[0] == pytest.approx(np.quantile(per_draw, 0.025), abs=1e-8)
+
+
+def test_posterior_eer_contrast_is_per_draw_closed_form():
+    """``eer_contrast`` on a posterior fit: per draw Φ(−Δ/2) (unit variances) differenced."""
+    from scoremix.emm.eer_contrast import eer_contrast
+    trials = pd.DataFrame({"g": ["f"] * 20 + ["m"] * 20, "label": (["t"] * 5 + ["n"] * 15) * 2})
+    r = eer_contrast(StandInPosterior(), "g", trials=trials, label="label", positive="t",
+                     thresholds="latent", conditional=True)
+    per_draw = np.array([stats.norm.cdf(-(MU[("f", 1)] + sh) / 2) - stats.norm.cdf(-(MU[("m", 1)] + sh - 0.1) / 2)
+                         for sh in SHIFT])
+    assert r["interval"].iloc[0] == "posterior" and r["n_rep"].iloc[0] == 4
+    assert r["estimate"].iloc[0] == pytest.approx(np.median(per_draw), abs=1e-8)
+    assert r["upper"].iloc[0] == pytest.approx(np.quantile(per_draw, 0.975), abs=1e-8)

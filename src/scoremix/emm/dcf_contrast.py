@@ -40,6 +40,7 @@ Language* 20, 230–275).
 
 from __future__ import annotations
 
+import warnings
 from itertools import combinations
 from typing import Any, Sequence
 
@@ -49,7 +50,7 @@ from scipy import optimize, stats
 
 from scoremix.emm.errors import EmmError
 
-__all__ = ["dcf_contrast", "cell_dcf", "DCF_MEASURES"]
+__all__ = ["dcf_contrast", "cell_dcf", "contrast_cells", "summarise_contrasts", "DCF_MEASURES"]
 
 DCF_MEASURES = ("min_dcf", "act_dcf")
 
@@ -149,7 +150,7 @@ def dcf_contrast(fit: Any, factor: str, *, pairs: Sequence[tuple[str, str]] | No
         ``interval`` (``"parametric"`` or ``"posterior"``).
     """
     from scoremix.predictive.layer import is_bayes_fit, predictive
-    from scoremix.predictive.param_boot import parametric_refits
+    from scoremix.predictive.param_boot import ModelIntervalWarning, parametric_refits
     if not 0 < level < 1:
         raise EmmError(f"level must be in (0, 1), got {level!r}")
     _cost_weights(p_target, c_miss, c_fa, normalize)
@@ -160,7 +161,34 @@ def dcf_contrast(fit: Any, factor: str, *, pairs: Sequence[tuple[str, str]] | No
     kw = dict(data=data, label=label, positive=positive, conditional=conditional)
     pred = predictive(fit, trials, by=[factor] + by_l, max_draws=max_draws, **kw) if bayes else \
         predictive(fit, trials, by=[factor] + by_l, **kw)
-    frame = pred.frame
+    rows, masks = contrast_cells(pred.frame, factor, by_l, pairs)
+    opts = dict(measure=measure, p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize,
+                threshold=threshold, thresholds=thresholds)
+    vals = np.array([cell_dcf(pred, m, **opts) for m in masks])          # (cells, draws)
+    if bayes:
+        reps, point = vals, np.nanmedian(vals, axis=1)
+    else:
+        point = vals[:, 0]
+        reps = np.full((len(masks), n_boot), np.nan)
+        failed = 0
+        for r, refit in enumerate(parametric_refits(fit, n_boot, seed, progress)):
+            try:
+                pr = predictive(refit, by=[factor] + by_l, **kw)
+            except (ValueError, ArithmeticError):
+                failed += 1
+                continue
+            for j, m in enumerate(masks):
+                reps[j, r] = float(cell_dcf(pr, m, **opts)[0])
+        if failed:
+            warnings.warn(f"{failed} of {n_boot} parametric-bootstrap refits gave no predictive distribution "
+                          "and were left out of the DCF-contrast interval", ModelIntervalWarning, stacklevel=2)
+    return summarise_contrasts(rows, point, reps, bayes, level, by_l, "dcf")
+
+
+def contrast_cells(frame: pd.DataFrame, factor: str, by_l: list[str],
+                   pairs: Sequence[tuple[str, str]] | None) -> tuple[list[tuple], list[np.ndarray]]:
+    """The cells of the contrasts: ``rows`` ``(by key, a, b, index of a, index of b)`` and
+    the boolean ``masks`` of the trials of every cell over ``frame``'s rows."""
     for c in [factor] + by_l:
         if c not in frame.columns:
             raise EmmError(f"column {c!r} is not in the predictive frame (columns: {list(frame.columns)}); "
@@ -177,7 +205,8 @@ def dcf_contrast(fit: Any, factor: str, *, pairs: Sequence[tuple[str, str]] | No
     if by_l:
         keys = frame[by_l].astype(str).agg("\x1f".join, axis=1).to_numpy()
         groups = [(tuple(k.split("\x1f")), keys == k) for k in sorted(pd.unique(keys))]
-    masks, rows = [], []
+    masks: list[np.ndarray] = []
+    rows: list[tuple] = []
     for gkey, gm in groups:
         for a, b in pairs:
             ma, mb = gm & (fac == a), gm & (fac == b)
@@ -187,21 +216,13 @@ def dcf_contrast(fit: Any, factor: str, *, pairs: Sequence[tuple[str, str]] | No
             masks += [ma, mb]
     if not masks:
         raise EmmError("no cell has trials of both levels")
-    opts = dict(measure=measure, p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize,
-                threshold=threshold, thresholds=thresholds)
-    vals = np.array([cell_dcf(pred, m, **opts) for m in masks])          # (cells, draws)
-    if bayes:
-        reps, point = vals, np.nanmedian(vals, axis=1)
-    else:
-        point = vals[:, 0]
-        reps = np.full((len(masks), n_boot), np.nan)
-        for r, refit in enumerate(parametric_refits(fit, n_boot, seed, progress)):
-            try:
-                pr = predictive(refit, by=[factor] + by_l, **kw)
-            except (ValueError, ArithmeticError):
-                continue
-            for j, m in enumerate(masks):
-                reps[j, r] = float(cell_dcf(pr, m, **opts)[0])
+    return rows, masks
+
+
+def summarise_contrasts(rows: list[tuple], point: np.ndarray, reps: np.ndarray, bayes: bool, level: float,
+                        by_l: list[str], name: str) -> pd.DataFrame:
+    """One row per contrast: ``<name>_a``, ``<name>_b``, ``estimate``, ``SE``, ``lower``,
+    ``upper``, ``n_rep``, ``interval`` (see the module docstring for the two intervals)."""
     z = stats.norm.ppf(0.5 + level / 2)
     out = []
     for gkey, a, b, ia, ib in rows:
@@ -209,16 +230,17 @@ def dcf_contrast(fit: Any, factor: str, *, pairs: Sequence[tuple[str, str]] | No
         ds = ds[np.isfinite(ds)]
         sd = float(ds.std(ddof=1)) if ds.size > 1 else np.nan
         row = {c: v for c, v in zip(by_l, gkey)}
+        row.update({"contrast": f"{a} - {b}", f"{name}_a": point[ia], f"{name}_b": point[ib]})
         if bayes:
             est = float(np.median(ds)) if ds.size else np.nan
             lo, hi = (np.quantile(ds, [0.5 - level / 2, 0.5 + level / 2]) if ds.size else (np.nan, np.nan))
-            row.update(contrast=f"{a} - {b}", dcf_a=point[ia], dcf_b=point[ib], estimate=est, SE=sd,
-                       lower=float(lo), upper=float(hi), n_rep=int(ds.size), interval="posterior")
+            row.update(estimate=est, SE=sd, lower=float(lo), upper=float(hi), n_rep=int(ds.size),
+                       interval="posterior")
         else:
             d = point[ia] - point[ib]
             centre = 2 * d - float(ds.mean()) if ds.size else np.nan
-            row.update(contrast=f"{a} - {b}", dcf_a=point[ia], dcf_b=point[ib], estimate=d, SE=sd,
-                       lower=centre - z * sd, upper=centre + z * sd, n_rep=int(ds.size), interval="parametric")
+            row.update(estimate=d, SE=sd, lower=centre - z * sd, upper=centre + z * sd, n_rep=int(ds.size),
+                       interval="parametric")
         out.append(row)
-    return pd.DataFrame(out, columns=by_l + ["contrast", "dcf_a", "dcf_b", "estimate", "SE", "lower",
+    return pd.DataFrame(out, columns=by_l + ["contrast", f"{name}_a", f"{name}_b", "estimate", "SE", "lower",
                                              "upper", "n_rep", "interval"])
