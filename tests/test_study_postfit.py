@@ -96,3 +96,10 @@ def test_checks_can_be_disabled_and_bad_keys_are_named(la_subset, tmp_path):
     del bad["analyses"]["contrasts"]["specs"]
     with pytest.raises(StudyConfigError, match=r"analyses.contrasts.specs"):
         parse_study(bad, base_dir=tmp_path)
+
+
+def test_spec_outside_the_model_is_named(tmp_path):
+    raw = _study(tmp_path / "absent.csv")
+    raw["analyses"]["contrasts"]["specs"] = ["attack"]
+    with pytest.raises(StudyConfigError, match=r"analyses.contrasts.specs\[0\].*attack.*'gender'"):
+        parse_study(raw, base_dir=tmp_path)

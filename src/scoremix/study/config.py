@@ -743,7 +743,8 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
     if r.has("contrasts") or r.has("checks"):  # s5postfit
         from scoremix.study.postfit import parse_checks, parse_contrasts
         if r.has("contrasts"):
-            a.contrasts = parse_contrasts(_Reader(r.get("contrasts"), r.key("contrasts"), src), freq, names)
+            a.contrasts = parse_contrasts(_Reader(r.get("contrasts"), r.key("contrasts"), src), freq, names,
+                                          {m.name: m.formula for m in models})
         if r.has("checks"):
             a.checks = parse_checks(_Reader(r.get("checks"), r.key("checks"), src))
     if r.has("nuisance"):

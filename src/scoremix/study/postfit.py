@@ -69,7 +69,8 @@ class ChecksConfig:
     seed: int = 0
 
 
-def parse_contrasts(s: Any, freq: list[str], names: list[str]) -> ContrastsConfig:
+def parse_contrasts(s: Any, freq: list[str], names: list[str],
+                    formulas: dict[str, str] | None = None) -> ContrastsConfig:
     """Read ``[analyses.contrasts]`` from a config reader ``s`` (``study.config._Reader``, passed
     in by the config parser: this module does not import the config module)."""
     from scoremix.emm.adjust import ADJUST
@@ -92,6 +93,18 @@ def parse_contrasts(s: Any, freq: list[str], names: list[str]) -> ContrastsConfi
         if n not in freq:
             raise s.err(f"models[{i}]", f"no frequentist model named {n!r} (models: {names}; "
                         f"frequentist: {freq})")
+    from scoremix.emm.means import parse_specs
+    from scoremix.lme.formula import parse_formula
+    for n in c.models:
+        if formulas is None or n not in formulas:
+            continue
+        fixed = {col for v in parse_formula(formulas[n]).fixed.variables for col in v.columns}
+        for i, spec in enumerate(c.specs):
+            sp, by = parse_specs(spec, c.by)
+            bad = [v for v in sp + by if v not in fixed]
+            if bad:
+                raise s.err(f"specs[{i}]", f"{bad} not among the fixed-effect predictors of model {n!r} "
+                            f"({sorted(fixed)})")
     s.finish()
     return c
 
