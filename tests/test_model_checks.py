@@ -135,3 +135,17 @@ def test_re_pca_live(rscript):
     d = pd.read_csv(EMM_DATA / "data" / "sleepstudy.csv", dtype={"Subject": str})
     ours = re_pca(sm.lmer("Reaction ~ Days + (Days | Subject)", d))["sdev"].to_numpy()
     np.testing.assert_allclose(ours, r, rtol=1e-4)
+
+
+def test_transformation_fit_is_refused_with_a_named_error():
+    """The checks simulate a Gaussian response on the score scale: a transformation fit is
+    refused (its scores are not Gaussian), never silently misjudged."""
+    from scoremix.lme.errors import UnsupportedModelError
+    rng = np.random.default_rng(2)
+    g = rng.choice(["a", "b"], 200)
+    s = rng.choice([f"s{i}" for i in range(10)], 200)
+    z = (g == "b") * 0.5 + rng.normal(0, 0.5, 10)[pd.factorize(s, sort=True)[0]] + rng.normal(size=200)
+    fit = sm.lmer("score ~ g + (1 | spk)", pd.DataFrame({"g": g, "spk": s, "score": np.exp(z)}),
+                  transform="monotone")
+    with pytest.raises(UnsupportedModelError, match="transformation fit"):
+        fit.check()

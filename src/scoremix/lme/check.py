@@ -106,7 +106,16 @@ class ModelCheck:
 def check_model(m, *, nsim: int = 250, seed: int | np.random.Generator | None = 0,
                 by=(), influence: bool = True,
                 max_levels: int = 60, alpha: float = 0.05) -> ModelCheck:
-    """Run every check on ``m`` (see the module docstring)."""
+    """Run every check on ``m`` (see the module docstring).
+
+    Raises :class:`~scoremix.lme.errors.UnsupportedModelError` for a transformation fit
+    (``transform="monotone"``): the checks simulate a Gaussian response on the score scale
+    and would misjudge a model whose Gaussian scale is the latent :math:`h(s)`."""
+    if getattr(m, "transform", None) is not None:
+        from scoremix.lme.errors import UnsupportedModelError
+        raise UnsupportedModelError("check_model is for Gaussian linear mixed models; a transformation fit "
+                                    "(transform='monotone') is checked through its model-vs-empirical error "
+                                    "rates (sm.model_eer, the study's goodness-of-fit notes)")
     sing = re_pca(m)
     conv = convergence(m)
     res = scaled_residuals(m, nsim, seed=seed, by=by)

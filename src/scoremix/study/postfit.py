@@ -169,8 +169,8 @@ def postfit_outputs(fit: Any, model: Any, contrasts: ContrastsConfig | None,
                 s.insert(1, "adjust", c.adjust)
                 em.append(es)
                 co.append(s)
-            except (ValueError, ArithmeticError) as exc:
-                errors.append(f"contrasts {spec!r}: {type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - reported in the section, never fails the model
+                errors.append(f"contrasts {spec!r}: {type(exc).__name__}: {' '.join(str(exc).split())}")
         if em:
             out["emmeans"] = pd.concat(em, ignore_index=True)
             out["contrasts"] = pd.concat(co, ignore_index=True)
@@ -185,8 +185,8 @@ def postfit_outputs(fit: Any, model: Any, contrasts: ContrastsConfig | None,
             fig = chk.plot()
             out["checks_png"] = figure_to_png(fig)
             plt.close(fig)
-        except (ValueError, ArithmeticError, NotImplementedError, AttributeError) as exc:
-            errors.append(f"checks: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a check that cannot run is reported, never fails the model
+            errors.append(f"checks: {type(exc).__name__}: {' '.join(str(exc).split())}")
     if errors:
         out["postfit_errors"] = errors
     return out
@@ -216,7 +216,10 @@ def postfit_sections(res: Any) -> list[Any]:
     from scoremix import report_html as rh
 
     out = []
-    con = [m for m in res.models if m.get("contrasts") is not None]
+    def errs(m: dict[str, Any], kind: str) -> list[str]:
+        return [e for e in m.get("postfit_errors", []) if e.startswith(kind)]
+
+    con = [m for m in res.models if m.get("contrasts") is not None or errs(m, "contrasts")]
     cfg = getattr(res.config.analyses, "contrasts", None)
     if con and cfg is not None:
         blocks: list[Any] = [rh.Paragraph(
@@ -226,10 +229,13 @@ def postfit_sections(res: Any) -> list[Any]:
             f"{f' by {cfg.by}' if cfg.by else ''}; intervals are simultaneous at {100 * cfg.level:g} % "
             "with the same adjustment. Means of a transformation model are on its latent scale.")]
         for m in con:
-            blocks.append(rh.Table(m["emmeans"], caption=f"{m['model']} / {m['system']}: marginal means"))
-            blocks.append(rh.Table(m["contrasts"], caption=f"{m['model']} / {m['system']}: contrasts"))
+            if m.get("contrasts") is not None:
+                blocks.append(rh.Table(m["emmeans"], caption=f"{m['model']} / {m['system']}: marginal means"))
+                blocks.append(rh.Table(m["contrasts"], caption=f"{m['model']} / {m['system']}: contrasts"))
+            for e in errs(m, "contrasts"):
+                blocks.append(rh.Paragraph(f"{m['model']} / {m['system']}: not computed — {e}"))
         out.append(rh.Section("Contrasts", blocks))
-    chk = [m for m in res.models if m.get("checks") is not None or m.get("postfit_errors")]
+    chk = [m for m in res.models if m.get("checks") is not None or errs(m, "checks")]
     if chk:
         blocks = [rh.Paragraph(
             "Per fit: singularity of every random term (rePCA), convergence (scaled gradient), "
@@ -238,10 +244,10 @@ def postfit_sections(res: Any) -> list[Any]:
         for m in chk:
             if m.get("checks") is not None:
                 blocks.append(rh.Table(m["checks"], caption=f"{m['model']} / {m['system']}: model checks"))
-            adv = m.get("checks_advice") or []
-            blocks.append(rh.Paragraph("Advice: " + ("; ".join(adv) if adv else "none (every check passed)")))
-            for e in m.get("postfit_errors", []):
-                blocks.append(rh.Paragraph(f"Not computed — {e}"))
+                adv = m.get("checks_advice") or []
+                blocks.append(rh.Paragraph("Advice: " + ("; ".join(adv) if adv else "none (every check passed)")))
+            for e in errs(m, "checks"):
+                blocks.append(rh.Paragraph(f"{m['model']} / {m['system']}: not computed — {e}"))
             if m.get("checks_png") is not None:
                 blocks.append(rh.Figure(m["checks_png"], caption=f"{m['model']} / {m['system']}: check panel",
                                         alt="model check panel"))
