@@ -315,7 +315,7 @@ class LocScaleFit:
         return mu + b + u, sig * np.exp(g), strata.to_numpy(dtype=object)
 
     def _xbeta(self, frame: pd.DataFrame, y: np.ndarray) -> np.ndarray | float:
-        """:math:`x_t^\top\beta_{c(t)}` of the covariate location terms (0 without any)."""
+        """:math:`x_t^\\top\\beta_{c(t)}` of the covariate location terms (0 without any)."""
         if self.design is None:
             return 0.0
         from scoremix.locscale.covariates import CovariateError

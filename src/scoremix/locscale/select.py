@@ -126,8 +126,8 @@ def cv_loglik(data: LocScaleData, spec: LocScaleSpec, n_folds: int, seed: int, n
 def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "label", speaker: str = "speaker",
                 factors: Sequence[str] = (), covariates: Sequence[str] = (), positive: Any = None,
                 candidates: Sequence[LocScaleSpec] | None = None, n_folds: int = 4, seed: int = 0,
-                n_nodes: int = 9, n_pass: int = 3) -> Any:
-    """Fit a score model whose specification is chosen automatically (module docstring).
+                n_nodes: int = 9, n_pass: int = 3, pool_shapes: bool = False) -> Any:
+    r"""Fit a score model whose specification is chosen automatically (module docstring).
 
     Parameters
     ----------
@@ -145,6 +145,10 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
     candidates: the specifications to compare (default :func:`candidate_specs`).
     n_folds, seed: the speaker-grouped cross-validation.
     n_nodes, n_pass: passed to :func:`scoremix.locscale.fit_locscale`.
+    pool_shapes: also consider shapes between one transform per class and one per stratum:
+        each stratum's distribution shrunk toward a shared class shape, the amount of pooling
+        :math:`\kappa` chosen by speaker-grouped CV (:mod:`scoremix.locscale.pooled`; κ = 0 is
+        one free transform per stratum).  The fit then carries ``shape_pooling``.
 
     Returns
     -------
@@ -182,7 +186,12 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
     table = pd.DataFrame(rows)
     table["delta"] = table["cv_loglik"] - table["cv_loglik"].iloc[best]
     table["chosen"] = np.arange(len(table)) == best
-    fit = fit_locscale(LocScaleData(trials, chosen), chosen, n_pass=n_pass, n_nodes=n_nodes)
+    if pool_shapes and factors:  # s5trust-auto: pooled per-level shapes
+        from scoremix.locscale.pooled import fit_pooled_shapes
+
+        fit = fit_pooled_shapes(trials, chosen, n_folds=folds, seed=seed, n_pass=n_pass, n_nodes=n_nodes)
+    else:
+        fit = fit_locscale(LocScaleData(trials, chosen), chosen, n_pass=n_pass, n_nodes=n_nodes)
     predicted = [f"{speaker} location per class"]
     if chosen.speaker_scale:
         predicted.append(f"{speaker} log-SD ({', '.join(chosen.speaker_scale)})")
@@ -192,7 +201,19 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
         predicted.append(f"{label} × {c} location (per class)")
     fit.selection = Selection(table=table.set_index("name"), chosen=chosen, fitted_freely=list(data.cells.levels),
                               predicted=predicted, n_folds=folds, notes=notes)
+    if getattr(fit, "shape_pooling", None) is not None:
+        _pooling_selection(fit.selection, fit.shape_pooling)
     return fit
+
+
+def _pooling_selection(sel: Selection, pool: Any) -> None:  # s5trust-auto: pooled per-level shapes
+    """Strata whose shape is pooled (weight < 1) move from ``fitted_freely`` to ``predicted``."""
+    pooled = [lv for lv in sel.fitted_freely if pool.weights.get(lv, 1.0) < 1.0]
+    sel.fitted_freely = [lv for lv in sel.fitted_freely if lv not in pooled]
+    sel.predicted += [f"stratum {lv} shape pooled toward its class shape (weight {pool.weights[lv]:.3f} on its own "
+                      f"distribution)" for lv in pooled]
+    sel.notes.append(f"shape pooling: kappa = {pool.kappa:g} chosen by speaker-grouped CV of the threshold-weighted "
+                     f"CRPS ({len(pooled)} strata pooled)")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ class LocScaleSpec:
         classes whose speaker log-SD effects follow a scaled Student t (degrees of freedom
         estimated) instead of a Gaussian (not with ``correlated``).
     covariates:
-        columns entering the latent location per class, :math:`x_t^\top\beta_c` (``label ×
+        columns entering the latent location per class, :math:`x_t^\\top\\beta_c` (``label ×
         covariate``; :mod:`scoremix.locscale.covariates`).
     transform:
         ``True``: one estimated transform per stratum (the latent scale); ``False``: the
