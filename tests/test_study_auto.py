@@ -29,9 +29,10 @@ def _raw(data_file: str = "trials.csv", **model) -> dict:
 
 
 def test_auto_model_parses(tmp_path):
-    cfg = parse_study(_raw(covariates=["x"], validate=["speakers"], validate_share=0.3), base_dir=tmp_path)
+    cfg = parse_study(_raw(covariates=["x"], validate=["speakers"], validate_share=0.3, pool_shapes=True),
+                      base_dir=tmp_path)
     m = cfg.models[0]
-    assert m.auto and m.factors == ["attack"] and m.covariates == ["x"]
+    assert m.auto and m.factors == ["attack"] and m.covariates == ["x"] and m.pool_shapes
     assert m.validate == ["speakers"] and m.validate_share == 0.3
     assert cfg.analyses.model_eer.models == ["auto"]     # an auto model is a frequentist (point) fit
     assert not parse_study(_raw(validate=[]), base_dir=tmp_path).models[0].validate

@@ -133,7 +133,7 @@ def validation_figure(groups: pd.DataFrame, title: str, measure: str = "eer") ->
 
 def fit_auto(df: pd.DataFrame, *, speaker: str, factors: Sequence[str] = (), covariates: Sequence[str] = (),
              subgroups: Sequence[str] = (), validate: Sequence[str] = ("trials", "speakers"), share: float = 0.2,
-             seed: int = 0) -> tuple[Any, dict[str, Any]]:
+             seed: int = 0, pool_shapes: bool = False) -> tuple[Any, dict[str, Any]]:
     """Fit :func:`scoremix.score_model` to one system's trials and validate it (module
     docstring).  Returns the fit and ``{"selection", "selection_cells", "validation",
     "validation_groups", "validation_png"}`` (tables and per-split PNG figures)."""
@@ -142,10 +142,13 @@ def fit_auto(df: pd.DataFrame, *, speaker: str, factors: Sequence[str] = (), cov
     from scoremix.validation import validate_model
 
     kw = dict(score="score", label="y", speaker=speaker, factors=list(factors), covariates=list(covariates),
-              positive=1)
+              positive=1, **({"pool_shapes": True} if pool_shapes else {}))
     fit = score_model(df, **kw)
     cand, cells = selection_tables(fit.selection)
     out: dict[str, Any] = {"selection": cand, "selection_cells": cells}
+    pool = getattr(fit, "shape_pooling", None)
+    if pool is not None and len(pool.table):
+        out["shape_pooling"] = pool.table
     ov = _overall_col(df)
     data = df.assign(**{ov: "all"})
     subgroups = [g for g in subgroups if g in df.columns and g != speaker]

@@ -82,6 +82,12 @@ def auto_model_section(res: StudyResult, cfg: Any, fits: list[dict[str, Any]]) -
             blocks.append(rh.Table(cells, caption=f"{f['system']}: what is fitted freely "
                                                   f"({counts.get('fitted freely', 0)} strata: one transform each) "
                                                   f"and what is predicted with partial pooling"))
+        if f.get("shape_pooling") is not None:
+            blocks.append(rh.Table(f["shape_pooling"], caption=f"{f['system']}: pooling of the strata's shapes toward "
+                                                               "a shared class shape (kappa: 0 = one free transform "
+                                                               "per stratum, inf = shared shape; cv_crps: "
+                                                               "speaker-grouped CV of the threshold-weighted CRPS, "
+                                                               "lower is better)"))
         vc = f["varcorr"].copy()
         vc = vc.astype(object).where(vc.notna(), "")
         blocks.append(rh.Table(vc, caption=f"{f['system']}: random-effect SDs and correlations on the latent scale"))

@@ -134,6 +134,8 @@ class ModelConfig:
     validate: list[str] = field(default_factory=lambda: ["trials", "speakers"])
     #: with ``auto``: fitted share A of the out-of-sample check
     validate_share: float = 0.2
+    #: with ``auto``: also consider per-level shapes pooled toward a shared class shape
+    pool_shapes: bool = False
 
 
 @dataclass
@@ -623,7 +625,8 @@ def _parse_model(r: _Reader, data: DataConfig) -> ModelConfig:
 
 def _parse_auto_model(r: _Reader, data: DataConfig, name: str) -> ModelConfig:  # s5trust-auto
     """``[[models]]`` with ``auto = true``: :func:`scoremix.score_model` chooses the specification
-    (keys ``factors``, ``covariates``, ``validate``, ``validate_share``, ``per_system``, ``filters``)."""
+    (keys ``factors``, ``covariates``, ``validate``, ``validate_share``, ``pool_shapes``, ``per_system``,
+    ``filters``)."""
     for k in ("formula", "dispersion", "transform", "strata", "backend", "REML", "draws", "tune", "chains", "method",
               "compare_with"):
         if r.has(k):
@@ -641,6 +644,7 @@ def _parse_auto_model(r: _Reader, data: DataConfig, name: str) -> ModelConfig:  
             raise StudyConfigError(f"{r.key('validate')}[{i}]", f"unknown split {v!r}; choose trials or speakers",
                                    r.source)
     m.validate_share = r.float("validate_share", 0.2, 0.0, 1.0, open_lo=True, open_hi=True) or 0.2
+    m.pool_shapes = r.bool("pool_shapes", False)
     m.per_system = r.bool("per_system", data.system is not None)
     if m.per_system and data.system is None:
         raise r.err("per_system", "is true but [data] names no system column")

@@ -491,7 +491,8 @@ def fit_auto_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
     subgroups = list(dict.fromkeys([*(model_eer_cfg.by if model_eer_cfg is not None else []),
                                     *(fairness_cfg.groups if fair else [])]))
     fit, extra = fit_auto(df, speaker=speaker, factors=model.factors, covariates=model.covariates,
-                          subgroups=subgroups, validate=model.validate, share=model.validate_share, seed=seed)
+                          subgroups=subgroups, validate=model.validate, share=model.validate_share, seed=seed,
+                          pool_shapes=model.pool_shapes)
     out: dict[str, Any] = {"model": model.name, "system": system, "backend": "score_model", "nobs": int(len(df)),
                            "transform": "locscale", "auto": True, "validate_seed": int(seed)}
     out.update(auto_tables(fit))
