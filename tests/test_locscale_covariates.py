@@ -164,3 +164,15 @@ def test_covariate_errors():
         fit_locscale(df.assign(c="a"), spec.with_(covariates=("c",)))
     d = CovariateDesign.from_frame(df, ["x", "cond"])
     assert d.names == ["x", "cond[noisy]"] and d.coef_names()[0] == "negative:x"
+
+
+def test_misfit_hint_names_score_model_covariates(gauss_fit):
+    """A flagged subgroup cell of a score model without a term for the subgroup column points at
+    ``covariates=[...]``; with the covariate, the column is no longer reported missing."""
+    from scoremix.predictive.gof import misfit_hint, missing_terms
+
+    df, fit = gauss_fit
+    assert missing_terms(fit, ["g", "x"]) == []
+    bare = fit_locscale(df, fit.locscale_spec.with_(covariates=()))
+    assert missing_terms(bare, ["g"]) == ["g"]
+    assert "pass covariates=['g']" in misfit_hint(bare, ["g"])
