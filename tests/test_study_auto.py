@@ -117,3 +117,21 @@ def test_auto_study_end_to_end(shared_data, tmp_path):
     for title in ("Model-based vs empirical EER", "Subgroup fairness", "Model vs empirical DET curves"):
         sec = next(s for s in sections if s.startswith(title))
         assert "Out-of-sample validation of the score model" in sec, title
+
+
+def test_validation_split_that_cannot_run_is_a_note_not_a_failed_fit():
+    """Five speakers, one of them the only one with attack C: holding out whole speakers
+    (share 0.2 → one fitted speaker) leaves a held-out stratum the fit has never seen.  The
+    split is reported in ``validation_notes``; the fit and its selection are kept."""
+    from scoremix.study.auto import fit_auto
+
+    rng = np.random.default_rng(0)
+    rows = [pd.DataFrame(dict(score=rng.normal(2 * y, 1, 12), y=y, speaker=f"s{i}",
+                              attack="bona" if y else ("C" if i == 4 else "A")))
+            for i in range(5) for y in (0, 1)]
+    df = pd.concat(rows, ignore_index=True)
+    fit, out = fit_auto(df, speaker="speaker", factors=["attack"], validate=["speakers"], seed=0)
+    assert "validation" not in out
+    assert len(out["validation_notes"]) == 1
+    assert out["validation_notes"][0].startswith("validation split 'speakers' could not run: LocScaleError: stratum")
+    assert len(out["selection"]) == 5 and out["selection"]["chosen"].sum() == 1

@@ -136,7 +136,8 @@ def fit_auto(df: pd.DataFrame, *, speaker: str, factors: Sequence[str] = (), cov
              seed: int = 0, pool_shapes: bool = False) -> tuple[Any, dict[str, Any]]:
     """Fit :func:`scoremix.score_model` to one system's trials and validate it (module
     docstring).  Returns the fit and ``{"selection", "selection_cells", "validation",
-    "validation_groups", "validation_png"}`` (tables and per-split PNG figures)."""
+    "validation_groups", "validation_png", "validation_notes"}`` (tables, per-split PNG figures
+    and, for a split that could not run — e.g. too few speakers —, why)."""
     from scoremix.locscale.select import score_model
     from scoremix.study.figures import png_of
     from scoremix.validation import validate_model
@@ -152,10 +153,14 @@ def fit_auto(df: pd.DataFrame, *, speaker: str, factors: Sequence[str] = (), cov
     ov = _overall_col(df)
     data = df.assign(**{ov: "all"})
     subgroups = [g for g in subgroups if g in df.columns and g != speaker]
-    summs, groups, pngs = [], [], {}
+    summs, groups, pngs, failed = [], [], {}, []
     for split in validate:
         by, also = validation_groupings(split, speaker, subgroups, factors, ov)
-        val = validate_model(data, by=by, also_by=also, share=share, split=split, seed=seed, **kw)
+        try:
+            val = validate_model(data, by=by, also_by=also, share=share, split=split, seed=seed, **kw)
+        except (ValueError, np.linalg.LinAlgError) as exc:   # reported beside the tables, not a failed fit
+            failed.append(f"validation split {split!r} could not run: {type(exc).__name__}: {exc}")
+            continue
         s, g = validation_tables(val, split)
         summs.append(s)
         groups.append(g)
@@ -165,6 +170,7 @@ def fit_auto(df: pd.DataFrame, *, speaker: str, factors: Sequence[str] = (), cov
         out["validation"] = pd.concat(summs, ignore_index=True).assign(share=share, seed=seed)
         out["validation_groups"] = pd.concat(groups, ignore_index=True)
         out["validation_png"] = pngs
+    out["validation_notes"] = failed
     return fit, out
 
 

@@ -42,15 +42,18 @@ def validation_blocks(res: StudyResult, model: str | None = None, system: str | 
     caption-led table (and the plots with ``figures``)."""
     fits = [m for m in res.models if m.get("auto") and m.get("validation") is not None
             and (model is None or m["model"] == model) and (system is None or m["system"] == system)]
+    notes = [rh.Paragraph(f"{m['model']} on {m['system']}: {n}") for m in res.models if m.get("auto")
+             and (model is None or m["model"] == model) and (system is None or m["system"] == system)
+             for n in m.get("validation_notes") or []]
     if not fits:
-        return []
+        return notes
     tab = pd.concat([m["validation"].assign(model=m["model"], system=m["system"]) for m in fits],
                     ignore_index=True)
     share = float(fits[0]["validation"]["share"].iloc[0])
     out: list[rh.Block] = [rh.Table(_summary_view(tab), caption=(
         f"Out-of-sample validation of the score model{'s' if len(fits) > 1 else ''} beside this table (fitted share "
         f"A = {100 * share:g} %): MAE of the model, of counting and of the best shrinkage of counts against the "
-        "held-out empirical values; ratio_model < 1: the model beats counting (validation.csv)"))]
+        "held-out empirical values; ratio_model < 1: the model beats counting (validation.csv)")), *notes]
     if figures:
         for m in fits:
             for split, png in (m.get("validation_png") or {}).items():
