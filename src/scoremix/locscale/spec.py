@@ -39,6 +39,9 @@ class LocScaleSpec:
     heavy_tailed_scale:
         classes whose speaker log-SD effects follow a scaled Student t (degrees of freedom
         estimated) instead of a Gaussian (not with ``correlated``).
+    covariates:
+        columns entering the latent location per class, :math:`x_t^\\top\\beta_c` (``label ×
+        covariate``; :mod:`scoremix.locscale.covariates`).
     transform:
         ``True``: one estimated transform per stratum (the latent scale); ``False``: the
         Gaussian location-scale mixed model on the scores themselves (one pass, no transform).
@@ -55,6 +58,7 @@ class LocScaleSpec:
     speaker_by_stratum: tuple[str, ...] = ()
     heavy_tailed_scale: tuple[str, ...] = ()
     transform: bool = True
+    covariates: tuple[str, ...] = ()  # s5trust-auto: per-class location terms
     name: str = field(default="", compare=False)
 
     def with_(self, **kw: Any) -> "LocScaleSpec":
@@ -64,14 +68,14 @@ class LocScaleSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["strata"] = list(self.strata)
-        for k in ("speaker_scale", "correlated", "speaker_by_stratum", "heavy_tailed_scale"):
+        for k in ("speaker_scale", "correlated", "speaker_by_stratum", "heavy_tailed_scale", "covariates"):
             d[k] = list(d[k])
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LocScaleSpec":
         d = dict(d)
-        for k in ("strata", "speaker_scale", "correlated", "speaker_by_stratum", "heavy_tailed_scale"):
+        for k in ("strata", "speaker_scale", "correlated", "speaker_by_stratum", "heavy_tailed_scale", "covariates"):
             if k in d:
                 d[k] = tuple(d[k])
         return cls(**d)
@@ -81,6 +85,8 @@ class LocScaleSpec:
         strat = " × ".join([self.label, *self.strata])
         lhs = f"h_s({self.score})" if self.transform else self.score
         loc = [f"{lhs} ~ 0 + stratum[{strat}]"]
+        if self.covariates:
+            loc.append(f"{self.label}:({' + '.join(self.covariates)})")
         if self.speaker_location:
             loc.append(f"(0 + {self.label} | {self.speaker})")
         if self.speaker_by_stratum:

@@ -124,6 +124,19 @@ class ModelConfig:
     #: with ``transform = "monotone-by-class"``: the strata column (one transform per level;
     #: ``control=dict(strata=...)`` of ``lmer``); ``None``: ``"label"``
     strata: str | None = None
+    # s5trust-auto: ``auto = true`` — the specification is chosen by :func:`scoremix.score_model`
+    #: ``True``: fit :func:`scoremix.score_model` (no formula) and validate it out of sample
+    auto: bool = False
+    #: with ``auto``: columns whose levels get their own transform within each class
+    factors: list[str] = field(default_factory=list)
+    #: with ``auto``: columns entering the location per class
+    covariates: list[str] = field(default_factory=list)
+    #: with ``auto``: splits of the out-of-sample check (``"trials"``, ``"speakers"``; empty: none)
+    validate: list[str] = field(default_factory=lambda: ["trials", "speakers"])
+    #: with ``auto``: fitted share A of the out-of-sample check
+    validate_share: float = 0.2
+    #: with ``auto``: also consider per-level shapes pooled toward a shared class shape
+    pool_shapes: bool = False
 
 
 @dataclass
@@ -578,6 +591,8 @@ def _parse_model(r: _Reader, data: DataConfig) -> ModelConfig:
     name = r.str("name", required=True) or ""
     if not _NAME_RE.match(name):
         raise r.err("name", f"{name!r} may hold only letters, digits, '_', '.', '-' (it names files)")
+    if r.bool("auto", False):
+        return _parse_auto_model(r, data, name)
     formula = r.str("formula", required=True) or ""
     if "~" not in formula:
         raise r.err("formula", f"{formula!r} is not a formula (no '~')")
@@ -607,6 +622,36 @@ def _parse_model(r: _Reader, data: DataConfig) -> ModelConfig:
     if m.strata is not None and m.transform != "monotone-by-class":
         raise r.err("strata", f"applies only with transform = \"monotone-by-class\" (got transform = "
                               f"{m.transform!r})")
+    r.finish()
+    return m
+
+
+def _parse_auto_model(r: _Reader, data: DataConfig, name: str) -> ModelConfig:  # s5trust-auto
+    """``[[models]]`` with ``auto = true``: :func:`scoremix.score_model` chooses the specification
+    (keys ``factors``, ``covariates``, ``validate``, ``validate_share``, ``pool_shapes``, ``per_system``,
+    ``filters``)."""
+    for k in ("formula", "dispersion", "transform", "strata", "backend", "REML", "draws", "tune", "chains", "method",
+              "compare_with"):
+        if r.has(k):
+            raise r.err(k, "does not apply with auto = true (score_model chooses the specification; give factors "
+                           "and covariates instead)")
+    m = ModelConfig(name=name, formula="", auto=True)
+    m.factors = r.strlist("factors")
+    m.covariates = r.strlist("covariates")
+    both = sorted(set(m.factors) & set(m.covariates))
+    if both:
+        raise r.err("covariates", f"column(s) {both} are also listed in factors")
+    m.validate = r.strlist("validate", ["trials", "speakers"])
+    for i, v in enumerate(m.validate):
+        if v not in ("trials", "speakers"):
+            raise StudyConfigError(f"{r.key('validate')}[{i}]", f"unknown split {v!r}; choose trials or speakers",
+                                   r.source)
+    m.validate_share = r.float("validate_share", 0.2, 0.0, 1.0, open_lo=True, open_hi=True) or 0.2
+    m.pool_shapes = r.bool("pool_shapes", False)
+    m.per_system = r.bool("per_system", data.system is not None)
+    if m.per_system and data.system is None:
+        raise r.err("per_system", "is true but [data] names no system column")
+    m.filters = r.filters("filters")
     r.finish()
     return m
 

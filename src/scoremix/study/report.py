@@ -218,6 +218,11 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
         fits = by_model.get(cfg.name, [])
         if not fits:
             continue
+        if cfg.auto:  # s5trust-auto
+            from scoremix.study.auto_report import auto_model_section
+
+            out.append(auto_model_section(res, cfg, fits))
+            continue
         blocks: list[rh.Block] = [rh.Paragraph(
             f"Formula: {cfg.formula}; backend {cfg.backend}; estimated by {estimation_method(cfg)}"
             + (f"; residual variance by {cfg.dispersion}" if cfg.dispersion else "")
@@ -283,6 +288,16 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
     return out
 
 
+def _auto_validation(res: StudyResult, m: dict[str, Any] | None = None) -> list[rh.Block]:  # s5trust-auto
+    """The out-of-sample validation of the ``auto = true`` models (all, or ``m``'s) beside a
+    model-based table."""
+    if m is not None and not m.get("auto"):
+        return []
+    from scoremix.study.auto_report import validation_blocks
+
+    return validation_blocks(res, model=None if m is None else m["model"], system=None if m is None else m["system"])
+
+
 def estimation_method(cfg: Any) -> str:
     """How a model of the study is estimated, in words (a transformation model is fitted by
     maximum likelihood — Laplace over the random effects — whatever ``REML`` says)."""
@@ -341,6 +356,7 @@ def _model_eer_section(res: StudyResult) -> rh.Section | None:
                                                "speakers, 'speakers': its per-trial Gaussians re-weighted by "
                                                "resampled speakers; see docs/intervals.md)")]
     blocks += goodness_of_fit_notes(me)
+    blocks += _auto_validation(res)  # s5trust-auto
     if "eer_empirical" in me.columns and me["eer_empirical"].notna().any():
         blocks.append(rh.Figure(png_of(_eer_scatter(me.dropna(subset=["eer_empirical"]))),
                                 caption="Model vs empirical EER (diagonal: equal)", alt="EER scatter"))
@@ -412,6 +428,7 @@ def det_overlay_section(res: StudyResult) -> rh.Section | None:
     for m in figs:
         blocks.append(rh.Figure(m["det_png"], caption=f"{m['model']} ({m.get('transform', 'none')} transform) on "
                                                      f"{m['system']}: model vs empirical DET", alt="DET overlay"))
+        blocks += _auto_validation(res, m)  # s5trust-auto
     return rh.Section("Model vs empirical DET curves", blocks)
 
 
@@ -459,6 +476,7 @@ def _fairness_section(res: StudyResult) -> rh.Section | None:
                                                 f"Fairness Index {t.attrs.get('fairness_index', float('nan')):.4g}; "
                                                 "empirical values with speaker-bootstrap intervals beside them"))
         blocks += goodness_of_fit_notes(t.assign(model=m["model"], system=m["system"]))
+        blocks += _auto_validation(res, m)  # s5trust-auto
         if m.get("det_by_png"):
             blocks.append(rh.Figure(m["det_by_png"], caption=f"{m['model']} on {m['system']}: model (dashed) vs "
                                                              "empirical DET per subgroup", alt="subgroup DET overlay"))

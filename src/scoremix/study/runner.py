@@ -23,6 +23,8 @@ Output folder layout (every table is also described in ``manifest.json``):
 ``nuisance.csv``             nuisance LLR model per system
 ``emmeans.csv``              ``[analyses.contrasts]``: marginal means; ``contrasts.csv``
 ``model_checks.csv``         model checks of every frequentist fit (study.postfit)
+``model_selection*.csv``     ``auto = true`` models: candidates tried/chosen, cells fitted freely
+``validation*.csv``          ``auto = true`` models: out-of-sample model vs counting vs shrinkage
 ``recovered_vs_true.csv``    simulated data only: estimates next to the truth
 ``trials.csv, truth.json``   simulated data only: the table and the true parameters
 ``data_for_r.csv.gz``        the columns the R script needs; ``refit_lme4.R``
@@ -282,12 +284,23 @@ def _write_outputs(res: StudyResult) -> None:
     _write_csv(res, "nuisance.csv", res.nuisance)
     from scoremix.study.postfit import write_postfit  # s5postfit
     write_postfit(res, _write_csv)
+    _write_auto_outputs(res)  # s5trust-auto
+
+
+def _write_auto_outputs(res: StudyResult) -> None:  # s5trust-auto
+    """Tables of the ``auto = true`` models: the specification search (``model_selection.csv``,
+    ``model_selection_cells.csv``) and the out-of-sample check (``validation.csv``,
+    ``validation_groups.csv``)."""
+    auto = [m for m in res.models if m.get("auto")]
+    for key, name in (("selection", "model_selection.csv"), ("selection_cells", "model_selection_cells.csv"),
+                      ("validation", "validation.csv"), ("validation_groups", "validation_groups.csv")):
+        _write_csv(res, name, _concat([_with(m.get(key), model=m["model"], system=m["system"]) for m in auto]))
 
 
 def _write_r(res: StudyResult) -> None:
     from scoremix.study.rscript import R_DATA_FILE, r_data_columns, render_refit_script, write_r_data
 
-    freq = [m for m in res.config.models if m.backend != "bayes"]
+    freq = [m for m in res.config.models if m.backend != "bayes" and not m.auto]  # auto: no lme4 formula
     if not freq:
         return
     table = res.data.table

@@ -410,6 +410,8 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
     """
     from scoremix.lme.api import lmer
 
+    if model.auto:  # s5trust-auto
+        return fit_auto_model(model, system, df, seed, model_eer_cfg, fairness_cfg, speaker)
     out: dict[str, Any] = {"model": model.name, "system": system, "backend": model.backend, "nobs": int(len(df)),
                            "transform": model.transform or "none"}
     tkw: dict[str, Any] = {"transform": model.transform} if model.transform else {}
@@ -473,10 +475,46 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
     return out
 
 
+# ---------------------------------------------------------------------------------------
+# s5trust-auto: [[models]] auto = true (score_model + out-of-sample validation)
+# ---------------------------------------------------------------------------------------
+
+def fit_auto_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
+                   model_eer_cfg: ModelEERConfig | None = None, fairness_cfg: FairnessConfig | None = None,
+                   speaker: str = "speaker") -> dict[str, Any]:
+    """A model with ``auto = true``: :func:`scoremix.score_model` chooses and fits the
+    specification (:func:`scoremix.study.auto.fit_auto`, which also validates it out of sample
+    with ``seed``); the model EER, model-based fairness table and DET overlay use that fit as
+    for any other model.  Adds ``selection``, ``selection_cells``, ``validation``,
+    ``validation_groups`` and ``validation_png`` to the result."""
+    from scoremix.study.auto import auto_tables, fit_auto
+
+    fair = fairness_cfg is not None and model.name in fairness_cfg.models
+    subgroups = list(dict.fromkeys([*(model_eer_cfg.by if model_eer_cfg is not None else []),
+                                    *(fairness_cfg.groups if fair else [])]))
+    fit, extra = fit_auto(df, speaker=speaker, factors=model.factors, covariates=model.covariates,
+                          subgroups=subgroups, validate=model.validate, share=model.validate_share, seed=seed,
+                          pool_shapes=model.pool_shapes)
+    out: dict[str, Any] = {"model": model.name, "system": system, "backend": "score_model", "nobs": int(len(df)),
+                           "transform": "locscale", "auto": True, "validate_seed": int(seed)}
+    out.update(auto_tables(fit))
+    out.update(extra)
+    out["model_eer"] = _with_transform(_model_eer_table(fit, df, model_eer_cfg, speaker), model)
+    if fair:
+        out["fairness"] = _with_transform(_model_fairness(fit, _fairness_rows(df, fairness_cfg), fairness_cfg,
+                                                          speaker), model)
+    if model_eer_cfg is not None or fair:
+        try:
+            out.update(_det_overlay(fit, df, system, model.name, fairness_cfg.groups if fair else ()))
+        except (TypeError, AttributeError, ValueError):  # a DET overlay is a figure; never fail the fit on it
+            pass
+    return out
+
+
 def _with_transform(tab: pd.DataFrame | None, model: ModelConfig) -> pd.DataFrame | None:
     """Record the model's transform (``"monotone"``, ``"monotone-by-class"`` or ``"none"``)
     in its result table."""
-    return None if tab is None else tab.assign(transform=model.transform or "none")
+    return None if tab is None else tab.assign(transform="locscale" if model.auto else (model.transform or "none"))
 
 
 def _bayes_ranef(bres: Any) -> pd.DataFrame:
