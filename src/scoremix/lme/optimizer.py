@@ -334,7 +334,8 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
             scaled coordinates ``x / D`` and, with the exact gradient, with the
             superlinear-convergence stop of :class:`SuperlinearStop`."""
             stop = SuperlinearStop(ctl.stop_rtol) if analytic and ctl.stop_rtol > 0 else None
-            return _lbfgsb_scaled(fg, x_start, lo, ubf, D, ctl.maxiter, ftol, gtol, stop)
+            return _lbfgsb_scaled(fg, x_start, lo, ubf, D, ctl.maxiter, ftol, gtol, stop,
+                                  newton_follows=ctl.newton_polish)
         near_bound = False
         if analytic:
             # stage 1: keep θ_k ≥ 1e-4 so that every step has the exact gradient; a component
@@ -533,12 +534,30 @@ class SuperlinearStop:
         if self.prev is not None and np.isfinite(f):
             self.decs.append(self.prev - f)
         self.prev = f
-        if self._gap() <= self.rtol * max(1.0, abs(f)) and self.small_gradient(intermediate_result.x):
+        if self._gap() <= self.rtol * max(1.0, abs(f)) and (
+                self.small_gradient(intermediate_result.x)
+                or self.interior(intermediate_result.x)):
             self.stopped = True
             raise StopIteration
 
     #: the last evaluation ``(y, projected gradient max)``, set by the caller
     last: tuple[np.ndarray, float] | None = None
+    #: lower bounds of the optimiser's scaled coordinates, set by the caller when a Newton
+    #: step (:func:`newton_polish`) follows the run; ``None``: no waiver
+    interior_lo: np.ndarray | None = None
+
+    def interior(self, y: np.ndarray) -> bool:
+        """Whether the gradient condition is waived at ``y``: a Newton step follows the run
+        (:attr:`interior_lo` set) and every diagonal ``θ`` (bound ``≥ 0``) is at least
+        :data:`THRASH_MIN_DIAG` in scaled units, far from the saddles at a variance of 0
+        that the gradient condition guards against.  There the remaining error in ``θ``
+        (the square root of the criterion gap) is removed by the Newton step, which needs the
+        exact Hessian of lme4's convergence check anyway."""
+        lo = self.interior_lo
+        if lo is None:
+            return False
+        diag = np.isfinite(lo) & (lo >= 0)
+        return bool(np.all(np.asarray(y)[diag] >= THRASH_MIN_DIAG))
 
     def small_gradient(self, y: np.ndarray) -> bool:
         """Whether the projected gradient at the iterate ``y`` (the optimiser's scaled
@@ -594,7 +613,8 @@ THRASH_EVALS = 4
 
 
 def _lbfgsb_scaled(fg, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, D: np.ndarray,
-                   maxiter: int, ftol: float, gtol: float, stop: SuperlinearStop | None):
+                   maxiter: int, ftol: float, gtol: float, stop: SuperlinearStop | None,
+                   newton_follows: bool = False):
     """L-BFGS-B on ``y = x / D`` for ``fg(x) -> (f, ∂f/∂x)`` under ``lb ≤ x ≤ ub``
     (``∂f/∂y = D ∂f/∂x``); the result's ``x`` is in the original units.  A run ended by
     ``stop`` reports success with the message ``"CONVERGENCE: SUPERLINEAR STOP …"``, one
@@ -603,6 +623,8 @@ def _lbfgsb_scaled(fg, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, D: np.nda
 
     lo = np.where(np.isfinite(lb), lb / D, -np.inf)
     hi = np.where(np.isfinite(ub), ub / D, np.inf)
+    if stop is not None and newton_follows:
+        stop.interior_lo = lo
 
     def fgy(y: np.ndarray):
         if stop is not None:
