@@ -308,6 +308,7 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         is_th = free < nth
         D[is_th] = sc[free[is_th]]
     messages: list[str] = []
+    rtol_now = [ctl.stop_rtol]
     if free.size == 0:
         xopt = x0
         fopt = f(x0)
@@ -329,11 +330,20 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         # only makes the line search thrash at the optimum (ABNORMAL) with finite differences
         ftol, gtol = (max(ctl.ftol, 1e-13), max(ctl.gtol, 1e-6)) if analytic else (ctl.ftol, ctl.gtol)
 
+        # a large rest block (each evaluation costs several dense factorisations) with the
+        # Newton polish to follow stops L-BFGS-B at a looser gap (LARGE_STOP_RTOL): the Newton
+        # step, whose Hessian lme4's convergence check needs anyway, squares the error;
+        # when that step is not taken the run is resumed with the strict stop_rtol
+        loose = (analytic and ctl.newton_polish and ctl.stop_rtol > 0
+                 and cp.Arr.shape[1] >= LARGE_REST)
+        if loose:
+            rtol_now[0] = max(ctl.stop_rtol, LARGE_STOP_RTOL)
+
         def run(x_start: np.ndarray, lo: np.ndarray):
             """One L-BFGS-B run from ``x_start`` with lower bounds ``lo`` (θ units), in the
             scaled coordinates ``x / D`` and, with the exact gradient, with the
             superlinear-convergence stop of :class:`SuperlinearStop`."""
-            stop = SuperlinearStop(ctl.stop_rtol) if analytic and ctl.stop_rtol > 0 else None
+            stop = SuperlinearStop(rtol_now[0]) if analytic and rtol_now[0] > 0 else None
             return _lbfgsb_scaled(fg, x_start, lo, ubf, D, ctl.maxiter, ftol, gtol, stop,
                                   newton_follows=ctl.newton_polish)
         near_bound = False
@@ -437,6 +447,7 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
     # a large rest block makes each gradient cost O(m³): forward differences there
     central = cp.Arr.shape[1] < LARGE_REST
     pre = None
+    step = None
     # (only after a converged run: a run stopped by maxiter or abnormally is reported as is)
     if (analytic and ctl.newton_polish and free.size and ok and not singular
             and str(opt_msg).upper().startswith("CONVERGENCE")):
@@ -451,6 +462,17 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
                 xopt, fopt = step
                 x = full(xopt)
                 theta = x[:nth]
+    if rtol_now[0] > ctl.stop_rtol and step is None and ok:
+        # the loose stop was not followed by a Newton step: finish with the strict one
+        rtol_now[0] = ctl.stop_rtol
+        r5 = run(xopt, lbf)
+        if r5.fun <= fopt:
+            xopt, fopt = r5.x, float(r5.fun)
+            opt_msg = str(r5.message)
+            x = full(xopt)
+            theta = x[:nth]
+            singular = bool(np.any(theta[diag_mask] < ctl.singular_tol))
+            pre = None
     if ctl.check_conv and free.size and ok and not singular:  # lme4 skips checkConv when singular
         messages += check_conv(f, xopt, lbf, ctl, grad_analytic if analytic else None,
                                is_theta=free < nth, central=central, precomputed=pre)
@@ -738,6 +760,11 @@ def _stationary(g: np.ndarray, x: np.ndarray, lb: np.ndarray, ub: np.ndarray, f:
 #: rest-block size from which lme4's Hessian check uses forward differences of the exact
 #: gradient (each evaluation then costs several dense O(m³) factorisations)
 LARGE_REST = 1000
+
+#: with a rest block of at least :data:`LARGE_REST` rows and the Newton polish on, L-BFGS-B
+#: stops once the gap estimate of :class:`SuperlinearStop` is at most this (relative); the
+#: Newton step then squares the remaining error
+LARGE_STOP_RTOL = 1e-10
 
 
 def _abnormal(message: str) -> bool:
