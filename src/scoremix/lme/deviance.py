@@ -127,6 +127,16 @@ def _solve_lower_t(Lrr: np.ndarray, mz: int) -> np.ndarray:
     C-ordered ``L`` is read as the Fortran-ordered upper-triangular ``L'``."""
     if mz == 0:
         return np.zeros(0)
+    m = Lrr.shape[0]
+    r = Lrr[-1, -1]
+    if mz == m - 1 and r != 0.0 and Lrr.T.flags.f_contiguous:
+        # with the whole factor (no copy): L_full' w = r e_m has w = (−x, 1)
+        rhs = np.zeros(m)
+        rhs[-1] = r
+        w, info = sla.lapack.dtrtrs(Lrr.T, rhs, lower=0)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"dtrtrs failed (info={info})")
+        return -w[:mz]
     U = np.asfortranarray(Lrr[:mz, :mz].T)
     x, info = sla.lapack.dtrtrs(U, Lrr[-1, :mz], lower=0)
     if info != 0:
