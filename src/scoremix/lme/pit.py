@@ -12,17 +12,13 @@ observation :math:`i` is the randomised probability integral transform
 which is exactly uniform (discrete responses included: the jitter :math:`U_i` spreads a
 tie over its probability) when :math:`y_i` is a draw from the model.
 
-**Exchangeable calibration.**  Observations sharing a random effect are correlated, so a
-KS test that treats the :math:`r_i` as independent has the wrong size.  The observed
-vector and the :math:`S` simulated vectors are exchangeable under the model (parameters
-at their estimates), so every test statistic :math:`T` here is computed for each of the
-:math:`S+1` vectors, each ranked against the other :math:`S`, and its p-value is the
-rank of the observed one, :math:`p = \#\{k: T_k \ge T_0\}/(S+1)` — an exact Monte-Carlo
-test given the parameters, whatever the correlation (Davison & Hinkley 1997, § 4.2).
-Estimating the parameters from the same data makes it somewhat conservative.
+When the simulations are drawn *given* a vector of random effects :math:`\tilde b` and
+the :math:`y_i` are conditionally independent given it, the :math:`r_i` are independent
+and a plain KS test applies.
 
-Statistics: the KS distance of the :math:`r` from :math:`U(0,1)` (uniformity) and the
-number of observations outside the range of the other vectors (outliers, two-sided).
+Outliers: residuals outside the simulation envelope, :math:`r_i < 1/(S+1)` or
+:math:`r_i > S/(S+1)`, whose count is :math:`\mathrm{Binomial}(n, 2/(S+1))` under the
+model (exactly, because :math:`r_i` is exactly uniform).
 :func:`by_tests`: per ``by`` column a Kruskal–Wallis test of the residuals' location
 across its levels (a missing term) and a Fligner–Killeen test of their spread.
 """
@@ -33,27 +29,19 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-__all__ = ["pooled_pit", "exchangeable_tests", "by_tests", "two_sided_sim_p"]
+__all__ = ["sim_pit", "uniformity_outlier_tests", "by_tests", "two_sided_sim_p"]
 
 
-def pooled_pit(y: np.ndarray, sims: np.ndarray, rng: np.random.Generator,
-               decimals: int = 10) -> np.ndarray:
-    """Randomised PIT of every column of ``[y, sims]`` (``n × (S+1)``) against the other
-    ``S`` columns of its row.  Values are rounded to ``decimals`` before comparison, so
-    that a simulated proportion ``k/m`` ties with the same observed proportion."""
-    pool = np.round(np.column_stack([np.asarray(y, float), np.asarray(sims, float)]), decimals)
-    S = pool.shape[1] - 1
-    lo = stats.rankdata(pool, axis=1, method="min") - 1.0      # others strictly below
-    hi = stats.rankdata(pool, axis=1, method="max") - 1.0      # others at or below (self excluded)
-    ties = hi - lo
-    return (lo + rng.uniform(size=pool.shape) * (ties + 1)) / (S + 1)
-
-
-def _ks_columns(R: np.ndarray) -> np.ndarray:
-    n = R.shape[0]
-    U = np.sort(R, axis=0)
-    i = np.arange(1, n + 1)[:, None]
-    return np.maximum((i / n - U).max(0), (U - (i - 1) / n).max(0))
+def sim_pit(y: np.ndarray, sims: np.ndarray, rng: np.random.Generator,
+            decimals: int = 10) -> np.ndarray:
+    """Randomised PIT of ``y`` (``n``) among the rows of ``sims`` (``n × S``), module
+    docstring.  Values are rounded to ``decimals`` before comparison, so that a simulated
+    proportion ``k/m`` ties with the same observed proportion."""
+    yy = np.round(np.asarray(y, float), decimals)[:, None]
+    ss = np.round(np.asarray(sims, float), decimals)
+    below = (ss < yy).sum(1)
+    ties = (ss == yy).sum(1)
+    return (below + rng.uniform(size=yy.shape[0]) * (ties + 1)) / (ss.shape[1] + 1)
 
 
 def two_sided_sim_p(obs: float, sim: np.ndarray) -> float:
@@ -66,22 +54,15 @@ def two_sided_sim_p(obs: float, sim: np.ndarray) -> float:
     return float(min(1.0, 2 * min(up, down)))
 
 
-def exchangeable_tests(y: np.ndarray, sims: np.ndarray, rng: np.random.Generator
-                       ) -> tuple[np.ndarray, list[tuple[str, float, float]]]:
-    """Scaled residuals of ``y`` and the calibrated uniformity and outlier tests (module
-    docstring).  Returns ``(r, rows)`` with rows ``(test, statistic, p.value)``."""
-    R = pooled_pit(y, sims, rng)
-    S = R.shape[1] - 1
-    D = _ks_columns(R)
-    p_ks = float(np.sum(D >= D[0]) / (S + 1))
-    rows = [("uniformity (KS, calibrated)", float(D[0]), p_ks)]
-    # strictly outside the other S vectors' range: r < 1/(S+1) with no tie, or r > S/(S+1)
-    pool = np.round(np.column_stack([np.asarray(y, float), np.asarray(sims, float)]), 10)
-    lo = stats.rankdata(pool, axis=1, method="min") - 1.0
-    hi = stats.rankdata(pool, axis=1, method="max") - 1.0
-    out = ((hi == 0) | (lo == S)).sum(0)
-    rows.append(("outliers (simulated)", float(out[0]) / R.shape[0], two_sided_sim_p(out[0], out[1:])))
-    return R[:, 0], rows
+def uniformity_outlier_tests(r: np.ndarray, nsim: int) -> list[tuple[str, float, float]]:
+    """KS test of independent scaled residuals ``r`` against :math:`U(0,1)` and the
+    outlier test (module docstring): rows ``(test, statistic, p.value)``."""
+    r = np.asarray(r, float)
+    ks = stats.kstest(r, "uniform")
+    out = int(np.sum((r < 1 / (nsim + 1)) | (r > nsim / (nsim + 1))))
+    p_out = stats.binomtest(out, r.size, 2 / (nsim + 1)).pvalue
+    return [("uniformity (KS)", float(ks.statistic), float(ks.pvalue)),
+            ("outliers (binomial)", out / r.size, float(p_out))]
 
 
 def by_tests(r: np.ndarray, data: pd.DataFrame, by) -> list[tuple[str, float, float]]:
