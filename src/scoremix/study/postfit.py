@@ -17,7 +17,7 @@ TOML::
     level = 0.95
     models = ["m1"]               # default: every frequentist model
 
-    [analyses.checks]             # optional: the panel is on for every frequentist fit
+    [analyses.checks]             # optional: the panel is on for every fit
     enabled = true
     nsim = 100                    # simulations of the scaled residuals
     influence = false             # influential levels (one refit per level: slow)
