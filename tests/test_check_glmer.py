@@ -121,6 +121,11 @@ def test_binomial_cbind_and_no_influence():
     chk = m.check(nsim=200)
     assert "zero-inflation (simulated)" not in set(chk.tests["test"])
     assert (chk.tests["p.value"] > 0.01).all(), chk.tests
+    m_r = copy.copy(m)
+    m_r.glmm_data, m_r.backend = None, "lme4"       # what an R-backend fit holds
+    from scoremix.glmm.errors import GlmmUnsupportedError
+    with pytest.raises(GlmmUnsupportedError, match="backend='native'"):
+        sm.check_model(m_r)
     c2 = m.check(nsim=50, influence=True)
     assert len(c2.influence) == 0 and any("influential" in n for n in c2.residuals.notes)
 

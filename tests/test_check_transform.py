@@ -93,3 +93,28 @@ def test_latent_residuals_uniform_on_data_from_a_transformation_model():
     pu = np.array(pu)
     assert np.mean(pu < 0.05) <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / pu.size)
     assert np.mean(pu < 0.2) <= 0.2 + 2 * np.sqrt(0.2 * 0.8 / pu.size)
+
+
+def test_study_panel_for_a_transformation_fit_equals_direct_call(tmp_path):
+    """A transformation model in a study gets its latent-scale checks panel (no error)."""
+    from scoremix.study import parse_study, run_study
+    from scoremix.study.data import load_study_data
+    from scoremix.study.postfit import _checks_table
+
+    path = tmp_path / "d.csv"
+    _sim(7).assign(label=lambda d: np.where(d["label"] == "pos", "bonafide", "spoof")).to_csv(path, index=False)
+    raw = {"study": {"name": "tchk", "seed": 1},
+           "data": {"file": str(path), "score": "score", "label": "label", "positive": "bonafide",
+                    "speaker": "speaker"},
+           "models": [{"name": "t", "formula": "score ~ label + (1 | speaker)", "transform": "monotone"}],
+           "analyses": {"checks": {"nsim": 50, "seed": 2}}}
+    cfg = parse_study(raw)
+    res = run_study(cfg, out_dir=tmp_path / "o", progress=False)
+    ck = pd.read_csv(tmp_path / "o" / "model_checks.csv")
+    df = load_study_data(cfg.data, seed=cfg.study.seed).table
+    want = _checks_table(_fit("score ~ label + (1 | speaker)", df).check(nsim=50, seed=2))
+    assert list(ck["check"]) == list(want["check"]) and "uniformity (KS)" in set(ck["check"])
+    np.testing.assert_allclose(ck["statistic"], want["statistic"], rtol=1e-9)
+    np.testing.assert_allclose(ck["p.value"], want["p.value"], rtol=1e-9, equal_nan=True)
+    assert "Model checks" in res.section_titles
+    assert "not computed" not in (tmp_path / "o" / "report.html").read_text(encoding="utf-8")

@@ -188,6 +188,10 @@ def check_glmer(m, *, nsim: int = 250, seed=0, by=(), influence: bool = False,
     """Every check of the module docstring on a native :class:`~scoremix.glmm.GlmerResult`,
     with advice.  Influential levels are not computed for GLMMs (``influence=True`` adds a
     note to ``residuals.notes``)."""
+    if m.glmm_data is None:
+        from scoremix.glmm.errors import GlmmUnsupportedError
+        raise GlmmUnsupportedError(f"model checks need a native fit's data; this fit has backend="
+                                   f"{m.backend!r}: refit with backend='native'")
     sing = re_pca(m)
     conv = glmer_convergence(m)
     res = glmer_scaled_residuals(m, nsim, seed=seed, by=by)

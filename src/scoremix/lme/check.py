@@ -112,7 +112,7 @@ def check_model(m, *, nsim: int = 250, seed: int | np.random.Generator | None = 
     (:mod:`scoremix.glmm.check`: randomised-PIT residuals, dispersion, zero inflation), a
     transformation fit (``transform="monotone"``) on its latent scale
     (:mod:`scoremix.transform.check`)."""
-    if getattr(m, "glmm_data", None) is not None or getattr(m, "transform", None) is not None:
+    if hasattr(m, "glmm_data") or getattr(m, "transform", None) is not None:
         return type(m).check(m, nsim=nsim, seed=seed, by=by, influence=influence, alpha=alpha)
     sing = re_pca(m)
     conv = convergence(m)
