@@ -22,7 +22,7 @@ Output folder layout (every table is also described in ``manifest.json``):
 ``compare.csv``              paired two-system comparison; ``compare_summary.json``
 ``nuisance.csv``             nuisance LLR model per system
 ``emmeans.csv``              ``[analyses.contrasts]``: marginal means; ``contrasts.csv``
-``model_checks.csv``         model checks of every fit, Bayesian ones included (study.postfit)
+``model_checks.csv``         model checks of every frequentist fit (study.postfit)
 ``recovered_vs_true.csv``    simulated data only: estimates next to the truth
 ``trials.csv, truth.json``   simulated data only: the table and the true parameters
 ``data_for_r.csv.gz``        the columns the R script needs; ``refit_lme4.R``
