@@ -163,6 +163,8 @@ from scoremix.lme.allfit import AllFit, all_fit
 from scoremix.lme.check import ModelCheck, check_model
 # s5postfit: GLMM response scale (regrid) and model-based DCF contrasts
 from scoremix.emm import dcf_contrast, regrid  # noqa: E402
+# s5postfit2: model checks of Bayesian fits (GLMM and transformation fits: fit.check())
+from scoremix.bayes.model_check import BayesModelCheck, bayes_check  # noqa: E402
 
 # s4bayes: posterior checks, LOO, contrasts, memory budget, Ctrl-C (issue 25)
 from scoremix.bayes import (  # noqa: E402
@@ -181,6 +183,7 @@ __all__ = [
     "ContrastResult", "EmmError", "EmmGrid", "contrast", "eer_contrast", "emmeans", "joint_tests", "ref_grid",
     "AllFit", "all_fit", "ModelCheck", "check_model",  # s4postfit
     "dcf_contrast", "regrid",  # s5postfit
+    "BayesModelCheck", "bayes_check",  # s5postfit2
     "__version__",
     # s4trust-def
     "finite_order", "THRESHOLDS", "hull_eer", "misfit_hint", "outside_interval",

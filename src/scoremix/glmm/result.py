@@ -271,6 +271,13 @@ class GlmerResult:
             out[f"sim_{s + 1}"] = y
         return pd.DataFrame(out, index=self.spec.data.index)
 
+    def check(self, *, nsim: int = 250, seed: int | np.random.Generator | None = 0, by=(),
+              influence: bool = False, alpha: float = 0.05):
+        """Model checks (singularity, convergence, DHARMa scaled residuals, dispersion,
+        zero inflation, outliers): :func:`scoremix.glmm.check.check_glmer`."""
+        from scoremix.glmm.check import check_glmer  # s5postfit2
+        return check_glmer(self, nsim=nsim, seed=seed, by=by, influence=influence, alpha=alpha)
+
     # -- intervals ----------------------------------------------------------------------
     def confint(self, method: str = "Wald", level: float = 0.95,
                 parm: Sequence[str] | None = None) -> pd.DataFrame:

@@ -108,14 +108,12 @@ def check_model(m, *, nsim: int = 250, seed: int | np.random.Generator | None = 
                 max_levels: int = 60, alpha: float = 0.05) -> ModelCheck:
     """Run every check on ``m`` (see the module docstring).
 
-    Raises :class:`~scoremix.lme.errors.UnsupportedModelError` for a transformation fit
-    (``transform="monotone"``): the checks simulate a Gaussian response on the score scale
-    and would misjudge a model whose Gaussian scale is the latent :math:`h(s)`."""
-    if getattr(m, "transform", None) is not None:
-        from scoremix.lme.errors import UnsupportedModelError
-        raise UnsupportedModelError("check_model is for Gaussian linear mixed models; a transformation fit "
-                                    "(transform='monotone') is checked through its model-vs-empirical error "
-                                    "rates (sm.model_eer, the study's goodness-of-fit notes)")
+    A GLMM (:class:`scoremix.GlmerResult`) is checked by its own :meth:`check`
+    (:mod:`scoremix.glmm.check`: randomised-PIT residuals, dispersion, zero inflation), a
+    transformation fit (``transform="monotone"``) on its latent scale
+    (:mod:`scoremix.transform.check`)."""
+    if hasattr(m, "glmm_data") or getattr(m, "transform", None) is not None:
+        return type(m).check(m, nsim=nsim, seed=seed, by=by, influence=influence, alpha=alpha)
     sing = re_pca(m)
     conv = convergence(m)
     res = scaled_residuals(m, nsim, seed=seed, by=by)

@@ -1,6 +1,9 @@
 """After the fit, in a study: the ``[analyses.contrasts]`` table (marginal means and their
 contrasts, :func:`scoremix.emmeans` / :func:`scoremix.contrast`) and the model-checks panel
-(:func:`scoremix.check_model`) of every frequentist fit.
+(:func:`scoremix.check_model`) of every frequentist fit (a transformation fit's on its latent
+scale) and the posterior checks (:func:`scoremix.bayes.model_check.bayes_check`: sampler
+diagnostics, posterior predictive p-values; ``nsim`` replicate draws per chain) of every
+Bayesian fit.
 
 TOML::
 
@@ -14,7 +17,7 @@ TOML::
     level = 0.95
     models = ["m1"]               # default: every frequentist model
 
-    [analyses.checks]             # optional: the panel is on for every frequentist fit
+    [analyses.checks]             # optional: the panel is on for every fit
     enabled = true
     nsim = 100                    # simulations of the scaled residuals
     influence = false             # influential levels (one refit per level: slow)
@@ -41,7 +44,8 @@ __all__ = ["ContrastsConfig", "ChecksConfig", "parse_contrasts", "parse_checks",
 POSTFIT_FILES = {
     "emmeans.csv": "estimated marginal means of [analyses.contrasts] (emmeans's columns)",
     "contrasts.csv": "contrasts of the marginal means with adjusted p-values and simultaneous intervals",
-    "model_checks.csv": "model checks of every frequentist fit: singularity, convergence, scaled-residual tests",
+    "model_checks.csv": "model checks of every fit: singularity, convergence, scaled-residual tests; "
+                        "Bayesian fits: R-hat, ESS, divergences, posterior predictive p-values",
 }
 
 
@@ -175,7 +179,19 @@ def postfit_outputs(fit: Any, model: Any, contrasts: ContrastsConfig | None,
             out["emmeans"] = pd.concat(em, ignore_index=True)
             out["contrasts"] = pd.concat(co, ignore_index=True)
     cc = checks if checks is not None else ChecksConfig()
-    if cc.enabled:
+    if cc.enabled and hasattr(fit, "idata"):  # s5postfit2: a posterior fit's checks panel
+        from scoremix.bayes.model_check import bayes_check
+        try:
+            bchk = bayes_check(fit, n_draws=cc.nsim, seed=cc.seed)
+            out["checks"] = bchk.table
+            out["checks_advice"] = list(bchk.advice) + list(bchk.notes)
+            import matplotlib.pyplot as plt
+            fig = bchk.plot()
+            out["checks_png"] = figure_to_png(fig)
+            plt.close(fig)
+        except Exception as exc:  # noqa: BLE001 - a check that cannot run is reported, never fails the model
+            errors.append(f"checks: {type(exc).__name__}: {' '.join(str(exc).split())}")
+    elif cc.enabled:
         from scoremix.lme.check import check_model
         try:
             chk = check_model(fit, nsim=cc.nsim, seed=cc.seed, influence=cc.influence)
@@ -239,8 +255,11 @@ def postfit_sections(res: Any) -> list[Any]:
     if chk:
         blocks = [rh.Paragraph(
             "Per fit: singularity of every random term (rePCA), convergence (scaled gradient), "
-            "simulation-based scaled residuals (DHARMa-style: uniformity, dispersion and outlier tests) "
-            "and the check_model panel; 'advice' says what to do about each failed check.")]
+            "simulation-based scaled residuals (DHARMa-style: uniformity, dispersion and outlier tests; "
+            "a transformation fit's on its latent scale) and the check_model panel; for a Bayesian fit "
+            "the sampler diagnostics (R-hat, ESS, divergences) and posterior predictive p-values of the "
+            "scores' mean, SD, skewness, tail quantiles and extremes, with the predictive-check plot; "
+            "'advice' says what to do about each failed check.")]
         for m in chk:
             if m.get("checks") is not None:
                 blocks.append(rh.Table(m["checks"], caption=f"{m['model']} / {m['system']}: model checks"))

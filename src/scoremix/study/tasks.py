@@ -472,6 +472,8 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
     if fairness_cfg is not None and model.name in fairness_cfg.models:
         out["fairness"] = _with_transform(_posterior_fairness(bres, _fairness_rows(df, fairness_cfg), fairness_cfg,
                                                               speaker), model)
+    from scoremix.study.postfit import postfit_outputs  # s5postfit2: posterior checks panel
+    out.update(postfit_outputs(bres, model, *(postfit or (None, None))))
     return out
 
 
