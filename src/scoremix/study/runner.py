@@ -22,7 +22,7 @@ Output folder layout (every table is also described in ``manifest.json``):
 ``compare.csv``              paired two-system comparison; ``compare_summary.json``
 ``nuisance.csv``             nuisance LLR model per system
 ``emmeans.csv``              ``[analyses.contrasts]``: marginal means; ``contrasts.csv``
-``model_checks.csv``         model checks of every frequentist fit (study.postfit)
+``model_checks.csv``         model checks of every fit (study.postfit)
 ``model_selection*.csv``     ``auto = true`` models: candidates tried/chosen, cells fitted freely
 ``validation*.csv``          ``auto = true`` models: out-of-sample model vs counting vs shrinkage
 ``recovered_vs_true.csv``    simulated data only: estimates next to the truth
