@@ -74,13 +74,19 @@ def _auto_centred(cells: LocScaleCells) -> bool:
 def sample_locscale(cells: LocScaleCells, priors: LocScalePriors | None = None, *, draws: int = 1000,
                     tune: int = 1000, chains: int = 2, seed: Any = None, progress: bool = False,
                     cores: int | None = None, target_accept: float = 0.9, centred: bool | None = None,
-                    model: Any = None, step: Any = None) -> dict[str, Any]:
+                    model: Any = None, step: Any = None, sampler: str = "pymc", compiled: Any = None
+                    ) -> dict[str, Any]:
     """NUTS on :func:`~scoremix.bayes.locscale_model.build_locscale_model`; returns the draws
     ``(D, ·)`` of every parameter (``b``, ``u`` drawn exactly per draw), the raw
     ``InferenceData``, the model and wall time.  ``model``/``step``: a built model (and NUTS
     step) of the same structure whose ``pm.Data`` is set to ``cells`` (refits without
-    recompiling)."""
+    recompiling).  ``sampler="nutpie"``: nutpie's NUTS on the same graph (``compiled``: a
+    ``nutpie.compile_pymc_model`` of a model of this structure, given new data with
+    ``with_data``)."""
     import pymc as pm
+
+    if sampler not in ("pymc", "nutpie"):
+        raise BayesLocScaleError(f"sampler must be 'pymc' or 'nutpie', got {sampler!r}")
 
     pri = priors or default_locscale_priors(cells)
     cen = _auto_centred(cells) if centred is None else bool(centred)
@@ -101,8 +107,24 @@ def sample_locscale(cells: LocScaleCells, priors: LocScalePriors | None = None, 
     else:
         kw["target_accept"] = target_accept
     t0 = time.perf_counter()
-    with model:
-        raw = pm.sample(**kw)
+    if sampler == "nutpie":
+        from scoremix.bayes.api import _check_sampler
+
+        _check_sampler("nutpie")
+        import nutpie
+
+        if compiled is None:
+            compiled = nutpie.compile_pymc_model(model, freeze_model=False)
+        else:
+            compiled = compiled.with_data(n=cells.n, zbar=cells.zbar, ssw=cells.ssw)
+        nkw: dict[str, Any] = dict(draws=draws, tune=tune, chains=chains, seed=pm_seed, progress_bar=progress,
+                                   target_accept=target_accept)
+        if cores is not None:
+            nkw["cores"] = cores
+        raw = nutpie.sample(compiled, **nkw)
+    else:
+        with model:
+            raw = pm.sample(**kw)
     wall = time.perf_counter() - t0
     post = raw.posterior
     D = post.sizes["chain"] * post.sizes["draw"]
@@ -134,7 +156,8 @@ def sample_locscale(cells: LocScaleCells, priors: LocScalePriors | None = None, 
     g = flat("g")
     b, u = conditional_effects(cells, mu, lam, tau_b, tau_g, rho, om2, g, rng)
     return dict(mu=mu, lam=lam, tau_b=tau_b, tau_g=tau_g, rho=rho, om2=om2, nu=nu, g=g, b=b, u=u, raw=raw,
-                model=model, wall_time=wall, centred=cen, priors=pri, n_chains=int(post.sizes["chain"]))
+                model=model, wall_time=wall, centred=cen, priors=pri, n_chains=int(post.sizes["chain"]),
+                compiled=compiled)
 
 
 def _scalar_params(cells: LocScaleCells) -> list[str]:
@@ -330,7 +353,7 @@ def _as_fit(model: Any, trials: pd.DataFrame | None) -> Any:
 def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: LocScalePriors | None = None,
                    draws: int = 1000, tune: int = 1000, chains: int = 2, seed: Any = UNSET,
                    progress: bool = UNSET, cores: int | None = None, target_accept: float = 0.9,
-                   centred: bool | None = None) -> BayesLocScaleResult:
+                   centred: bool | None = None, sampler: str = "pymc") -> BayesLocScaleResult:
     r"""Bayesian location-scale (transformation) mixed model of detector scores.
 
     Parameters
@@ -354,6 +377,9 @@ def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: Lo
         show the sampler's progress bar (default ``False``).
     centred:
         ``g`` centred (``True``) or non-centred (``False``); default by cell size.
+    sampler:
+        ``"pymc"`` (default) or ``"nutpie"`` (needs the ``nutpie`` package; compiles once,
+        samples several times faster).
 
     Returns
     -------
@@ -376,7 +402,7 @@ def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: Lo
     fit = _as_fit(model, trials)
     cells, maps = locscale_cells(fit)
     d = sample_locscale(cells, priors, draws=draws, tune=tune, chains=chains, seed=seed, progress=progress,
-                        cores=cores, target_accept=target_accept, centred=centred)
+                        cores=cores, target_accept=target_accept, centred=centred, sampler=sampler)
     nc = d["n_chains"]
     sc = scalar_draws(cells, d)
     post = xr.Dataset({k: (("chain", "draw"), v.reshape(nc, -1)) for k, v in sc.items()})
