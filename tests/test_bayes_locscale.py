@@ -129,7 +129,7 @@ def test_agrees_with_plain_pymc_on_the_trial_likelihood():
     fit = fit_locscale(df, spec)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = bayes_locscale(fit, draws=1000, tune=700, chains=2, cores=1, seed=2, centred=False)
+        res = bayes_locscale(fit, draws=600, tune=500, chains=2, cores=1, seed=2, centred=False)
     cells = res.cells
     pri = res.draws and None
     from scoremix.bayes.locscale_model import default_locscale_priors
@@ -158,7 +158,7 @@ def test_agrees_with_plain_pymc_on_the_trial_likelihood():
         pm.Normal("z", mu[s] + b[un] + uu[tc], pm.math.exp(lam[s] + g[un]), observed=z)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ref = pm.sample(1000, tune=700, chains=2, cores=1, random_seed=3, progressbar=False, target_accept=0.95)
+            ref = pm.sample(600, tune=500, chains=2, cores=1, random_seed=3, progressbar=False, target_accept=0.95)
     post = ref.posterior
     pairs = {"tau_b[negative]": post["tau_b"][..., 0], "tau_b[positive]": post["tau_b"][..., 1],
              "tau_g[negative]": post["tau_g"][..., 0], "tau_g[positive]": post["tau_g"][..., 1],

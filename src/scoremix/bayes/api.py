@@ -493,8 +493,9 @@ def bayes_lmer(
                 from scoremix.bayes.transform import TransformSpecError
 
                 raise TransformSpecError("bayes_lmer(transform='monotone-by-class') is not supported (one transform "
-                                         "per stratum); use transform='monotone' or the frequentist "
-                                         "lmer(..., transform='monotone-by-class')")
+                                         "per stratum); use transform='monotone', the frequentist "
+                                         "lmer(..., transform='monotone-by-class'), or scoremix.bayes_locscale "
+                                         "(a transform per class × attack stratum)")
             if transform != "monotone":
                 raise ValueError(f"transform must be None, 'monotone' or a fitted transform, got {transform!r}")
             if isinstance(formula, ModelSpec):
