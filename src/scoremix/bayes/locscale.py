@@ -334,6 +334,45 @@ class BayesLocScaleResult:
                              covers=bool(lo <= 100 * emp <= hi)))
         return pd.DataFrame(rows).set_index("group")
 
+    def posterior_dcf(self, by: str | Sequence[str] | None = None, *, p_target: float = 0.05, c_miss: float = 1.0,
+                      c_fa: float = 1.0, level: float = 0.95, max_draws: int | None = 200,
+                      max_thresholds: int | None = 2000) -> pd.DataFrame:
+        """Posterior minimum DCF (unnormalised, :math:`c_{miss}p\,P_{miss} + c_{fa}(1-p)P_{fa}`) at
+        attainable score thresholds of everyone and every ``by`` level, beside the empirical one
+        (the minimum over the observed scores).  Columns as :meth:`posterior_eer`; for a ``by``
+        level ``dcf_at_overall`` is its posterior mean DCF at everyone's minimising threshold."""
+        from scoremix.predictive.attainable import attainable_measures
+
+        if not 0 < level < 1:
+            raise BayesLocScaleError(f"level must be in (0, 1), got {level!r}")
+        pred, W, labels = self.predictive(by, max_draws=max_draws)
+        W = W if W.shape[0] > 1 else np.vstack([W, W])
+        m = attainable_measures(pred, W, p_target=p_target, c_miss=c_miss, c_fa=c_fa,
+                                max_thresholds=max_thresholds)
+        a = (1 - level) / 2
+        rows = []
+        comp = pred.component
+        for k, lab in enumerate(labels):
+            d = 100 * (m["all_min_dcf"] if k == 0 else m["min_dcf"][k - 1])
+            members = np.ones(comp.size, bool) if k == 0 else W[k][comp] > 0
+            y, sc = pred.y[members], pred.score[members]
+            emp = np.nan
+            if 0 < y.sum() < y.size:
+                thr = np.r_[np.unique(sc), np.inf]
+                ss, yy = np.sort(sc), y[np.argsort(sc)]
+                npos = np.r_[0, np.cumsum(yy)][np.searchsorted(ss, thr, side="left")]
+                nneg = np.r_[0, np.cumsum(1 - yy)][np.searchsorted(ss, thr, side="left")]
+                pmiss = npos / y.sum()
+                pfa = 1 - nneg / (y.size - y.sum())
+                emp = 100 * float(np.min(c_miss * p_target * pmiss + c_fa * (1 - p_target) * pfa))
+            lo, hi = np.nanquantile(d, [a, 1 - a])
+            row = dict(group=lab, n=int(members.sum()), empirical=emp, mean=float(np.nanmean(d)),
+                       median=float(np.nanmedian(d)), lo=float(lo), hi=float(hi), covers=bool(lo <= emp <= hi))
+            if k:
+                row["dcf_at_overall"] = float(100 * np.nanmean(m["dcf_at_overall"][k - 1]))
+            rows.append(row)
+        return pd.DataFrame(rows).set_index("group")
+
 
 def _as_fit(model: Any, trials: pd.DataFrame | None) -> Any:
     from scoremix.locscale import LocScaleFit, LocScaleSpec, fit_locscale
