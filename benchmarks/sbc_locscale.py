@@ -5,7 +5,7 @@ Classes (``--model``):
 * ``ls_gauss``: Gaussian location-scale model — one stratum per class, speaker location and
   log-SD effects per class, correlated in the positive class.
 * ``ls_transform``: the same model observed through a known monotone transform with ties
-  (``score = round(expit(1.2 z), 3)``); the transform is fixed (at the truth) and the trials
+  (``score = round(expit(z / 2), 3)``); the transform is fixed (at the truth) and the trials
   enter through their latent cell moments (midpoint and width²/12), as in the fit of real data.
 * ``stratified``: a stratum per class × attack (1 bona fide + 2 attacks, own μ and σ each),
   speaker location and log-SD per class and a speaker × attack location effect (ω) in the
@@ -104,8 +104,8 @@ def simulate_stats(model: str, cells: LocScaleCells, t: dict, rng: np.random.Gen
     s = np.exp(t["lam"][cells.stratum] + t["g"][cells.unit])
     z = m[:, None] + s[:, None] * rng.standard_normal((C, N_CELL))
     if model == "ls_transform":
-        a = 1.2
-        score = np.clip(np.round(expit(a * z), 3), 0.0005, 0.9995)   # 999 tied values, no saturation
+        a = 0.5   # latent ±15 before the end cells: no saturation in practice; 999 tied values
+        score = np.clip(np.round(expit(a * z), 3), 0.001, 0.999)
         lo = logit(score - 0.0005) / a
         hi = logit(score + 0.0005) / a
         ez = 0.5 * (lo + hi)
