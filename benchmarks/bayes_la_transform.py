@@ -164,12 +164,24 @@ def sensitivity(d: pd.DataFrame, system: str, B: int, draws: int, sampler: str) 
         load_before=la0, load_after=load_avg()))
 
 
+def truth(d: pd.DataFrame, system: str) -> None:
+    """The EER of the bootstrap's generating model: the ML stratified fit's conditional model EER
+    (attainable thresholds), the value every replicate's interval should cover."""
+    import scoremix as sm
+    from scoremix.locscale import LocScaleSpec, fit_locscale
+
+    spec = LocScaleSpec(strata=("attack",), positive="bonafide", speaker_by_stratum=("negative",))
+    fit = fit_locscale(d, spec)
+    record(f"sensitivity_truth:{system}", dict(ml_model_eer=100 * float(sm.model_eer(fit, progress=False, n_boot=0))))
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--system", default="rawgat_st_mul")
     ap.add_argument("--one", action="store_true")
     ap.add_argument("--stratified", action="store_true")
     ap.add_argument("--sensitivity", type=int, default=0)
+    ap.add_argument("--truth", action="store_true")
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--sampler", default="pymc")
@@ -179,5 +191,7 @@ if __name__ == "__main__":
         one_transform(data, a.system, a.draws, a.chains)
     if a.stratified:
         stratified(data, a.system, a.draws, a.chains, a.sampler)
+    if a.truth:
+        truth(data, a.system)
     if a.sensitivity:
         sensitivity(data, a.system, a.sensitivity, a.draws, a.sampler)

@@ -53,10 +53,10 @@ def test_fast_path_agrees_with_exact_cells():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ml = sm.lmer(f, df, dispersion="~ label", transform="monotone")
-        fast = sm.bayes_lmer(f, df, dispersion="~ label", transform=ml, draws=1000, tune=600, chains=2, cores=1,
+        fast = sm.bayes_lmer(f, df, dispersion="~ label", transform=ml, draws=600, tune=500, chains=2, cores=1,
                              seed=1, progress=False)
-        exact = sm.bayes_lmer(f, df, dispersion="~ label", transform=ml.transform, method="joint", draws=1000,
-                              tune=600, chains=2, cores=1, seed=2, progress=False)
+        exact = sm.bayes_lmer(f, df, dispersion="~ label", transform=ml.transform, method="joint", draws=600,
+                              tune=500, chains=2, cores=1, seed=2, progress=False)
     assert fast.method == "collapsed" and exact.method == "joint"
     assert fast.cells is not None
     for name in ["labeltarget", "sigma_target", "sigma_nontarget", "sd_speaker__(Intercept)"]:
