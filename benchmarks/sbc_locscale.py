@@ -44,7 +44,11 @@ from scipy import stats
 from scipy.special import expit, logit
 
 from scoremix.bayes.locscale import sample_locscale, scalar_draws
-from scoremix.bayes.locscale_model import LocScaleCells, LocScalePriors, build_locscale_model
+from scoremix.bayes.locscale_model import (
+    LocScaleCells,
+    LocScalePriors,
+    build_locscale_model,
+)
 from scoremix.predictive.mixture import MixtureRates, batch_eer
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")

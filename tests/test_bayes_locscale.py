@@ -22,8 +22,12 @@ pytest.importorskip("pymc")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scoremix.bayes.locscale import BayesLocScaleError, bayes_locscale  # noqa: E402
-from scoremix.bayes.locscale_model import LocScaleCells, conditional_effects, unit_loglik_graph  # noqa: E402
+from scoremix.bayes.locscale import BayesLocScaleError, bayes_locscale
+from scoremix.bayes.locscale_model import (
+    LocScaleCells,
+    conditional_effects,
+    unit_loglik_graph,
+)
 
 
 def _unit_data(rng, n_strata=3, n_per=(4, 6, 5)):
@@ -78,7 +82,7 @@ def test_conditional_b_draws_match_dense_gaussian_conditional():
     mu, lam = np.array([0.1, -0.1]), np.array([0.0, 0.2])
     tb, om2, g = 0.7, 0.09, 0.1
     D = 200_000
-    rep = lambda a: np.repeat(np.atleast_2d(a), D, axis=0)  # noqa: E731
+    rep = lambda a: np.repeat(np.atleast_2d(a), D, axis=0)
     b, u = conditional_effects(cells, rep(mu), rep(lam), rep([tb, 0.5]), rep([0.3, 0.0]), rep([0.0, 0.0]),
                                rep([om2, 0.0]), rep([g]), np.random.default_rng(1))
     # dense: y = mu_s + b + u_s + e; gamma = (b, u0, u1) Gaussian, prior diag(tb², om2, om2)
@@ -119,8 +123,8 @@ def test_agrees_with_plain_pymc_on_the_trial_likelihood():
     (b) by plain PyMC on every trial with b, g, u explicit: posterior means within MC error."""
     import arviz as az
     import pymc as pm
-
     from locscale_helpers import simulate_ls
+
     from scoremix.locscale import LocScaleSpec, fit_locscale
 
     df = simulate_ls(n_speakers=10, n_per_cell=6, strata_neg=2, omega=0.3, seed=4)

@@ -34,8 +34,14 @@ import numpy as np
 import pandas as pd
 
 from scoremix.bayes.conventions import UNSET, resolve_progress, resolve_seed, seed_int
-from scoremix.bayes.locscale_model import (CLASSES, LocScaleCells, LocScalePriors, build_locscale_model,
-                                           conditional_effects, default_locscale_priors)
+from scoremix.bayes.locscale_model import (
+    CLASSES,
+    LocScaleCells,
+    LocScalePriors,
+    build_locscale_model,
+    conditional_effects,
+    default_locscale_priors,
+)
 
 __all__ = ["BayesLocScaleResult", "BayesLocScaleError", "bayes_locscale", "bayes_score_model", "locscale_cells"]
 
@@ -337,7 +343,7 @@ class BayesLocScaleResult:
     def posterior_dcf(self, by: str | Sequence[str] | None = None, *, p_target: float = 0.05, c_miss: float = 1.0,
                       c_fa: float = 1.0, level: float = 0.95, max_draws: int | None = 200,
                       max_thresholds: int | None = 2000) -> pd.DataFrame:
-        """Posterior minimum DCF (unnormalised, :math:`c_{miss}p\,P_{miss} + c_{fa}(1-p)P_{fa}`) at
+        """Posterior minimum DCF (unnormalised, :math:`c_{miss} p P_{miss} + c_{fa}(1-p) P_{fa}`) at
         attainable score thresholds of everyone and every ``by`` level, beside the empirical one
         (the minimum over the observed scores).  Columns as :meth:`posterior_eer`; for a ``by``
         level ``dcf_at_overall`` is its posterior mean DCF at everyone's minimising threshold."""

@@ -146,7 +146,6 @@ def build_locscale_model(cells: LocScaleCells, priors: LocScalePriors, centred: 
 
     S, U = cells.n_strata, cells.n_units
     ucls = cells.unit_class
-    ccls = ucls[cells.unit]
     gu = cells.g_units
     with pm.Model() as model:
         n = pm.Data("n", cells.n)
