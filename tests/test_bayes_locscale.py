@@ -177,3 +177,43 @@ def test_agrees_with_plain_pymc_on_the_trial_likelihood():
         mine, se_mine = float(ours.loc[name, "mean"]), float(ours.loc[name, "mcse_mean"])
         zscore = (mine - mref) / np.hypot(se_ref, se_mine)
         assert abs(zscore) < 4.0, (name, mine, mref, se_mine, se_ref)
+
+
+def test_posterior_eer_is_the_crossing_of_the_draws_cell_mixtures():
+    """posterior_eer(thresholds="latent") of a Gaussian location-scale fit: per draw, the crossing
+    of FNR and FPR of the class mixtures of every trial's N(μ_s + b + u, (σ_s e^g)²), found here by
+    brentq from the draws directly (trial by trial, no components)."""
+    from locscale_helpers import simulate_ls
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    from scoremix.locscale import LocScaleSpec, fit_locscale
+
+    df = simulate_ls(n_speakers=6, n_per_cell=8, strata_neg=2, omega=0.3, seed=2)
+    spec = LocScaleSpec(strata=("attack",), positive="bonafide", transform=False, speaker_by_stratum=("negative",))
+    fit = fit_locscale(df, spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = bayes_locscale(fit, draws=40, tune=40, chains=1, cores=1, seed=3)
+    tab = res.posterior_eer(thresholds="latent", max_draws=None, level=0.5)
+    pred, W, labels = res.predictive(max_draws=None)
+    assert labels == ["all"] and W[0].sum() == len(df)
+    d = res.draws
+    cells = res.cells
+    tc = res.maps["trial_cell"]
+    s, un = cells.stratum[tc], cells.unit[tc]
+    y = fit._data.y == 1
+    eers = []
+    for k in range(d["mu"].shape[0]):
+        m = d["mu"][k, s] + d["b"][k, un] + d["u"][k, tc]
+        sd = np.exp(d["lam"][k, s] + d["g"][k, un])
+
+        def gap(t, m=m, sd=sd):
+            return norm.cdf((t - m[y]) / sd[y]).mean() - norm.sf((t - m[~y]) / sd[~y]).mean()
+
+        t = brentq(gap, -20, 20, xtol=1e-12)
+        eers.append(100 * norm.cdf((t - m[y]) / sd[y]).mean())
+    eers = np.array(eers)
+    assert tab.loc["all", "mean"] == pytest.approx(eers.mean(), rel=1e-6)
+    assert tab.loc["all", "lo"] == pytest.approx(np.quantile(eers, 0.25), rel=1e-6)
+    assert tab.loc["all", "n"] == len(df)
