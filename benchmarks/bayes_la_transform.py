@@ -14,7 +14,7 @@ posterior EER beside the empirical EER.
    replicate's transforms fixed; the EER draws pooled over replicates (the transform's sampling
    error added, as in multiple imputation) against the fixed-transform interval.
 
-Writes ``benchmarks/results/bayes_la_transform.json``.  Times are wall seconds on the shared
+Writes ``docs/data/bayes_la_transform.json``.  Times are wall seconds on the shared
 machine with the load average printed beside them.
 
     nice -n 5 python3 benchmarks/bayes_la_transform.py --system rawgat_st_mul --one --stratified
@@ -36,7 +36,7 @@ import pandas as pd
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data" / "asvspoof2019_la_eval" / "asvspoof2019_la_eval_multisystem_long.csv.gz"
-OUT = HERE / "results" / "bayes_la_transform.json"
+OUT = HERE.parent / "docs" / "data" / "bayes_la_transform.json"
 FORMULA = 'score ~ label + (1|speaker) + (0 + dummy(label, "spoof")|attack)'
 
 

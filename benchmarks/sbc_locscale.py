@@ -20,7 +20,7 @@ subgroups (odd vs even speakers); and whether the 95 % equal-tailed intervals of
 and of the ratio cover their true values.  One compiled model and NUTS step per class
 (``with_data`` / ``pm.set_data``), so a replicate costs ~1 s with nutpie.
 
-Writes ``benchmarks/results/sbc_<model>.csv`` (one row per replicate) as it goes; the
+Writes ``docs/data/sbc_<model>.csv`` (one row per replicate) as it goes; the
 summary (chi-square test of 10 rank bins, KS test of the normalised ranks, coverage) is
 printed by ``--summary`` and in ``docs/bayes-locscale.md``.
 
@@ -51,7 +51,7 @@ from scoremix.bayes.locscale_model import (
 )
 from scoremix.predictive.mixture import MixtureRates, batch_eer
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "data")
 N_SPK, N_CELL, THIN, L = 8, 12, 10, 99
 MODELS = ("ls_gauss", "ls_transform", "stratified")
 
