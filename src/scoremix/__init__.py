@@ -179,6 +179,14 @@ from scoremix.bayes import compare as bayes_compare  # noqa: E402
 from scoremix.bayes import loo as bayes_loo  # noqa: E402
 from scoremix.bayes import waic as bayes_waic  # noqa: E402
 
+# s5bayes-ls: Bayesian location-scale and stratified transformation models (issue 25)
+from scoremix.bayes.locscale import (  # noqa: E402
+    BayesLocScaleError,
+    BayesLocScaleResult,
+    bayes_locscale,
+    bayes_score_model,
+)
+
 __all__ = [
     "ContrastResult", "EmmError", "EmmGrid", "contrast", "eer_contrast", "emmeans", "joint_tests", "ref_grid",
     "AllFit", "all_fit", "ModelCheck", "check_model",  # s4postfit
@@ -242,4 +250,6 @@ __all__ = [
     # s4bayes (issue 25)
     "ContrastError", "LooError", "MemoryBudgetError", "PosteriorContrasts", "SamplingInterrupted",
     "posterior_contrasts", "bayes_compare", "bayes_loo", "bayes_waic",
+    # s5bayes-ls (issue 25)
+    "BayesLocScaleError", "BayesLocScaleResult", "bayes_locscale", "bayes_score_model",
 ]
