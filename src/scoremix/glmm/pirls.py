@@ -98,6 +98,41 @@ class PirlsState:
     extra: dict = field(default_factory=dict)
 
 
+class _Coupling:
+    """A sparse ``n_1 × r`` block with a fixed pattern (``rows``, ``cols``) and the products
+    :class:`BlockFactor` needs, by ``np.bincount`` (no per-call sparse-matrix set-up)."""
+
+    def __init__(self, data: np.ndarray, rows: np.ndarray, cols: np.ndarray, shape: tuple,
+                 pairs: tuple[np.ndarray, np.ndarray, np.ndarray]):
+        self.data, self.rows, self.cols, self.shape, self.pairs = data, rows, cols, shape, pairs
+
+    def scale_rows(self, s: np.ndarray) -> "_Coupling":
+        return _Coupling(self.data * s[self.rows], self.rows, self.cols, self.shape, self.pairs)
+
+    def gram(self) -> np.ndarray:
+        """``G' G`` (dense ``r × r``)."""
+        pa, pb, target = self.pairs
+        r = self.shape[1]
+        return np.bincount(target, weights=self.data[pa] * self.data[pb],
+                           minlength=r * r).reshape(r, r)
+
+    def tmul(self, z: np.ndarray) -> np.ndarray:
+        """``G' z`` for a vector or an ``n_1 × k`` matrix."""
+        r = self.shape[1]
+        if z.ndim == 1:
+            return np.bincount(self.cols, weights=self.data * z[self.rows], minlength=r)
+        return np.column_stack([self.tmul(z[:, c]) for c in range(z.shape[1])])
+
+    def mul(self, x: np.ndarray) -> np.ndarray:
+        """``G x``."""
+        return np.bincount(self.rows, weights=self.data * x[self.cols], minlength=self.shape[0])
+
+    def toarray(self) -> np.ndarray:
+        out = np.zeros(self.shape)
+        out[self.rows, self.cols] = self.data
+        return out
+
+
 class BlockFactor:
     r"""Cholesky factor of ``[[A, B], [B', X'WX]]`` (or of ``A`` alone) when the first random
     term is scalar, so that ``A``'s leading block is diagonal:
@@ -111,21 +146,67 @@ class BlockFactor:
     (``R`` the other terms' block, with ``X`` appended for the joint system).  Cost
     ``O(n_1 r^2 + r^3)`` instead of ``O(q^3)`` (MixedModels.jl's diagonal ``L_{11}``)."""
 
-    def __init__(self, D: np.ndarray, C: np.ndarray, R: np.ndarray, r_u: int):
+    def __init__(self, D: np.ndarray, Cr, Cx: np.ndarray | None, R: np.ndarray, r_u: int,
+                 perm: np.ndarray | None = None):
+        # C = [Cr, Cx]: Cr (n1 × r_u, dense or scipy-sparse) couples the diagonal term with
+        # the other random effects, Cx (n1 × p) with β (joint system only)
         self.sD = np.sqrt(D)
-        self.G = (C / self.sD[:, None]).T
-        S = R - self.G @ self.G.T
+        inv_sD = 1.0 / self.sD
+        self.sparse = isinstance(Cr, _Coupling)
+        self.Gr = Cr.scale_rows(inv_sD) if self.sparse else Cr * inv_sD[:, None]
+        self.Gx = None if Cx is None else Cx * inv_sD[:, None]
+        S = R.copy()
+        if r_u:
+            S[:r_u, :r_u] -= self.Gr.gram() if self.sparse else self.Gr.T @ self.Gr
+        if self.Gx is not None:
+            if r_u:
+                S[:r_u, r_u:] -= self.Gr.tmul(self.Gx) if self.sparse else self.Gr.T @ self.Gx
+                S[r_u:, :r_u] = S[:r_u, r_u:].T
+            S[r_u:, r_u:] -= self.Gx.T @ self.Gx
         self.Ls = np.linalg.cholesky(S) if len(S) else np.zeros((0, 0))
         self.r_u = r_u
         self.n1 = len(D)
+        #: ``None`` or the order of ``u`` in which the factor is taken (the diagonal
+        #: term's levels first): ``A[perm][:, perm] = L L'``
+        self.perm = perm
+
+    def _G_mul(self, z1: np.ndarray) -> np.ndarray:
+        """``G z_1`` with ``G = C' D^{-1/2}``."""
+        parts = ([self.Gr.tmul(z1) if self.sparse else self.Gr.T @ z1]
+                 if self.r_u else [])
+        if self.Gx is not None:
+            parts.append(self.Gx.T @ z1)
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def _Gt_mul(self, x2: np.ndarray) -> np.ndarray:
+        """``G' x_2``."""
+        if self.r_u:
+            out = self.Gr.mul(x2[:self.r_u]) if self.sparse else self.Gr @ x2[:self.r_u]
+        else:
+            out = np.zeros(self.n1)
+        if self.Gx is not None:
+            out = out + self.Gx @ x2[self.r_u:]
+        return out
 
     def solve(self, h: np.ndarray) -> np.ndarray:
+        """``x`` with ``A x = h`` (``A`` in the model's order of ``u``, ``X`` appended)."""
+        if self.perm is None:
+            return self._solve(h)
+        q = len(self.perm)
+        hp = np.concatenate([h[:q][self.perm], h[q:]])
+        xp = self._solve(hp)
+        x = np.empty_like(xp)
+        x[self.perm] = xp[:q]
+        x[q:] = xp[q:]
+        return x
+
+    def _solve(self, h: np.ndarray) -> np.ndarray:
         n1 = self.n1
         z1 = h[:n1] / self.sD
         if len(self.Ls):
-            z2 = sla.solve_triangular(self.Ls, h[n1:] - self.G @ z1, lower=True)
+            z2 = sla.solve_triangular(self.Ls, h[n1:] - self._G_mul(z1), lower=True)
             x2 = sla.solve_triangular(self.Ls, z2, lower=True, trans="T")
-            x1 = (z1 - self.G.T @ x2) / self.sD
+            x1 = (z1 - self._Gt_mul(x2)) / self.sD
             return np.concatenate([x1, x2])
         return z1 / self.sD
 
@@ -140,12 +221,19 @@ class BlockFactor:
         return self.Ls[self.r_u:, self.r_u:]
 
     def L_dense(self) -> np.ndarray:
-        """The random-effects part of ``L`` as a dense ``q × q`` lower-triangular matrix."""
+        """The random-effects part of ``L`` as a dense ``q × q`` matrix ``M`` with
+        ``M M' = A`` in the model's order of ``u`` (lower triangular when the diagonal term
+        is the first one; else ``L`` with its rows put back in the model's order)."""
         q = self.n1 + self.r_u
         L = np.zeros((q, q))
         L[np.arange(self.n1), np.arange(self.n1)] = self.sD
-        L[self.n1:, :self.n1] = self.G[:self.r_u]
+        if self.r_u:
+            L[self.n1:, :self.n1] = self.Gr.toarray().T if self.sparse else self.Gr.T
         L[self.n1:, self.n1:] = self.Ls[:self.r_u, :self.r_u]
+        if self.perm is not None:
+            M = np.empty_like(L)
+            M[self.perm] = L
+            return M
         return L
 
 
@@ -195,8 +283,22 @@ class GlmmData:
             pos += t.p * t.n_levels
         self.cols = np.column_stack(cols) if cols else np.zeros((self.n, 0), np.int64)
         self.dense_ok = self.q <= 3000
-        self.blocked = self.dense_ok and bool(terms) and terms[0].p == 1
-        self.n1 = terms[0].n_levels if self.blocked else 0
+        # the diagonal block of the blocked factor: the scalar term with the most levels
+        scalar = [k for k, t in enumerate(terms) if t.p == 1]
+        self.blocked = self.dense_ok and bool(scalar)
+        k0 = max(scalar, key=lambda k: (terms[k].n_levels, -k)) if self.blocked else 0
+        self.n1 = terms[k0].n_levels if self.blocked else 0
+        self._perm: np.ndarray | None = None
+        self._bcols, self._border = self.cols, np.arange(self.cols.shape[1])
+        if self.blocked and k0 != 0:
+            offs = np.cumsum([0] + [t.p * t.n_levels for t in terms])
+            first = np.arange(offs[k0], offs[k0 + 1])
+            self._perm = np.concatenate([first, np.setdiff1d(np.arange(self.q), first)])
+            inv = np.empty(self.q, np.int64)
+            inv[self._perm] = np.arange(self.q)
+            c0 = int(sum(t.p for t in terms[:k0]))
+            self._border = np.concatenate([[c0], np.delete(np.arange(self.cols.shape[1]), c0)])
+            self._bcols = inv[self.cols][:, self._border]
         self._u_warm = np.zeros(self.q)
         self._beta_warm: np.ndarray | None = None
         self.n_eval = 0
@@ -267,40 +369,94 @@ class GlmmData:
             out[:, c] = self.zl_tmul(vals, w * self.X[:, c])
         return out
 
+    def _sparse_pattern(self) -> tuple | None:
+        """The CSR pattern of the coupling block ``C_r`` (diagonal term × other random
+        effects) and each row-entry's position in it; ``None`` when ``C_r`` is dense
+        enough for a dense array."""
+        if hasattr(self, "_cr_pattern"):
+            return self._cr_pattern
+        n1, r = self.n1, self.q - self.n1
+        cols = self._bcols
+        P = cols.shape[1]
+        pat = None
+        if r and P > 1 and n1 * r > 20000 and self.n * (P - 1) < 0.2 * n1 * r:
+            keys = np.concatenate([cols[:, 0] * r + (cols[:, j] - n1) for j in range(1, P)])
+            uniq, inv = np.unique(keys, return_inverse=True)
+            prow, pcol = uniq // r, uniq % r
+            # all pairs of entries in one row (for G'G)
+            start = np.searchsorted(prow, np.arange(n1 + 1))
+            cnt = np.diff(start)
+            pa = np.concatenate([np.repeat(np.arange(start[i], start[i + 1]), cnt[i])
+                                 for i in range(n1) if cnt[i]] or [np.zeros(0, np.int64)])
+            pb = np.concatenate([np.tile(np.arange(start[i], start[i + 1]), cnt[i])
+                                 for i in range(n1) if cnt[i]] or [np.zeros(0, np.int64)])
+            pat = (inv, prow, pcol, len(uniq), (pa, pb, pcol[pa] * r + pcol[pb]))
+        self._cr_pattern = pat
+        return pat
+
+    def _r_pattern(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The entries of the other terms' ``r × r`` block that rows touch (upper pairs
+        ``j ≤ k`` of each row's columns): unique flat keys, each row-pair's key index, and
+        which unique entries are off the diagonal (mirrored below it)."""
+        if hasattr(self, "_rpat"):
+            return self._rpat
+        n1, r = self.n1, self.q - self.n1
+        cols = self._bcols
+        P = cols.shape[1]
+        keys = np.concatenate([(cols[:, j] - n1) * r + (cols[:, k] - n1)
+                               for j in range(1, P) for k in range(j, P)])
+        ukeys, inv = np.unique(keys, return_inverse=True)
+        a, b = ukeys // r, ukeys % r
+        # a pair of different columns j < k always has a < b (terms and a term's columns
+        # keep their order), so the mirrored keys never collide with a stored one
+        self._rpat = (ukeys, inv, a != b)
+        return self._rpat
+
     def block_factor(self, vals: np.ndarray, w: np.ndarray, joint: bool) -> BlockFactor:
         """:class:`BlockFactor` of ``Λ'Z'WZΛ + I`` (and ``X`` for ``joint``)."""
         n1, q, p = self.n1, self.q, self.p
         r = q - n1
-        c0, v0 = self.cols[:, 0], vals[:, 0]
-        D = 1.0 + np.bincount(c0, weights=w * v0 * v0, minlength=n1)
+        cols = self._bcols                     # the diagonal term's column first
+        vals = vals[:, self._border]
+        c0, v0 = cols[:, 0], vals[:, 0]
+        wv0 = w * v0
+        D = 1.0 + np.bincount(c0, weights=wv0 * v0, minlength=n1)
         rp = r + (p if joint else 0)
-        C = np.zeros(n1 * rp)
         R = np.zeros((rp, rp))
         P = vals.shape[1]
-        for j in range(1, P):
-            cj = self.cols[:, j] - n1
-            C += np.bincount(c0 * rp + cj, weights=w * v0 * vals[:, j], minlength=n1 * rp)
-        if r:
-            sub = np.zeros(r * r)
+        pat = self._sparse_pattern()
+        if pat is not None:
+            inv, prow, pcol, nnz, pairs = pat
+            wts = np.concatenate([wv0 * vals[:, j] for j in range(1, P)])
+            Cr = _Coupling(np.bincount(inv, weights=wts, minlength=nnz), prow, pcol, (n1, r), pairs)
+        else:
+            Cr = np.zeros(n1 * r)
             for j in range(1, P):
-                for k in range(j, P):
-                    idx = (self.cols[:, j] - n1) * r + (self.cols[:, k] - n1)
-                    c = np.bincount(idx, weights=w * vals[:, j] * vals[:, k], minlength=r * r)
-                    sub += c
-                    if k != j:
-                        sub += c.reshape(r, r).T.ravel()
-            R[:r, :r] = sub.reshape(r, r) + np.eye(r)
-        C = C.reshape(n1, rp)
+                Cr += np.bincount(c0 * r + (cols[:, j] - n1), weights=wv0 * vals[:, j],
+                                  minlength=n1 * r)
+            Cr = Cr.reshape(n1, r)
+        if r:
+            # the other terms' block Σ_i w_i z_ij z_ik over its fixed pattern
+            ukeys, rinv, off = self._r_pattern()
+            wts = np.concatenate([w * vals[:, j] * vals[:, k]
+                                  for j in range(1, P) for k in range(j, P)])
+            v = np.bincount(rinv, weights=wts, minlength=len(ukeys))
+            Rr = np.zeros(r * r)
+            Rr[ukeys] = v
+            Rr[(ukeys[off] % r) * r + ukeys[off] // r] = v[off]   # the mirrored entries
+            R[:r, :r] = Rr.reshape(r, r) + np.eye(r)
+        Cx = None
         if joint:
             WX = self.X * w[:, None]
+            Cx = np.empty((n1, p))
             for c in range(p):
-                C[:, r + c] = np.bincount(c0, weights=v0 * WX[:, c], minlength=n1)
+                Cx[:, c] = np.bincount(c0, weights=v0 * WX[:, c], minlength=n1)
                 for j in range(1, P):
-                    R[:r, r + c] += np.bincount(self.cols[:, j] - n1, weights=vals[:, j] * WX[:, c],
+                    R[:r, r + c] += np.bincount(cols[:, j] - n1, weights=vals[:, j] * WX[:, c],
                                                 minlength=r)
             R[r:, :r] = R[:r, r:].T
             R[r:, r:] = self.X.T @ WX
-        return BlockFactor(D, C, R, r)
+        return BlockFactor(D, Cr, Cx, R, r, self._perm)
 
     def _zl_ops(self, theta: np.ndarray):
         """``(ZΛu, (ZΛ)'v, (ZΛ)'W(ZΛ), (ZΛ)'WX)`` as functions: index arithmetic on
