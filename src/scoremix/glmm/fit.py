@@ -223,7 +223,7 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
 
 
 def _newton_minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
-                     max_iter: int = 100) -> optimize.OptimizeResult:
+                     max_iter: int = 100, ftol: float = 1e-10) -> optimize.OptimizeResult:
     r"""Projected quasi-Newton minimisation for the (smooth, low-dimensional) stage-2
     criterion, started next to its optimum by stage 1.
 
@@ -233,7 +233,7 @@ def _newton_minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
     (``|\lambda|``, floored), projected onto the bounds and halved until the criterion
     decreases; the gradient at the new point is a central difference with step
     ``gradient_step`` (forward at a bound) and ``H`` is updated by BFGS.  It stops when the
-    step and the decrease are negligible (``max|s| < tol`` and ``|Δf| < 1e-10``).  This
+    step and the decrease are negligible (``max|s| < tol`` and ``|Δf| < ftol``).  This
     needs one Hessian and a few gradients where a gradient-only method needs tens of
     gradients; when it cannot decrease the criterion before the gradient is small it hands
     over to L-BFGS-B."""
@@ -268,8 +268,16 @@ def _newton_minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
         if free.any():
             Hf = H[np.ix_(free, free)]
             lam, V = np.linalg.eigh((Hf + Hf.T) / 2)
-            lam = np.maximum(np.abs(lam), 1e-8 * max(1.0, float(np.max(np.abs(lam)))))
-            d[free] = -V @ ((V.T @ g[free]) / lam)
+            vg = V.T @ g[free]
+            step = -vg / np.maximum(np.abs(lam), 1e-8 * max(1.0, float(np.max(np.abs(lam)))))
+            # a direction of negative curvature (e.g. a variance parameter at 0, where the
+            # criterion is even in it and the gradient vanishes): go at least 0.1 down it
+            neg = lam < 0
+            if neg.any():
+                sgn = np.where(vg[neg] != 0, -np.sign(vg[neg]),
+                               np.where(V[:, neg].sum(axis=0) >= 0, 1.0, -1.0))
+                step[neg] = sgn * np.maximum(np.abs(step[neg]), 0.1)
+            d[free] = V @ step
         t, accepted = 1.0, False
         for _ in range(40):
             xn = np.maximum(x + t * d, lower)
@@ -292,7 +300,7 @@ def _newton_minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
         if sy > 1e-12 * float(np.linalg.norm(s) * np.linalg.norm(yv)):
             Hs = H @ s
             H = H + np.outer(yv, yv) / sy - np.outer(Hs, Hs) / float(s @ Hs)
-        if np.max(np.abs(s), initial=0) < ctl.tol and df < 1e-10:
+        if np.max(np.abs(s), initial=0) < ctl.tol and df < ftol:
             message, ok = "converged: negligible step and decrease", True
             break
     if not ok:

@@ -36,12 +36,14 @@ same Newton system (augmented by :math:`V = W^{1/2}X`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
+from scipy import special
 
 from scoremix.glmm.errors import PirlsError
 from scoremix.glmm.family import Family
@@ -71,14 +73,21 @@ def _diag(L) -> np.ndarray:
     return L.diag() if isinstance(L, _LazyL) else np.diag(L)
 
 
-def gh_rule(k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes and weights of the ``k``-point Gauss–Hermite rule for the standard normal
-    density (lme4's ``GHrule``): ``Σ_k w_k f(z_k) ≈ E f(Z)``."""
+@functools.lru_cache(maxsize=32)
+def _gh_rule(k: int) -> tuple[np.ndarray, np.ndarray]:
     x, w = np.polynomial.hermite.hermgauss(k)
     z = np.sqrt(2.0) * x
     w = w / np.sqrt(np.pi)
     z[np.abs(z) < 1e-14] = 0.0
+    z.flags.writeable = False
+    w.flags.writeable = False
     return z, w
+
+
+def gh_rule(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights of the ``k``-point Gauss–Hermite rule for the standard normal
+    density (lme4's ``GHrule``): ``Σ_k w_k f(z_k) ≈ E f(Z)`` (cached, read-only)."""
+    return _gh_rule(int(k))
 
 
 @dataclass
@@ -412,6 +421,18 @@ class GlmmData:
         self._rpat = (ukeys, inv, a != b)
         return self._rpat
 
+    def _indicators(self) -> list[sp.csr_matrix]:
+        """Per column of the blocked layout, the ``levels × n`` 0/1 matrix sending a row to
+        its random effect (the diagonal term's levels, then the other ``r`` effects)."""
+        if not hasattr(self, "_ind"):
+            n1, r = self.n1, self.q - self.n1
+            cols = self._bcols
+            idx = np.arange(self.n)
+            self._ind = [sp.csr_matrix((np.ones(self.n), (cols[:, j] - (n1 if j else 0), idx)),
+                                       shape=(r if j else n1, self.n))
+                         for j in range(cols.shape[1])]
+        return self._ind
+
     def block_factor(self, vals: np.ndarray, w: np.ndarray, joint: bool) -> BlockFactor:
         """:class:`BlockFactor` of ``Λ'Z'WZΛ + I`` (and ``X`` for ``joint``)."""
         n1, q, p = self.n1, self.q, self.p
@@ -448,12 +469,10 @@ class GlmmData:
         Cx = None
         if joint:
             WX = self.X * w[:, None]
-            Cx = np.empty((n1, p))
-            for c in range(p):
-                Cx[:, c] = np.bincount(c0, weights=v0 * WX[:, c], minlength=n1)
-                for j in range(1, P):
-                    R[:r, r + c] += np.bincount(cols[:, j] - n1, weights=vals[:, j] * WX[:, c],
-                                                minlength=r)
+            ind = self._indicators()
+            Cx = ind[0] @ (v0[:, None] * WX)
+            for j in range(1, P):
+                R[:r, r:] += ind[j] @ (vals[:, j:j + 1] * WX)
             R[r:, :r] = R[:r, r:].T
             R[r:, r:] = self.X.T @ WX
         return BlockFactor(D, Cr, Cx, R, r, self._perm)
@@ -479,7 +498,37 @@ class GlmmData:
     def _mu(self, eta: np.ndarray) -> np.ndarray:
         return self.family.valid_mu(self.family.link.linkinv(eta))
 
+    def _devconst(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:
+        r"""``(c, a, b, K)`` with ``d_i(μ) = c_i - 2(a_i \log μ_i + b_i \log(1-μ_i))``
+        (binomial) or ``c_i - 2(a_i \log μ_i - b_i μ_i)`` (Poisson) the deviance residuals,
+        and ``K = Σ_i [-2\log f(y_i|μ_i) - d_i(μ)]``, the same for every ``μ`` (``None``
+        when a binomial ``m_i y_i`` is not a whole number, where R's ``aic`` rounds)."""
+        if hasattr(self, "_dc"):
+            return self._dc
+        y, wt, fam = self.y, self.wt, self.family
+        if fam.name == "binomial":
+            a, b = wt * y, wt * (1 - y)
+            c = 2 * (special.xlogy(a, y) + special.xlogy(b, 1 - y))
+        else:
+            a, b = wt * y, wt
+            c = 2 * (special.xlogy(a, y) - a)
+        mu0 = fam.valid_mu(fam.mustart(y, wt))
+        K: float | None = float(np.sum(fam.minus2_loglik(y, mu0, wt, self.trials))
+                                - np.sum(fam.dev_resid(y, mu0, wt)))
+        if fam.name == "binomial":
+            m = self.trials
+            if not np.allclose(np.round(m * y), m * y, rtol=0, atol=1e-9):
+                K = None
+        self._dc = (c, a, b, K)
+        return self._dc
+
     def _devres(self, mu: np.ndarray) -> np.ndarray:
+        c, a, b, _ = self._devconst()
+        if self.family.name == "binomial":
+            return c - 2 * (a * np.log(mu) + b * np.log1p(-mu))
+        return c - 2 * (a * np.log(mu) - b * mu)
+
+    def _devres_family(self, mu: np.ndarray) -> np.ndarray:
         return self.family.dev_resid(self.y, mu, self.wt)
 
     def initial_eta(self) -> np.ndarray:
@@ -593,7 +642,9 @@ class GlmmData:
                 RX = np.linalg.cholesky(self.X.T @ (self.X * w[:, None]) - RZX.T @ RZX)
                 self._beta_warm = b.copy()
         self._u_warm = u.copy()
-        m2ll = float(np.sum(self.family.minus2_loglik(self.y, mu, self.wt, self.trials)))
+        K = self._devconst()[3]
+        m2ll = (float(np.sum(self._devres(mu))) + K if K is not None else
+                float(np.sum(self.family.minus2_loglik(self.y, mu, self.wt, self.trials))))
         return PirlsState(u=u, beta=b, eta=eta, mu=mu, L=L, ldL2=ldL2, pdev=pdev,
                           sqr_u=float(u @ u), minus2ll=m2ll, RX=RX)
 
@@ -603,26 +654,26 @@ class GlmmData:
         return st.minus2ll + st.sqr_u + st.ldL2
 
     def agq(self, theta: np.ndarray, st: PirlsState, nAGQ: int) -> float:
-        """lme4's adaptive Gauss–Hermite criterion (one scalar random term)."""
+        """lme4's adaptive Gauss–Hermite criterion (one scalar random term), all nodes at
+        once: an ``(nAGQ, n)`` array of linear predictors summed per group."""
         t = self.terms[0]
-        codes = np.asarray(t.codes, np.int64)
         nl = t.n_levels
         lam = float(theta[0])
-        zcol = np.asarray(t.X, float)[:, 0]
-
-        def devc(u: np.ndarray, eta: np.ndarray) -> np.ndarray:
-            return np.bincount(codes, weights=self._devres(self._mu(eta)), minlength=nl) + u ** 2
-
-        d0 = devc(st.u, st.eta)
+        if not hasattr(self, "_agq_ind"):
+            codes = np.asarray(t.codes, np.int64)
+            self._agq_ind = sp.csr_matrix((np.ones(self.n), (codes, np.arange(self.n))),
+                                          shape=(nl, self.n))
+            self._agq_codes = codes
+            self._agq_z = np.asarray(t.X, float)[:, 0]
+        ind, codes, zcol = self._agq_ind, self._agq_codes, self._agq_z
+        d0 = ind @ self._devres(st.mu) + st.u ** 2
         sd = 1.0 / _diag(st.L)
         z, w = gh_rule(nAGQ)
-        mult = np.zeros(nl)
+        nz = z != 0.0
         base = st.eta - lam * zcol * st.u[codes]
-        for zk, wk in zip(z, w):
-            if zk == 0.0:
-                mult += wk
-                continue
-            un = st.u + zk * sd
-            eta = base + lam * zcol * un[codes]
-            mult += wk * np.exp(zk ** 2 / 2 - 0.5 * (devc(un, eta) - d0))
+        U = st.u[None, :] + z[nz, None] * sd[None, :]                 # (K', nl)
+        eta = base[None, :] + lam * zcol[None, :] * U[:, codes]        # (K', n)
+        dev = (ind @ self._devres(self._mu(eta)).T).T + U ** 2         # (K', nl)
+        terms = w[nz, None] * np.exp(z[nz, None] ** 2 / 2 - 0.5 * (dev - d0[None, :]))
+        mult = terms.sum(axis=0) + float(np.sum(w[~nz]))
         return float(np.sum(d0) + st.ldL2 - 2 * np.sum(np.log(mult)))
