@@ -196,6 +196,7 @@ def glmer(formula: str, data: pd.DataFrame, family: str | Family = "binomial", *
         u=st.u, condvar=condvar, formula=formula, response_text=lhs, data=full,
         messages=fit.messages, fit_info={**fit.info, "collapsed_rows": None if inv is None
                                          else int(work.n)}, nobs=spec.n)
+    res.work_data = work      # the (collapsed) arrays fitted, for profiles
     _warn(res)
     return res
 

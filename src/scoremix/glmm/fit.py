@@ -223,7 +223,8 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
 
 
 def _newton_minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
-                     max_iter: int = 100, ftol: float = 1e-10) -> optimize.OptimizeResult:
+                     max_iter: int = 100, ftol: float = 1e-10, H0: np.ndarray | None = None,
+                     upper: np.ndarray | None = None) -> optimize.OptimizeResult:
     r"""Projected quasi-Newton minimisation for the (smooth, low-dimensional) stage-2
     criterion, started next to its optimum by stage 1.
 
@@ -237,9 +238,13 @@ def _newton_minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
     needs one Hessian and a few gradients where a gradient-only method needs tens of
     gradients; when it cannot decrease the criterion before the gradient is small it hands
     over to L-BFGS-B."""
-    x = np.maximum(np.asarray(x0, float), lower)
+    upper = np.full(len(lower), np.inf) if upper is None else np.asarray(upper, float)
+    x = np.clip(np.asarray(x0, float), lower, upper)
     k = len(x)
     h = ctl.gradient_step
+    if k == 0:
+        return optimize.OptimizeResult(x=x, fun=f(x), success=True, message="no parameters",
+                                       nfev=1)
     n_f = [0]
 
     def fc(z: np.ndarray) -> float:
@@ -253,16 +258,18 @@ def _newton_minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
             e[i] = h
             if z[i] - h < lower[i]:
                 g[i] = (fc(z + e) - fz) / h
+            elif z[i] + h > upper[i]:
+                g[i] = (fz - fc(z - e)) / h
             else:
                 g[i] = (fc(z + e) - fc(z - e)) / (2 * h)
         return g
 
-    H, _ = _hessian(fc, x, ctl.hessian_step)
+    H = _hessian(fc, x, ctl.hessian_step)[0] if H0 is None else np.array(H0, float)
     fx = fc(x)
     g = grad(x, fx)
     message, ok = "maximum number of iterations", False
     for _ in range(max_iter):
-        at_bound = (x <= lower + 1e-12) & (g > 0)
+        at_bound = ((x <= lower + 1e-12) & (g > 0)) | ((x >= upper - 1e-12) & (g < 0))
         free = ~at_bound
         d = np.zeros(k)
         if free.any():
@@ -280,7 +287,7 @@ def _newton_minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
             d[free] = V @ step
         t, accepted = 1.0, False
         for _ in range(40):
-            xn = np.maximum(x + t * d, lower)
+            xn = np.clip(x + t * d, lower, upper)
             fn = fc(xn)
             if fn <= fx:
                 accepted = True
@@ -303,6 +310,10 @@ def _newton_minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
         if np.max(np.abs(s), initial=0) < ctl.tol and df < ftol:
             message, ok = "converged: negligible step and decrease", True
             break
+    if not ok and not np.all(np.isinf(upper)):
+        # bounded above too (profiles): keep the best point
+        return optimize.OptimizeResult(x=x, fun=fx, success=False, message=message,
+                                       nfev=n_f[0])
     if not ok:
         # hand over to L-BFGS-B from the best point
         r = _minimize(f, x, lower, ctl)
