@@ -175,7 +175,9 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
 
     lower2 = np.concatenate([lower_t, np.full(data.p, -np.inf)])
     x0 = np.concatenate([theta1, beta1])
-    r2 = (_newton_minimize(f2, x0, lower2, ctl) if ctl.optimizer == "newton"
+    # a loose stop: the Newton step on the final finite-difference Hessian below polishes it
+    r2 = (_newton_minimize(f2, x0, lower2, GlmmControl(**{**ctl.__dict__, "tol": max(ctl.tol, 2e-5)}),
+                           ftol=1e-8) if ctl.optimizer == "newton"
           else _minimize(f2, x0, lower2, ctl))
     x = np.asarray(r2.x, float)
     if not r2.success and "maximum" in str(r2.message).lower():
