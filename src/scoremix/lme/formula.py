@@ -331,6 +331,9 @@ class RandomPart:
     group_columns: tuple[str, ...]
     group: str
     label: str
+    #: ``"us"`` (unstructured ``T_k``) or ``"diag"`` (lme4 2.0's ``diag()``: one variance
+    #: per model-matrix column, no correlations)
+    structure: str = "us"
 
 
 @dataclass(frozen=True)
@@ -565,6 +568,16 @@ def _split_bars(node: object, text: str) -> tuple[object | None, list[object]]:
         inner = inner[1]  # type: ignore[index]
     if inner is not node and inner[0] == "bin" and inner[1] in ("|", "||"):  # type: ignore[index]
         return None, [inner]  # redundant parentheses ((x | g)) are allowed, as in lme4
+    if inner[0] == "call" and inner[1] == "diag" and _contains_bar(inner):  # type: ignore[index]
+        args = inner[2]  # type: ignore[index]
+        bar = args[0] if len(args) == 1 else None
+        while bar is not None and bar[0] == "paren":  # type: ignore[index]
+            bar = bar[1]  # type: ignore[index]
+        if bar is None or not (bar[0] == "bin" and bar[1] == "|"):  # type: ignore[index]
+            raise FormulaError(
+                f"in formula {text!r}: diag() takes one random-effects term (expr | group) and "
+                f"no other arguments (independent variances per column); found {_deparse(inner)!r}")
+        return None, [("diag", bar)]
     if node[0] == "bin" and node[1] in ("|", "||"):  # type: ignore[index]
         raise FormulaError(
             f"in formula {text!r}: the random-effects term {_deparse(node)!r} must be enclosed "
@@ -604,7 +617,7 @@ def _split_bars(node: object, text: str) -> tuple[object | None, list[object]]:
 
 
 #: lme4 2.0 / glmmTMB covariance-structure wrappers of a random term
-_STRUCTURED = ("cs", "diag", "ar1", "us", "ou", "exp", "gau", "mat", "toep", "homcs", "homdiag",
+_STRUCTURED = ("cs", "ar1", "us", "ou", "exp", "gau", "mat", "toep", "homcs", "homdiag",
                "hetar1", "homar1", "rr")
 
 
@@ -664,6 +677,9 @@ def _flatten_group(node: object) -> tuple[str, ...]:
 
 
 def _random_parts(bar: object, text: str) -> list[RandomPart]:
+    structure = "us"
+    if bar[0] == "diag":  # type: ignore[index]
+        structure, bar = "diag", bar[1]  # type: ignore[index]
     _, op, lhs, group = bar  # type: ignore[misc]
     gtree = _group_tree(group, text)
     ex = _Expander(text)
@@ -685,7 +701,8 @@ def _random_parts(bar: object, text: str) -> list[RandomPart]:
     for lhs_text, lhs_ts in sub:
         for g in _slash_terms(gtree):
             gname = _deparse(g)
-            parts.append(RandomPart(lhs_ts, _flatten_group(g), gname, f"{lhs_text} | {gname}"))
+            parts.append(RandomPart(lhs_ts, _flatten_group(g), gname, f"{lhs_text} | {gname}",
+                                    structure))
     return parts
 
 
