@@ -19,7 +19,9 @@ Models
 
 Each repetition runs native then lme4 (R in a child process with one BLAS thread, timing
 the ``glmer()`` call only, without start-up and CSV reading).  Columns: seconds, ratio
-lme4 / native, −2 logLik of both.
+lme4 / native, −2 logLik of both; the live battery also reports CPU seconds of each side
+(``time.process_time`` / R's user + system time), the steadier measure on a loaded
+machine.
 """
 
 from __future__ import annotations
@@ -63,12 +65,12 @@ d <- read.csv(a[2])
 for (nm in names(ref$factors)) d[[nm]] <- factor(as.character(d[[nm]]), levels = ref$factors[[nm]])
 d$.w <- if (is.null(ref$weights)) 1 else d[[ref$weights]]
 fam <- get(ref$family)(link = ref$link)
-t0 <- proc.time()[["elapsed"]]
+p0 <- proc.time()
 m <- suppressMessages(suppressWarnings(glmer(as.formula(ref$formula), data = d, family = fam,
                                              weights = .w, nAGQ = ref$nAGQ)))
-t1 <- proc.time()[["elapsed"]]
-cat(toJSON(list(seconds = t1 - t0, m2ll = as.numeric(-2 * logLik(m))), auto_unbox = TRUE,
-           digits = NA))
+dt <- proc.time() - p0
+cat(toJSON(list(seconds = dt[["elapsed"]], cpu = dt[["user.self"]] + dt[["sys.self"]],
+                m2ll = as.numeric(-2 * logLik(m))), auto_unbox = TRUE, digits = NA))
 """
 
 
@@ -127,18 +129,21 @@ def battery(live: bool = False, only: list[str] | None = None,
         d = pd.read_csv(p.parent / f"{ref['data']}.csv")
         for c, lev in ref.get("factors", {}).items():
             d[c] = pd.Categorical(d[c].astype(str), categories=[lev] if isinstance(lev, str) else lev)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             m = sm.glmer(ref["formula"], d, ref["family"], link=ref["link"], nAGQ=ref["nAGQ"],
                          weights=ref.get("weights"))
-        sec = time.perf_counter() - t0
-        lme4_s, lme4_m2ll = ref["seconds_default"], ref["criterion_default"]
+        sec, cpu = time.perf_counter() - t0, time.process_time() - c0
+        lme4_s, lme4_m2ll, lme4_cpu = ref["seconds_default"], ref["criterion_default"], None
         if live:   # interleaved: lme4 right after the native fit
             lm = run_lme4_battery(p, p.parent / f"{ref['data']}.csv", timeout)
-            lme4_s, lme4_m2ll = lm["seconds"], lm["m2ll"]
+            lme4_s, lme4_m2ll, lme4_cpu = lm["seconds"], lm["m2ll"], lm["cpu"]
         rows.append({"model": ref["id"], "native_s": round(sec, 3), "lme4_s": lme4_s,
-                     "ratio": round(lme4_s / sec, 2), "m2ll_native": -2 * m.loglik,
+                     "ratio": round(lme4_s / sec, 2), "native_cpu": round(cpu, 3),
+                     "lme4_cpu": lme4_cpu,
+                     "cpu_ratio": None if lme4_cpu is None else round(lme4_cpu / cpu, 2),
+                     "m2ll_native": -2 * m.loglik,
                      "m2ll_lme4_default": lme4_m2ll, "lme4_timing": "live" if live else "stored"})
         print(rows[-1], flush=True)
     return rows

@@ -213,8 +213,9 @@ class BlockFactor:
         n1 = self.n1
         z1 = h[:n1] / self.sD
         if len(self.Ls):
-            z2 = sla.solve_triangular(self.Ls, h[n1:] - self._G_mul(z1), lower=True)
-            x2 = sla.solve_triangular(self.Ls, z2, lower=True, trans="T")
+            z2 = sla.solve_triangular(self.Ls, h[n1:] - self._G_mul(z1), lower=True,
+                                      check_finite=False)
+            x2 = sla.solve_triangular(self.Ls, z2, lower=True, trans="T", check_finite=False)
             x1 = (z1 - self._Gt_mul(x2)) / self.sD
             return np.concatenate([x1, x2])
         return z1 / self.sD
@@ -342,9 +343,15 @@ class GlmmData:
     def zl_values(self, theta: np.ndarray) -> np.ndarray:
         """``(n, Σp_k)`` values of ``ZΛ_θ`` at :attr:`cols` (row ``i`` of term ``k``:
         ``x_{ik}' T_k``)."""
+        if not self.terms:
+            return np.zeros((self.n, 0))
+        if not hasattr(self, "_tX"):
+            self._tX = [np.asarray(t.X, float) for t in self.terms]
+            self._all_scalar = all(p == 1 for p in self.term_p)
+        if self._all_scalar:     # ZΛ's values: each scalar term's column times its θ
+            return np.hstack(self._tX) * np.asarray(theta, float)[None, :]
         T = theta_to_T(theta, self.term_p)
-        return np.column_stack([np.asarray(t.X, float) @ Tk for t, Tk in zip(self.terms, T)]) \
-            if self.terms else np.zeros((self.n, 0))
+        return np.column_stack([x @ Tk for x, Tk in zip(self._tX, T)])
 
     def zl_mul(self, vals: np.ndarray, u: np.ndarray) -> np.ndarray:
         """``ZΛu``."""
@@ -477,12 +484,12 @@ class GlmmData:
             R[r:, r:] = self.X.T @ WX
         return BlockFactor(D, Cr, Cx, R, r, self._perm)
 
-    def _zl_ops(self, theta: np.ndarray):
+    def _zl_ops(self, theta: np.ndarray, vals: np.ndarray | None = None):
         """``(ZΛu, (ZΛ)'v, (ZΛ)'W(ZΛ), (ZΛ)'WX)`` as functions: index arithmetic on
         :attr:`cols` when ``q`` is small enough for a dense ``q × q`` matrix, else sparse
-        products."""
+        products (``vals``: :meth:`zl_values` at ``θ`` when already computed)."""
         if self.dense_ok:
-            vals = self.zl_values(theta)
+            vals = self.zl_values(theta) if vals is None else vals
             return (lambda u: self.zl_mul(vals, u), lambda v: self.zl_tmul(vals, v),
                     lambda w: self.zl_cross(vals, w), lambda w: self.zl_xcross(vals, w))
         ZL = (self.Z @ self.lambda_matrix(theta)).tocsr()
@@ -541,8 +548,8 @@ class GlmmData:
         lme4's ``nAGQ = 0`` step).  Converges when the penalised deviance changes by less
         than ``tol`` relative and the largest Newton step is below ``step_tol``."""
         self.n_eval += 1
-        mul, tmul, cross, xcross = self._zl_ops(theta)
-        vals = self.zl_values(theta) if self.blocked else None
+        vals = self.zl_values(theta) if self.dense_ok else None
+        mul, tmul, cross, xcross = self._zl_ops(theta, vals)
         joint = beta is None
         q, p = self.q, self.p
         u = np.array(self._u_warm if u0 is None else u0, float)
