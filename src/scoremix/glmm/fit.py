@@ -94,7 +94,10 @@ def _criterion(data: GlmmData, theta: np.ndarray, beta: np.ndarray, nAGQ: int,
     return data.agq(theta, st, nAGQ), st
 
 
-def _minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl) -> optimize.OptimizeResult:
+def _minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
+              forward: bool = False) -> optimize.OptimizeResult:
+    """L-BFGS-B (or COBYQA) from ``x0``; ``forward``: forward-difference gradients (half the
+    evaluations, for a stage that only has to come near the optimum)."""
     x0 = np.maximum(x0, lower)
     if ctl.optimizer == "cobyqa":
         bounds = optimize.Bounds(lower, np.full_like(lower, np.inf))
@@ -115,7 +118,7 @@ def _minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl) -> optimiz
         for i in range(len(x)):
             e = np.zeros_like(x)
             e[i] = h
-            if x[i] - h < lower[i]:
+            if forward or x[i] - h < lower[i]:
                 # at a bound: forward difference (θ = 0 is a stationary point of the even
                 # function θ ↦ criterion, where a central difference is 0 whether it is a
                 # minimum or a maximum)
@@ -153,7 +156,7 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
     # with a second stage to follow, stage 1 only has to bring θ next to the optimum
     ctl1 = ctl if nAGQ == 0 or ctl.optimizer != "newton" else \
         GlmmControl(**{**ctl.__dict__, "tol": max(ctl.tol, 1e-3)})
-    r1 = _minimize(f1, theta0, lower_t, ctl1)
+    r1 = _minimize(f1, theta0, lower_t, ctl1, forward=ctl1 is not ctl)
     theta1 = np.asarray(r1.x, float)
     st1 = data.pirls(theta1, None, tol=ctl.pirls_tol)
     n1 = data.n_eval
@@ -175,9 +178,10 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
 
     lower2 = np.concatenate([lower_t, np.full(data.p, -np.inf)])
     x0 = np.concatenate([theta1, beta1])
-    # a loose stop: the Newton step on the final finite-difference Hessian below polishes it
-    r2 = (_newton_minimize(f2, x0, lower2, GlmmControl(**{**ctl.__dict__, "tol": max(ctl.tol, 2e-5)}),
-                           ftol=1e-8) if ctl.optimizer == "newton"
+    # forward-difference gradients while the steps are large, a loose stop: the Newton step
+    # on the final central-difference Hessian and gradient below polishes it
+    r2 = (_newton_minimize(f2, x0, lower2, GlmmControl(**{**ctl.__dict__, "tol": max(ctl.tol, 1e-4)}),
+                           ftol=1e-7, forward=True) if ctl.optimizer == "newton"
           else _minimize(f2, x0, lower2, ctl))
     x = np.asarray(r2.x, float)
     if not r2.success and "maximum" in str(r2.message).lower():
@@ -226,11 +230,13 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
 
 def _newton_minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
                      max_iter: int = 100, ftol: float = 1e-10, H0: np.ndarray | None = None,
-                     upper: np.ndarray | None = None) -> optimize.OptimizeResult:
+                     upper: np.ndarray | None = None,
+                     forward: bool = False) -> optimize.OptimizeResult:
     r"""Projected quasi-Newton minimisation for the (smooth, low-dimensional) stage-2
     criterion, started next to its optimum by stage 1.
 
-    ``H_0`` is the central-difference Hessian at ``x_0`` (the stencil of :func:`_hessian`);
+    ``H_0`` is the central-difference Hessian at ``x_0`` (the stencil of :func:`_hessian`),
+    or ``H0`` when given;
     each iteration takes the Newton step ``-H^{-1}g`` on the free coordinates (those not
     held at a bound by the gradient), with ``H``'s eigenvalues made positive
     (``|\lambda|``, floored), projected onto the bounds and halved until the criterion
@@ -248,6 +254,7 @@ def _newton_minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
         return optimize.OptimizeResult(x=x, fun=f(x), success=True, message="no parameters",
                                        nfev=1)
     n_f = [0]
+    fwd = [forward]
 
     def fc(z: np.ndarray) -> float:
         n_f[0] += 1
@@ -260,6 +267,10 @@ def _newton_minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
             e[i] = h
             if z[i] - h < lower[i]:
                 g[i] = (fc(z + e) - fz) / h
+            elif fwd[0]:
+                # forward difference less its first-order bias (h/2) H_ii, H the current
+                # curvature estimate
+                g[i] = (fc(z + e) - fz) / h - 0.5 * h * H[i, i]
             elif z[i] + h > upper[i]:
                 g[i] = (fz - fc(z - e)) / h
             else:
