@@ -241,7 +241,9 @@ def _newton_minimize(f, x0: np.ndarray, lower: np.ndarray, ctl: GlmmControl,
     held at a bound by the gradient), with ``H``'s eigenvalues made positive
     (``|\lambda|``, floored), projected onto the bounds and halved until the criterion
     decreases; the gradient at the new point is a central difference with step
-    ``gradient_step`` (forward at a bound) and ``H`` is updated by BFGS.  It stops when the
+    ``gradient_step`` (forward at a bound; with ``forward=True`` a forward difference less
+    its first-order bias ``h H_ii / 2``: half the evaluations) and ``H`` is updated by
+    BFGS.  ``upper`` bounds (profiles) are handled like the lower ones.  It stops when the
     step and the decrease are negligible (``max|s| < tol`` and ``|Δf| < ftol``).  This
     needs one Hessian and a few gradients where a gradient-only method needs tens of
     gradients; when it cannot decrease the criterion before the gradient is small it hands
