@@ -157,13 +157,22 @@ class BlockFactor:
 
     def __init__(self, D: np.ndarray, Cr, Cx: np.ndarray | None, R: np.ndarray, r_u: int,
                  perm: np.ndarray | None = None):
-        # C = [Cr, Cx]: Cr (n1 × r_u, dense or scipy-sparse) couples the diagonal term with
-        # the other random effects, Cx (n1 × p) with β (joint system only)
-        self.sD = np.sqrt(D)
-        inv_sD = 1.0 / self.sD
+        # D: the diagonal block, a vector (a scalar term) or (n_1, p_0, p_0) blocks (a
+        # vector-valued term: block diagonal, L_11 = ⊕ chol(D_l)); C = [Cr, Cx]: Cr
+        # (n_d × r_u, dense or a fixed-pattern sparse block) couples the diagonal term with
+        # the other random effects, Cx (n_d × p) with β (joint system only)
         self.sparse = isinstance(Cr, _Coupling)
-        self.Gr = Cr.scale_rows(inv_sD) if self.sparse else Cr * inv_sD[:, None]
-        self.Gx = None if Cx is None else Cx * inv_sD[:, None]
+        if D.ndim == 1:
+            self.L11 = None
+            self.sD = np.sqrt(D)
+            inv_sD = 1.0 / self.sD
+            self.Gr = Cr.scale_rows(inv_sD) if self.sparse else Cr * inv_sD[:, None]
+            self.Gx = None if Cx is None else Cx * inv_sD[:, None]
+        else:
+            self.L11 = np.linalg.cholesky(D)
+            self.sD = np.diagonal(self.L11, axis1=1, axis2=2).ravel()
+            self.Gr = self._l_solve(Cr)
+            self.Gx = None if Cx is None else self._l_solve(Cx)
         S = R.copy()
         if r_u:
             S[:r_u, :r_u] -= self.Gr.gram() if self.sparse else self.Gr.T @ self.Gr
@@ -174,10 +183,25 @@ class BlockFactor:
             S[r_u:, r_u:] -= self.Gx.T @ self.Gx
         self.Ls = np.linalg.cholesky(S) if len(S) else np.zeros((0, 0))
         self.r_u = r_u
-        self.n1 = len(D)
+        self.n1 = len(self.sD)          # the size of the diagonal block
         #: ``None`` or the order of ``u`` in which the factor is taken (the diagonal
         #: term's levels first): ``A[perm][:, perm] = L L'``
         self.perm = perm
+
+    def _l_solve(self, h: np.ndarray) -> np.ndarray:
+        """``L_11^{-1} h`` (``h`` of ``n_d`` rows, a vector or a matrix)."""
+        if self.L11 is None:
+            return h / self.sD if h.ndim == 1 else h / self.sD[:, None]
+        n1, p0, _ = self.L11.shape
+        hb = h.reshape(n1, p0, -1)
+        return np.linalg.solve(self.L11, hb).reshape(h.shape)
+
+    def _lt_solve(self, z: np.ndarray) -> np.ndarray:
+        """``L_11^{-T} z`` (a vector)."""
+        if self.L11 is None:
+            return z / self.sD
+        n1, p0, _ = self.L11.shape
+        return np.linalg.solve(np.swapaxes(self.L11, 1, 2), z.reshape(n1, p0, 1)).ravel()
 
     def _G_mul(self, z1: np.ndarray) -> np.ndarray:
         """``G z_1`` with ``G = C' D^{-1/2}``."""
@@ -211,14 +235,14 @@ class BlockFactor:
 
     def _solve(self, h: np.ndarray) -> np.ndarray:
         n1 = self.n1
-        z1 = h[:n1] / self.sD
+        z1 = self._l_solve(h[:n1])
         if len(self.Ls):
             z2 = sla.solve_triangular(self.Ls, h[n1:] - self._G_mul(z1), lower=True,
                                       check_finite=False)
             x2 = sla.solve_triangular(self.Ls, z2, lower=True, trans="T", check_finite=False)
-            x1 = (z1 - self._Gt_mul(x2)) / self.sD
+            x1 = self._lt_solve(z1 - self._Gt_mul(x2))
             return np.concatenate([x1, x2])
-        return z1 / self.sD
+        return self._lt_solve(z1)
 
     @property
     def ldL2(self) -> float:
@@ -236,7 +260,14 @@ class BlockFactor:
         is the first one; else ``L`` with its rows put back in the model's order)."""
         q = self.n1 + self.r_u
         L = np.zeros((q, q))
-        L[np.arange(self.n1), np.arange(self.n1)] = self.sD
+        if self.L11 is None:
+            L[np.arange(self.n1), np.arange(self.n1)] = self.sD
+        else:
+            n1, p0, _ = self.L11.shape
+            for a in range(p0):
+                for b in range(a + 1):
+                    idx = np.arange(n1) * p0
+                    L[idx + a, idx + b] = self.L11[:, a, b]
         if self.r_u:
             L[self.n1:, :self.n1] = self.Gr.toarray().T if self.sparse else self.Gr.T
         L[self.n1:, self.n1:] = self.Ls[:self.r_u, :self.r_u]
@@ -294,10 +325,13 @@ class GlmmData:
         self.cols = np.column_stack(cols) if cols else np.zeros((self.n, 0), np.int64)
         self.dense_ok = self.q <= 3000
         # the diagonal block of the blocked factor: the scalar term with the most levels
-        scalar = [k for k, t in enumerate(terms) if t.p == 1]
-        self.blocked = self.dense_ok and bool(scalar)
-        k0 = max(scalar, key=lambda k: (terms[k].n_levels, -k)) if self.blocked else 0
-        self.n1 = terms[k0].n_levels if self.blocked else 0
+        # the diagonal block of the blocked factor: the term with the most levels (a
+        # scalar term's block is diagonal, a vector term's block diagonal)
+        self.blocked = self.dense_ok and bool(terms)
+        k0 = (max(range(len(terms)), key=lambda k: (terms[k].n_levels, -terms[k].p, -k))
+              if self.blocked else 0)
+        self.p0 = terms[k0].p if self.blocked else 1
+        self.n1 = terms[k0].n_levels * self.p0 if self.blocked else 0
         self._perm: np.ndarray | None = None
         self._bcols, self._border = self.cols, np.arange(self.cols.shape[1])
         if self.blocked and k0 != 0:
@@ -307,7 +341,8 @@ class GlmmData:
             inv = np.empty(self.q, np.int64)
             inv[self._perm] = np.arange(self.q)
             c0 = int(sum(t.p for t in terms[:k0]))
-            self._border = np.concatenate([[c0], np.delete(np.arange(self.cols.shape[1]), c0)])
+            own = np.arange(c0, c0 + self.p0)
+            self._border = np.concatenate([own, np.delete(np.arange(self.cols.shape[1]), own)])
             self._bcols = inv[self.cols][:, self._border]
         self._u_warm = np.zeros(self.q)
         self._beta_warm: np.ndarray | None = None
@@ -395,7 +430,7 @@ class GlmmData:
         cols = self._bcols
         P = cols.shape[1]
         pat = None
-        if r and P > 1 and n1 * r > 20000 and self.n * (P - 1) < 0.2 * n1 * r:
+        if self.p0 == 1 and r and P > 1 and n1 * r > 20000 and self.n * (P - 1) < 0.2 * n1 * r:
             keys = np.concatenate([cols[:, 0] * r + (cols[:, j] - n1) for j in range(1, P)])
             uniq, inv = np.unique(keys, return_inverse=True)
             prow, pcol = uniq // r, uniq % r
@@ -419,8 +454,9 @@ class GlmmData:
         n1, r = self.n1, self.q - self.n1
         cols = self._bcols
         P = cols.shape[1]
+        p0 = self.p0
         keys = np.concatenate([(cols[:, j] - n1) * r + (cols[:, k] - n1)
-                               for j in range(1, P) for k in range(j, P)])
+                               for j in range(p0, P) for k in range(j, P)])
         ukeys, inv = np.unique(keys, return_inverse=True)
         a, b = ukeys // r, ukeys % r
         # a pair of different columns j < k always has a < b (terms and a term's columns
@@ -435,8 +471,10 @@ class GlmmData:
             n1, r = self.n1, self.q - self.n1
             cols = self._bcols
             idx = np.arange(self.n)
-            self._ind = [sp.csr_matrix((np.ones(self.n), (cols[:, j] - (n1 if j else 0), idx)),
-                                       shape=(r if j else n1, self.n))
+            p0 = self.p0
+            self._ind = [sp.csr_matrix((np.ones(self.n),
+                                        (cols[:, j] - (n1 if j >= p0 else 0), idx)),
+                                       shape=(r if j >= p0 else n1, self.n))
                          for j in range(cols.shape[1])]
         return self._ind
 
@@ -446,12 +484,25 @@ class GlmmData:
         r = q - n1
         cols = self._bcols                     # the diagonal term's column first
         vals = vals[:, self._border]
+        p0 = self.p0
         c0, v0 = cols[:, 0], vals[:, 0]
         wv0 = w * v0
-        D = 1.0 + np.bincount(c0, weights=wv0 * v0, minlength=n1)
         rp = r + (p if joint else 0)
         R = np.zeros((rp, rp))
         P = vals.shape[1]
+        if p0 == 1:
+            D = 1.0 + np.bincount(c0, weights=wv0 * v0, minlength=n1)
+        else:
+            # (n_l, p0, p0) blocks Σ_i w_i v_ia v_ib + I of the vector-valued diagonal term
+            lev = c0 // p0
+            nl = n1 // p0
+            D = np.empty((nl, p0, p0))
+            for a in range(p0):
+                for b in range(a + 1):
+                    D[:, a, b] = np.bincount(lev, weights=w * vals[:, a] * vals[:, b],
+                                             minlength=nl)
+                    D[:, b, a] = D[:, a, b]
+            D += np.eye(p0)[None]
         pat = self._sparse_pattern()
         if pat is not None:
             inv, prow, pcol, nnz, pairs = pat
@@ -459,15 +510,16 @@ class GlmmData:
             Cr = _Coupling(np.bincount(inv, weights=wts, minlength=nnz), prow, pcol, (n1, r), pairs)
         else:
             Cr = np.zeros(n1 * r)
-            for j in range(1, P):
-                Cr += np.bincount(c0 * r + (cols[:, j] - n1), weights=wv0 * vals[:, j],
-                                  minlength=n1 * r)
+            for a in range(p0):
+                for j in range(p0, P):
+                    Cr += np.bincount(cols[:, a] * r + (cols[:, j] - n1),
+                                      weights=w * vals[:, a] * vals[:, j], minlength=n1 * r)
             Cr = Cr.reshape(n1, r)
         if r:
             # the other terms' block Σ_i w_i z_ij z_ik over its fixed pattern
             ukeys, rinv, off = self._r_pattern()
             wts = np.concatenate([w * vals[:, j] * vals[:, k]
-                                  for j in range(1, P) for k in range(j, P)])
+                                  for j in range(p0, P) for k in range(j, P)])
             v = np.bincount(rinv, weights=wts, minlength=len(ukeys))
             Rr = np.zeros(r * r)
             Rr[ukeys] = v
@@ -478,7 +530,9 @@ class GlmmData:
             WX = self.X * w[:, None]
             ind = self._indicators()
             Cx = ind[0] @ (v0[:, None] * WX)
-            for j in range(1, P):
+            for a in range(1, p0):
+                Cx += ind[a] @ (vals[:, a:a + 1] * WX)
+            for j in range(p0, P):
                 R[:r, r:] += ind[j] @ (vals[:, j:j + 1] * WX)
             R[r:, :r] = R[:r, r:].T
             R[r:, r:] = self.X.T @ WX
