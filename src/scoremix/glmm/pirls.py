@@ -254,6 +254,30 @@ class BlockFactor:
     def RX(self) -> np.ndarray:
         return self.Ls[self.r_u:, self.r_u:]
 
+    def inverse_blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        r"""Pieces of ``A^{-1}`` (``A = LL'`` the random-effects block): the diagonal term's
+        ``p_0 × p_0`` blocks ``L_{11}^{-T}(I + W'W)L_{11}^{-1}`` per level, ``W = L_S^{-1}G``,
+        and the other terms' block ``(L_SL_S')^{-1}`` (dense ``r × r``)."""
+        r = self.r_u
+        Ls = self.Ls[:r, :r]
+        if r:
+            Gr = self.Gr.toarray() if self.sparse else self.Gr          # (n_d, r)
+            W = sla.solve_triangular(Ls, Gr.T, lower=True, check_finite=False)   # (r, n_d)
+            Li = sla.solve_triangular(Ls, np.eye(r), lower=True, check_finite=False)
+            rest = Li.T @ Li
+        else:
+            W = np.zeros((0, self.n1))
+            rest = np.zeros((0, 0))
+        if self.L11 is None:
+            blocks = ((1.0 + np.sum(W * W, axis=0)) / self.sD ** 2)[:, None, None]
+        else:
+            n1, p0, _ = self.L11.shape
+            Wb = W.reshape(r, n1, p0).transpose(1, 0, 2)                   # (n_l, r, p0)
+            M = np.eye(p0)[None] + np.einsum("lka,lkb->lab", Wb, Wb)
+            Linv = np.linalg.inv(self.L11)                                 # (n_l, p0, p0)
+            blocks = np.einsum("lba,lbc,lcd->lad", Linv, M, Linv)
+        return blocks, rest
+
     def L_dense(self) -> np.ndarray:
         """The random-effects part of ``L`` as a dense ``q × q`` matrix ``M`` with
         ``M M' = A`` in the model's order of ``u`` (lower triangular when the diagonal term
@@ -327,9 +351,11 @@ class GlmmData:
         # the diagonal block of the blocked factor: the scalar term with the most levels
         # the diagonal block of the blocked factor: the term with the most levels (a
         # scalar term's block is diagonal, a vector term's block diagonal)
-        self.blocked = self.dense_ok and bool(terms)
         k0 = (max(range(len(terms)), key=lambda k: (terms[k].n_levels, -terms[k].p, -k))
-              if self.blocked else 0)
+              if terms else 0)
+        # only the other terms' block (and X) is dense: block when it is small enough
+        self.blocked = bool(terms) and self.q - terms[k0].n_levels * terms[k0].p <= 3000
+        self._k0 = k0
         self.p0 = terms[k0].p if self.blocked else 1
         self.n1 = terms[k0].n_levels * self.p0 if self.blocked else 0
         self._perm: np.ndarray | None = None
@@ -542,7 +568,7 @@ class GlmmData:
         """``(ZΛu, (ZΛ)'v, (ZΛ)'W(ZΛ), (ZΛ)'WX)`` as functions: index arithmetic on
         :attr:`cols` when ``q`` is small enough for a dense ``q × q`` matrix, else sparse
         products (``vals``: :meth:`zl_values` at ``θ`` when already computed)."""
-        if self.dense_ok:
+        if self.dense_ok or self.blocked:
             vals = self.zl_values(theta) if vals is None else vals
             return (lambda u: self.zl_mul(vals, u), lambda v: self.zl_tmul(vals, v),
                     lambda w: self.zl_cross(vals, w), lambda w: self.zl_xcross(vals, w))
@@ -551,6 +577,33 @@ class GlmmData:
         return (lambda u: ZL @ u, lambda v: ZLt @ v,
                 lambda w: (ZLt @ sp.diags(w) @ ZL).toarray(),
                 lambda w: np.asarray(ZLt @ (self.X * w[:, None])))
+
+    def ainv_blocks(self, L) -> list[np.ndarray]:
+        """Per term the ``(n_levels, p, p)`` diagonal blocks of ``A^{-1} = (LL')^{-1}``
+        (from the blocked factor without forming a ``q × q`` inverse when ``L`` is one)."""
+        out: list[np.ndarray] = []
+        if isinstance(L, _LazyL):
+            blocks, rest = L.F.inverse_blocks()
+            offs = np.cumsum([0] + [t.p * t.n_levels for t in self.terms])
+            nd = self.n1
+            for k, t in enumerate(self.terms):
+                if k == self._k0:
+                    out.append(blocks)
+                    continue
+                s0 = offs[k] - (nd if k > self._k0 else 0)
+                idx = s0 + np.arange(t.n_levels)[:, None] * t.p + np.arange(t.p)[None, :]
+                out.append(rest[idx[:, :, None], idx[:, None, :]])
+            return out
+        Linv = np.linalg.inv(np.asarray(L)) if self.q else np.zeros((0, 0))
+        pos = 0
+        for t in self.terms:
+            blk = np.empty((t.n_levels, t.p, t.p))
+            for j in range(t.n_levels):
+                Li = Linv[:, pos + j * t.p: pos + (j + 1) * t.p]
+                blk[j] = Li.T @ Li
+            out.append(blk)
+            pos += t.p * t.n_levels
+        return out
 
     def scalar_only(self) -> bool:
         return len(self.terms) == 1 and self.terms[0].p == 1
@@ -602,7 +655,7 @@ class GlmmData:
         lme4's ``nAGQ = 0`` step).  Converges when the penalised deviance changes by less
         than ``tol`` relative and the largest Newton step is below ``step_tol``."""
         self.n_eval += 1
-        vals = self.zl_values(theta) if self.dense_ok else None
+        vals = self.zl_values(theta) if self.dense_ok or self.blocked else None
         mul, tmul, cross, xcross = self._zl_ops(theta, vals)
         joint = beta is None
         q, p = self.q, self.p
