@@ -92,10 +92,13 @@ def test_structured_covariances_without_support_are_refused_by_name():
     d = _data()
     for f in ("Reaction ~ Days + cs(0 + period | Subject)",
               "Reaction ~ Days + ar1(0 + period | Subject)"):
-        with pytest.raises(FormulaError, match="structured covariance"):
+        # lmer: cs() and ar1() are glmer-only (tests/test_glmm_structured.py)
+        with pytest.raises(FormulaError, match="structured covariance .* glmer only"):
             sm.lmer(f, d)
-    with pytest.raises(FormulaError, match="diag\\(\\) takes one"):
+    with pytest.raises(FormulaError, match="hom = TRUE"):
         sm.lmer("Reaction ~ Days + diag(1 + Days | Subject, hom = TRUE)", d)
+    with pytest.raises(FormulaError, match="takes one random-effects term"):
+        sm.lmer("Reaction ~ Days + diag(1 + Days | Subject, 2)", d)
     with pytest.raises(AnovaError, match="structured"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

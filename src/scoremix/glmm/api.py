@@ -93,7 +93,7 @@ def collapse_cells(d: GlmmData) -> tuple[GlmmData, np.ndarray, float] | None:
     k = np.bincount(inv, weights=d.y, minlength=nc)
     terms = [RandomTerm(group=t.group, group_factor=t.group_factor, term_names=t.term_names,
                         codes=np.asarray(t.codes)[first], levels=t.levels,
-                        X=np.asarray(t.X)[first]) for t in d.terms]
+                        X=np.asarray(t.X)[first], structure=t.structure) for t in d.terms]
     cd = GlmmData(k / m, d.X[first], terms, d.family, m, m, d.offset[first])
     const = float(np.sum(special.gammaln(m + 1) - special.gammaln(k + 1) - special.gammaln(m - k + 1)))
     return cd, inv, const

@@ -26,7 +26,9 @@ from typing import Any
 import numpy as np
 from scipy import optimize
 
+from scoremix.glmm.errors import GlmmUnsupportedError
 from scoremix.glmm.pirls import GlmmData, PirlsState
+from scoremix.glmm.structure import ThetaMap
 
 __all__ = ["GlmmControl", "GlmmFit", "fit_glmm"]
 
@@ -142,15 +144,20 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
     """Fit by lme4's two stages (see the module docstring)."""
     ctl = GlmmControl.from_any(control)
     t0 = time.perf_counter()
-    lower_t = np.concatenate([t.theta_lower for t in data.terms])
-    theta0 = np.concatenate([t.theta_init for t in data.terms])
+    # the variance parameters optimised: θ, or φ of structured terms (θ = tmap(φ))
+    tmap = ThetaMap.of(data.terms)
+    th = tmap.theta if tmap.structured else (lambda v: v)
+    lower_t = tmap.lower(np.concatenate([t.theta_lower for t in data.terms]))
+    theta0 = tmap.init(np.concatenate([t.theta_init for t in data.terms]))
     if start and "theta" in start:
+        if tmap.structured:
+            raise GlmmUnsupportedError("start['theta'] is not available with cs()/ar1() terms")
         theta0 = np.asarray(start["theta"], float)
     messages: list[str] = []
 
     # stage 1: θ with (β, u) jointly in PIRLS
-    def f1(th: np.ndarray) -> float:
-        st = data.pirls(th, None, tol=ctl.pirls_tol)
+    def f1(ph: np.ndarray) -> float:
+        st = data.pirls(th(ph), None, tol=ctl.pirls_tol)
         return data.laplace(st)
 
     # with a second stage to follow, stage 1 only has to bring θ next to the optimum
@@ -158,14 +165,15 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
         GlmmControl(**{**ctl.__dict__, "tol": max(ctl.tol, 1e-3)})
     r1 = _minimize(f1, theta0, lower_t, ctl1, forward=ctl1 is not ctl)
     theta1 = np.asarray(r1.x, float)
-    st1 = data.pirls(theta1, None, tol=ctl.pirls_tol)
+    st1 = data.pirls(th(theta1), None, tol=ctl.pirls_tol)
     n1 = data.n_eval
     if nAGQ == 0:
         Rinv = np.linalg.inv(st1.RX)
         vc = Rinv.T @ Rinv          # RX is lower: (RX RX')^{-1} = RX^{-T} RX^{-1}
-        fit = GlmmFit(theta=theta1, beta=st1.beta, criterion=data.laplace(st1), state=st1,
+        fit = GlmmFit(theta=th(theta1), beta=st1.beta, criterion=data.laplace(st1), state=st1,
                       vcov=vc, hessian=None, nAGQ=0, messages=messages,
-                      info={"stage1_evals": n1, "seconds": time.perf_counter() - t0})
+                      info={"stage1_evals": n1, "seconds": time.perf_counter() - t0,
+                            "phi": theta1, "n_varpar": len(theta1)})
         return fit
     beta1 = st1.beta.copy()
     if start and "fixef" in start:
@@ -174,7 +182,7 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
 
     # stage 2: (θ, β) jointly, u by PIRLS
     def f2(x: np.ndarray) -> float:
-        return _criterion(data, x[:nt], x[nt:], nAGQ, ctl.pirls_tol)[0]
+        return _criterion(data, th(x[:nt]), x[nt:], nAGQ, ctl.pirls_tol)[0]
 
     lower2 = np.concatenate([lower_t, np.full(data.p, -np.inf)])
     x0 = np.concatenate([theta1, beta1])
@@ -186,14 +194,14 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
     x = np.asarray(r2.x, float)
     if not r2.success and "maximum" in str(r2.message).lower():
         messages.append(f"failure to converge in {ctl.maxfun} evaluations")
-    crit, st = _criterion(data, x[:nt], x[nt:], nAGQ, ctl.pirls_tol)
+    crit, st = _criterion(data, th(x[:nt]), x[nt:], nAGQ, ctl.pirls_tol)
     if f2(x0) < crit:  # never return worse than the start
-        x, (crit, st) = x0, _criterion(data, x0[:nt], x0[nt:], nAGQ, ctl.pirls_tol)
-    theta, beta = x[:nt], x[nt:]
+        x, (crit, st) = x0, _criterion(data, th(x0[:nt]), x0[nt:], nAGQ, ctl.pirls_tol)
+    theta, beta = th(x[:nt]), x[nt:]
     H = None
     vc = np.full((data.p, data.p), np.nan)
     if ctl.calc_derivs:
-        fz = lambda z: _criterion(data, z[:nt], z[nt:], nAGQ, ctl.pirls_tol)[0]  # noqa: E731
+        fz = lambda z: _criterion(data, th(z[:nt]), z[nt:], nAGQ, ctl.pirls_tol)[0]  # noqa: E731
         H, g = _hessian(fz, x, ctl.hessian_step)
         # one Newton step on the free parameters (those not held at a bound by the gradient)
         free = ~((x <= lower2 + 1e-12) & (g > 0))
@@ -201,10 +209,10 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
             dx = np.zeros_like(x)
             dx[free] = -np.linalg.solve(H[np.ix_(free, free)], g[free])
             xn = np.maximum(x + dx, lower2)
-            cn, stn = _criterion(data, xn[:nt], xn[nt:], nAGQ, ctl.pirls_tol)
+            cn, stn = _criterion(data, th(xn[:nt]), xn[nt:], nAGQ, ctl.pirls_tol)
             if cn < crit:
                 x, crit, st = xn, cn, stn
-                theta, beta = x[:nt], x[nt:]
+                theta, beta = th(x[:nt]), x[nt:]
                 if np.max(np.abs(dx)) > 10 * ctl.hessian_step:
                     H, g = _hessian(fz, x, ctl.hessian_step)
         except np.linalg.LinAlgError:
@@ -225,6 +233,7 @@ def fit_glmm(data: GlmmData, nAGQ: int = 1, control: GlmmControl | dict | None =
                    nAGQ=nAGQ, messages=messages,
                    info={"stage1_evals": n1, "evals": data.n_eval,
                          "seconds": time.perf_counter() - t0,
+                         "phi": x[:nt].copy(), "n_varpar": nt,
                          "optimizer": ctl.optimizer, "message": str(r2.message)})
 
 

@@ -35,65 +35,9 @@ from scipy import optimize, stats
 from scoremix.glmm.errors import GlmmUnsupportedError
 from scoremix.glmm.fit import GlmmControl, _criterion, _hessian, _newton_minimize
 from scoremix.glmm.pirls import GlmmData
-from scoremix.lme.relcov import theta_to_T
+from scoremix.glmm.structure import sdcor_bounds, sdcor_to_theta, theta_to_sdcor
 
 __all__ = ["profile_confint", "theta_to_sdcor", "sdcor_to_theta", "sdcor_bounds"]
-
-
-def theta_to_sdcor(theta: np.ndarray, term_p: Sequence[int]) -> np.ndarray:
-    """``θ → ψ``: per term the SDs and correlations of ``T_k T_k'`` in θ's positions."""
-    out: list[float] = []
-    for T in theta_to_T(np.asarray(theta, float), term_p):
-        S = T @ T.T
-        sd = np.sqrt(np.diag(S))
-        p = T.shape[0]
-        for j in range(p):
-            for i in range(j, p):
-                if i == j:
-                    out.append(sd[i])
-                else:
-                    out.append(S[i, j] / (sd[i] * sd[j]) if sd[i] > 0 and sd[j] > 0 else 0.0)
-    return np.asarray(out)
-
-
-def sdcor_to_theta(psi: np.ndarray, term_p: Sequence[int]) -> np.ndarray:
-    """Inverse of :func:`theta_to_sdcor`: ``T_k = D_k chol(R_k)`` (a semi-definite
-    Cholesky factor when a correlation is ±1)."""
-    out: list[float] = []
-    pos = 0
-    for p in term_p:
-        sd = np.zeros(p)
-        R = np.eye(p)
-        for j in range(p):
-            for i in range(j, p):
-                if i == j:
-                    sd[i] = psi[pos]
-                else:
-                    R[i, j] = R[j, i] = psi[pos]
-                pos += 1
-        L = np.zeros((p, p))
-        for j in range(p):
-            dj = R[j, j] - L[j, :j] @ L[j, :j]
-            L[j, j] = np.sqrt(max(dj, 0.0))
-            for i in range(j + 1, p):
-                v = R[i, j] - L[i, :j] @ L[j, :j]
-                L[i, j] = v / L[j, j] if L[j, j] > 1e-12 else 0.0
-        T = sd[:, None] * L
-        for j in range(p):
-            for i in range(j, p):
-                out.append(T[i, j])
-    return np.asarray(out)
-
-
-def sdcor_bounds(term_p: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Bounds of ``ψ``: SDs in ``[0, ∞)``, correlations in ``[-1, 1]``."""
-    lo, hi = [], []
-    for p in term_p:
-        for j in range(p):
-            for i in range(j, p):
-                lo.append(0.0 if i == j else -1.0)
-                hi.append(np.inf if i == j else 1.0)
-    return np.asarray(lo), np.asarray(hi)
 
 
 def _end_point(zeta: Callable[[float], float], v0: float, step: float, lo: float, hi: float,

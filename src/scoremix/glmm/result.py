@@ -81,7 +81,8 @@ class GlmerResult:
 
     @property
     def npar(self) -> int:
-        return len(self.fixef) + len(self.theta)
+        """``len(β)`` plus the variance parameters (fewer than ``len(θ)`` with cs()/ar1())."""
+        return len(self.fixef) + int(self.fit_info.get("n_varpar", len(self.theta)))
 
     @property
     def aic(self) -> float:
@@ -292,6 +293,9 @@ class GlmerResult:
             from scoremix.glmm.errors import GlmmUnsupportedError
             from scoremix.glmm.profile import profile_confint
             data = getattr(self, "work_data", None) or self.glmm_data
+            if any(getattr(t, "structure", "us") != "us" for t in self.spec.terms):
+                raise GlmmUnsupportedError("profile intervals of models with cs()/ar1() terms "
+                                           "are not implemented; use method='Wald'")
             if data is None or self.backend != "native":
                 raise GlmmUnsupportedError("profile intervals need a native fit "
                                            "(backend='native')")
