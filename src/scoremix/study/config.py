@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 __all__ = [
     "StudyConfigError", "StudyConfig", "StudyInfo", "DataConfig", "SimulateConfig", "ModelConfig",
     "MetricsConfig", "ModelEERConfig", "FairnessConfig", "BreakdownConfig", "CompareConfig",
-    "NuisanceConfig", "SystemsConfig", "AnalysesConfig", "BACKENDS", "ANALYSES",
+    "NuisanceConfig", "SystemsConfig", "TandemConfig", "AnalysesConfig", "BACKENDS", "ANALYSES",
     "load_study", "parse_study", "apply_overrides", "expand_vars",
 ]
 
@@ -33,7 +33,7 @@ BACKENDS = ("native", "statsmodels", "lme4", "bayes")
 #: values of a model's ``transform`` key (see docs/study-format.md)
 TRANSFORMS = ("monotone", "monotone-by-class")
 #: Analysis tables accepted under ``[analyses]``.
-ANALYSES = ("metrics", "model_eer", "fairness", "breakdown", "compare", "nuisance", "systems")
+ANALYSES = ("metrics", "model_eer", "fairness", "breakdown", "compare", "nuisance", "systems", "tandem")
 EER_METHODS = ("rocch", "interp", "asvspoof", "voxceleb")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -231,6 +231,25 @@ class SystemsConfig:
 
 
 @dataclass
+class TandemConfig:
+    """``[analyses.tandem]`` (s5deteval): the study's CM systems in tandem with an ASV score table
+    joined on ``join`` (:func:`scoremix.tandem.tandem_table`: min t-DCF 2019/2021, t-EER, a-DCF,
+    SASV/SV/SPF-EER, speaker-bootstrap intervals).  The CM key is the study's class: ``y = 1``
+    (``[data].positive``) is bona fide."""
+
+    asv_file: Path = Path()
+    asv_score: str = "score"
+    asv_key: str = "trial_type"
+    asv_speaker: str = "claimed_speaker"
+    asv_filters: dict[str, list[Any]] = field(default_factory=dict)
+    join: str = "utt"
+    systems: list[str] = field(default_factory=list)
+    by: list[str] = field(default_factory=list)
+    n_boot: int = 200
+    ci: float = 0.95
+
+
+@dataclass
 class NuisanceConfig:
     """``[analyses.nuisance]``: nuisance LLR from class-conditional GMMs of a feature."""
 
@@ -251,6 +270,7 @@ class AnalysesConfig:
     compare: CompareConfig | None = None
     nuisance: NuisanceConfig | None = None
     systems: SystemsConfig | None = None
+    tandem: TandemConfig | None = None  # s5deteval
 
     def enabled(self) -> list[str]:
         return [a for a in ANALYSES if getattr(self, a) is not None]
@@ -608,7 +628,7 @@ def _parse_model(r: _Reader, data: DataConfig) -> ModelConfig:
     return m
 
 
-def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> AnalysesConfig:
+def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig], base: Path | None = None) -> AnalysesConfig:
     src = r.source
     a = AnalysesConfig()
     names = [m.name for m in models]
@@ -737,6 +757,8 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         sc.adjust = s.str("adjust", "holm") or "holm"
         s.finish()
         a.systems = sc
+    if r.has("tandem"):  # s5deteval
+        a.tandem = _parse_tandem(_Reader(r.get("tandem"), r.key("tandem"), src), data, base or Path.cwd())
     if r.has("nuisance"):
         s = _Reader(r.get("nuisance"), r.key("nuisance"), src)
         n = NuisanceConfig()
@@ -747,6 +769,33 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         s.finish()
         a.nuisance = n
     return a
+
+
+def _parse_tandem(s: _Reader, data: DataConfig, base: Path) -> TandemConfig:  # s5deteval
+    """``[analyses.tandem]``: the ASV table (path relative to the study file), its columns, the join key."""
+    t = TandemConfig()
+    if not s.has("asv_file"):
+        raise s.err("asv_file", "is required (the ASV score table joined to the CM trials)")
+    t.asv_file = _path(s.get("asv_file"), s.key("asv_file"), base, s.source)
+    t.asv_score = s.str("asv_score", "score") or "score"
+    t.asv_key = s.str("asv_key", "trial_type") or "trial_type"
+    t.asv_speaker = s.str("asv_speaker", "claimed_speaker") or "claimed_speaker"
+    t.asv_filters = s.filters("asv_filters")
+    t.join = s.str("join", "utt") or "utt"
+    t.systems = s.strlist("systems", [])
+    if t.systems and data.system is None:
+        raise s.err("systems", "needs a [data].system column")
+    t.by = s.strlist("by", [])
+    if len(t.by) not in (0, 2):
+        raise s.err("by", f"must be [ASV column, CM column] (e.g. [\"claimed_gender\", \"speaker_gender\"]), got {t.by!r}")
+    t.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+    t.n_boot = s.int("n_boot", 200, minimum=0) or 0
+    from scoremix.metrics import min_boot
+
+    if 0 < t.n_boot < min_boot(t.ci):
+        raise s.err("n_boot", f"must be 0 or >= {min_boot(t.ci)} for a {t.ci:g} interval, got {t.n_boot}")
+    s.finish()
+    return t
 
 
 def parse_study(raw: Mapping[str, Any], base_dir: str | Path = ".", source: str | Path | None = None) -> StudyConfig:
@@ -779,7 +828,7 @@ def parse_study(raw: Mapping[str, Any], base_dir: str | Path = ".", source: str 
         if m.name in seen:
             raise StudyConfigError(f"models[{i}].name", f"duplicate model name {m.name!r}", src)
         seen.add(m.name)
-    analyses = _parse_analyses(_Reader(top.get("analyses", {}), "analyses", src), data, models)
+    analyses = _parse_analyses(_Reader(top.get("analyses", {}), "analyses", src), data, models, base=base)
     return StudyConfig(study=info, data=data, models=models, analyses=analyses, source=src)
 
 

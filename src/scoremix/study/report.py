@@ -488,11 +488,61 @@ def _systems_section(res: StudyResult) -> rh.Section | None:  # s4deteval
     if df is None or not len(df):
         return None
     n_pairs = int(df.groupby("metric").size().iloc[0])
+    sc = getattr(res.config.analyses, "systems", None)
+    adjust = getattr(sc, "adjust", "holm")
+    level = getattr(sc, "ci", 0.95)
+    n_sig = int((df["p_adjusted"] < 1 - level).sum())
+    n_raw = int((df["p_value"] < 1 - level).sum())
     text = (f"Every pair of systems on the same trials ({n_pairs} pairs per metric): difference a − b and ratio "
-            "with paired speaker-bootstrap intervals (DeLong for AUC); p_adjusted: Holm within each metric.")
+            "with paired speaker-bootstrap intervals (DeLong for AUC). Multiplicity: p_adjusted is "
+            f"{adjust}-adjusted within each metric over its {n_pairs} pairs (family-wise error rate "
+            f"{1 - level:g}); {n_sig} of {len(df)} comparisons differ at p_adjusted < {1 - level:g} "
+            f"({n_raw} at the unadjusted p). The intervals are per comparison (not simultaneous).")
     return rh.Section("Pairwise system comparison", [rh.Paragraph(text),
                                                      rh.Table(df.drop(columns=["ratio_lo", "ratio_hi"]),
                                                               caption="all pairs of systems")])
+
+
+#: tandem metrics of the report, with their display names (s5deteval)
+TANDEM_DISPLAY = {"min_tdcf_2019": "min t-DCF (2019)", "min_tdcf_2021": "min t-DCF (2021)", "teer": "t-EER",
+                  "min_adcf": "min a-DCF", "sasv_eer": "SASV-EER", "sv_eer": "SV-EER", "spf_eer": "SPF-EER"}
+
+
+def _tandem_section(res: StudyResult) -> rh.Section | None:  # s5deteval
+    df = getattr(res, "tandem", None)
+    if df is None or not len(df):
+        return None
+    cfg = res.config.analyses.tandem
+    show = pd.DataFrame({"system": df["system"]})
+    if "group" in df.columns:
+        show["group"] = df["group"]
+    for k, name in TANDEM_DISPLAY.items():
+        if f"{k}_lo" in df.columns:
+            show[name] = [f"{v:.4f} [{lo:.4f}, {hi:.4f}]" for v, lo, hi in zip(df[k], df[f"{k}_lo"], df[f"{k}_hi"])]
+        else:
+            show[name] = [f"{v:.4f}" for v in df[k]]
+    show["ASV threshold"] = df["asv_threshold"]
+    iv = (f"{cfg.ci:.0%} speaker-bootstrap intervals ({cfg.n_boot} replicates; CM trials by speaker, ASV trials "
+          f"by {cfg.asv_speaker})" if cfg.n_boot else "no intervals (n_boot = 0)")
+    text = (f"The CM systems in tandem with the ASV scores of {cfg.asv_file.name}, joined on {cfg.join!r}. "
+            "min t-DCF: normalised minimum tandem detection cost with the ASV threshold at its EER as the "
+            "official ASVspoof 2019 script places it (2019 cost model, Kinnunen et al. 2018; 2021 revision, "
+            "Kinnunen et al. 2020); t-EER: the tandem EER (Kinnunen et al. 2023); min a-DCF: the "
+            "architecture-agnostic DCF of the cascade score (Shim et al. 2024, ASVspoof 5 costs); SASV-EER, "
+            "SV-EER, SPF-EER: EERs of the cascade score for targets against all, nontarget and spoof trials "
+            f"(SASV 2022). Values with {iv}. Lower is better for all.")
+    blocks: list[rh.Block] = [rh.Paragraph(text), rh.Table(show, caption="tandem metrics per CM system")]
+    if cfg.n_boot and "min_tdcf_2019_lo" in df.columns:
+        from scoremix.study.figures import forest_figure, png_of
+
+        fe = pd.DataFrame({"series": df["group"].astype(str) if "group" in df.columns else "all",
+                           "term": df["system"].astype(str), "estimate": df["min_tdcf_2019"],
+                           "lo": df["min_tdcf_2019_lo"], "hi": df["min_tdcf_2019_hi"]})
+        png = png_of(forest_figure(fe, "min t-DCF (2019) per CM system", ref=0.0,
+                                   xlabel=f"min t-DCF ({cfg.ci:.0%} interval)"))
+        blocks.append(rh.Figure(png, caption="min t-DCF (2019 cost model) per CM system with its interval",
+                                alt="tandem forest plot"))
+    return rh.Section("Tandem ASV + CM evaluation", blocks)
 
 
 def _simple_section(title: str, df: pd.DataFrame | None, text: str) -> rh.Section | None:
@@ -539,7 +589,7 @@ def build_sections(res: StudyResult) -> list[rh.Section]:
     secs: list[rh.Section | None] = [_overview(res), _data_section(res), _metrics_section(res)]
     secs += _model_sections(res)
     secs += [_model_eer_section(res), det_overlay_section(res), _fairness_section(res), _compare_section(res),
-             _systems_section(res),
+             _systems_section(res), _tandem_section(res),
              _simple_section("Breakdowns", res.breakdown,
                              "Per attribute value: shares of data and of errors (fn_share/fp_share vs the "
                              "value's class shares), precision, log-loss, EER and minDCF."),

@@ -133,6 +133,9 @@ def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
     if an.systems is not None:  # s4deteval
         k = "systems"
         out.append(Task(k, T.systems_task, (data.table, cfg.data.system, an.systems, speaker, task_seed(seed, k))))
+    if an.tandem is not None:  # s5deteval
+        k = "tandem"
+        out.append(Task(k, T.tandem_task, (data.table, cfg.data.system, an.tandem, speaker, task_seed(seed, k))))
     return out
 
 
@@ -235,6 +238,8 @@ def _collect(res: StudyResult, tasks: list[Task], results: list[Any]) -> None:
             res.compare = r
         elif kind == "systems":  # s4deteval
             res.systems = r
+        elif kind == "tandem":  # s5deteval
+            res.tandem = r
 
 
 def _write_outputs(res: StudyResult) -> None:
@@ -276,6 +281,7 @@ def _write_outputs(res: StudyResult) -> None:
                                                   "n_boot": res.compare.get("n_boot", 0),
                                                   "boot_chunks": res.compare.get("boot_chunks", 0)})
     _write_csv(res, "systems_compare.csv", res.systems)  # s4deteval
+    _write_csv(res, "tandem.csv", res.tandem)  # s5deteval
     _write_csv(res, "nuisance.csv", res.nuisance)
 
 

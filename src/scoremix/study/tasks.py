@@ -721,3 +721,33 @@ def systems_task(df: pd.DataFrame, system_col: str, cfg: Any, speaker: str | Non
     return compare_systems(df, systems=cfg.systems or None, metrics=metrics, test=test, speaker=spk,
                            score="score", label="y", system=system_col, trial=cfg.trial_id, n_boot=cfg.n_boot,
                            seed=seed, level=cfg.ci, adjust=cfg.adjust)
+
+
+def tandem_task(df: pd.DataFrame, system_col: str | None, cfg: Any, speaker: str | None, seed: int) -> pd.DataFrame:
+    """``[analyses.tandem]`` (s5deteval): every CM system of the study in tandem with the ASV table
+    ``cfg.asv_file`` (:func:`scoremix.tandem.tandem_table`; CM key from ``y``: 1 = bona fide)."""
+    from scoremix.study.data import StudyDataError, apply_filters, read_data_file
+    from scoremix.tandem.table import tandem_table
+
+    asv = read_data_file(cfg.asv_file)
+    if cfg.asv_filters:
+        asv = apply_filters(asv, cfg.asv_filters, f"analyses.tandem.asv_file {cfg.asv_file}")
+    asv = asv.reset_index(drop=True)
+    cm = df
+    if cfg.systems:
+        present = set(df[system_col].astype(str))
+        missing = [s for s in cfg.systems if s not in present]
+        if missing:
+            raise StudyDataError(f"analyses.tandem.systems: {missing} not in column {system_col!r} "
+                                 f"(systems: {sorted(present)})")
+        cm = df[df[system_col].astype(str).isin(cfg.systems)]
+    cm = cm.assign(_cm_key=np.where(cm["y"].to_numpy() == 1, "bonafide", "spoof"))
+    if system_col is not None:
+        cm = cm.assign(**{system_col: cm[system_col].astype(str)})
+    spk = speaker if speaker is not None and speaker in cm.columns else None
+    if cfg.n_boot and spk is None:
+        raise StudyDataError("analyses.tandem: n_boot > 0 needs the [data].speaker column in the CM table")
+    return tandem_table(asv, cm, join=cfg.join, asv_score=cfg.asv_score, asv_key=cfg.asv_key, cm_score="score",
+                        cm_key="_cm_key", system=system_col, asv_speaker=cfg.asv_speaker if cfg.n_boot else None,
+                        cm_speaker=spk if cfg.n_boot else None, n_boot=cfg.n_boot, seed=seed, level=cfg.ci,
+                        by=tuple(cfg.by) if cfg.by else None)
