@@ -77,10 +77,13 @@ def intervals_of(point: float, d: np.ndarray, n: int, level: float = 0.95) -> di
             "shift-t": (f(lo_s), f(hi_s))}
 
 
-def run_cell(n: int, n_sets: int, n_boot: int, seed: int, true: dict) -> pd.DataFrame:
-    """One row per data set × metric × interval (estimate, bootstrap bias, interval, hit)."""
+def run_cell(n: int, n_sets: int, n_boot: int, seed: int, true: dict, save: str | None = None) -> pd.DataFrame:
+    """One row per data set × metric × interval (estimate, bootstrap bias, interval, hit); with
+    ``save``, the rows so far are written there every 50 data sets (a long run can be read early)."""
     out = []
     for k in range(n_sets):
+        if save and k and k % 50 == 0:
+            pd.DataFrame(out).to_csv(save, index=False)
         d = simulate(n, np.random.default_rng([seed, n, k]))
         r = compare_systems(d, metrics=["eer", "min_dcf"], speaker="spk", trial="utt", n_boot=n_boot,
                             seed=[seed, n, k, 1])
@@ -124,7 +127,8 @@ def main() -> None:
     parts = []
     for n in args.sizes:
         t0 = time.time()
-        parts.append(run_cell(n, args.n_sets, args.n_boot, args.seed, true))
+        parts.append(run_cell(n, args.n_sets, args.n_boot, args.seed, true,
+                              save=f"{args.out}.{n}.partial" if args.out else None))
         print(f"{n} speakers: {time.time() - t0:.0f} s", flush=True)
         allp = pd.concat(parts, ignore_index=True)
         if args.out:

@@ -190,6 +190,11 @@ class FairnessConfig:
     filters: dict[str, list[Any]] = field(default_factory=dict)
     #: test speaker column: resample enrolment × test speakers (``subgroup_dcf(resample="two-way")``)
     test_speaker: str | None = None
+    #: s5deteval: the demographic-fairness panel (``SubgroupDCFResult.panel``) at the overall EER and at
+    #: the overall-FPR targets ``panel_fpr``; ``panel_llr``: scores are LLRs (per-group actDCF, Cllr, APE plot)
+    panel: bool = True
+    panel_fpr: list[float] = field(default_factory=lambda: [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2])
+    panel_llr: bool = False
 
 
 @dataclass
@@ -708,6 +713,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig], bas
         f.conditional = s.bool("conditional", True)
         f.filters = s.filters("filters")
         f.test_speaker = s.str("test_speaker", None)
+        _parse_fairness_panel(s, f)  # s5deteval
         s.finish()
         a.fairness = f
     if r.has("breakdown"):
@@ -769,6 +775,17 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig], bas
         s.finish()
         a.nuisance = n
     return a
+
+
+def _parse_fairness_panel(s: _Reader, f: FairnessConfig) -> None:  # s5deteval
+    """``panel``, ``panel_fpr`` (overall-FPR targets in (0, 1)), ``panel_llr`` of ``[analyses.fairness]``."""
+    f.panel = s.bool("panel", True)
+    v = s.get("panel_fpr", f.panel_fpr)
+    if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1
+                                          for x in v):
+        raise s.err("panel_fpr", f"must be a list of overall false-match rates in (0, 1), got {v!r}")
+    f.panel_fpr = sorted(float(x) for x in v)
+    f.panel_llr = s.bool("panel_llr", False)
 
 
 def _parse_tandem(s: _Reader, data: DataConfig, base: Path) -> TandemConfig:  # s5deteval

@@ -462,7 +462,63 @@ def _fairness_section(res: StudyResult) -> rh.Section | None:
         if m.get("det_by_png"):
             blocks.append(rh.Figure(m["det_by_png"], caption=f"{m['model']} on {m['system']}: model (dashed) vs "
                                                              "empirical DET per subgroup", alt="subgroup DET overlay"))
+    blocks += _fairness_panel_blocks(res)  # s5deteval
     return rh.Section("Subgroup fairness", blocks)
+
+
+def _iv_text(v: Any, lo: Any, hi: Any) -> str:
+    """``v [lo, hi]`` (4 significant digits; the value alone without an interval)."""
+    f = rh.format_interval_end
+    return f"{f(v)} [{f(lo)}, {f(hi)}]" if np.isfinite(lo) or np.isfinite(hi) else f(v)
+
+
+def _fairness_panel_blocks(res: StudyResult) -> list[rh.Block]:  # s5deteval
+    panels = getattr(res, "fairness_panel", None) or {}
+    if not panels:
+        return []
+    cfg = res.config.analyses.fairness
+    blocks: list[rh.Block] = [rh.Paragraph(
+        "Demographic-fairness panel (docs/detection-evaluation.md): rates per subgroup at thresholds set on the "
+        "overall rates — the overall EER and the thresholds where the overall FPR first drops to "
+        f"{', '.join(f'{x:g}' for x in cfg.panel_fpr)} (fairness over a range of operating points). For the "
+        "per-subgroup FMR (negatives accepted) and FNMR (positives rejected): Max/GeoMean = max_g x_g / "
+        "(Π_g x_g)^(1/G) (NIST FRTE); max/min = max_g x_g / min_g x_g; Gini A(x) = G/(G−1)·Σ_iΣ_j|x_i − x_j| / "
+        "(2G²x̄); GARBE = α·A(FMR) + (1−α)·A(FNMR) (Howard et al. 2022; 0 = equitable); FDR = 1 − [α·max|ΔFMR| + "
+        "(1−α)·max|ΔFNMR|] (de Freitas Pereira & Marcel 2022; 1 = fair); α = 0.5"
+        + ("; calibration: per-subgroup actDCF at the Bayes threshold and Cllr, and their max − min"
+           if cfg.panel_llr else "")
+        + (f". Intervals: {100 * cfg.ci:g} % percentile speaker-bootstrap intervals ({cfg.n_boot} replicates, "
+           "speakers resampled within subgroups, the threshold re-set on every replicate's overall rates)."
+           if cfg.n_boot else ". No intervals (n_boot = 0)."))]
+    for system, p in panels.items():
+        t = p["table"]
+        t = t.assign(cell=[_iv_text(v, lo, hi) for v, lo, hi in zip(t["value"], t["lo"], t["hi"])])
+        ops = list(dict.fromkeys(t["operating_point"]))
+        wide = t.pivot(index="measure", columns="operating_point", values="cell")
+        wide = wide[[o for o in ops if o in wide.columns]]
+        order = list(dict.fromkeys(t["measure"]))
+        wide = wide.reindex(order).reset_index()
+        blocks.append(rh.Table(wide, caption=f"{system}: fairness panel per operating point (value [interval])"))
+        g = p["groups"]
+        g = g[g["operating_point"].isin(["overall EER", "calibration"])]
+        meas = [c for c in ("fmr", "fnmr", "act_dcf", "cllr") if c in g.columns]
+        show = g[["operating_point", "group"]].copy()
+        for c in meas:
+            nan = np.full(len(g), np.nan)
+            lo_, hi_ = (g[f"{c}_{e}"].to_numpy(float) if f"{c}_{e}" in g.columns else nan for e in ("lo", "hi"))
+            show[c] = [_iv_text(v, lo, hi) for v, lo, hi in zip(g[c], lo_, hi_)]
+        show["n_speakers"] = g["n_speakers"].to_numpy()
+        blocks.append(rh.Table(show, caption=f"{system}: per-subgroup rates at the overall EER threshold"
+                                             + (" and calibration (actDCF, Cllr)" if cfg.panel_llr else "")))
+        if p.get("sweep_png"):
+            blocks.append(rh.Figure(p["sweep_png"], caption=f"{system}: panel measures over the overall-FPR operating "
+                                                            "points (band: interval; square: overall EER)",
+                                    alt=f"{system} fairness sweep"))
+        if p.get("ape_png"):
+            blocks.append(rh.Figure(p["ape_png"], caption=f"{system}: Bayes error rate per subgroup (solid: actual "
+                                                          "LLRs, dashed: PAV minimum; the gap is the calibration loss)",
+                                    alt=f"{system} per-group APE"))
+    return blocks
 
 
 def _compare_section(res: StudyResult) -> rh.Section | None:

@@ -751,3 +751,34 @@ def tandem_task(df: pd.DataFrame, system_col: str | None, cfg: Any, speaker: str
                         cm_key="_cm_key", system=system_col, asv_speaker=cfg.asv_speaker if cfg.n_boot else None,
                         cm_speaker=spk if cfg.n_boot else None, n_boot=cfg.n_boot, seed=seed, level=cfg.ci,
                         by=tuple(cfg.by) if cfg.by else None)
+
+
+def fairness_panel_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, speaker: str, seed: int,
+                        min_speakers: int = 5) -> dict[str, Any]:
+    """``[analyses.fairness]`` panel (s5deteval): :meth:`scoremix.fairness.SubgroupDCFResult.panel` of the
+    subgroups of ``cfg.groups`` at the overall EER and the overall-FPR targets ``cfg.panel_fpr``
+    (percentile speaker-bootstrap intervals, ``cfg.n_boot`` replicates), its sweep plot and, with
+    ``cfg.panel_llr``, the per-group Bayes error-rate plot."""
+    _agg()
+    from scoremix.fairness import subgroup_dcf
+    from scoremix.fairness.panel import plot_group_ape, plot_operating_points
+
+    res = subgroup_dcf(df, cfg.groups, n_boot=0, level=cfg.ci, min_speakers=min_speakers, progress=False,
+                       **_sveva_kwargs(cfg, speaker))
+    ops = ["eer", *[{"fpr": f} for f in cfg.panel_fpr]]
+    panel = res.panel(operating_points=ops, n_boot=cfg.n_boot, seed=seed, level=cfg.ci, llr=cfg.panel_llr,
+                      p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa)
+    tab, grp = panel.table.copy(), panel.groups.copy()
+    tab.insert(0, "system", system)
+    grp.insert(0, "system", system)
+    out = {"system": system, "table": tab, "groups": grp, "settings": panel.settings,
+           "sweep_png": png_of(plot_operating_points(panel, title=f"{system}: fairness over operating points"))}
+    if cfg.panel_llr:
+        names = res._prepared.sg.cells["subgroup"].astype(str).to_numpy()
+        code = res._prepared.sg.code_enrol
+        keep = code >= 0
+        trials = pd.DataFrame({"score": res._prepared.scores[keep], "y": res._prepared.y[keep].astype(int),
+                               "subgroup": names[code[keep]]})
+        out["ape_png"] = png_of(plot_group_ape(trials, "subgroup", label="y", positive=1,
+                                               title=f"{system}: Bayes error rate per subgroup"))
+    return out
