@@ -44,8 +44,20 @@ import pandas as pd
 from scoremix.fairness.subgroups import SubgroupError
 from scoremix.trials import label_to_binary
 
-__all__ = ["FPR_GRID", "SWEEP_MEASURES", "FairnessPanel", "fairness_panel", "fdr", "garbe", "gini", "max_geomean",
-           "max_min_ratio", "operating_point_sweep", "plot_operating_points", "plot_group_ape"]
+__all__ = [
+    "FPR_GRID",
+    "SWEEP_MEASURES",
+    "FairnessPanel",
+    "fairness_panel",
+    "fdr",
+    "garbe",
+    "gini",
+    "max_geomean",
+    "max_min_ratio",
+    "operating_point_sweep",
+    "plot_group_ape",
+    "plot_operating_points",
+]
 
 #: overall false-match rates of the default operating-point sweep (fairness over a range of operating points)
 FPR_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
