@@ -23,6 +23,7 @@ import time
 import numpy as np
 import pandas as pd
 from scipy.optimize import minimize_scalar
+from scipy.stats import norm
 from scipy.special import ndtr
 
 from scoremix.compare_systems import compare_systems
@@ -57,43 +58,57 @@ def simulate(n_spk: int, rng: np.random.Generator) -> pd.DataFrame:
     return pd.concat([a, bb], ignore_index=True)
 
 
-INTERVALS = ("expanded", "percentile", "t-se", "basic", "shift-t")
+INTERVALS = ("expanded", "scaled", "percentile", "t-se", "basic", "shift-t")
 
 
 def intervals_of(point: float, d: np.ndarray, n: int, level: float = 0.95) -> dict[str, tuple[float, float]]:
     """Every candidate interval of one difference from the same replicates ``d`` (``n`` speakers):
     ``expanded`` (Hesterberg), ``percentile``, ``t-se`` (``d̂ ± √(n/(n−1))·t_{n−1}·sd(d*)``, the
-    interval that matches compare_systems' p-value), ``basic`` (``2d̂ − Q``) and ``shift-t``
-    (expanded, shifted by twice the bootstrap bias)."""
+    interval that matches compare_systems' p-value), ``basic`` (``2d̂ − Q``), ``shift-t``
+    (expanded, shifted by twice the bootstrap bias) and ``scaled`` (percentiles at
+    ``Φ(∓z_{1−α/2}·√(n/(n−1)))``: the bootstrap's ``(n−1)/n`` variance corrected, normal tails — the
+    tail levels of the resampling layer's studentised interval of minima)."""
     d = d[np.isfinite(d)]
     lo_e, hi_e = expanded_percentile_interval(d[None, :], np.array([float(n)]), level)
     lo_p, hi_p = percentile_interval(d[None, :], level)
     lo_s, hi_s = shift_t_interval(np.array([point]), d[None, :], np.array([float(n)]), level)
     half = float(expanded_z(np.array([float(n)]), level)[0] * np.std(d, ddof=1))
     q = np.quantile(d, [(1 - level) / 2, (1 + level) / 2])
+    qs = scaled_levels(n, level)
+    sc = np.quantile(d, [qs, 1 - qs])
     f = lambda x: float(np.ravel(x)[0])
     return {"expanded": (f(lo_e), f(hi_e)), "percentile": (f(lo_p), f(hi_p)),
             "t-se": (point - half, point + half), "basic": (2 * point - q[1], 2 * point - q[0]),
-            "shift-t": (f(lo_s), f(hi_s))}
+            "shift-t": (f(lo_s), f(hi_s)), "scaled": (float(sc[0]), float(sc[1]))}
+
+
+def scaled_levels(n: int, level: float = 0.95) -> float:
+    """Lower tail level ``Φ(−z_{(1+level)/2}·√(n/(n−1)))`` of the ``scaled`` interval."""
+    return float(norm.cdf(-norm.ppf(0.5 + level / 2) * np.sqrt(n / (n - 1))))
 
 
 def run_cell(n: int, n_sets: int, n_boot: int, seed: int, true: dict, save: str | None = None) -> pd.DataFrame:
     """One row per data set × metric × interval (estimate, bootstrap bias, interval, hit); with
     ``save``, the rows so far are written there every 50 data sets (a long run can be read early)."""
     out = []
+    reps_all: dict[str, list[np.ndarray]] = {"eer": [], "min_dcf": []}
     for k in range(n_sets):
         if save and k and k % 50 == 0:
             pd.DataFrame(out).to_csv(save, index=False)
+            np.savez_compressed(save + ".replicates.npz", **{m: np.array(v) for m, v in reps_all.items()})
         d = simulate(n, np.random.default_rng([seed, n, k]))
         r = compare_systems(d, metrics=["eer", "min_dcf"], speaker="spk", trial="utt", n_boot=n_boot,
                             seed=[seed, n, k, 1])
         for _, row in r.iterrows():
             m = row["metric"]
             reps = r.attrs["replicates"][(m, "A", "B")]
+            reps_all[m].append(reps)
             for iv, (lo, hi) in intervals_of(float(row["difference"]), reps, n).items():
                 out.append({"speakers": n, "set": k, "metric": m, "interval": iv, "estimate": row["difference"],
                             "boot_bias": float(np.nanmean(reps)) - row["difference"], "lo": lo, "hi": hi,
                             "hit": lo <= true[m] <= hi, "p_value": row["p_value"]})
+    if save:
+        np.savez_compressed(save + ".replicates.npz", **{m: np.array(v) for m, v in reps_all.items()})
     return pd.DataFrame(out)
 
 
