@@ -110,3 +110,26 @@ def test_study_panel_config(tmp_path):
         load_study(toml)
     toml.write_text(base + "panel = false\n", encoding="utf-8")
     assert load_study(toml).analyses.fairness.panel is False
+
+
+def test_panel_skips_one_class_subgroups(tmp_path):
+    d = _llr_trials()
+    d.loc[d["spk"].isin(["s0", "s2"]), "g"] = "c"  # a third subgroup ...
+    d = d[~((d["g"] == "c") & (d["y"] == 1))]      # ... with nontarget trials only
+    res = subgroup_dcf(d, ["g"], score="score", label="y", speaker="spk", n_boot=0, progress=False)
+    with pytest.raises(SubgroupError, match="one class"):
+        res.panel(operating_points=["eer"])
+    p = res.panel(operating_points=["eer"], n_boot=40, seed=2, skip_one_class=True)
+    assert p.settings["skipped"] == ["c"]
+    want = fairness_panel(d[d["g"] != "c"], "g", score="score", label="y", speaker="spk", n_boot=40, seed=2)
+    np.testing.assert_allclose(p.table["value"], want.table["value"], rtol=0, atol=1e-12)
+    # in a study the report names the skipped subgroup; the panel of the other two is written
+    d.to_csv(tmp_path / "t.csv", index=False)
+    toml = tmp_path / "s.toml"
+    toml.write_text('[study]\nname = "skip"\n[data]\nfile = "t.csv"\nlabel = "y"\nspeaker = "spk"\n'
+                    'subgroups = ["g"]\nmin_speakers = 2\n[analyses.fairness]\nn_boot = 0\npanel_fpr = [0.05]\n',
+                    encoding="utf-8")
+    res = run_study(load_study(toml), out_dir=tmp_path / "out", progress=False, report=True)
+    assert not res.failed, res.failed
+    assert set(pd.read_csv(tmp_path / "out" / "fairness_panel_groups.csv")["group"]) == {"a", "b"}
+    assert "left out of the panel: c" in (tmp_path / "out" / "report.html").read_text(encoding="utf-8")

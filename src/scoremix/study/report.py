@@ -491,6 +491,10 @@ def _fairness_panel_blocks(res: StudyResult) -> list[rh.Block]:  # s5deteval
            "speakers resampled within subgroups, the threshold re-set on every replicate's overall rates)."
            if cfg.n_boot else ". No intervals (n_boot = 0)."))]
     for system, p in panels.items():
+        if p.get("note"):
+            blocks.append(rh.Paragraph(f"{system}: {p['note']}."))
+        if p.get("table") is None:
+            continue
         t = p["table"]
         t = t.assign(cell=[_iv_text(v, lo, hi) for v, lo, hi in zip(t["value"], t["lo"], t["hi"])])
         ops = list(dict.fromkeys(t["operating_point"]))

@@ -289,8 +289,8 @@ def _write_outputs(res: StudyResult) -> None:
     _write_csv(res, "systems_compare.csv", res.systems)  # s4deteval
     _write_csv(res, "tandem.csv", res.tandem)  # s5deteval
     if res.fairness_panel:  # s5deteval
-        _write_csv(res, "fairness_panel.csv", _concat([p["table"] for p in res.fairness_panel.values()]))
-        _write_csv(res, "fairness_panel_groups.csv", _concat([p["groups"] for p in res.fairness_panel.values()]))
+        _write_csv(res, "fairness_panel.csv", _concat([p.get("table") for p in res.fairness_panel.values()]))
+        _write_csv(res, "fairness_panel_groups.csv", _concat([p.get("groups") for p in res.fairness_panel.values()]))
     _write_csv(res, "nuisance.csv", res.nuisance)
 
 

@@ -765,13 +765,20 @@ def fairness_panel_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, spea
 
     res = subgroup_dcf(df, cfg.groups, n_boot=0, level=cfg.ci, min_speakers=min_speakers, progress=False,
                        **_sveva_kwargs(cfg, speaker))
+    from scoremix.fairness.subgroups import SubgroupError
+
     ops = ["eer", *[{"fpr": f} for f in cfg.panel_fpr]]
-    panel = res.panel(operating_points=ops, n_boot=cfg.n_boot, seed=seed, level=cfg.ci, llr=cfg.panel_llr,
-                      p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa)
+    try:
+        panel = res.panel(operating_points=ops, n_boot=cfg.n_boot, seed=seed, level=cfg.ci, llr=cfg.panel_llr,
+                          p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa, skip_one_class=True)
+    except SubgroupError as exc:  # fewer than two subgroups with both classes: the report says why
+        return {"system": system, "note": f"no fairness panel: {exc}"}
     tab, grp = panel.table.copy(), panel.groups.copy()
     tab.insert(0, "system", system)
     grp.insert(0, "system", system)
+    skipped = panel.settings.get("skipped") or []
     out = {"system": system, "table": tab, "groups": grp, "settings": panel.settings,
+           "note": f"subgroups with trials of one class left out of the panel: {', '.join(skipped)}" if skipped else "",
            "sweep_png": png_of(plot_operating_points(panel, title=f"{system}: fairness over operating points"))}
     if cfg.panel_llr:
         names = res._prepared.sg.cells["subgroup"].astype(str).to_numpy()
@@ -779,6 +786,7 @@ def fairness_panel_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, spea
         keep = code >= 0
         trials = pd.DataFrame({"score": res._prepared.scores[keep], "y": res._prepared.y[keep].astype(int),
                                "subgroup": names[code[keep]]})
+        trials = trials[~trials["subgroup"].isin(skipped)]
         out["ape_png"] = png_of(plot_group_ape(trials, "subgroup", label="y", positive=1,
                                                title=f"{system}: Bayes error rate per subgroup"))
     return out
