@@ -220,8 +220,8 @@ def compare_systems(trials: pd.DataFrame, systems: Sequence[Any] | None = None,
         raise SystemComparisonError("test='delong' applies to metrics=['auc'] only")
     if not 0 < level < 1:
         raise SystemComparisonError(f"level must be in (0, 1), got {level}")
-    if interval not in ("expanded", "percentile"):
-        raise SystemComparisonError(f"interval must be 'expanded' or 'percentile', got {interval!r}")
+    if interval not in ("expanded", "scaled", "percentile"):
+        raise SystemComparisonError(f"interval must be 'expanded', 'scaled' or 'percentile', got {interval!r}")
     if test_speaker is not None and speaker is None:
         raise SystemComparisonError("test_speaker= needs speaker= (the enrolment speaker) for the two-way bootstrap")
     names, S, y, per = paired_table(trials, systems=systems, score=score, label=label, system=system, trial=trial,
@@ -258,6 +258,10 @@ def compare_systems(trials: pd.DataFrame, systems: Sequence[Any] | None = None,
             from scoremix.resampling.intervals import percentile_interval
 
             lo_, hi_ = percentile_interval(x[None, :], level)
+        elif interval == "scaled":
+            from scoremix.resampling.intervals import scaled_percentile_interval
+
+            lo_, hi_ = scaled_percentile_interval(x[None, :], nn, level)
         else:
             lo_, hi_ = expanded_percentile_interval(x[None, :], nn, level)
         return float(np.asarray(lo_).ravel()[0]), float(np.asarray(hi_).ravel()[0])
