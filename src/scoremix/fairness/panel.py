@@ -311,6 +311,11 @@ def fairness_panel(trials: pd.DataFrame, group: str, *, score: str = "score", la
     D = _Data(s, y, g, cl, G)
 
     def measures(w: np.ndarray) -> dict[str, np.ndarray]:
+        # a group with rate 0 gives Max/GeoMean = inf and NaN Gini/GARBE on purpose (documented); no warnings
+        with np.errstate(all="ignore"):
+            return _measures(w)
+
+    def _measures(w: np.ndarray) -> dict[str, np.ndarray]:
         out: dict[str, Any] = {}
         for op, tau in zip(ops, D.thresholds(w, ops)):
             fmr, fnmr = D.rates(w, tau)
