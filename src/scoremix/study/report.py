@@ -500,6 +500,8 @@ def _fairness_panel_blocks(res: StudyResult) -> list[rh.Block]:  # s5deteval
         ops = list(dict.fromkeys(t["operating_point"]))
         wide = t.pivot(index="measure", columns="operating_point", values="cell")
         wide = wide[[o for o in ops if o in wide.columns]]
+        # "EER" in a report header always names its definition; this column is a threshold, not an EER
+        wide = wide.rename(columns={"overall EER": "at the overall equal-error threshold"})
         order = list(dict.fromkeys(t["measure"]))
         wide = wide.reindex(order).reset_index()
         blocks.append(rh.Table(wide, caption=f"{system}: fairness panel per operating point (value [interval])"))
