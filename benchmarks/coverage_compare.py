@@ -23,8 +23,8 @@ import time
 import numpy as np
 import pandas as pd
 from scipy.optimize import minimize_scalar
-from scipy.stats import norm
 from scipy.special import ndtr
+from scipy.stats import norm
 
 from scoremix.compare_systems import compare_systems
 from scoremix.resampling.intervals import (
