@@ -503,7 +503,7 @@ def _fairness_panel_blocks(res: StudyResult) -> list[rh.Block]:  # s5deteval
         # "EER" in a report header always names its definition; this column is a threshold, not an EER
         wide = wide.rename(columns={"overall EER": "at the overall equal-error threshold"})
         order = list(dict.fromkeys(t["measure"]))
-        wide = wide.reindex(order).reset_index()
+        wide = wide.reindex(order).rename_axis(columns=None).reset_index()
         blocks.append(rh.Table(wide, caption=f"{system}: fairness panel per operating point (value [interval])"))
         g = p["groups"]
         g = g[g["operating_point"].isin(["overall EER", "calibration"])]
