@@ -135,6 +135,8 @@ from scoremix.binomial import binomial_interval, rate_at, rule_of_30
 from scoremix.compare_systems import SystemComparisonError, compare_systems, delong_test
 from scoremix.fairness.panel import FairnessPanel, fairness_panel
 from scoremix.ape import ape_curve, pav_llrs, plot_ape
+# --- s5deteval: fairness over a range of operating points, per-group APE
+from scoremix.fairness.panel import operating_point_sweep, plot_group_ape, plot_operating_points
 
 # --- s4robust (issue 24): named errors and atomic table writes
 from scoremix.metrics import BootstrapSizeError, min_boot
@@ -244,6 +246,8 @@ __all__ = [
     "sasv_eer", "tdcf", "teer", "binomial_interval", "rate_at", "rule_of_30",
     "SystemComparisonError", "compare_systems", "delong_test", "FairnessPanel", "fairness_panel",
     "ape_curve", "pav_llrs", "plot_ape",
+    # s5deteval
+    "operating_point_sweep", "plot_operating_points", "plot_group_ape",
     # generalised linear mixed models (branch s4glmm)
     "glmer", "GlmerResult", "GlmmControl", "GlmmError", "FamilyError", "GlmmResponseError",
     "GlmmUnsupportedError", "PirlsError", "decision_model", "DecisionModelResult",

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 __all__ = [
     "StudyConfigError", "StudyConfig", "StudyInfo", "DataConfig", "SimulateConfig", "ModelConfig",
     "MetricsConfig", "ModelEERConfig", "FairnessConfig", "BreakdownConfig", "CompareConfig",
-    "NuisanceConfig", "SystemsConfig", "AnalysesConfig", "BACKENDS", "ANALYSES",
+    "NuisanceConfig", "SystemsConfig", "TandemConfig", "AnalysesConfig", "BACKENDS", "ANALYSES",
     "load_study", "parse_study", "apply_overrides", "expand_vars",
 ]
 
@@ -34,7 +34,7 @@ BACKENDS = ("native", "statsmodels", "lme4", "bayes")
 TRANSFORMS = ("monotone", "monotone-by-class")
 #: Analysis tables accepted under ``[analyses]``.
 ANALYSES = ("metrics", "model_eer", "fairness", "breakdown", "compare", "nuisance", "systems",
-            "contrasts", "checks")  # s5postfit: contrasts, checks
+            "contrasts", "checks", "tandem")  # s5postfit: contrasts, checks; s5deteval: tandem
 EER_METHODS = ("rocch", "interp", "asvspoof", "voxceleb")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -204,6 +204,11 @@ class FairnessConfig:
     filters: dict[str, list[Any]] = field(default_factory=dict)
     #: test speaker column: resample enrolment × test speakers (``subgroup_dcf(resample="two-way")``)
     test_speaker: str | None = None
+    #: s5deteval: the demographic-fairness panel (``SubgroupDCFResult.panel``) at the overall EER and at
+    #: the overall-FPR targets ``panel_fpr``; ``panel_llr``: scores are LLRs (per-group actDCF, Cllr, APE plot)
+    panel: bool = True
+    panel_fpr: list[float] = field(default_factory=lambda: [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2])
+    panel_llr: bool = False
 
 
 @dataclass
@@ -245,6 +250,25 @@ class SystemsConfig:
 
 
 @dataclass
+class TandemConfig:
+    """``[analyses.tandem]`` (s5deteval): the study's CM systems in tandem with an ASV score table
+    joined on ``join`` (:func:`scoremix.tandem.tandem_table`: min t-DCF 2019/2021, t-EER, a-DCF,
+    SASV/SV/SPF-EER, speaker-bootstrap intervals).  The CM key is the study's class: ``y = 1``
+    (``[data].positive``) is bona fide."""
+
+    asv_file: Path = Path()
+    asv_score: str = "score"
+    asv_key: str = "trial_type"
+    asv_speaker: str = "claimed_speaker"
+    asv_filters: dict[str, list[Any]] = field(default_factory=dict)
+    join: str = "utt"
+    systems: list[str] = field(default_factory=list)
+    by: list[str] = field(default_factory=list)
+    n_boot: int = 200
+    ci: float = 0.95
+
+
+@dataclass
 class NuisanceConfig:
     """``[analyses.nuisance]``: nuisance LLR from class-conditional GMMs of a feature."""
 
@@ -267,6 +291,7 @@ class AnalysesConfig:
     systems: SystemsConfig | None = None
     contrasts: Any = None  # s5postfit: study.postfit.ContrastsConfig
     checks: Any = None     # s5postfit: study.postfit.ChecksConfig (None: the default panel)
+    tandem: TandemConfig | None = None  # s5deteval
 
     def enabled(self) -> list[str]:
         return [a for a in ANALYSES if getattr(self, a) is not None]
@@ -656,7 +681,7 @@ def _parse_auto_model(r: _Reader, data: DataConfig, name: str) -> ModelConfig:  
     return m
 
 
-def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> AnalysesConfig:
+def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig], base: Path | None = None) -> AnalysesConfig:
     src = r.source
     a = AnalysesConfig()
     names = [m.name for m in models]
@@ -736,6 +761,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         f.conditional = s.bool("conditional", True)
         f.filters = s.filters("filters")
         f.test_speaker = s.str("test_speaker", None)
+        _parse_fairness_panel(s, f)  # s5deteval
         s.finish()
         a.fairness = f
     if r.has("breakdown"):
@@ -792,6 +818,8 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
                                           {m.name: m.formula for m in models})
         if r.has("checks"):
             a.checks = parse_checks(_Reader(r.get("checks"), r.key("checks"), src))
+    if r.has("tandem"):  # s5deteval
+        a.tandem = _parse_tandem(_Reader(r.get("tandem"), r.key("tandem"), src), data, base or Path.cwd())
     if r.has("nuisance"):
         s = _Reader(r.get("nuisance"), r.key("nuisance"), src)
         n = NuisanceConfig()
@@ -802,6 +830,44 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         s.finish()
         a.nuisance = n
     return a
+
+
+def _parse_fairness_panel(s: _Reader, f: FairnessConfig) -> None:  # s5deteval
+    """``panel``, ``panel_fpr`` (overall-FPR targets in (0, 1)), ``panel_llr`` of ``[analyses.fairness]``."""
+    f.panel = s.bool("panel", True)
+    v = s.get("panel_fpr", f.panel_fpr)
+    if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1
+                                          for x in v):
+        raise s.err("panel_fpr", f"must be a list of overall false-match rates in (0, 1), got {v!r}")
+    f.panel_fpr = sorted(float(x) for x in v)
+    f.panel_llr = s.bool("panel_llr", False)
+
+
+def _parse_tandem(s: _Reader, data: DataConfig, base: Path) -> TandemConfig:  # s5deteval
+    """``[analyses.tandem]``: the ASV table (path relative to the study file), its columns, the join key."""
+    t = TandemConfig()
+    if not s.has("asv_file"):
+        raise s.err("asv_file", "is required (the ASV score table joined to the CM trials)")
+    t.asv_file = _path(s.get("asv_file"), s.key("asv_file"), base, s.source)
+    t.asv_score = s.str("asv_score", "score") or "score"
+    t.asv_key = s.str("asv_key", "trial_type") or "trial_type"
+    t.asv_speaker = s.str("asv_speaker", "claimed_speaker") or "claimed_speaker"
+    t.asv_filters = s.filters("asv_filters")
+    t.join = s.str("join", "utt") or "utt"
+    t.systems = s.strlist("systems", [])
+    if t.systems and data.system is None:
+        raise s.err("systems", "needs a [data].system column")
+    t.by = s.strlist("by", [])
+    if len(t.by) not in (0, 2):
+        raise s.err("by", f"must be [ASV column, CM column] (e.g. [\"claimed_gender\", \"speaker_gender\"]), got {t.by!r}")
+    t.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+    t.n_boot = s.int("n_boot", 200, minimum=0) or 0
+    from scoremix.metrics import min_boot
+
+    if 0 < t.n_boot < min_boot(t.ci):
+        raise s.err("n_boot", f"must be 0 or >= {min_boot(t.ci)} for a {t.ci:g} interval, got {t.n_boot}")
+    s.finish()
+    return t
 
 
 def parse_study(raw: Mapping[str, Any], base_dir: str | Path = ".", source: str | Path | None = None) -> StudyConfig:
@@ -834,7 +900,7 @@ def parse_study(raw: Mapping[str, Any], base_dir: str | Path = ".", source: str 
         if m.name in seen:
             raise StudyConfigError(f"models[{i}].name", f"duplicate model name {m.name!r}", src)
         seen.add(m.name)
-    analyses = _parse_analyses(_Reader(top.get("analyses", {}), "analyses", src), data, models)
+    analyses = _parse_analyses(_Reader(top.get("analyses", {}), "analyses", src), data, models, base=base)
     return StudyConfig(study=info, data=data, models=models, analyses=analyses, source=src)
 
 

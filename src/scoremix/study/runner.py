@@ -107,6 +107,10 @@ def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
                 out.append(Task(k, T.fairness_point_task, (system, fdf, an.fairness, speaker, cfg.data.min_speakers)))
                 for j, (sd, n) in enumerate(zip(chunk_seeds(seed, k, len(counts)), counts)):
                     out.append(Task(f"{BOOT_PREFIX}{k}/{j}", T.fairness_boot_task, (fdf, an.fairness, speaker, sd, n)))
+            if an.fairness.panel and an.fairness.test_speaker is None and an.fairness.membership == "enrol":
+                k = f"fairness_panel/{system}"  # s5deteval
+                out.append(Task(k, T.fairness_panel_task, (system, fdf, an.fairness, speaker, task_seed(seed, k),
+                                                           cfg.data.min_speakers)))
         if an.breakdown is not None:
             k = f"breakdown/{system}"
             sp = speaker if speaker in df.columns else None
@@ -138,6 +142,9 @@ def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
     if an.systems is not None:  # s4deteval
         k = "systems"
         out.append(Task(k, T.systems_task, (data.table, cfg.data.system, an.systems, speaker, task_seed(seed, k))))
+    if an.tandem is not None:  # s5deteval
+        k = "tandem"
+        out.append(Task(k, T.tandem_task, (data.table, cfg.data.system, an.tandem, speaker, task_seed(seed, k))))
     return out
 
 
@@ -240,6 +247,10 @@ def _collect(res: StudyResult, tasks: list[Task], results: list[Any]) -> None:
             res.compare = r
         elif kind == "systems":  # s4deteval
             res.systems = r
+        elif kind == "tandem":  # s5deteval
+            res.tandem = r
+        elif kind == "fairness_panel":  # s5deteval
+            res.fairness_panel[r["system"]] = r
 
 
 def _write_outputs(res: StudyResult) -> None:
@@ -281,6 +292,10 @@ def _write_outputs(res: StudyResult) -> None:
                                                   "n_boot": res.compare.get("n_boot", 0),
                                                   "boot_chunks": res.compare.get("boot_chunks", 0)})
     _write_csv(res, "systems_compare.csv", res.systems)  # s4deteval
+    _write_csv(res, "tandem.csv", res.tandem)  # s5deteval
+    if res.fairness_panel:  # s5deteval
+        _write_csv(res, "fairness_panel.csv", _concat([p.get("table") for p in res.fairness_panel.values()]))
+        _write_csv(res, "fairness_panel_groups.csv", _concat([p.get("groups") for p in res.fairness_panel.values()]))
     _write_csv(res, "nuisance.csv", res.nuisance)
     from scoremix.study.postfit import write_postfit  # s5postfit
     write_postfit(res, _write_csv)

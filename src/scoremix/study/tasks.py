@@ -763,3 +763,72 @@ def systems_task(df: pd.DataFrame, system_col: str, cfg: Any, speaker: str | Non
     return compare_systems(df, systems=cfg.systems or None, metrics=metrics, test=test, speaker=spk,
                            score="score", label="y", system=system_col, trial=cfg.trial_id, n_boot=cfg.n_boot,
                            seed=seed, level=cfg.ci, adjust=cfg.adjust)
+
+
+def tandem_task(df: pd.DataFrame, system_col: str | None, cfg: Any, speaker: str | None, seed: int) -> pd.DataFrame:
+    """``[analyses.tandem]`` (s5deteval): every CM system of the study in tandem with the ASV table
+    ``cfg.asv_file`` (:func:`scoremix.tandem.tandem_table`; CM key from ``y``: 1 = bona fide)."""
+    from scoremix.study.data import StudyDataError, apply_filters, read_data_file
+    from scoremix.tandem.table import tandem_table
+
+    asv = read_data_file(cfg.asv_file)
+    if cfg.asv_filters:
+        asv = apply_filters(asv, cfg.asv_filters, f"analyses.tandem.asv_file {cfg.asv_file}")
+    asv = asv.reset_index(drop=True)
+    cm = df
+    if cfg.systems:
+        present = set(df[system_col].astype(str))
+        missing = [s for s in cfg.systems if s not in present]
+        if missing:
+            raise StudyDataError(f"analyses.tandem.systems: {missing} not in column {system_col!r} "
+                                 f"(systems: {sorted(present)})")
+        cm = df[df[system_col].astype(str).isin(cfg.systems)]
+    cm = cm.assign(_cm_key=np.where(cm["y"].to_numpy() == 1, "bonafide", "spoof"))
+    if system_col is not None:
+        cm = cm.assign(**{system_col: cm[system_col].astype(str)})
+    spk = speaker if speaker is not None and speaker in cm.columns else None
+    if cfg.n_boot and spk is None:
+        raise StudyDataError("analyses.tandem: n_boot > 0 needs the [data].speaker column in the CM table")
+    return tandem_table(asv, cm, join=cfg.join, asv_score=cfg.asv_score, asv_key=cfg.asv_key, cm_score="score",
+                        cm_key="_cm_key", system=system_col, asv_speaker=cfg.asv_speaker if cfg.n_boot else None,
+                        cm_speaker=spk if cfg.n_boot else None, n_boot=cfg.n_boot, seed=seed, level=cfg.ci,
+                        by=tuple(cfg.by) if cfg.by else None)
+
+
+def fairness_panel_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, speaker: str, seed: int,
+                        min_speakers: int = 5) -> dict[str, Any]:
+    """``[analyses.fairness]`` panel (s5deteval): :meth:`scoremix.fairness.SubgroupDCFResult.panel` of the
+    subgroups of ``cfg.groups`` at the overall EER and the overall-FPR targets ``cfg.panel_fpr``
+    (percentile speaker-bootstrap intervals, ``cfg.n_boot`` replicates), its sweep plot and, with
+    ``cfg.panel_llr``, the per-group Bayes error-rate plot."""
+    _agg()
+    from scoremix.fairness import subgroup_dcf
+    from scoremix.fairness.panel import plot_group_ape, plot_operating_points
+
+    res = subgroup_dcf(df, cfg.groups, n_boot=0, level=cfg.ci, min_speakers=min_speakers, progress=False,
+                       **_sveva_kwargs(cfg, speaker))
+    from scoremix.fairness.subgroups import SubgroupError
+
+    ops = ["eer", *[{"fpr": f} for f in cfg.panel_fpr]]
+    try:
+        panel = res.panel(operating_points=ops, n_boot=cfg.n_boot, seed=seed, level=cfg.ci, llr=cfg.panel_llr,
+                          p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa, skip_one_class=True)
+    except SubgroupError as exc:  # fewer than two subgroups with both classes: the report says why
+        return {"system": system, "note": f"no fairness panel: {exc}"}
+    tab, grp = panel.table.copy(), panel.groups.copy()
+    tab.insert(0, "system", system)
+    grp.insert(0, "system", system)
+    skipped = panel.settings.get("skipped") or []
+    out = {"system": system, "table": tab, "groups": grp, "settings": panel.settings,
+           "note": f"subgroups with trials of one class left out of the panel: {', '.join(skipped)}" if skipped else "",
+           "sweep_png": png_of(plot_operating_points(panel, title=f"{system}: fairness over operating points"))}
+    if cfg.panel_llr:
+        names = res._prepared.sg.cells["subgroup"].astype(str).to_numpy()
+        code = res._prepared.sg.code_enrol
+        keep = code >= 0
+        trials = pd.DataFrame({"score": res._prepared.scores[keep], "y": res._prepared.y[keep].astype(int),
+                               "subgroup": names[code[keep]]})
+        trials = trials[~trials["subgroup"].isin(skipped)]
+        out["ape_png"] = png_of(plot_group_ape(trials, "subgroup", label="y", positive=1,
+                                               title=f"{system}: Bayes error rate per subgroup"))
+    return out
