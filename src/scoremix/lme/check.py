@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from scoremix._threads import limits_blas
 from scoremix.lme.influence import influential_levels
 from scoremix.lme.result import register_inference
 from scoremix.lme.scaled_residuals import ScaledResiduals, scaled_residuals
@@ -103,6 +104,7 @@ class ModelCheck:
         return fig
 
 
+@limits_blas  # the hot paths' BLAS threads: the same numbers in a worker and in the main process
 def check_model(m, *, nsim: int = 250, seed: int | np.random.Generator | None = 0,
                 by=(), influence: bool = True,
                 max_levels: int = 60, alpha: float = 0.05) -> ModelCheck:
