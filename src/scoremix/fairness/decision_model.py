@@ -111,7 +111,7 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
                    factors: Sequence[str] = (), p_target: float = 0.05, c_miss: float = 1.0,
                    c_fa: float = 1.0, level: float = 0.95, n_sim: int = 1000, n_boot: int = 1000,
                    seed: int | np.random.Generator | None = 0,
-                   control: dict | None = None) -> DecisionModelResult:
+                   control: dict | None = None, speakers: str = "new") -> DecisionModelResult:
     """Binomial GLMM of misses and false alarms at ``threshold`` (see the module docstring).
 
     Parameters
@@ -131,6 +131,13 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
         the detection cost (SVEva defaults).
     level, n_sim, n_boot, seed:
         interval level, number of model draws and of bootstrap replicates, seed.
+    speakers:
+        ``"new"`` (default): the rate of a new speaker of the subgroup, integrated over the
+        fitted speaker distribution (population-averaged, marginal); ``"observed"``: the
+        trial-weighted rate of the subgroup's fitted speakers at their conditional modes
+        (the finite-population rate of these speakers).  With the saturated ``cell`` fixed
+        effect and the canonical logit link, the ``"observed"`` point rates at the mode
+        equal the counted rates (the PIRLS score equations :math:`X^\top(y-\hat\mu)=0`).
 
     Returns
     -------
@@ -144,6 +151,8 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
             raise SubgroupError(f"column {col!r} is not in the trials (columns: {list(trials.columns)})")
     if not groups:
         raise SubgroupError("decision_model needs at least one subgroup column in groups=")
+    if speakers not in ("new", "observed"):
+        raise ValueError(f"speakers must be 'new' or 'observed', not {speakers!r}")
     cost = dict(p_target=p_target, c_miss=c_miss, c_fa=c_fa)
     tau = _threshold(trials, threshold, groups, score, label, speaker, positive, cost)
     y = binary_labels(trials[label], positive).astype(bool)
@@ -178,11 +187,13 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
 
     # ---- model: marginal rates of a new speaker of each subgroup, over the subgroup's mix
     # of factor levels; draws of β and of the factor effects
-    keys = ["cell"] + [f"f{j}" for j in range(len(factors))]
+    observed = speakers == "observed"
+    keys = ["cell"] + [f"f{j}" for j in range(len(factors))] + (["spk"] if observed else [])
     cells = frame.groupby(keys, observed=True).size().rename("n").reset_index()
     cells["cls"] = cells["cell"].astype(str).str.split("|").str[0]
     cells["grp"] = cells["cell"].astype(str).str.split("|", n=1).str[1]
-    cells["spk"] = "\x00new speaker"
+    if not observed:
+        cells["spk"] = "\x00new speaker"
     cells["isneg"] = (cells["cls"] == "neg").astype(float)
     cells["ispos"] = 1.0 - cells["isneg"]
     X = np.asarray(fit.spec.fixed_design(cells), float)
@@ -193,6 +204,8 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
     G = len(levels)
     S_spk = fit.cov_re[0]                                      # (neg, pos) speaker covariance
     sd_row = np.sqrt(np.where(is_pos, S_spk[1, 1], S_spk[0, 0]))
+    if observed:                                # conditional on each speaker's mode
+        sd_row = np.zeros_like(sd_row)
     from scoremix.glmm.pirls import gh_rule
     zk, wk = gh_rule(21)
 
@@ -222,7 +235,7 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
     eta = X @ D[q:]
     for s_ in range(n_sim):
         bs = fit.b_from_u(D[:q, s_])
-        for (codes, Xk), bk in list(zip(design, bs))[1:]:
+        for (codes, Xk), bk in list(zip(design, bs))[0 if observed else 1:]:
             codes = np.asarray(codes)
             ok = codes >= 0
             eta[ok, s_] += np.sum(np.asarray(Xk, float)[ok] * bk[codes[ok]], axis=1)
@@ -272,7 +285,8 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
                "dcf_emp": float(edcf[0])}
     return DecisionModelResult(table=table, overall=overall, threshold=tau, fit=fit,
                                settings=dict(groups=groups, factors=list(factors), level=level,
-                                             n_sim=n_sim, n_boot=n_boot, formula=formula, **cost))
+                                             n_sim=n_sim, n_boot=n_boot, formula=formula, speakers=speakers,
+                                             **cost))
 
 
 def _zb(design: list[tuple[np.ndarray, np.ndarray]], b: list[np.ndarray]) -> np.ndarray:
