@@ -22,7 +22,9 @@ every estimator: mean absolute error on the rate scale (no flooring needed), and
 trials (half a count, the resolution of counting).
 
 Usage: ``OPENBLAS_NUM_THREADS=1 python benchmarks/decision_model_split_half.py [--share 0.2]
-[--seeds 0 1] [--systems ...]``  (all 10 systems by default).
+[--seeds 0 1] [--systems ...] [--point mean|mode] [--pool]``  (all 10 systems by default;
+``--point``/``--pool`` are passed to ``decision_model``; the gender × attack model cells are
+always plug-in predictions at the conditional modes).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def errors(t: pd.DataFrame, tau: float) -> pd.DataFrame:
                          "err": np.where(y, s < tau, s >= tau).astype(float)})
 
 
-def one(t: pd.DataFrame, tau: float, share: float, seed: int) -> pd.DataFrame:
+def one(t: pd.DataFrame, tau: float, share: float, seed: int, **kw) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     in_a = split(t, share, rng)
     A, B = t[in_a], t[~in_a]
@@ -70,9 +72,9 @@ def one(t: pd.DataFrame, tau: float, share: float, seed: int) -> pd.DataFrame:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         r_new = sm.decision_model(A, tau, ["speaker_gender"], positive="bonafide", factors=["attack"],
-                                  n_sim=2, n_boot=2, seed=seed)
+                                  n_sim=2, n_boot=2, seed=seed, **kw)
         r_obs = sm.decision_model(A, tau, ["speaker_gender"], positive="bonafide", factors=["attack"],
-                                  n_sim=2, n_boot=2, seed=seed, speakers="observed")
+                                  n_sim=2, n_boot=2, seed=seed, speakers="observed", **kw)
     rows = []
     pooled = {True: ea.loc[ea.pos, "err"].mean(), False: ea.loc[~ea.pos, "err"].mean()}
     for (g, pos), sa in ea.groupby(["g", "pos"]):
@@ -118,6 +120,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1])
     ap.add_argument("--systems", nargs="*", default=None)
     ap.add_argument("--out", default=None, help="CSV of every cell")
+    ap.add_argument("--point", default="mean", choices=["mean", "mode"])
+    ap.add_argument("--pool", action="store_true", help="pool_groups=True")
     a = ap.parse_args()
     d = pd.read_csv(DATA)
     systems = a.systems or sorted(d.system.unique())
@@ -129,7 +133,7 @@ def main() -> None:
         tau = sm.subgroup_dcf(t, ["speaker_gender"], positive="bonafide", n_boot=0, eer=False,
                               progress=False).threshold
         t0 = time.time()
-        res = pd.concat([one(t, tau, a.share, s).assign(seed=s) for s in a.seeds], ignore_index=True)
+        res = pd.concat([one(t, tau, a.share, s, point=a.point, pool_groups=a.pool).assign(seed=s) for s in a.seeds], ignore_index=True)
         res["system"] = system
         allc.append(res)
         print(f"# {system}: {time.time() - t0:.0f} s", flush=True)

@@ -135,7 +135,7 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
                    c_fa: float = 1.0, level: float = 0.95, n_sim: int = 1000, n_boot: int = 1000,
                    seed: int | np.random.Generator | None = 0,
                    control: dict | None = None, speakers: str = "new",
-                   point: str = "mean") -> DecisionModelResult:
+                   point: str = "mean", pool_groups: bool = False) -> DecisionModelResult:
     r"""Binomial GLMM of misses and false alarms at ``threshold`` (see the module docstring).
 
     Parameters
@@ -169,6 +169,12 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
         :math:`(u, \beta)`), integrated by :func:`logit_normal_mean`; ``"mode"``: the
         rates at the mode (plug-in), which understate rare error rates because
         :math:`\operatorname{logit}^{-1}` is convex there.
+
+    pool_groups:
+        ``False`` (default): a free fixed mean per class × subgroup (the model above);
+        ``True``: the subgroup means are partially pooled toward the class mean,
+        ``err ~ 0 + cls + (1 | cell) + …`` with :math:`\beta_{c,g} = \mu_c + v_{c,g}`,
+        :math:`v \sim N(0, \sigma_g^2)` (one variance over all class × subgroup cells).
 
     Returns
     -------
@@ -211,7 +217,7 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
         else:
             terms.append(f"(1 | f{j})")
     rand = " + ".join(terms)
-    formula = f"err ~ 0 + cell + {rand}"
+    formula = f"err ~ 0 + cls + (1 | cell) + {rand}" if pool_groups else f"err ~ 0 + cell + {rand}"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = glmer(formula, frame, "binomial", control=control)
@@ -229,13 +235,15 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
         cells["spk"] = "\x00new speaker"
     cells["isneg"] = (cells["cls"] == "neg").astype(float)
     cells["ispos"] = 1.0 - cells["isneg"]
+    cells["cls"] = pd.Categorical(cells["cls"], categories=["neg", "pos"])
     X = np.asarray(fit.spec.fixed_design(cells), float)
     design = fit.spec.random_design(cells)
     n = cells["n"].to_numpy(float)
     is_pos = (cells["cls"] == "pos").to_numpy()
     gidx = np.array([levels.index(g) for g in cells["grp"]])
     G = len(levels)
-    S_spk = fit.cov_re[0]                                      # (neg, pos) speaker covariance
+    i_spk = [t.group for t in fit.spec.terms].index("spk")
+    S_spk = fit.cov_re[i_spk]                                  # (neg, pos) speaker covariance
     sd_row = np.sqrt(np.where(is_pos, S_spk[1, 1], S_spk[0, 0]))
     if observed:                                # conditional on each speaker's mode
         sd_row = np.zeros_like(sd_row)
@@ -322,7 +330,7 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
     return DecisionModelResult(table=table, overall=overall, threshold=tau, fit=fit,
                                settings=dict(groups=groups, factors=list(factors), level=level,
                                              n_sim=n_sim, n_boot=n_boot, formula=formula, speakers=speakers,
-                                             point=point,
+                                             point=point, pool_groups=pool_groups,
                                              **cost))
 
 
