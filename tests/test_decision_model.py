@@ -114,7 +114,8 @@ def test_observed_speaker_rates_recover_finite_population_truth():
     """``speakers="observed"``: the rate of the table's own speakers.  Truth: the
     trial-weighted mean of each simulated speaker's true error probability.  The model
     interval covers it, and the point is within 0.03 of it; ``point="mode"`` is the
-    plug-in at the conditional modes, at most the posterior mean for these rare rates."""
+    plug-in at the conditional modes (the default), at most the posterior mean for these
+    rare rates."""
     rng = np.random.default_rng(11)
     means = {("f", "pos"): -2.0, ("m", "pos"): -1.2, ("f", "neg"): -3.0, ("m", "neg"): -2.2}
     rows, truth_num, truth_den = [], {}, {}
@@ -130,7 +131,8 @@ def test_observed_speaker_rates_recover_finite_population_truth():
             rows.append(pd.DataFrame({"score": score, "label": "target" if cls == "pos" else "nontarget",
                                       "speaker": f"s{k:02d}", "gender": g}))
     t = pd.concat(rows, ignore_index=True)
-    r = decision_model(t, 0.0, ["gender"], n_sim=400, n_boot=10, seed=2, speakers="observed")
+    r = decision_model(t, 0.0, ["gender"], n_sim=400, n_boot=10, seed=2, speakers="observed",
+                       point="mean")
     r_mode = decision_model(t, 0.0, ["gender"], n_sim=10, n_boot=10, seed=2, speakers="observed",
                             point="mode")
     for g in ("f", "m"):
@@ -139,5 +141,8 @@ def test_observed_speaker_rates_recover_finite_population_truth():
             assert r.table.loc[g, col + "_lo"] < true_rate < r.table.loc[g, col + "_hi"]
             assert abs(r.table.loc[g, col] - true_rate) < 0.03
             assert r_mode.table.loc[g, col] <= r.table.loc[g, col] + 1e-12
+            assert abs(r_mode.table.loc[g, col] - true_rate) < 0.03
     with pytest.raises(ValueError, match="speakers"):
         decision_model(t, 0.0, ["gender"], speakers="all")
+    with pytest.raises(ValueError, match="point"):
+        decision_model(t, 0.0, ["gender"], point="median")
