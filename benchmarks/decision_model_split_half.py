@@ -120,7 +120,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1])
     ap.add_argument("--systems", nargs="*", default=None)
     ap.add_argument("--out", default=None, help="CSV of every cell")
-    ap.add_argument("--point", default="mean", choices=["mean", "mode"])
+    ap.add_argument("--point", default="mode", choices=["mean", "mode"])
     ap.add_argument("--pool", action="store_true", help="pool_groups=True")
     a = ap.parse_args()
     d = pd.read_csv(DATA)
