@@ -33,7 +33,10 @@ rates.  Model intervals: percentiles of the same quantities over joint draws of
 :math:`(u, \beta)` from the Laplace approximation at the mode, the normal with the
 inverse of the penalised Hessian as covariance (Gelman & Hill's ``sim`` with the
 correlation between fixed and random effects kept; the uncertainty of :math:`\theta` is
-ignored).  Beside each model
+ignored).  ``speakers="observed"`` replaces the new speaker by the subgroup's own
+speakers at their conditional modes, trial-weighted; ``pool_groups=True`` replaces the free
+:math:`\beta_{c,g}` by :math:`\mu_c + v_{c,g}`, :math:`v_{c,g} \sim N(0, \sigma_g^2)`.
+Beside each model
 value: the empirical (counted) value and its speaker-cluster bootstrap percentile interval
 at the same fixed threshold.
 """
