@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix.locscale.failure import failure_cuts, failure_cv, failure_flags
 from scoremix.locscale.fit import LocScaleData, LocScaleError, _flags, _maximise, _start, _stats, fit_locscale
 from scoremix.locscale.latent import cell_moments, normal_score_edges
 from scoremix.locscale.likelihood import CellStats, UnitLikelihood
@@ -116,7 +117,7 @@ def cv_loglik(data: LocScaleData, spec: LocScaleSpec, n_folds: int, seed: int, n
 def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "label", speaker: str = "speaker",
                 factors: Sequence[str] = (), covariates: Sequence[str] = (), positive: Any = None,
                 candidates: Sequence[LocScaleSpec] | None = None, n_folds: int = 4, seed: int = 0,
-                n_nodes: int = 9, n_pass: int = 3) -> Any:
+                n_nodes: int = 9, n_pass: int = 3, failure_quantile: float | None = 0.99) -> Any:
     """Fit a score model whose specification is chosen automatically (module docstring).
 
     Parameters
@@ -130,6 +131,8 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
     candidates: the specifications to compare (default :func:`candidate_specs`).
     n_folds, seed: the speaker-grouped cross-validation.
     n_nodes, n_pass: passed to :func:`scoremix.locscale.fit_locscale`.
+    failure_quantile: ``q`` of the per-speaker failure mixture (:mod:`scoremix.locscale.failure`)
+        added to the chosen specification when its speaker-grouped CV wins; ``None``: never.
 
     Returns
     -------
@@ -158,6 +161,20 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
     table["delta"] = table["cv_loglik"] - table["cv_loglik"].iloc[best]
     table["chosen"] = np.arange(len(table)) == best
     chosen = cands[best]
+    # --- s5trust-mix: per-speaker failure mixture (locscale/failure.py), chosen by its own CV
+    fail_row = None
+    if failure_quantile is not None and chosen.transform and n_spk >= 4:
+        fq = float(failure_quantile)
+        flags = failure_flags(data.score, data.y, failure_cuts(data.score, data.y, fq))
+        if flags.any():
+            cvf = failure_cv(np.asarray(data.speakers)[data.speaker_codes], data.core_key, data.y, flags,
+                             n_folds=folds, seed=seed)
+            use = bool(cvf["delta"] > 0)
+            fail_row = dict(name="+failure-mixture", specification=chosen.with_(failure_quantile=fq).describe(),
+                            cv_loglik=np.nan, cv_failure_delta=cvf["delta"], chosen=use, chosen_failure=use)
+            if use:
+                chosen = chosen.with_(failure_quantile=fq, name=f"{chosen.name}+failure-mixture")
+    # --- end s5trust-mix
     fit = fit_locscale(LocScaleData(trials, chosen), chosen, n_pass=n_pass, n_nodes=n_nodes)
     predicted = [f"{speaker} location per class"]
     if chosen.speaker_scale:
@@ -165,6 +182,13 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
     if chosen.speaker_by_stratum:
         predicted.append(f"{speaker} × stratum location ({', '.join(chosen.speaker_by_stratum)})")
     notes = []
+    if fail_row is not None:
+        notes.append(f"failure mixture (q = {failure_quantile:g}): speaker-grouped CV log-likelihood of the "
+                     f"failure counts, speaker-varying minus pooled share = {fail_row['cv_failure_delta']:.2f} → "
+                     f"{'used' if fail_row['chosen_failure'] else 'not used'}")
+        predicted.append(f"{speaker} × stratum failure share (beta-binomial)" if fail_row["chosen_failure"] else "")
+        predicted = [p for p in predicted if p]
+        table = pd.concat([table, pd.DataFrame([fail_row])], ignore_index=True)
     if cov:
         notes.append(f"covariates {cov} are modelled as strata (one transform per level)")
     fit.selection = Selection(table=table.set_index("name"), chosen=chosen, fitted_freely=list(data.cells.levels),
