@@ -18,10 +18,11 @@ from scoremix.locscale.select import score_model
 from scoremix.predictive.layer import predictive
 from scoremix.validation import model_group_measures
 
-MU_B, MU_S, MU_F = 4.0, -4.0, -4.0        # bona fide core, spoof, bona fide failures (where spoofs live)
+MU_B, MU_S, MU_F = 4.0, -4.0, -6.0        # bona fide core, spoof, bona fide failures (where spoofs live)
+Q = 0.95                                  # failure quantile of the tests (at most 5 % of a class)
 
 
-def simulate(n_spk: int = 40, n_b: int = 120, n_s: int = 150, mu_logit: float = -3.5, tau: float = 1.3,
+def simulate(n_spk: int = 40, n_b: int = 120, n_s: int = 150, mu_logit: float = -4.5, tau: float = 1.3,
              seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Bona fide score of speaker i: (1 − π_i) N(MU_B + b_i, 1) + π_i N(MU_F, 1), logit π_i ~ N(mu_logit, tau²);
     spoofs of two attacks N(MU_S + a + c_i, 1).  Returns the trials and the per-speaker truth."""
@@ -89,7 +90,7 @@ def test_cuts_are_at_most_the_tail_share_of_each_class():
 def failing():
     d, truth = simulate()
     spec = LocScaleSpec(score="score", label="label", speaker="speaker", positive="bonafide", strata=("attack",),
-                        speaker_scale=(), failure_quantile=0.99)
+                        speaker_scale=(), failure_quantile=Q)
     return d, truth, fit_locscale(d, spec), fit_locscale(d, spec.with_(failure_quantile=None))
 
 
@@ -110,10 +111,7 @@ def test_mixture_rates_closed_form(failing):
         pi = float(sh.loc[(name, "+:-"), "pi"])
         core = m & y & ~fail
         mean, sd = fit.trial_mean[core], fit.trial_sd[core]
-        lat = np.array([fit.transform.parts[fit.transform.levels.index("+:-")].latent_threshold(t) for t in tau]) \
-            if hasattr(fit.transform, "parts") else None
-        if lat is None:
-            pytest.skip("transform exposes no per-stratum parts")
+        lat = np.asarray(fit.transform.transforms["+:-"].latent_threshold(tau), float)
         core_fnr = ndtr((lat[:, None] - mean[None]) / sd[None]).mean(axis=1)
         g = np.searchsorted(G, tau, side="left") / G.size
         np.testing.assert_allclose(fnr[0], (1 - pi) * core_fnr + pi * g, atol=1e-9)
@@ -140,9 +138,13 @@ def test_per_speaker_eer_closer_to_truth_with_the_mixture(failing):
     d, truth, fit, fit0 = failing
     m = model_group_measures(fit, ["speaker"], label="label", positive="bonafide")["eer"]
     m0 = model_group_measures(fit0, ["speaker"], label="label", positive="bonafide")["eer"]
+    y = (d["label"] == "bonafide").to_numpy()
+    emp = pd.Series({k: sm.eer(g["score"].to_numpy(), y[g.index]) for k, g in d.groupby("speaker")})
     err, err0 = np.abs(m - truth["eer"]).mean(), np.abs(m0 - truth["eer"]).mean()
-    assert err < 0.7 * err0
-    assert err < 0.25 * truth["eer"].mean()
+    err_count = np.abs(emp - truth["eer"]).mean()
+    print(err, err0, err_count)
+    assert err < 0.7 * err0          # the location-scale model alone spreads the failures over every speaker
+    assert err < err_count           # and the mixture beats the speaker's own counts
 
 
 def test_score_model_picks_the_mixture_only_with_failures():
@@ -150,10 +152,10 @@ def test_score_model_picks_the_mixture_only_with_failures():
                         speaker_scale=(), name="location")]
     d1, _ = simulate(seed=5)
     d0, _ = simulate(tau=0.0, mu_logit=-30.0, seed=6)    # no failures at all
-    d2, _ = simulate(tau=0.0, mu_logit=-3.5, seed=7)     # failures, one share for every speaker
+    d2, _ = simulate(tau=0.0, mu_logit=-4.5, seed=7)     # failures, one share for every speaker
     kw = dict(score="score", label="label", speaker="speaker", factors=["attack"], positive="bonafide",
               candidates=one)
-    f1, f0, f2 = (score_model(d, **kw) for d in (d1, d0, d2))
-    assert f1.failure is not None and f1.selection.chosen.failure_quantile == 0.99
+    f1, f0, f2 = (score_model(d, failure_quantile=Q, **kw) for d in (d1, d0, d2))
+    assert f1.failure is not None and f1.selection.chosen.failure_quantile == Q
     assert f0.failure is None and f2.failure is None
     assert "+failure-mixture" in f1.selection.table.index
