@@ -63,7 +63,7 @@ def test_shares_are_beta_binomial_posterior_means_at_the_ml_concentration():
     k = rng.binomial(n, p)
     spk = np.repeat([f"s{i}" for i in range(60)], n)
     fail = np.concatenate([np.arange(m) < kk for m, kk in zip(n, k)])
-    sh = fit_shares(spk, np.full(spk.size, "+"), np.ones(spk.size, int), fail)
+    sh = fit_shares(spk, np.full(spk.size, "+"), np.ones(spk.size, int), fail, pooling="cell")
     pbar = k.sum() / n.sum()
     assert sh.pooled["+"] == pytest.approx(pbar, rel=1e-12)
     # brute force: the ML concentration on a fine log grid (pooled mean fixed)
@@ -73,6 +73,19 @@ def test_shares_are_beta_binomial_posterior_means_at_the_ml_concentration():
     assert sh.concentration[1] == pytest.approx(M, rel=2e-3)
     cells = sh.cells.loc[[f"s{i}" for i in range(60)]]
     np.testing.assert_allclose(cells["pi"].to_numpy(), (k + M * pbar) / (n + M), rtol=2e-3)
+
+
+def test_zinb_loglik_closed_form():
+    """Zero-inflated gamma–Poisson: against a numerical integral over the gamma multiplier."""
+    from scipy import integrate
+    from scoremix.locscale.failure import zinb_loglik
+    w, M = 0.3, 1.7
+    beta = M * (1 - w)
+    for K, E in [(0, 0.4), (2, 0.4), (5, 2.5)]:
+        f = integrate.quad(lambda r: stats.poisson.pmf(K, E * r) * stats.gamma.pdf(r, M, scale=1 / beta), 0, np.inf,
+                           epsabs=1e-14)[0]
+        p = w * (K == 0) + (1 - w) * f
+        assert float(zinb_loglik(np.array([K]), np.array([E]), w, M)[0]) == pytest.approx(np.log(p), rel=1e-8)
 
 
 def test_cuts_are_at_most_the_tail_share_of_each_class():
@@ -124,9 +137,10 @@ def test_recovers_failure_share_and_spread(failing):
     emp = (d.label == "bonafide") & (d.score < fit.failure["cuts"].pos)
     assert sh.pooled["+:-"] == pytest.approx(emp[d.label == "bonafide"].mean(), rel=1e-12)
     assert sh.pooled["+:-"] == pytest.approx(truth["pi"].mean(), abs=0.01)
-    # spread of π: SD of Beta(M p̄, M (1 − p̄)) against the SD of the simulated π_i (40 speakers: ±40 %)
-    M, p = sh.concentration[1], sh.pooled["+:-"]
-    sd_model = np.sqrt(p * (1 - p) / (M + 1))
+    # spread of π = p̄ r: SD of the zero-inflated gamma multiplier r (E r = 1,
+    # Var r = (M + 1) / (M (1 − w)) − 1) against the SD of the simulated π_i (40 speakers: ±40 %)
+    M, p, w = sh.concentration[1], sh.pooled["+:-"], sh.info["zero_share"][1]
+    sd_model = p * np.sqrt((M + 1) / (M * (1 - w)) - 1)
     assert sd_model == pytest.approx(truth["pi"].std(), rel=0.4)
     # per-speaker π̂ closer to the truth than the raw per-speaker shares
     cells = sh.cells.xs("+:-", level="key")

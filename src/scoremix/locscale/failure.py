@@ -48,9 +48,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from scipy.optimize import minimize_scalar
-from scipy.special import betaln, gammaln
+from scipy.special import betaln, expit, gammaln
 
 __all__ = ["FailureCuts", "failure_cuts", "failure_flags", "FailureShares", "fit_shares", "betabinom_loglik",
+           "zinb_loglik",
            "failure_cv", "FAILURE_LEVEL"]
 
 #: stratum suffix of the failure strata ("+:failure", "-:failure")
@@ -139,16 +140,91 @@ def _fit_concentration(k: np.ndarray, n: np.ndarray, pbar: np.ndarray) -> float:
     return float(np.exp(res.x))
 
 
-def fit_shares(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.ndarray) -> FailureShares:
-    """Beta-binomial partial pooling of the failure shares of every (speaker, stratum key)
-    cell (module docstring); ``cls`` the class (0/1) of every trial, ``key`` its core
-    stratum (the stratum it would have without the cut)."""
+def zinb_loglik(K: np.ndarray, E: np.ndarray, w: float, M: float) -> np.ndarray:
+    r"""Log probability of failure counts :math:`K` with expectations :math:`E` under the
+    zero-inflated gamma–Poisson speaker multiplier: :math:`K\mid r\sim\mathrm{Poisson}(E r)`,
+    :math:`r \sim w\,\delta_0 + (1-w)\,\mathrm{Gamma}(M, \beta)`, :math:`\beta = M(1-w)`
+    (so that :math:`E[r]=1`)."""
+    K, E = np.asarray(K, np.float64), np.asarray(E, np.float64)
+    beta = M * (1 - w)
+    nb = (gammaln(K + M) - gammaln(M) - gammaln(K + 1) + M * (np.log(beta) - np.log(beta + E))
+          + K * (np.log(np.maximum(E, 1e-300)) - np.log(beta + E)))
+    nb = np.where(K == 0, M * (np.log(beta) - np.log(beta + E)), nb)
+    if w <= 0:
+        return nb
+    return np.where(K == 0, np.logaddexp(np.log(w), np.log1p(-w) + nb), np.log1p(-w) + nb)
+
+
+def _fit_zinb(K: np.ndarray, E: np.ndarray) -> tuple[float, float]:
+    """ML ``(w, M)`` of :func:`zinb_loglik`; ``(0, inf)`` when the Poisson (every speaker at
+    the pooled rates) is at least as likely."""
+    from scipy.optimize import minimize
+    from scipy.stats import poisson
+
+    if K.sum() == 0 or E.sum() <= 0:
+        return 0.0, float("inf")
+    ll0 = float(poisson.logpmf(K, E).sum())
+
+    def nll(v: np.ndarray) -> float:
+        w = 0.98 * float(expit(v[0]))
+        return -float(zinb_loglik(K, E, w, float(np.exp(v[1]))).sum())
+
+    best = None
+    for v0 in ([-4.0, 0.0], [0.0, 0.0], [-4.0, 3.0]):
+        r = minimize(nll, np.array(v0), method="Nelder-Mead", options=dict(xatol=1e-5, fatol=1e-8, maxiter=2000))
+        best = r if best is None or r.fun < best.fun else best
+    w, M = 0.98 * float(expit(best.x[0])), float(np.exp(best.x[1]))
+    if -best.fun <= ll0 + 1e-9 or M > 1e6:
+        return 0.0, float("inf")
+    return float(w), M
+
+
+def _speaker_shares(df: pd.DataFrame, cells: pd.DataFrame, pooled: dict) -> tuple[np.ndarray, dict]:
+    r"""Shares :math:`\hat\pi_{ja} = \bar\pi_a\,\hat r_i` of the speaker-multiplier model."""
+    pbar = cells.index.get_level_values("key").map(pooled).to_numpy(np.float64)
+    cells = cells.assign(e=cells["n"] * pbar)
+    spk = cells.index.get_level_values("speaker").to_numpy(object)
+    pi = pbar.copy()
+    par = {}
+    for cl in (0, 1):
+        m = cells["cls"].to_numpy() == cl
+        if not m.any():
+            par[cl] = (0.0, float("inf"))
+            continue
+        g = cells[m].groupby(level="speaker", sort=True)[["k", "e"]].sum()
+        w, M = _fit_zinb(g["k"].to_numpy(np.float64), g["e"].to_numpy(np.float64))
+        par[cl] = (w, M)
+        if not np.isfinite(M):
+            continue
+        K, E = g["k"].to_numpy(np.float64), g["e"].to_numpy(np.float64)
+        beta = M * (1 - w)
+        p0 = (beta / (beta + E)) ** M
+        wpost = np.where(K == 0, w / (w + (1 - w) * p0), 0.0) if w > 0 else np.zeros_like(K)
+        r = pd.Series((1 - wpost) * (M + K) / (beta + E), index=g.index)
+        pi[m] = np.minimum(pbar[m] * r.reindex(spk[m]).to_numpy(), 1.0)
+    return pi, par
+
+
+def fit_shares(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.ndarray, pooling: str = "speaker"
+               ) -> FailureShares:
+    """Partial pooling of the failure shares of every (speaker, stratum key) cell (module
+    docstring); ``cls`` the class (0/1) of every trial, ``key`` its core stratum (the stratum
+    it would have without the cut).  ``pooling="speaker"`` (default): the zero-inflated
+    gamma–Poisson speaker multiplier (:func:`zinb_loglik`); ``"cell"``: a beta-binomial per
+    cell."""
+    if pooling not in ("speaker", "cell"):
+        raise ValueError(f"pooling must be 'speaker' or 'cell', got {pooling!r}")
     df = pd.DataFrame({"speaker": np.asarray(speaker, object), "key": np.asarray(key, object),
                        "cls": np.asarray(cls, np.int64), "fail": np.asarray(fail, bool)})
     cells = df.groupby(["speaker", "key"], sort=True).agg(n=("fail", "size"), k=("fail", "sum"), cls=("cls", "first"))
     tot = df.groupby("key").agg(n=("fail", "size"), k=("fail", "sum"))
     pooled = (tot["k"] / tot["n"]).to_dict()
     pbar = cells.index.get_level_values("key").map(pooled).to_numpy(np.float64)
+    if pooling == "speaker":
+        pi, par = _speaker_shares(df, cells, pooled)
+        return FailureShares(pooled=pooled, concentration={c: par[c][1] for c in par},
+                             cells=cells.assign(pooled=pbar, pi=pi), info=dict(pooling=pooling, zero_share={
+                                 c: par[c][0] for c in par}))
     k, n, c = cells["k"].to_numpy(np.float64), cells["n"].to_numpy(np.float64), cells["cls"].to_numpy()
     conc = {}
     pi = pbar.copy()
@@ -159,11 +235,11 @@ def fit_shares(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.n
         if np.isfinite(M):
             pi[m] = (k[m] + M * pbar[m]) / (n[m] + M)
     cells = cells.assign(pooled=pbar, pi=pi)
-    return FailureShares(pooled=pooled, concentration=conc, cells=cells)
+    return FailureShares(pooled=pooled, concentration=conc, cells=cells, info=dict(pooling=pooling))
 
 
 def failure_cv(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.ndarray, n_folds: int = 4,
-               seed: int = 0) -> dict:
+               seed: int = 0, pooling: str = "speaker") -> dict:
     """Speaker-grouped CV log-likelihood of the held-out speakers' failure counts: the
     beta-binomial (shares vary by speaker) against the binomial (pooled shares); returns the
     two totals and their difference (positive: the speaker-varying failure share wins)."""
@@ -179,7 +255,22 @@ def failure_cv(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.n
         if not te.any() or not tr.any():
             continue
         sh = fit_shares(df["speaker"][tr].to_numpy(), df["key"][tr].to_numpy(), df["cls"][tr].to_numpy(),
-                        df["fail"][tr].to_numpy())
+                        df["fail"][tr].to_numpy(), pooling=pooling)
+        if pooling == "speaker":
+            cells = df[te].groupby(["speaker", "key"], sort=True).agg(n=("fail", "size"), k=("fail", "sum"),
+                                                                      cls=("cls", "first"))
+            pb = cells.index.get_level_values("key").map(lambda v: sh.pooled.get(v, 0.0)).to_numpy(np.float64)
+            cells = cells.assign(e=cells["n"] * pb).reset_index()
+            g = cells.groupby(["speaker", "cls"])[["k", "e"]].sum().reset_index()
+            from scipy.stats import poisson
+            for cl in (0, 1):
+                gg = g[g["cls"] == cl]
+                K, E = gg["k"].to_numpy(np.float64), gg["e"].to_numpy(np.float64)
+                w, M = sh.info["zero_share"][cl], sh.concentration[cl]
+                pois = poisson.logpmf(K, np.maximum(E, 1e-300)).sum()
+                ll_b += float(pois)
+                ll_bb += float(zinb_loglik(K, E, w, M).sum()) if np.isfinite(M) else float(pois)
+            continue
         cells = df[te].groupby(["speaker", "key"], sort=True).agg(n=("fail", "size"), k=("fail", "sum"),
                                                                   cls=("cls", "first"))
         pb = np.clip(cells.index.get_level_values("key").map(lambda v: sh.pooled.get(v, 0.0)).to_numpy(np.float64),
