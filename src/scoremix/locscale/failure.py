@@ -167,16 +167,16 @@ def _fit_zinb(K: np.ndarray, E: np.ndarray) -> tuple[float, float]:
 
     def nll(v: np.ndarray) -> float:
         w = 0.98 * float(expit(v[0]))
-        return -float(zinb_loglik(K, E, w, float(np.exp(v[1]))).sum())
+        return -float(zinb_loglik(K, E, w, float(np.exp(min(v[1], np.log(1e6))))).sum())
 
     best = None
     for v0 in ([-4.0, 0.0], [0.0, 0.0], [-4.0, 3.0]):
         r = minimize(nll, np.array(v0), method="Nelder-Mead", options=dict(xatol=1e-5, fatol=1e-8, maxiter=2000))
         best = r if best is None or r.fun < best.fun else best
-    w, M = 0.98 * float(expit(best.x[0])), float(np.exp(best.x[1]))
-    if -best.fun <= ll0 + 1e-9 or M > 1e6:
+    w, M = 0.98 * float(expit(best.x[0])), float(min(np.exp(best.x[1]), 1e6))
+    if -best.fun <= ll0 + 1e-9:
         return 0.0, float("inf")
-    return float(w), M
+    return float(w), M      # M at its cap with w > 0: a zero-inflated Poisson
 
 
 def _speaker_shares(df: pd.DataFrame, cells: pd.DataFrame, pooled: dict) -> tuple[np.ndarray, dict]:

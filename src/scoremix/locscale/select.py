@@ -11,6 +11,11 @@ all with one transform per stratum (class × ``factors`` × ``covariates`` level
 ``+correlated``        speaker location and log-SD correlated (Gaussian)
 =====================  =====================================================================
 
+Then a per-speaker **failure mixture** (:mod:`scoremix.locscale.failure`, ``failure_quantile``)
+is added to the chosen specification when the speaker-grouped cross-validated log-likelihood of
+the held-out speakers' failure counts is higher with a speaker multiplier of the failure share
+than with the pooled shares.
+
 The choice maximises the **speaker-grouped cross-validated log-likelihood**: speakers are
 split into ``n_folds`` folds; each candidate is fitted on the others' cells and scored by
 the marginal likelihood (random effects integrated out) of the held-out speakers' cells.
