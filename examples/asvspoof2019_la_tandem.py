@@ -8,7 +8,9 @@ Reads the shared tables (``$SCOREMIX_SHARED_DATA`` or ../shared/data) and writes
 * ``comparisons.csv`` — all 45 pairs of CMs on EER and minDCF (paired speaker bootstrap, Holm) and
   AUC (DeLong) (``sm.compare_systems``);
 * ``fairness_gender.csv`` / ``fairness_gender_groups.csv`` — the fairness panel by speaker gender of
-  one CM and of the ASV baseline, at the overall EER threshold and at overall FPR 1 % (``sm.fairness_panel``);
+  one CM and of the ASV baseline, at the overall EER threshold and over a range of operating points (overall
+  FPR 0.001–0.2, ``sm.fairness_panel``), with ``fairness_sweep.png`` (the panel measures against the overall
+  FPR, interval bands; ``scoremix.fairness.panel.plot_operating_points``);
 * ``ape.png`` — Bayes error-rate (APE) curves with the PAV minimum for the logit-scale CMs, and per
   gender for one of them (``sm.ape_curve``).
 
@@ -66,10 +68,12 @@ def main() -> None:
 
     if "fairness" not in args.skip:
         t0 = time.time()
-        ops = ["eer", {"fpr": 0.01}]
+        from scoremix.fairness.panel import FPR_GRID, plot_operating_points
+
+        ops = ["eer", *[{"fpr": f} for f in FPR_GRID]]
         g = cm[cm["system"] == args.fairness_system]
         pc = sm.fairness_panel(g, "speaker_gender", speaker="speaker", operating_points=ops, n_boot=args.n_boot,
-                               seed=args.seed)
+                               seed=args.seed, llr=args.fairness_system in LOGIT_CMS)
         pa = sm.fairness_panel(asv[asv["trial_type"] != "spoof"], "claimed_gender", label="trial_type",
                                speaker="claimed_speaker", operating_points=ops, n_boot=args.n_boot, seed=args.seed)
         tab = pd.concat([pc.table.assign(system=args.fairness_system), pa.table.assign(system="asv_baseline")])
@@ -78,6 +82,13 @@ def main() -> None:
         grp.to_csv(out / "fairness_gender_groups.csv", index=False)
         print(f"\nfairness panel by gender ({time.time() - t0:.0f} s)")
         print(tab.round(4).to_string(index=False))
+        import matplotlib
+
+        matplotlib.use("Agg")
+        for name, p in ((args.fairness_system, pc), ("asv_baseline", pa)):
+            fig = plot_operating_points(p, title=f"{name}: fairness by gender over operating points")
+            fig.savefig(out / f"fairness_sweep_{name}.png", dpi=100)
+        print(f"wrote {out}/fairness_sweep_*.png")
 
     if "ape" not in args.skip:
         import matplotlib

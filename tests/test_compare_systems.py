@@ -211,3 +211,26 @@ def test_cli_compare_csv_and_text(tmp_path, capsys):
     assert list(got.columns) == list(want.columns)
     np.testing.assert_allclose(got["p_value"], want["p_value"], atol=1e-12)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp.csv", "long.csv"]
+
+
+def test_interval_variants_are_the_replicate_quantiles_at_their_levels():
+    """percentile: levels α/2; scaled: Φ(∓z·√(C/(C−1))); expanded: Φ(∓√(C/(C−1))·t_{C−1}) — each the
+    numpy quantile (linear) of the saved replicates at that level (12 speakers)."""
+    from scipy.stats import norm
+    from scipy.stats import t as student_t
+
+    d = _long(seed=5)
+    C = 12
+    lv = {"percentile": 0.025,
+          "scaled": norm.cdf(-norm.ppf(0.975) * np.sqrt(C / (C - 1))),
+          "expanded": norm.cdf(-np.sqrt(C / (C - 1)) * student_t.ppf(0.975, C - 1))}
+    for interval, q in lv.items():
+        r = compare_systems(d, metrics=["eer", "min_dcf"], speaker="spk", trial="utt", n_boot=200, seed=4,
+                            interval=interval)
+        for _, row in r.iterrows():
+            reps = r.attrs["replicates"][(row["metric"], row["system_a"], row["system_b"])]
+            assert row["lo"] == pytest.approx(np.quantile(reps, q), abs=1e-12), (interval, row["metric"])
+            assert row["hi"] == pytest.approx(np.quantile(reps, 1 - q), abs=1e-12), (interval, row["metric"])
+    assert lv["percentile"] > lv["scaled"] > lv["expanded"]
+    with pytest.raises(SystemComparisonError, match="scaled"):
+        compare_systems(d, speaker="spk", trial="utt", n_boot=50, interval="bca")

@@ -41,7 +41,7 @@ def test_point_is_closed_form_and_interval_covers_truth(gender_fit):
     assert r["eer_b"].iloc[0] == pytest.approx(e_m, abs=1e-7)
     truth = stats.norm.cdf(-2 / (2 * np.sqrt(1.16))) - stats.norm.cdf(-2.6 / (2 * np.sqrt(1.16)))
     assert r["lower"].iloc[0] < truth < r["upper"].iloc[0]
-    assert r["n_boot"].iloc[0] == 40
+    assert r["n_rep"].iloc[0] == 40 and r["interval"].iloc[0] == "parametric"
 
 
 def test_bad_level(gender_fit):

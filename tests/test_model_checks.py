@@ -135,3 +135,19 @@ def test_re_pca_live(rscript):
     d = pd.read_csv(EMM_DATA / "data" / "sleepstudy.csv", dtype={"Subject": str})
     ours = re_pca(sm.lmer("Reaction ~ Days + (Days | Subject)", d))["sdev"].to_numpy()
     np.testing.assert_allclose(ours, r, rtol=1e-4)
+
+
+def test_transformation_fit_is_checked_on_its_latent_scale():
+    """The Gaussian checks simulate scores; a transformation fit is checked on its latent
+    scale instead (scoremix.transform.check; tests/test_check_transform.py), never misjudged
+    by the score-scale checks."""
+    rng = np.random.default_rng(2)
+    g = rng.choice(["a", "b"], 200)
+    s = rng.choice([f"s{i}" for i in range(10)], 200)
+    z = (g == "b") * 0.5 + rng.normal(0, 0.5, 10)[pd.factorize(s, sort=True)[0]] + rng.normal(size=200)
+    fit = sm.lmer("score ~ g + (1 | spk)", pd.DataFrame({"g": g, "spk": s, "score": np.exp(z)}),
+                  transform="monotone")
+    chk = sm.check_model(fit, nsim=100)
+    assert "latent" in chk.residuals.notes[0]
+    assert "dispersion (simulated)" not in set(chk.tests["test"])
+    assert chk.tests["p.value"].min() > 0.01

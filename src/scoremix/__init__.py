@@ -135,6 +135,8 @@ from scoremix.binomial import binomial_interval, rate_at, rule_of_30
 from scoremix.compare_systems import SystemComparisonError, compare_systems, delong_test
 from scoremix.fairness.panel import FairnessPanel, fairness_panel
 from scoremix.ape import ape_curve, pav_llrs, plot_ape
+# --- s5deteval: fairness over a range of operating points, per-group APE
+from scoremix.fairness.panel import operating_point_sweep, plot_group_ape, plot_operating_points
 
 # --- s4robust (issue 24): named errors and atomic table writes
 from scoremix.metrics import BootstrapSizeError, min_boot
@@ -161,6 +163,10 @@ from scoremix.emm import (ContrastResult, EmmError, EmmGrid, contrast, eer_contr
                           ref_grid)
 from scoremix.lme.allfit import AllFit, all_fit
 from scoremix.lme.check import ModelCheck, check_model
+# s5postfit: GLMM response scale (regrid) and model-based DCF contrasts
+from scoremix.emm import dcf_contrast, regrid  # noqa: E402
+# s5postfit2: model checks of Bayesian fits (GLMM and transformation fits: fit.check())
+from scoremix.bayes.model_check import BayesModelCheck, bayes_check  # noqa: E402
 
 # s4bayes: posterior checks, LOO, contrasts, memory budget, Ctrl-C (issue 25)
 from scoremix.bayes import (  # noqa: E402
@@ -175,9 +181,19 @@ from scoremix.bayes import compare as bayes_compare  # noqa: E402
 from scoremix.bayes import loo as bayes_loo  # noqa: E402
 from scoremix.bayes import waic as bayes_waic  # noqa: E402
 
+# s5bayes-ls: Bayesian location-scale and stratified transformation models (issue 25)
+from scoremix.bayes.locscale import (  # noqa: E402
+    BayesLocScaleError,
+    BayesLocScaleResult,
+    bayes_locscale,
+    bayes_score_model,
+)
+
 __all__ = [
     "ContrastResult", "EmmError", "EmmGrid", "contrast", "eer_contrast", "emmeans", "joint_tests", "ref_grid",
     "AllFit", "all_fit", "ModelCheck", "check_model",  # s4postfit
+    "dcf_contrast", "regrid",  # s5postfit
+    "BayesModelCheck", "bayes_check",  # s5postfit2
     "__version__",
     # s4trust-def
     "finite_order", "THRESHOLDS", "hull_eer", "misfit_hint", "outside_interval",
@@ -230,10 +246,14 @@ __all__ = [
     "sasv_eer", "tdcf", "teer", "binomial_interval", "rate_at", "rule_of_30",
     "SystemComparisonError", "compare_systems", "delong_test", "FairnessPanel", "fairness_panel",
     "ape_curve", "pav_llrs", "plot_ape",
+    # s5deteval
+    "operating_point_sweep", "plot_operating_points", "plot_group_ape",
     # generalised linear mixed models (branch s4glmm)
     "glmer", "GlmerResult", "GlmmControl", "GlmmError", "FamilyError", "GlmmResponseError",
     "GlmmUnsupportedError", "PirlsError", "decision_model", "DecisionModelResult",
     # s4bayes (issue 25)
     "ContrastError", "LooError", "MemoryBudgetError", "PosteriorContrasts", "SamplingInterrupted",
     "posterior_contrasts", "bayes_compare", "bayes_loo", "bayes_waic",
+    # s5bayes-ls (issue 25)
+    "BayesLocScaleError", "BayesLocScaleResult", "bayes_locscale", "bayes_score_model",
 ]

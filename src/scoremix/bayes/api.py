@@ -416,9 +416,12 @@ def bayes_lmer(
     transform:
         ``None`` (default): the Gaussian model.  ``"monotone"``: the transformation model
         ``h(score) = Xβ + Zb + ε`` with ``h`` fixed at its ML estimate
-        (``lmer(..., transform="monotone")``) and the exact cell likelihood of the scores
-        (ties and saturated scores included); or a fitted transform object (``fit.transform``
-        of such an ``lmer`` fit) to reuse.  Implies ``method="joint"``, ``likelihood="rows"``.
+        (``lmer(..., transform="monotone")``), or that ``lmer`` fit itself to reuse.  With
+        ``method="collapsed"`` (default) the fast path: the latent points (conditional means
+        of the latent value given the score's cell) fitted by the collapsed sampler
+        (:mod:`scoremix.bayes.latent`); with ``method="joint"`` the exact cell likelihood of
+        the scores (ties and saturated scores included; slow: one latent Gaussian per row),
+        which also accepts a bare fitted transform object (``fit.transform``).
         Everything in the result is on the latent scale; ``result.transform`` maps scores to
         it (see :mod:`scoremix.bayes.transform` for what fixing ``h`` ignores).
 
@@ -470,6 +473,18 @@ def bayes_lmer(
         spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion)
     cells = None
     tr = None
+    point_cells = None
+    fast = (isinstance(transform, str) and transform == "monotone") or hasattr(transform, "latent_gaussian_fit")
+    if fast and method == "collapsed":  # s5bayes-ls: the fast path, scoremix.bayes.latent
+        from scoremix.bayes.latent import latent_point_spec
+
+        if isinstance(transform, str) and isinstance(formula, ModelSpec):
+            raise ValueError("transform='monotone' needs the formula and data (to fit h); with a ModelSpec pass "
+                             "transform=<the lmer(..., transform='monotone') fit>")
+        if posterior_predictive:
+            raise ValueError("posterior_predictive is not available with a transform (replicates would be latent)")
+        spec, tr, point_cells = latent_point_spec(formula, data, spec, transform, dispersion, weights)
+        transform = None
     if transform is not None:
         from scoremix.bayes.transform import latent_spec, ml_transform
 
@@ -478,8 +493,9 @@ def bayes_lmer(
                 from scoremix.bayes.transform import TransformSpecError
 
                 raise TransformSpecError("bayes_lmer(transform='monotone-by-class') is not supported (one transform "
-                                         "per stratum); use transform='monotone' or the frequentist "
-                                         "lmer(..., transform='monotone-by-class')")
+                                         "per stratum); use transform='monotone', the frequentist "
+                                         "lmer(..., transform='monotone-by-class'), or scoremix.bayes_locscale "
+                                         "(a transform per class × attack stratum)")
             if transform != "monotone":
                 raise ValueError(f"transform must be None, 'monotone' or a fitted transform, got {transform!r}")
             if isinstance(formula, ModelSpec):
@@ -498,4 +514,6 @@ def bayes_lmer(
                           cores=cores, centred=centred, target_accept=target_accept, cache=cache, cells=cells,
                           max_memory=max_memory)
     res.transform = tr
+    if point_cells is not None:
+        res.cells = point_cells  # exact cell log-likelihood per row for LOO
     return res

@@ -473,6 +473,12 @@ class BayesLmerResult:
         self.idata.add_groups({"posterior_predictive": ds})
         return ds
 
+    def check(self, *, n_draws: int = 100, seed: Any = 0, alpha: float = 0.05, max_memory: Any = None) -> Any:
+        """Sampler diagnostics and posterior predictive p-values with advice
+        (:func:`scoremix.bayes.model_check.bayes_check`)."""
+        from scoremix.bayes.model_check import bayes_check  # s5postfit2
+        return bayes_check(self, n_draws=n_draws, seed=seed, alpha=alpha, max_memory=max_memory)
+
     def ppc(self, kind: str = "kde", n_draws: int = 100, *, seed: Any = 0, max_memory: Any = None,
             **plot_kwargs: Any) -> Any:
         """Posterior predictive check: ``arviz.plot_ppc`` of the observed scores against

@@ -48,7 +48,8 @@ def latent_cells(transform: Any, scores: Any) -> tuple[np.ndarray, np.ndarray]:
         raise TransformSpecError(
             f"bayes_lmer does not support a transform per stratum ({type(transform).__name__} by "
             f"{getattr(transform, 'column', None)!r}, from transform='monotone-by-class'): pass the .transform "
-            "of an lmer(..., transform='monotone') fit, or use the frequentist stratified fit")
+            "of an lmer(..., transform='monotone') fit, or fit a transform per stratum with "
+            "scoremix.bayes_locscale / bayes_score_model")
     if not (callable(getattr(transform, "lower", None)) and callable(getattr(transform, "upper", None))):
         raise TransformSpecError(f"the transform {type(transform).__name__} has no lower()/upper() cell edges; "
                                  "pass the .transform of an lmer(..., transform='monotone') fit")

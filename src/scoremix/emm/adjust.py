@@ -87,11 +87,24 @@ def pmvt_max(c: float, corr: np.ndarray, df: int, seed: int = 20261125,
                                           random_state=np.random.default_rng(seed)))
 
 
+def _f_sf(x: np.ndarray, d1: float, d2: np.ndarray) -> np.ndarray:
+    """``P(F_{d1, d2} > x)`` with ``d2 = ∞`` as ``P(χ²_{d1} > d1 x)`` (scipy's F gives NaN)."""
+    x, d2 = np.broadcast_arrays(np.asarray(x, float), np.asarray(d2, float))
+    fin = np.isfinite(d2)
+    return np.where(fin, stats.f.sf(x, d1, np.where(fin, d2, 1.0)), stats.chi2.sf(x * d1, d1))
+
+
+def _f_ppf(q: float, d1: float, d2: np.ndarray) -> np.ndarray:
+    d2 = np.asarray(d2, float)
+    fin = np.isfinite(d2)
+    return np.where(fin, stats.f.ppf(q, d1, np.where(fin, d2, 1.0)), stats.chi2.ppf(q, d1) / d1)
+
+
 def _pdunnx(x: np.ndarray, k: int, df: np.ndarray) -> np.ndarray:
     twt = (k - 1) / k
     kk = (1 + np.sqrt(1 + 8 * k)) / 2
     tuk = stats.studentized_range.cdf(np.sqrt(2) * x, kk, df)
-    sid = stats.f.cdf(x ** 2, 1, df) ** k
+    sid = (1 - _f_sf(x ** 2, 1, df)) ** k
     return twt * tuk + (1 - twt) * sid
 
 
@@ -116,7 +129,7 @@ def adjust_p(t: np.ndarray, df: np.ndarray, adjust: str, *, fam_size: int,
         return stats.studentized_range.sf(np.sqrt(2) * np.abs(t), fam_size, df)
     if adjust == "scheffe":
         r = int(scheffe_rank)
-        return stats.f.sf(t ** 2 / r, r, df)
+        return _f_sf(t ** 2 / r, r, df)
     if adjust == "dunnettx":
         return 1 - _pdunnx(np.abs(t), m, df)
     if adjust == "mvt":
@@ -157,7 +170,7 @@ def critical_values(level: float, df: np.ndarray, adjust: str, *, fam_size: int,
         return cheb(1 / df) / np.sqrt(2)
     if adjust == "scheffe":
         r = int(scheffe_rank)
-        return np.sqrt(r * stats.f.ppf(level, r, df))
+        return np.sqrt(r * _f_ppf(level, r, df))
     if adjust == "dunnettx":
         out = []
         for d in df:

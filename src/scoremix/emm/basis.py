@@ -12,6 +12,10 @@ Degrees of freedom (emmeans's ``lmer.df``) for a linear mixed model
 * ``"asymptotic"``: :math:`\nu = \infty` (z tests).
 
 A model on a link scale (a GLMM) has :math:`\nu = \infty` and a :class:`~scoremix.emm.links.Link`.
+A transformation fit (``lmer(..., transform="monotone")``, a ``transform`` attribute) is
+summarised on its latent scale :math:`h(s) = X\beta + Zb + \varepsilon` with
+:math:`\nu = \infty` (z tests; its covariance includes the transform's parameters, which
+the LMM's Satterthwaite and Kenward–Roger derivatives do not describe).
 
 Plugging in another model class
 -------------------------------
@@ -23,6 +27,7 @@ it may also define ``emm_df(L, method) -> ndarray`` to supply its own degrees of
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -88,6 +93,12 @@ def fit_basis(fit: object, lmer_df: str = "satterthwaite") -> FitBasis:
     if own is not None:
         return FitBasis(beta, V, names, lambda row: float(np.asarray(own(row[None, :], mode))[0]),
                         link, mode, spec)
+    if getattr(fit, "transform", None) is not None and mode != "asymptotic":
+        # a transformation fit: vcov includes the transform's parameters and the LMM's
+        # Satterthwaite/KR derivatives do not describe its likelihood, so z tests (documented)
+        warnings.warn(f"lmer_df={mode!r} is not available for a transformation fit; using asymptotic "
+                      "(z) tests on the latent scale", UserWarning, stacklevel=3)
+        return FitBasis(beta, V, names, lambda row: np.inf, link, "asymptotic", spec)
     if link is not IDENTITY or mode == "asymptotic" or getattr(fit, "family", None) is not None:
         return FitBasis(beta, V, names, lambda row: np.inf, link,
                         "asymptotic" if link is not IDENTITY else mode, spec)

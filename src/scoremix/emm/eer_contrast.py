@@ -10,19 +10,19 @@ simulated from it (:func:`scoremix.predictive.param_boot.parametric_eer_replicat
 refit shared by every cell, so the replicates :math:`d^*_r` keep the cells' correlation);
 the interval is the bias-corrected normal interval
 :math:`2\hat d - \bar d^{*} \mp z_{1-\alpha/2}\,\mathrm{sd}(d^{*})` and ``SE`` is
-:math:`\mathrm{sd}(d^*)`.  Works for any fit the predictive layer accepts whose
+:math:`\mathrm{sd}(d^*)`.  A posterior fit gives the per-draw differences
+:math:`d_r = e_a^{(r)} - e_b^{(r)}` (posterior median, SD, equal-tailed credible interval).
+Works for any fit the predictive layer accepts whose
 parametric bootstrap is available (native LMM fits; transformation fits on the latent
 scale where the EER is the score-scale EER).
 """
 
 from __future__ import annotations
 
-from itertools import combinations
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from scoremix.emm.errors import EmmError
 
@@ -34,68 +34,39 @@ def eer_contrast(fit: Any, factor: str, *, pairs: Sequence[tuple[str, str]] | No
                  seed: int | np.random.Generator | None = 0, level: float = 0.95,
                  label: str = "label", positive: Any = None, data: pd.DataFrame | None = None,
                  conditional: bool = False, progress: bool = False,
-                 thresholds: str = "attainable") -> pd.DataFrame:
+                 thresholds: str = "attainable", trials: pd.DataFrame | None = None,
+                 max_draws: int | None = None) -> pd.DataFrame:
     """Differences of model EERs between levels of ``factor`` (``pairs``, default every
     pair in level order), within each ``by`` group.
 
     ``thresholds``: ``"attainable"`` (default) evaluates each model EER at the observed distinct
     scores, as ``sm.model_eer`` does; ``"latent"`` is the smooth crossing of the model curves
-    (:mod:`scoremix.predictive.attainable`).
+    (:mod:`scoremix.predictive.attainable`).  A posterior fit (``bayes_lmer``) gives the
+    per-draw differences (``trials=``: its trial table when it carries no model frame).
 
     Returns
     -------
     pandas.DataFrame
         ``by`` columns, ``contrast`` (``"a - b"``), ``eer_a``, ``eer_b``, ``estimate``,
-        ``SE``, ``lower``, ``upper``, ``n_boot`` (finite replicates).
+        ``SE``, ``lower``, ``upper``, ``n_rep`` (finite replicates or draws), ``interval``
+        (``"parametric"`` or ``"posterior"``).
     """
-    from scoremix.predictive.layer import predictive
+    from scoremix.emm.dcf_contrast import contrast_cells, summarise_contrasts
+    from scoremix.predictive.layer import is_bayes_fit, predictive
     from scoremix.predictive.param_boot import parametric_eer_replicates
     if not 0 < level < 1:
         raise EmmError(f"level must be in (0, 1), got {level!r}")
     by_l = [] if by is None else ([by] if isinstance(by, str) else list(by))
-    pred = predictive(fit, data=data, label=label, positive=positive, conditional=conditional)
-    frame = pred.frame
-    for c in [factor] + by_l:
-        if c not in frame.columns:
-            raise EmmError(f"column {c!r} is not in the predictive frame (columns: {list(frame.columns)}); "
-                           "pass data= with it")
-    fac = frame[factor].astype(str).to_numpy()
-    levels = sorted(pd.unique(fac).tolist())
-    if pairs is None:
-        pairs = list(combinations(levels, 2))
-    for a, b in pairs:
-        for v in (a, b):
-            if v not in levels:
-                raise EmmError(f"level {v!r} of {factor!r} not among {levels}")
-    groups = [((), np.ones(len(frame), bool))]
-    if by_l:
-        keys = frame[by_l].astype(str).agg("\x1f".join, axis=1).to_numpy()
-        groups = [(tuple(k.split("\x1f")), keys == k) for k in sorted(pd.unique(keys))]
-    masks, rows = [], []
-    for gkey, gm in groups:
-        for a, b in pairs:
-            ma, mb = gm & (fac == a), gm & (fac == b)
-            if ma.sum() == 0 or mb.sum() == 0:
-                continue
-            rows.append((gkey, a, b, len(masks), len(masks) + 1))
-            masks += [ma, mb]
-    if not masks:
-        raise EmmError("no cell has trials of both levels")
+    if is_bayes_fit(fit):
+        pred = predictive(fit, trials, data=data, label=label, positive=positive, conditional=conditional,
+                          by=[factor] + by_l, max_draws=max_draws)
+        rows, masks = contrast_cells(pred.frame, factor, by_l, pairs)
+        reps = np.array([np.asarray(pred.eer(m, thresholds=thresholds), float) for m in masks])
+        return summarise_contrasts(rows, np.nanmedian(reps, axis=1), reps, True, level, by_l, "eer")
+    pred = predictive(fit, trials, data=data, label=label, positive=positive, conditional=conditional)
+    rows, masks = contrast_cells(pred.frame, factor, by_l, pairs)
     point = np.array([float(pred.eer(m, thresholds=thresholds)[0]) for m in masks])
     reps = parametric_eer_replicates(fit, masks, n_boot, seed, label=label, positive=positive, data=data,
                                      conditional=conditional, progress=progress,
                                      thresholds=thresholds)
-    z = stats.norm.ppf(0.5 + level / 2)
-    out = []
-    for gkey, a, b, ia, ib in rows:
-        d = point[ia] - point[ib]
-        ds = reps[ia] - reps[ib]
-        ds = ds[np.isfinite(ds)]
-        sd = float(ds.std(ddof=1)) if ds.size > 1 else np.nan
-        centre = 2 * d - float(ds.mean()) if ds.size else np.nan
-        row = {c: v for c, v in zip(by_l, gkey)}
-        row.update(contrast=f"{a} - {b}", eer_a=point[ia], eer_b=point[ib], estimate=d, SE=sd,
-                   lower=centre - z * sd, upper=centre + z * sd, n_boot=int(ds.size))
-        out.append(row)
-    return pd.DataFrame(out, columns=by_l + ["contrast", "eer_a", "eer_b", "estimate", "SE", "lower",
-                                             "upper", "n_boot"])
+    return summarise_contrasts(rows, point, reps, False, level, by_l, "eer")

@@ -2,7 +2,9 @@ r"""emmeans's reference grid of a fitted model.
 
 Every predictor of the fixed part takes a set of values: a factor all its levels (in the
 model frame's level order), a numeric covariate its mean over the rows used in fitting
-(emmeans's ``cov.reduce = mean``) — or the values given in ``at=``.  The grid is their
+(emmeans's ``cov.reduce = mean``) unless it takes at most two distinct values, which it
+keeps (emmeans's ``cov.keep = "2"``: a 0/1 indicator is averaged over like a factor) — or
+the values given in ``at=``.  The grid is their
 Cartesian product with the first variable varying fastest (R's ``expand.grid``), and row
 :math:`r` of the grid gets the linear function :math:`x_r` (the model-matrix row of that
 combination, same contrasts), so the prediction there is :math:`x_r'\hat\beta`.  Each row
@@ -26,7 +28,10 @@ from scoremix.emm.errors import EmmError
 from scoremix.lme.formula import parse_formula
 from scoremix.lme.model_frame import _compact, _is_factor_dtype, _r_format, _raw_codes
 
-__all__ = ["RefGrid", "ref_grid", "grid_variables"]
+__all__ = ["RefGrid", "ref_grid", "grid_variables", "COV_KEEP"]
+
+#: emmeans's ``cov.keep = "2"``: covariates with at most this many distinct values keep them
+COV_KEEP = 2
 
 
 @dataclass
@@ -117,6 +122,7 @@ def ref_grid(fit: Any, at: Mapping[str, Any] | None = None,
     raw: dict[str, list[Any]] = {}
     is_factor: dict[str, bool] = {}
     codes: dict[str, np.ndarray] = {}
+    kept: dict[str, np.ndarray] = {}
     for col, role in roles:
         s = data[col]
         if role == "factor":
@@ -133,8 +139,14 @@ def ref_grid(fit: Any, at: Mapping[str, Any] | None = None,
             raw[col] = [uniques[i] for i in idx]
             is_factor[col] = True
         else:
+            uniq = np.unique(s.to_numpy(dtype=float)[np.isfinite(s.to_numpy(dtype=float))])
             if col in at:
                 vals = [float(v) for v in _as_list(at[col])]
+            elif uniq.size <= COV_KEEP:
+                # emmeans's cov.keep = "2": a covariate with at most two distinct values
+                # (a 0/1 indicator) keeps them, and is averaged over like a factor
+                vals = [float(v) for v in uniq]
+                kept[col] = np.searchsorted(uniq, s.to_numpy(dtype=float))
             elif cov_reduce is not None and col in cov_reduce:
                 vals = [float(v) for v in _as_list(cov_reduce[col])]
             else:
@@ -161,13 +173,14 @@ def ref_grid(fit: Any, at: Mapping[str, Any] | None = None,
         raise EmmError("marginal means of a model with an offset are not supported")
     X = np.asarray(spec.fixed_design(newdata), dtype=float)
     # .wgt.: fitted rows per combination of the factors
-    facs = [c for c in names if is_factor[c]]
+    facs = [c for c in names if is_factor[c] or c in kept]
     wgt = np.zeros(n)
     if facs:
-        sub_sizes = [len(_factor_levels(data[c])[0]) for c in facs]
-        flat = np.ravel_multi_index([codes[c] for c in facs], sub_sizes, order="F")
+        full_labels = {c: (_factor_levels(data[c])[0] if is_factor[c] else levels[c]) for c in facs}
+        sub_sizes = [len(full_labels[c]) for c in facs]
+        flat = np.ravel_multi_index([codes[c] if is_factor[c] else kept[c] for c in facs], sub_sizes,
+                                    order="F")
         counts = np.bincount(flat, minlength=int(np.prod(sub_sizes)))
-        full_labels = {c: _factor_levels(data[c])[0] for c in facs}
         pos = [np.array([full_labels[c].index(v) for v in grid[c]]) for c in facs]
         wgt = counts[np.ravel_multi_index(pos, sub_sizes, order="F")].astype(float)
     else:

@@ -44,7 +44,9 @@ _BY_NAME = {lk.link: lk for lk in (IDENTITY, LOGIT, PROBIT, LOG, CLOGLOG)}
 
 def link_of(fit: object) -> Link:
     """The link of a fit: its ``family`` attribute (an object with ``link``,
-    ``linkinv``, ``mu_eta``, or a link name), identity when it has none (an LMM)."""
+    ``linkinv``, ``mu_eta``; an object whose ``link`` has ``name``, ``linkinv`` and
+    ``mu_eta``, as :class:`scoremix.glmm.Family`; or a link name), identity when it has
+    none (an LMM)."""
     fam = getattr(fit, "family", None)
     if fam is None:
         return IDENTITY
@@ -54,7 +56,11 @@ def link_of(fit: object) -> Link:
         if fam not in _BY_NAME:
             raise ValueError(f"unknown link {fam!r}; known: {sorted(_BY_NAME)}")
         return _BY_NAME[fam]
-    name = str(getattr(fam, "link", "custom"))
+    lk = getattr(fam, "link", "custom")
+    if hasattr(lk, "linkinv") and hasattr(lk, "mu_eta"):
+        # a family whose ``link`` is itself a link object (scoremix.glmm's Family)
+        fam, lk = lk, getattr(lk, "name", getattr(lk, "link", "custom"))
+    name = str(lk)
     inv = getattr(fam, "linkinv", None)
     mu_eta = getattr(fam, "mu_eta", None)
     if inv is None or mu_eta is None:

@@ -19,6 +19,10 @@ Weights (emmeans's ``weights=``) over the averaged-over factors' combinations :m
 
 On a link scale (a GLMM), ``type="response"`` reports :math:`g^{-1}(\ell'\hat\beta)`,
 delta-method SE :math:`|\mu'(\eta)|\,\mathrm{SE}` and the back-transformed interval.
+:func:`regrid` (emmeans's ``regrid``) instead re-bases the grid on the response scale:
+the means become :math:`\hat\mu_c = g^{-1}(\ell_c'\hat\beta)` with covariance
+:math:`D L V L' D`, :math:`D = \mathrm{diag}\{\mu'(\ell_c'\hat\beta)\}` (delta method),
+so their contrasts are differences of probabilities or rates with symmetric intervals.
 For a transformation fit the means are on the latent (transformed) scale.
 """
 
@@ -35,7 +39,7 @@ from scoremix.emm.basis import FitBasis, fit_basis
 from scoremix.emm.errors import EmmError
 from scoremix.emm.grid import RefGrid, ref_grid
 
-__all__ = ["EmmGrid", "emmeans", "parse_specs", "WEIGHTS"]
+__all__ = ["EmmGrid", "emmeans", "regrid", "parse_specs", "WEIGHTS"]
 
 WEIGHTS = ("equal", "proportional", "outer", "cells", "flat")
 
@@ -70,6 +74,7 @@ class EmmGrid:
     type: str = "link"
     level: float = 0.95
     ref: RefGrid | None = field(default=None, repr=False)
+    est_name: str | None = None
 
     @property
     def estimate(self) -> np.ndarray:
@@ -92,7 +97,7 @@ class EmmGrid:
         lo, hi = est - q * se, est + q * se
         out = self.grid.reset_index(drop=True).copy()
         link = self.basis.link
-        name = "emmean"
+        name = self.est_name or "emmean"
         if self.type == "response" and link.link != "identity":
             name = link.response_name
             se = np.abs(link.mu_eta(est)) * se
@@ -216,3 +221,31 @@ def emmeans(fit: Any, specs: str | Sequence[str], *, by: str | Sequence[str] | N
     rg = ref_grid(fit, at=at)
     cells, L = average_grid(rg, sp + by_l, weights)
     return EmmGrid(cells, L, sp, by_l, basis, type=type, level=level, ref=rg)
+
+
+def regrid(emm: EmmGrid) -> EmmGrid:
+    r"""The marginal means re-based on the response scale (emmeans's ``regrid``).
+
+    The new "coefficients" are the means :math:`\hat\mu = g^{-1}(L\hat\beta)` with the
+    delta-method covariance :math:`D L V L' D` (:math:`D = \mathrm{diag}\,\mu'(L\hat\beta)`)
+    and infinite df; the grid's linear functions become the identity.  Contrasts of the
+    result are differences (not ratios) of response-scale means; its summary intervals are
+    :math:`\hat\mu \pm z\,\mathrm{SE}`.  On an identity link (an LMM) nothing changes.
+    """
+    from scoremix.emm.basis import FitBasis
+    from scoremix.emm.links import IDENTITY
+    if not isinstance(emm, EmmGrid):
+        raise EmmError(f"regrid needs an EmmGrid from emmeans(), got {type(emm).__name__}")
+    link = emm.basis.link
+    if link is IDENTITY or link.link == "identity":
+        return emm
+    eta = emm.estimate
+    if np.any(~np.isfinite(eta)):
+        raise EmmError("regrid: some marginal means are not estimable (empty cells)")
+    D = np.asarray(link.mu_eta(eta), float)
+    mu = np.asarray(link.linkinv(eta), float)
+    V = D[:, None] * emm.vcov * D[None, :]
+    labels = [f"cell{i + 1}" for i in range(mu.size)]
+    basis = FitBasis(mu, V, labels, lambda row: np.inf, IDENTITY, "asymptotic", emm.basis.spec)
+    return EmmGrid(emm.grid.copy(), np.eye(mu.size), list(emm.specs), list(emm.by), basis,
+                   type="link", level=emm.level, ref=emm.ref, est_name=link.response_name)

@@ -44,7 +44,26 @@ import pandas as pd
 from scoremix.fairness.subgroups import SubgroupError
 from scoremix.trials import label_to_binary
 
-__all__ = ["FairnessPanel", "fairness_panel", "fdr", "garbe", "gini", "max_geomean", "max_min_ratio"]
+__all__ = [
+    "FPR_GRID",
+    "SWEEP_MEASURES",
+    "FairnessPanel",
+    "fairness_panel",
+    "fdr",
+    "garbe",
+    "gini",
+    "max_geomean",
+    "max_min_ratio",
+    "operating_point_sweep",
+    "plot_group_ape",
+    "plot_operating_points",
+]
+
+#: overall false-match rates of the default operating-point sweep (fairness over a range of operating points)
+FPR_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
+
+#: panel measures drawn by :func:`plot_operating_points`
+SWEEP_MEASURES = ("GARBE", "FDR", "max/geomean FMR", "max/geomean FNMR", "max/min FMR", "max/min FNMR")
 
 
 # ----------------------------------------------------------------------------- formulas (last axis = groups)
@@ -92,6 +111,83 @@ class FairnessPanel:
     groups: pd.DataFrame
     settings: dict = field(default_factory=dict)
     replicates: dict = field(default_factory=dict)
+
+
+def operating_point_sweep(panel: FairnessPanel) -> pd.DataFrame:
+    """The panel's measures over its operating points as one table: the rows of ``panel.table``
+    whose operating point is an overall-FPR target, with the target as column ``fpr_target``
+    (sorted), for a table or :func:`plot_operating_points`."""
+    t = panel.table
+    t = t[t["operating_point"].astype(str).str.startswith("overall FPR ")].copy()
+    t.insert(1, "fpr_target", t["operating_point"].str.slice(len("overall FPR ")).astype(float))
+    return t.sort_values(["measure", "fpr_target"], kind="stable").reset_index(drop=True)
+
+
+def plot_operating_points(panel: FairnessPanel, measures: Sequence[str] = SWEEP_MEASURES, title: str | None = None) -> Any:
+    """Fairness over a range of operating points: each panel measure (one axis per measure) against the
+    overall FPR target of the threshold (log scale), with its bootstrap interval as a band; the
+    overall-EER operating point, if present, as a marker with its interval.  Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    sw = operating_point_sweep(panel)
+    present = [m for m in measures if m in set(sw["measure"])]
+    if not present:
+        raise SubgroupError("the panel has no overall-FPR operating points to sweep "
+                            "(call fairness_panel with operating_points=[{'fpr': f}, ...])")
+    eer = panel.table[panel.table["operating_point"] == "overall EER"].set_index("measure")
+    ncol = min(3, len(present))
+    nrow = -(-len(present) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.3 * ncol, 2.6 * nrow), squeeze=False)
+    for ax, m in zip(axes.ravel(), present):
+        d = sw[sw["measure"] == m]
+        ax.plot(d["fpr_target"], d["value"], "o-", ms=3, lw=1.2)
+        if d["lo"].notna().any():
+            ax.fill_between(d["fpr_target"], d["lo"], d["hi"], alpha=0.25, lw=0)
+        if m in eer.index:
+            pfa = panel.table[(panel.table["operating_point"] == "overall EER")]
+            r = eer.loc[m]
+            x = float(panel.settings.get("eer_fpr", np.nan))
+            if np.isfinite(x) and len(pfa):
+                ax.errorbar([x], [r["value"]], yerr=np.clip([[r["value"] - r["lo"]], [r["hi"] - r["value"]]], 0, None)
+                            if np.isfinite(r["lo"]) else None, fmt="s", color="black", ms=4, capsize=2,
+                            label="overall EER")
+                ax.legend(fontsize=6)
+        ax.set_xscale("log")
+        ax.set_title(m, fontsize=9)
+        ax.set_xlabel("overall FPR at the threshold", fontsize=8)
+        ax.grid(True, alpha=0.3)
+        ax.tick_params(labelsize=7)
+    for ax in axes.ravel()[len(present):]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_group_ape(trials: pd.DataFrame, group: str, *, score: str = "score", label: str = "label",
+                   positive: Any = None, title: str | None = None) -> Any:
+    """Per-group Bayes error-rate (APE) plot of LLR scores (:func:`scoremix.ape.ape_curve` per level of
+    ``group``: actual solid, PAV minimum dashed): calibration fairness is the gap between a group's two
+    curves compared across groups.  Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from scoremix.ape import ape_curve, plot_ape
+
+    for c in (group, score, label):
+        if c not in trials.columns:
+            raise SubgroupError(f"the trial table has no column {c!r} (columns: {list(trials.columns)})")
+    y = np.asarray(label_to_binary(trials[label], positive=positive, column=label)).astype(int)
+    curves = {}
+    for lev in sorted(pd.unique(trials[group].dropna().astype(str))):
+        m = (trials[group].astype(str) == lev).to_numpy()
+        if y[m].min() == y[m].max():
+            raise SubgroupError(f"group {lev!r} of {group!r} has trials of one class only")
+        curves[lev] = ape_curve(trials[score].to_numpy(float)[m], y[m])
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    plot_ape(curves, ax=ax, title=title or f"Bayes error rate per {group}")
+    fig.tight_layout()
+    return fig
 
 
 class _Data:
@@ -215,6 +311,11 @@ def fairness_panel(trials: pd.DataFrame, group: str, *, score: str = "score", la
     D = _Data(s, y, g, cl, G)
 
     def measures(w: np.ndarray) -> dict[str, np.ndarray]:
+        # a group with rate 0 gives Max/GeoMean = inf and NaN Gini/GARBE on purpose (documented); no warnings
+        with np.errstate(all="ignore"):
+            return _measures(w)
+
+    def _measures(w: np.ndarray) -> dict[str, np.ndarray]:
         out: dict[str, Any] = {}
         for op, tau in zip(ops, D.thresholds(w, ops)):
             fmr, fnmr = D.rates(w, tau)
@@ -238,6 +339,10 @@ def fairness_panel(trials: pd.DataFrame, group: str, *, score: str = "score", la
         return {k: float(v) for k, v in out.items()}
 
     point = measures(np.ones(s.size))
+    eer_fpr = float("nan")
+    if "eer" in ops:
+        tau = D.thresholds(np.ones(s.size), ["eer"])[0]
+        eer_fpr = float(np.mean(s[y == 0] >= tau))
     reps: dict[Any, np.ndarray] = {}
     if n_boot:
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
@@ -265,6 +370,6 @@ def fairness_panel(trials: pd.DataFrame, group: str, *, score: str = "score", la
     groups_df = pd.DataFrame(list(grows.values()))
     groups_df["n_speakers"] = [int(n_spk[list(levels).index(lv)]) for lv in groups_df["group"]]
     settings = {"group": group, "alpha": alpha, "operating_points": [_op_name(o) for o in ops], "n_boot": int(n_boot),
-                "level": level, "llr": llr, "p_target": p_target, "c_miss": c_miss, "c_fa": c_fa,
+                "level": level, "llr": llr, "p_target": p_target, "c_miss": c_miss, "c_fa": c_fa, "eer_fpr": eer_fpr,
                 "interval": f"{interval} bootstrap interval, speakers resampled within groups" if n_boot else None}
     return FairnessPanel(pd.DataFrame(rows), groups_df, settings, {f"{k[0]}: {k[1]}": v for k, v in reps.items()})

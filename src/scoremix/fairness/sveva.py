@@ -118,6 +118,40 @@ class SubgroupDCFResult:
 
         return plot_score_distributions(self, **kwargs)
 
+    def panel(self, operating_points: Any = ("eer", *[{"fpr": f} for f in (0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+                                                                              0.1, 0.2)]),
+              skip_one_class: bool = False, **kwargs: Any):
+        """The demographic-fairness panel (:func:`scoremix.fairness.panel.fairness_panel`: Max/GeoMean,
+        GARBE, FDR, max/min ratios, with ``llr=True`` per-group actDCF and Cllr) of the same trials and
+        subgroups (a trial's subgroup is its enrolment speaker's cell), speakers as bootstrap clusters,
+        at the overall EER and over a range of overall-FPR operating points (default
+        :data:`scoremix.fairness.panel.FPR_GRID`).  ``kwargs``: ``n_boot, seed, level, llr, alpha,
+        interval, p_target, c_miss, c_fa`` of :func:`~scoremix.fairness.panel.fairness_panel`.
+        ``skip_one_class``: leave out subgroups whose trials are of one class (named in
+        ``settings["skipped"]``) instead of raising :class:`~scoremix.fairness.subgroups.SubgroupError`."""
+        from scoremix.fairness.panel import fairness_panel
+        from scoremix.fairness.subgroups import SubgroupError
+
+        p = self._prepared
+        if p is None or p.two_way is not None:
+            raise SubgroupError("panel() needs a one-way subgroup_dcf result computed in this session "
+                                "(two-way resampling is not supported by the panel)")
+        code = p.sg.code_enrol
+        keep = code >= 0
+        names = p.sg.cells["subgroup"].astype(str).to_numpy()
+        trials = pd.DataFrame({"score": p.scores[keep], "label": p.y[keep].astype(int),
+                               "subgroup": names[code[keep]],
+                               "speaker": np.asarray(p.cluster_labels).astype(str)[p.clusters[keep]]})
+        skipped: list[str] = []
+        if skip_one_class:
+            one = trials.groupby("subgroup")["label"].nunique()
+            skipped = sorted(one.index[one < 2].astype(str))
+            trials = trials[~trials["subgroup"].isin(skipped)]
+        out = fairness_panel(trials, "subgroup", score="score", label="label", speaker="speaker", positive=1,
+                             operating_points=operating_points, **kwargs)
+        out.settings["skipped"] = skipped
+        return out
+
     def plot_forest(self, measure: str = "ratio_overall", **kwargs: Any):
         """Forest plot of a ratio with intervals; see :func:`scoremix.fairness.plots.plot_forest`."""
         from scoremix.fairness.plots import plot_forest

@@ -93,7 +93,7 @@ def collapse_cells(d: GlmmData) -> tuple[GlmmData, np.ndarray, float] | None:
     k = np.bincount(inv, weights=d.y, minlength=nc)
     terms = [RandomTerm(group=t.group, group_factor=t.group_factor, term_names=t.term_names,
                         codes=np.asarray(t.codes)[first], levels=t.levels,
-                        X=np.asarray(t.X)[first]) for t in d.terms]
+                        X=np.asarray(t.X)[first], structure=t.structure) for t in d.terms]
     cd = GlmmData(k / m, d.X[first], terms, d.family, m, m, d.offset[first])
     const = float(np.sum(special.gammaln(m + 1) - special.gammaln(k + 1) - special.gammaln(m - k + 1)))
     return cd, inv, const
@@ -186,7 +186,7 @@ def glmer(formula: str, data: pd.DataFrame, family: str | Family = "binomial", *
     mu_rows = full.family.valid_mu(mu_rows)
     deviance = float(np.sum(full.family.dev_resid(full.y, mu_rows, full.wt)))
     # conditional covariances of b: Λ (L L')^{-1} Λ' blocks per level
-    condvar = _condvar(work, fit.theta, np.asarray(st.L))
+    condvar = _condvar(work, fit.theta, st.L)
     names = [nm for t in spec.terms for nm in t.theta_names()]
     res = GlmerResult(
         spec, fam, backend="native", nAGQ=nAGQ,
@@ -196,26 +196,16 @@ def glmer(formula: str, data: pd.DataFrame, family: str | Family = "binomial", *
         u=st.u, condvar=condvar, formula=formula, response_text=lhs, data=full,
         messages=fit.messages, fit_info={**fit.info, "collapsed_rows": None if inv is None
                                          else int(work.n)}, nobs=spec.n)
+    res.work_data = work      # the (collapsed) arrays fitted, for profiles
     _warn(res)
     return res
 
 
-def _condvar(d: GlmmData, theta: np.ndarray, L: np.ndarray) -> list[np.ndarray]:
+def _condvar(d: GlmmData, theta: np.ndarray, L) -> list[np.ndarray]:
     """lme4's ``postVar``: per term and level the ``p_k × p_k`` block of
     ``Λ (LL')^{-1} Λ'``."""
     T = theta_to_T(theta, d.term_p)
-    out, pos = [], 0
-    Linv = np.linalg.inv(L) if d.q else np.zeros((0, 0))
-    for t, Tk in zip(d.terms, T):
-        blk = np.empty((t.n_levels, t.p, t.p))
-        for j in range(t.n_levels):
-            sl = slice(pos + j * t.p, pos + (j + 1) * t.p)
-            Li = Linv[:, sl]
-            S = Li.T @ Li
-            blk[j] = Tk @ S @ Tk.T
-        out.append(blk)
-        pos += t.p * t.n_levels
-    return out
+    return [np.einsum("ab,lbc,dc->lad", Tk, S, Tk) for Tk, S in zip(T, d.ainv_blocks(L))]
 
 
 def _warn(res: GlmerResult) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from scoremix.glmm.errors import FamilyError
 
@@ -51,13 +51,15 @@ def _logit_mu_eta(eta):
     return np.maximum(e / (1 + e) ** 2, _EPS)
 
 
+_PROBIT_THRESH = -float(special.ndtri(_EPS))
+
+
 def _probit_inv(eta):
-    thresh = -stats.norm.ppf(_EPS)
-    return stats.norm.cdf(np.clip(eta, -thresh, thresh))
+    return special.ndtr(np.clip(eta, -_PROBIT_THRESH, _PROBIT_THRESH))
 
 
 def _probit_mu_eta(eta):
-    return np.maximum(stats.norm.pdf(eta), _EPS)
+    return np.maximum(np.exp(-0.5 * np.square(eta)) / np.sqrt(2 * np.pi), _EPS)
 
 
 def _cloglog_inv(eta):
@@ -71,7 +73,7 @@ def _cloglog_mu_eta(eta):
 
 LINKS: dict[str, Link] = {
     "logit": Link("logit", special.logit, _logit_inv, _logit_mu_eta),
-    "probit": Link("probit", stats.norm.ppf, _probit_inv, _probit_mu_eta),
+    "probit": Link("probit", special.ndtri, _probit_inv, _probit_mu_eta),
     "cloglog": Link("cloglog", lambda mu: np.log(-np.log1p(-mu)), _cloglog_inv, _cloglog_mu_eta),
     "log": Link("log", np.log, lambda eta: np.maximum(np.exp(eta), _EPS),
                 lambda eta: np.maximum(np.exp(eta), _EPS)),

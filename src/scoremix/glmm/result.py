@@ -81,7 +81,8 @@ class GlmerResult:
 
     @property
     def npar(self) -> int:
-        return len(self.fixef) + len(self.theta)
+        """``len(β)`` plus the variance parameters (fewer than ``len(θ)`` with cs()/ar1())."""
+        return len(self.fixef) + int(self.fit_info.get("n_varpar", len(self.theta)))
 
     @property
     def aic(self) -> float:
@@ -271,23 +272,44 @@ class GlmerResult:
             out[f"sim_{s + 1}"] = y
         return pd.DataFrame(out, index=self.spec.data.index)
 
+    def check(self, *, nsim: int = 250, seed: int | np.random.Generator | None = 0, by=(),
+              influence: bool = False, alpha: float = 0.05):
+        """Model checks (singularity, convergence, DHARMa scaled residuals, dispersion,
+        zero inflation, outliers): :func:`scoremix.glmm.check.check_glmer`."""
+        from scoremix.glmm.check import check_glmer  # s5postfit2
+        return check_glmer(self, nsim=nsim, seed=seed, by=by, influence=influence, alpha=alpha)
+
     # -- intervals ----------------------------------------------------------------------
     def confint(self, method: str = "Wald", level: float = 0.95,
                 parm: Sequence[str] | None = None) -> pd.DataFrame:
-        """Wald intervals ``β̂ ± z_{(1+level)/2} se`` (lme4's ``confint(m, method = "Wald")``,
-        which gives NA for the variance parameters).  ``method="profile"`` raises
-        :class:`~scoremix.glmm.errors.GlmmUnsupportedError` (not implemented)."""
+        """Confidence intervals (lme4's ``confint.merMod``).
+
+        ``method="Wald"``: ``β̂ ± z_{(1+level)/2} se`` for the fixed effects (lme4 gives NA
+        for the variance parameters; they are left out here).  ``method="profile"``:
+        likelihood-profile intervals of ``.sig01 …`` (the SDs and correlations of the
+        random effects) and of the fixed effects, see :mod:`scoremix.glmm.profile`
+        (native fits with ``nAGQ >= 1``)."""
         lo_q, hi_q = (1 - level) / 2, (1 + level) / 2
         cols = [f"{100 * lo_q:.1f} %", f"{100 * hi_q:.1f} %"]
-        names = list(parm) if parm is not None else list(self.fixef.index)
         if method == "Wald":
+            names = list(parm) if parm is not None else list(self.fixef.index)
             z = stats.norm.ppf(hi_q)
             b, se = self.fixef[names], self.se[names]
             return pd.DataFrame({cols[0]: b - z * se, cols[1]: b + z * se}, index=names)
         if method == "profile":
             from scoremix.glmm.errors import GlmmUnsupportedError
-            raise GlmmUnsupportedError("profile-likelihood intervals of GLMMs are not implemented "
-                                       "yet; use method='Wald'")
+            from scoremix.glmm.profile import profile_confint
+            data = getattr(self, "work_data", None) or self.glmm_data
+            if any(getattr(t, "structure", "us") != "us" for t in self.spec.terms):
+                raise GlmmUnsupportedError("profile intervals of models with cs()/ar1() terms "
+                                           "are not implemented; use method='Wald'")
+            if data is None or self.backend != "native":
+                raise GlmmUnsupportedError("profile intervals need a native fit "
+                                           "(backend='native')")
+            out = profile_confint(data, self.theta.to_numpy(), self.fixef.to_numpy(),
+                                  self.nAGQ, list(self.fixef.index), level=level, parm=parm)
+            out.columns = cols
+            return out
         raise ValueError(f"method must be 'Wald' or 'profile', not {method!r}")
 
     # -- printing -----------------------------------------------------------------------

@@ -461,6 +461,9 @@ def ranova(m: LmerResult, reduce_terms: bool = True, progress: bool = False) -> 
     lhs_text = m.formula.split("~", 1)[0].strip()
     fixed = _fixed_rhs(parsed.fixed.term_labels(), parsed.fixed.intercept)
     labels = [rp.label for rp in parsed.random]
+    if any(rp.structure != "us" for rp in parsed.random):
+        raise AnovaError("ranova does not handle structured covariance terms such as diag(); "
+                         "compare explicitly refitted models with anova(m1, m2)")
     if not labels:
         raise AnovaError("Model should have at least one random-effects term")
     new_models: dict[str, list[str]] = {}

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from scoremix._threads import limits_blas
 from scoremix.lme.influence import influential_levels
 from scoremix.lme.result import register_inference
 from scoremix.lme.scaled_residuals import ScaledResiduals, scaled_residuals
@@ -103,10 +104,18 @@ class ModelCheck:
         return fig
 
 
+@limits_blas  # the hot paths' BLAS threads: the same numbers in a worker and in the main process
 def check_model(m, *, nsim: int = 250, seed: int | np.random.Generator | None = 0,
                 by=(), influence: bool = True,
                 max_levels: int = 60, alpha: float = 0.05) -> ModelCheck:
-    """Run every check on ``m`` (see the module docstring)."""
+    """Run every check on ``m`` (see the module docstring).
+
+    A GLMM (:class:`scoremix.GlmerResult`) is checked by its own :meth:`check`
+    (:mod:`scoremix.glmm.check`: randomised-PIT residuals, dispersion, zero inflation), a
+    transformation fit (``transform="monotone"``) on its latent scale
+    (:mod:`scoremix.transform.check`)."""
+    if hasattr(m, "glmm_data") or getattr(m, "transform", None) is not None:
+        return type(m).check(m, nsim=nsim, seed=seed, by=by, influence=influence, alpha=alpha)
     sing = re_pca(m)
     conv = convergence(m)
     res = scaled_residuals(m, nsim, seed=seed, by=by)

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from scoremix.lme.crossprod import CrossProducts
-from scoremix.lme.factor import Factorization, factorize
+from scoremix.lme.factor import Factorization, factorize, inverse_upper
 from scoremix.lme.relcov import u_to_b
 
 __all__ = ["ConditionalEstimates", "conditional_estimates", "conditional_variances",
@@ -129,14 +129,31 @@ def conditional_variances(ce: ConditionalEstimates, term_nlev: Sequence[int], si
     qr = f.q_rest
     Lzz = f.Lrr[:qr, :qr]
     Lz1 = f.Lr1[:qr]
-    # term 1 blocks: L11inv' L11inv + G' G, G = Lzz^{-1} (Lz1 L11^{-1})
+    # term 1 blocks: L11inv' L11inv + H_l' S^{-1} H_l, H = Lz1 L11^{-T} (per level), S = Lzz Lzz'
     V1 = np.einsum("lba,lbc->lac", f.L11inv, f.L11inv)
-    if qr:
+    out = [V1]
+    if not qr:
+        pass
+    elif qr * n1 * p1 >= _SPARSE_MIN_SIZE and np.count_nonzero(Lz1) <= 0.1 * Lz1.size:
+        # large, sparse Lz1 (two big crossed factors): Z = S^{-1} (LAPACK dpotri) and the
+        # quadratic forms over each level's rows only
+        Zu = inverse_upper(Lzz)
+        H = np.einsum("mlb,lbc->mlc", Lz1.reshape(qr, n1, p1), f.L11inv)
+        V1 += _level_quadratic_forms(H, Zu)
+        pos = 0
+        for k in range(1, len(f.T)):
+            pk, nk = f.T[k].shape[0], term_nlev[k]
+            r = pos + np.arange(nk) * pk
+            Vk = np.empty((nk, pk, pk))
+            for a in range(pk):
+                for c in range(a, pk):
+                    Vk[:, a, c] = Vk[:, c, a] = Zu[r + a, r + c]
+            out.append(Vk)
+            pos += pk * nk
+    else:
         H = np.einsum("mlb,lbc->mlc", Lz1.reshape(qr, n1, p1), f.L11inv).reshape(qr, n1 * p1)
         G = sla.solve_triangular(Lzz, H, lower=True).reshape(qr, n1, p1)
-        V1 = V1 + np.einsum("mla,mlc->lac", G, G)
-    out = [V1]
-    if qr:
+        V1 += np.einsum("mla,mlc->lac", G, G)
         Linv = sla.solve_triangular(Lzz, np.eye(qr), lower=True)
         pos = 0
         for k in range(1, len(f.T)):
@@ -148,6 +165,33 @@ def conditional_variances(ce: ConditionalEstimates, term_nlev: Sequence[int], si
     for Vk, Tk in zip(out, f.T):
         res.append(sigma ** 2 * np.einsum("ab,lbc,dc->lad", Tk, Vk, Tk))
     return res
+
+
+#: conditional variances use the sparse route when ``Lz1`` has at least this many entries
+#: (and at most 10 % non-zero)
+_SPARSE_MIN_SIZE = 200_000
+
+
+def _level_quadratic_forms(H: np.ndarray, Zu: np.ndarray) -> np.ndarray:
+    """``H_l' Z H_l`` for every level ``l`` of ``H`` (``(m, n_1, p_1)``; ``H_l = H[:, l, :]``)
+    with ``Z`` symmetric given by its upper triangle ``Zu``: each form is taken over the rows
+    where ``H_l`` is non-zero, levels with the same number of such rows at once."""
+    import scipy.sparse as sp
+    m, n1, p1 = H.shape
+    sup = sp.csc_matrix(np.abs(H).sum(axis=2))
+    sup.sort_indices()
+    counts = np.diff(sup.indptr)
+    out = np.zeros((n1, p1, p1))
+    for k in np.unique(counts):
+        if k == 0:
+            continue
+        lev = np.flatnonzero(counts == k)
+        R = sup.indices[sup.indptr[lev][:, None] + np.arange(k)[None, :]]       # (n_k, k)
+        Hv = H[R, lev[:, None], :]                                             # (n_k, k, p1)
+        Ri, Rj = R[:, :, None], R[:, None, :]
+        Zs = Zu[np.minimum(Ri, Rj), np.maximum(Ri, Rj)]                         # (n_k, k, k)
+        out[lev] = np.einsum("nia,nij,njc->nac", Hv, Zs, Hv)
+    return out
 
 
 def estimates_at(cp: CrossProducts, theta: np.ndarray, REML: bool,

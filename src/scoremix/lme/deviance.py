@@ -10,7 +10,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from scoremix.lme.crossprod import CrossProducts
-from scoremix.lme.factor import factorize
+from scoremix.lme.factor import factorize, inverse_upper
 from scoremix.lme.relcov import rest_scale, theta_to_T
 
 __all__ = ["profiled_deviance", "has_analytic_gradient", "profiled_deviance_grad"]
@@ -127,6 +127,16 @@ def _solve_lower_t(Lrr: np.ndarray, mz: int) -> np.ndarray:
     C-ordered ``L`` is read as the Fortran-ordered upper-triangular ``L'``."""
     if mz == 0:
         return np.zeros(0)
+    m = Lrr.shape[0]
+    r = Lrr[-1, -1]
+    if mz == m - 1 and r != 0.0 and Lrr.T.flags.f_contiguous:
+        # with the whole factor (no copy): L_full' w = r e_m has w = (−x, 1)
+        rhs = np.zeros(m)
+        rhs[-1] = r
+        w, info = sla.lapack.dtrtrs(Lrr.T, rhs, lower=0)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"dtrtrs failed (info={info})")
+        return -w[:mz]
     U = np.asfortranarray(Lrr[:mz, :mz].T)
     x, info = sla.lapack.dtrtrs(U, Lrr[-1, :mz], lower=0)
     if info != 0:
@@ -163,38 +173,54 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
         z[-1] = 1.0
         a = (A.T @ z).reshape(n1, p1) @ T[0]                         # T1' (Ar1_l' z)
         u1 = np.einsum("lab,lb->la", S11inv, a)
-    # S = L L' (first md rows); diagonal blocks of S^{-1} = L^{-T}L^{-1} from L^{-1}
-    Linv = _lower_inverse(f.Lrr[:md, :md])
     Ssum = [S11inv.sum(axis=0)]
-    if md:
-        if sparse is None:
+    pos = 0
+    U = [u1]
+    if sparse is None:
+        # S = L L' (first md rows); diagonal blocks of S^{-1} = L^{-T}L^{-1} from L^{-1}
+        Linv = _lower_inverse(f.Lrr[:md, :md])
+        if md:
             K3 = Lr1[:md].reshape(md, n1, 1, p1) @ f.L11inv             # K_l, level by level
             W = (Linv @ K3.reshape(md, q1)).reshape(md * n1, p1)        # L^{-1} K_l, stacked
             Ssum[0] = Ssum[0] + W.T @ W
-        else:
+
+        def block_sums(lo: int, pk: int, nk: int) -> np.ndarray:
+            Sk = np.zeros((pk, pk))
+            end = lo + nk * pk
+            for aa in range(pk):
+                for bb in range(aa, pk):
+                    Sk[aa, bb] = Sk[bb, aa] = float(np.sum(Linv[:, lo + aa:end:pk]
+                                                           * Linv[:, lo + bb:end:pk]))
+            return Sk
+    else:
+        # Z = S^{-1} (upper triangle, LAPACK dpotri on the factor's first md rows):
+        # Σ_l K_l' Z K_l = Σ_ij Z_ij (K_a K_b')_ij over the sparse K_a K_b'
+        Zu = inverse_upper(f.Lrr[:md, :md])
+        if md:
             import scipy.sparse as sp
             Lam = _lambda_rest_sparse(T, cp, md)
             D = sp.bsr_matrix((np.einsum("ab,lbc->lac", T[0], S11inv), np.arange(n1),
                                np.arange(n1 + 1)), shape=(q1, q1))
-            K = (Lam.T @ A[:md] @ D).tocsr()                            # md × q1, sparse
-            Wt = np.asarray(K.T.tocsr() @ Linv.T)                       # (L^{-1} K)': q1 × md
+            K = (Lam.T @ A[:md] @ D).tocsc()                            # md × q1, sparse
             acc = np.empty((p1, p1))
             for aa in range(p1):
+                Ka = K[:, aa::p1].tocsr()
                 for bb in range(aa, p1):
-                    acc[aa, bb] = acc[bb, aa] = float(np.sum(Wt[aa::p1] * Wt[bb::p1]))
+                    C = (Ka @ K[:, bb::p1].T.tocsc()).tocoo()
+                    lo, hi = np.minimum(C.row, C.col), np.maximum(C.row, C.col)
+                    acc[aa, bb] = acc[bb, aa] = float(np.dot(Zu[lo, hi], C.data))
             Ssum[0] = Ssum[0] + acc
-    pos = 0
-    U = [u1]
-    for k in range(1, len(cp.term_p)):
-        pk, nk = cp.term_p[k], cp.term_nlev[k]
-        Sk = np.zeros((pk, pk))
-        if md:
-            end = pos + nk * pk
+
+        def block_sums(lo: int, pk: int, nk: int) -> np.ndarray:
+            Sk = np.zeros((pk, pk))
+            r = lo + np.arange(nk) * pk
             for aa in range(pk):
                 for bb in range(aa, pk):
-                    Sk[aa, bb] = Sk[bb, aa] = float(np.sum(Linv[:, pos + aa:end:pk]
-                                                           * Linv[:, pos + bb:end:pk]))
-        Ssum.append(Sk)
+                    Sk[aa, bb] = Sk[bb, aa] = float(np.sum(Zu[r + aa, r + bb]))
+            return Sk
+    for k in range(1, len(cp.term_p)):
+        pk, nk = cp.term_p[k], cp.term_nlev[k]
+        Ssum.append(block_sums(pos, pk, nk) if md else np.zeros((pk, pk)))
         U.append(x_rest[pos: pos + nk * pk].reshape(nk, pk))
         pos += nk * pk
     g = []

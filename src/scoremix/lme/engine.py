@@ -22,7 +22,9 @@ import numpy as np
 from scoremix.lme.conditional import estimates_at
 from scoremix.lme.crossprod import CrossProducts, crossproducts
 from scoremix.lme.errors import SINGULAR_FIT_MESSAGE, ConvergenceWarning, SingularFitWarning
-from scoremix.lme.optimizer import NativeControl, OptimResult, optimize_theta, theta_scale
+from scoremix.lme.deviance import profiled_deviance
+from scoremix.lme.optimizer import (LARGE_REST, NativeControl, OptimResult, optimize_theta,
+                                    ray_start, theta_scale)
 from scoremix.lme.spec import ModelSpec
 
 __all__ = ["NativeFit", "fit_native"]
@@ -91,7 +93,14 @@ def fit_native(spec: ModelSpec, REML: bool = True, control: NativeControl | dict
         start = np.asarray(ctl.theta_start, float)
     else:   # lme4's start (identity T_k), in the scaled units when θ is scaled
         start = spec.theta_init() if scale is None else spec.theta_init() * scale
+    n_ray = 0
+    if (ctl.theta_start is None and n_rho == 0 and cp.Arr.shape[1] >= LARGE_REST
+            and ctl.analytic_gradient):
+        # a large rest block: each exact-gradient evaluation costs three dense Cholesky-sized
+        # operations; start L-BFGS-B at the best scaling of lme4's start instead
+        start, n_ray = ray_start(lambda th: profiled_deviance(th, cp, REML), start)
     opt = optimize_theta(cp, REML, spec.theta_lower(), start, ctl, n_rho=n_rho, theta_scale=scale)
+    opt.n_eval += n_ray
     t2 = time.perf_counter()
     est = estimates_at(cp, opt.theta, REML, opt.rho)
     t3 = time.perf_counter()

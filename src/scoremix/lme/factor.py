@@ -40,7 +40,8 @@ from scoremix.lme.crossprod import CrossProducts
 from scoremix.lme.pairs import PairStructure
 from scoremix.lme.relcov import rest_scale, scale_rest_rows, scale_rest_sym, theta_to_T
 
-__all__ = ["Factorization", "factorize", "combine_dispersion", "batched_cholesky_inverse"]
+__all__ = ["Factorization", "factorize", "combine_dispersion", "batched_cholesky_inverse",
+           "inverse_upper"]
 
 
 @dataclass
@@ -307,3 +308,16 @@ def _cholesky_rest(S: np.ndarray, qr: int) -> np.ndarray:
     if info != 0:
         raise np.linalg.LinAlgError(f"Schur complement not positive definite (dpotrf info={info})")
     return U.T
+
+
+def inverse_upper(L: np.ndarray) -> np.ndarray:
+    """``(L L')^{-1}`` of a lower-triangular ``L`` by LAPACK ``dpotri``, returned with only
+    its upper triangle (``[i, j]``, ``i ≤ j``) filled: the C-ordered ``L`` is read as the
+    Fortran-ordered upper-triangular factor ``L'``.  Costs two dense Cholesky
+    factorisations (``dtrtri`` and ``dlauum``), a third of ``L^{-1}`` followed by a product."""
+    if L.shape[0] == 0:
+        return np.zeros((0, 0))
+    Zu, info = sla.lapack.dpotri(np.array(L.T, order="F"), lower=0, overwrite_c=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
+    return Zu

@@ -331,6 +331,10 @@ class RandomPart:
     group_columns: tuple[str, ...]
     group: str
     label: str
+    #: ``"us"`` (unstructured ``T_k``), ``"diag"`` (lme4 2.0's ``diag()``: one variance
+    #: per model-matrix column, no correlations), ``"cs"``/``"cs_hom"`` or
+    #: ``"ar1"``/``"ar1_het"`` (glmer only)
+    structure: str = "us"
 
 
 @dataclass(frozen=True)
@@ -565,6 +569,8 @@ def _split_bars(node: object, text: str) -> tuple[object | None, list[object]]:
         inner = inner[1]  # type: ignore[index]
     if inner is not node and inner[0] == "bin" and inner[1] in ("|", "||"):  # type: ignore[index]
         return None, [inner]  # redundant parentheses ((x | g)) are allowed, as in lme4
+    if inner[0] == "call" and inner[1] in _IMPLEMENTED and _contains_bar(inner):  # type: ignore[index]
+        return None, [(_structure_of(inner, text), _structured_bar(inner, text))]
     if node[0] == "bin" and node[1] in ("|", "||"):  # type: ignore[index]
         raise FormulaError(
             f"in formula {text!r}: the random-effects term {_deparse(node)!r} must be enclosed "
@@ -603,8 +609,48 @@ def _split_bars(node: object, text: str) -> tuple[object | None, list[object]]:
     return node, []
 
 
+def _structured_bar(node: object, text: str) -> object:
+    """The ``(expr | group)`` inside ``diag()``/``cs()``/``ar1()``."""
+    args = [a for a in node[2] if a[0] != "named"]  # type: ignore[index]
+    bar = args[0] if len(args) == 1 else None
+    while bar is not None and bar[0] == "paren":  # type: ignore[index]
+        bar = bar[1]  # type: ignore[index]
+    if bar is None or not (bar[0] == "bin" and bar[1] == "|"):  # type: ignore[index]
+        raise FormulaError(
+            f"in formula {text!r}: {node[1]}() takes one random-effects term (expr | group) "  # type: ignore[index]
+            f"and optionally hom = TRUE/FALSE; found {_deparse(node)!r}")
+    return bar
+
+
+def _structure_of(node: object, text: str) -> str:
+    """lme4 2.0's structure: ``diag`` (heterogeneous variances), ``cs`` (heterogeneous
+    variances, one correlation; ``cs_hom`` with ``hom = TRUE``), ``ar1`` (one variance,
+    correlation ``ρ^|i-j|``; ``ar1_het`` with ``hom = FALSE``)."""
+    name = node[1]  # type: ignore[index]
+    hom = {"diag": False, "cs": False, "ar1": True}[name]
+    for a in node[2]:  # type: ignore[index]
+        if a[0] != "named":
+            continue
+        if a[1] != "hom" or a[2] not in (("name", "TRUE"), ("name", "FALSE"),
+                                          ("name", "T"), ("name", "F")):
+            raise FormulaError(f"in formula {text!r}: {name}() takes one random-effects term "
+                               f"and optionally hom = TRUE/FALSE; found {_deparse(node)!r}")
+        hom = a[2][1] in ("TRUE", "T")
+    if name == "diag":
+        if hom:
+            raise FormulaError(f"in formula {text!r}: diag(..., hom = TRUE) (one common "
+                               "variance) is not supported; use diag(...) or (1 | g)")
+        return "diag"
+    if name == "cs":
+        return "cs_hom" if hom else "cs"
+    return "ar1" if hom else "ar1_het"
+
+
+#: the structures parsed (``diag`` in lmer and glmer; ``cs``, ``ar1`` in glmer)
+_IMPLEMENTED = ("diag", "cs", "ar1")
+
 #: lme4 2.0 / glmmTMB covariance-structure wrappers of a random term
-_STRUCTURED = ("cs", "diag", "ar1", "us", "ou", "exp", "gau", "mat", "toep", "homcs", "homdiag",
+_STRUCTURED = ("us", "ou", "exp", "gau", "mat", "toep", "homcs", "homdiag",
                "hetar1", "homar1", "rr")
 
 
@@ -664,6 +710,9 @@ def _flatten_group(node: object) -> tuple[str, ...]:
 
 
 def _random_parts(bar: object, text: str) -> list[RandomPart]:
+    structure = "us"
+    if isinstance(bar[0], str) and bar[0] not in ("bin",):  # type: ignore[index]
+        structure, bar = bar[0], bar[1]  # type: ignore[index]
     _, op, lhs, group = bar  # type: ignore[misc]
     gtree = _group_tree(group, text)
     ex = _Expander(text)
@@ -685,7 +734,8 @@ def _random_parts(bar: object, text: str) -> list[RandomPart]:
     for lhs_text, lhs_ts in sub:
         for g in _slash_terms(gtree):
             gname = _deparse(g)
-            parts.append(RandomPart(lhs_ts, _flatten_group(g), gname, f"{lhs_text} | {gname}"))
+            parts.append(RandomPart(lhs_ts, _flatten_group(g), gname, f"{lhs_text} | {gname}",
+                                    structure))
     return parts
 
 

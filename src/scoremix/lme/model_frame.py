@@ -60,6 +60,7 @@ from scoremix.lme.errors import (
 from scoremix.lme.contrasts import contrast_matrix, normalize_contrast
 from scoremix.lme.formula import (
     ParsedFormula,
+    RandomPart,
     TermSet,
     Variable,
     parse_dispersion,
@@ -934,6 +935,20 @@ def build_model_spec(
             raise FormulaError(f"random-effects term ({rp.label}) has no columns")
         if not np.all(np.isfinite(Xk)):
             raise LmeError(f"random-effects term ({rp.label}) has non-finite values")
+        if rp.structure == "diag":
+            # lme4 2.0's diag(): one scalar term per model-matrix column (independent
+            # variances, no correlations); a column picks its part of the term's matrix
+            for j, nm in enumerate(knames):
+                lab = "1" if nm == "(Intercept)" else f"0 + {nm}"
+                sub = RandomPart(rp.lhs, rp.group_columns, rp.group, f"{lab} | {rp.group}",
+                                 "diag")
+                parts.append((sub, g, np.ascontiguousarray(Xk[:, [j]]), [nm], (kdesign, j)))
+            continue
+        if rp.structure != "us" and not glmm:
+            raise FormulaError(
+                f"the structured covariance {rp.structure.split('_')[0]}() of lme4 2.0 "
+                f"({rp.label}) is available in glmer only; lmer supports diag(), (x | g) and "
+                "(x || g)")
         parts.append((rp, g, Xk, knames, kdesign))
     nl = np.array([len(p[1].levels) for p in parts], dtype=np.int64)
     if len(nl) > 1 and np.any(np.diff(nl) > 0):
@@ -962,6 +977,7 @@ def build_model_spec(
             codes=g.codes,
             levels=list(g.levels),
             X=Xk,
+            structure="us" if rp.structure == "diag" else rp.structure,
         )
         for gname, (rp, g, Xk, knames, _) in zip(group_names, parts)
     ]
@@ -992,9 +1008,12 @@ def build_model_spec(
         """Per random term: (group codes, ``-1`` = unseen level; raw term matrix)."""
         out = []
         for g, kd in random_parts:
+            col = None
+            if isinstance(kd, tuple):            # one column of a diag() term
+                kd, col = kd
             vals = _new_values(kd, newdata, strict=True)
             Xn, _ = _build(kd, vals, len(newdata))
-            out.append((g.map(newdata), Xn))
+            out.append((g.map(newdata), Xn if col is None else Xn[:, [col]]))
         return out
 
     off_nodes = parsed.offsets

@@ -47,7 +47,7 @@ from scoremix.lme.deviance import has_analytic_gradient, profiled_deviance, prof
 
 __all__ = ["NativeControl", "OptimResult", "optimize_theta", "theta_scale", "SuperlinearStop",
            "fd_grad", "fd_hess", "interior_params", "gradient_hessian", "newton_polish",
-           "check_conv", "check_hess"]
+           "check_conv", "check_hess", "ray_start"]
 
 
 @dataclass
@@ -308,6 +308,7 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         is_th = free < nth
         D[is_th] = sc[free[is_th]]
     messages: list[str] = []
+    rtol_now = [ctl.stop_rtol]
     if free.size == 0:
         xopt = x0
         fopt = f(x0)
@@ -329,12 +330,22 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         # only makes the line search thrash at the optimum (ABNORMAL) with finite differences
         ftol, gtol = (max(ctl.ftol, 1e-13), max(ctl.gtol, 1e-6)) if analytic else (ctl.ftol, ctl.gtol)
 
+        # a large rest block (each evaluation costs several dense factorisations) with the
+        # Newton polish to follow stops L-BFGS-B at a looser gap (LARGE_STOP_RTOL): the Newton
+        # step, whose Hessian lme4's convergence check needs anyway, squares the error;
+        # when that step is not taken the run is resumed with the strict stop_rtol
+        loose = (analytic and ctl.newton_polish and ctl.stop_rtol > 0
+                 and cp.Arr.shape[1] >= LARGE_REST)
+        if loose:
+            rtol_now[0] = max(ctl.stop_rtol, LARGE_STOP_RTOL)
+
         def run(x_start: np.ndarray, lo: np.ndarray):
             """One L-BFGS-B run from ``x_start`` with lower bounds ``lo`` (θ units), in the
             scaled coordinates ``x / D`` and, with the exact gradient, with the
             superlinear-convergence stop of :class:`SuperlinearStop`."""
-            stop = SuperlinearStop(ctl.stop_rtol) if analytic and ctl.stop_rtol > 0 else None
-            return _lbfgsb_scaled(fg, x_start, lo, ubf, D, ctl.maxiter, ftol, gtol, stop)
+            stop = SuperlinearStop(rtol_now[0]) if analytic and rtol_now[0] > 0 else None
+            return _lbfgsb_scaled(fg, x_start, lo, ubf, D, ctl.maxiter, ftol, gtol, stop,
+                                  newton_follows=ctl.newton_polish)
         near_bound = False
         if analytic:
             # stage 1: keep θ_k ≥ 1e-4 so that every step has the exact gradient; a component
@@ -436,6 +447,7 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
     # a large rest block makes each gradient cost O(m³): forward differences there
     central = cp.Arr.shape[1] < LARGE_REST
     pre = None
+    step = None
     # (only after a converged run: a run stopped by maxiter or abnormally is reported as is)
     if (analytic and ctl.newton_polish and free.size and ok and not singular
             and str(opt_msg).upper().startswith("CONVERGENCE")):
@@ -450,6 +462,17 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
                 xopt, fopt = step
                 x = full(xopt)
                 theta = x[:nth]
+    if rtol_now[0] > ctl.stop_rtol and step is None and ok:
+        # the loose stop was not followed by a Newton step: finish with the strict one
+        rtol_now[0] = ctl.stop_rtol
+        r5 = run(xopt, lbf)
+        if r5.fun <= fopt:
+            xopt, fopt = r5.x, float(r5.fun)
+            opt_msg = str(r5.message)
+            x = full(xopt)
+            theta = x[:nth]
+            singular = bool(np.any(theta[diag_mask] < ctl.singular_tol))
+            pre = None
     if ctl.check_conv and free.size and ok and not singular:  # lme4 skips checkConv when singular
         messages += check_conv(f, xopt, lbf, ctl, grad_analytic if analytic else None,
                                is_theta=free < nth, central=central, precomputed=pre)
@@ -457,6 +480,51 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
     return OptimResult(theta=theta, rho=rho, criterion=fopt, converged=ok and not messages,
                        singular=singular, n_eval=n_eval[0], messages=messages,
                        optimizer_message=opt_msg)
+
+
+def ray_start(f, x0: np.ndarray, factors: tuple[float, ...] = (0.3, 0.1, 0.03, 0.01)
+              ) -> tuple[np.ndarray, int]:
+    """A better start on the ray ``c·x0`` (``c > 0``): the minimiser of a parabola in
+    ``log c`` through the best evaluated factor and its neighbours.
+
+    ``f(c·x0)`` is evaluated at ``c = 1`` and then at the ``factors`` (decreasing) while it
+    decreases; with a bracket (a lower value between two higher ones) the parabola's
+    vertex in ``log c`` is evaluated too, and the best point found is returned with the
+    number of evaluations.  Scaling all ``θ`` of lme4's start by one factor keeps its
+    correlation structure (none) and bounds; for InstEval's
+    ``(1 | s) + (service | d)`` the criterion at ``c = 1`` is 5·10³ above the optimum and
+    L-BFGS-B's first steps (on the bounds) cost several exact-gradient evaluations, each
+    three dense Cholesky-sized operations; a few criterion evaluations (one each) on the
+    ray save them.
+    """
+    x0 = np.asarray(x0, float)
+    cs = [1.0]
+    fs = [f(x0)]
+    for c in factors:
+        fc = f(c * x0)
+        cs.append(c)
+        fs.append(fc)
+        if not fc < fs[-2]:
+            break
+    n = len(fs)
+    i = int(np.argmin(fs))
+    best_c, best_f = cs[i], fs[i]
+    if 0 < i < n - 1 and np.all(np.isfinite(fs[i - 1: i + 2])):
+        xs = np.log(cs[i - 1: i + 2])
+        ys = np.asarray(fs[i - 1: i + 2])
+        den = (xs[0] - xs[1]) * (xs[0] - xs[2]) * (xs[1] - xs[2])
+        a = (xs[2] * (ys[1] - ys[0]) + xs[1] * (ys[0] - ys[2]) + xs[0] * (ys[2] - ys[1])) / den
+        b = (xs[2] ** 2 * (ys[0] - ys[1]) + xs[1] ** 2 * (ys[2] - ys[0])
+             + xs[0] ** 2 * (ys[1] - ys[2])) / den
+        if a > 0:
+            v = -b / (2 * a)
+            if xs.min() < v < xs.max():
+                cv = float(np.exp(v))
+                fv = f(cv * x0)
+                n += 1
+                if fv < best_f:
+                    best_c, best_f = cv, fv
+    return best_c * x0, n
 
 
 def theta_scale(cp: CrossProducts) -> np.ndarray:
@@ -533,12 +601,30 @@ class SuperlinearStop:
         if self.prev is not None and np.isfinite(f):
             self.decs.append(self.prev - f)
         self.prev = f
-        if self._gap() <= self.rtol * max(1.0, abs(f)) and self.small_gradient(intermediate_result.x):
+        if self._gap() <= self.rtol * max(1.0, abs(f)) and (
+                self.small_gradient(intermediate_result.x)
+                or self.interior(intermediate_result.x)):
             self.stopped = True
             raise StopIteration
 
     #: the last evaluation ``(y, projected gradient max)``, set by the caller
     last: tuple[np.ndarray, float] | None = None
+    #: lower bounds of the optimiser's scaled coordinates, set by the caller when a Newton
+    #: step (:func:`newton_polish`) follows the run; ``None``: no waiver
+    interior_lo: np.ndarray | None = None
+
+    def interior(self, y: np.ndarray) -> bool:
+        """Whether the gradient condition is waived at ``y``: a Newton step follows the run
+        (:attr:`interior_lo` set) and every diagonal ``θ`` (bound ``≥ 0``) is at least
+        :data:`THRASH_MIN_DIAG` in scaled units, far from the saddles at a variance of 0
+        that the gradient condition guards against.  There the remaining error in ``θ``
+        (the square root of the criterion gap) is removed by the Newton step, which needs the
+        exact Hessian of lme4's convergence check anyway."""
+        lo = self.interior_lo
+        if lo is None:
+            return False
+        diag = np.isfinite(lo) & (lo >= 0)
+        return bool(np.all(np.asarray(y)[diag] >= THRASH_MIN_DIAG))
 
     def small_gradient(self, y: np.ndarray) -> bool:
         """Whether the projected gradient at the iterate ``y`` (the optimiser's scaled
@@ -594,7 +680,8 @@ THRASH_EVALS = 4
 
 
 def _lbfgsb_scaled(fg, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, D: np.ndarray,
-                   maxiter: int, ftol: float, gtol: float, stop: SuperlinearStop | None):
+                   maxiter: int, ftol: float, gtol: float, stop: SuperlinearStop | None,
+                   newton_follows: bool = False):
     """L-BFGS-B on ``y = x / D`` for ``fg(x) -> (f, ∂f/∂x)`` under ``lb ≤ x ≤ ub``
     (``∂f/∂y = D ∂f/∂x``); the result's ``x`` is in the original units.  A run ended by
     ``stop`` reports success with the message ``"CONVERGENCE: SUPERLINEAR STOP …"``, one
@@ -603,6 +690,8 @@ def _lbfgsb_scaled(fg, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, D: np.nda
 
     lo = np.where(np.isfinite(lb), lb / D, -np.inf)
     hi = np.where(np.isfinite(ub), ub / D, np.inf)
+    if stop is not None and newton_follows:
+        stop.interior_lo = lo
 
     def fgy(y: np.ndarray):
         if stop is not None:
@@ -671,6 +760,11 @@ def _stationary(g: np.ndarray, x: np.ndarray, lb: np.ndarray, ub: np.ndarray, f:
 #: rest-block size from which lme4's Hessian check uses forward differences of the exact
 #: gradient (each evaluation then costs several dense O(m³) factorisations)
 LARGE_REST = 1000
+
+#: with a rest block of at least :data:`LARGE_REST` rows and the Newton polish on, L-BFGS-B
+#: stops once the gap estimate of :class:`SuperlinearStop` is at most this (relative); the
+#: Newton step then squares the remaining error
+LARGE_STOP_RTOL = 1e-10
 
 
 def _abnormal(message: str) -> bool:

@@ -153,27 +153,8 @@ def scaled_residuals(m, nsim: int = 250, *, seed: int | np.random.Generator | No
     p_out = stats.binomtest(out_n, n, 2 / (nsim + 1)).pvalue
     rows.append(("outliers (binomial)", out_n / n, p_out))
     res = pd.Series(r, index=spec.data.index, name="scaled_residual")
-    items = by.items() if isinstance(by, dict) else [(c, None) for c in by]
-    for col, values in items:
-        if values is None:
-            if col not in spec.data.columns:
-                raise ValueError(f"by column {col!r} is not in the model frame "
-                                 f"({list(spec.data.columns)}); pass by={{{col!r}: values}}")
-            vals = spec.data[col].to_numpy()
-        elif isinstance(values, pd.Series):
-            vals = values.reindex(spec.data.index).to_numpy()
-        else:
-            vals = np.asarray(values)
-            if vals.shape[0] != n:
-                raise ValueError(f"by[{col!r}] has {vals.shape[0]} values, the model frame {n} rows")
-        groups = [r[vals == v] for v in pd.unique(vals)]
-        groups = [g for g in groups if g.size > 1]
-        if len(groups) < 2:
-            continue
-        kw = stats.kruskal(*groups)
-        rows.append((f"location by {col} (Kruskal-Wallis)", kw.statistic, kw.pvalue))
-        fk = stats.fligner(*groups)
-        rows.append((f"spread by {col} (Fligner-Killeen)", fk.statistic, fk.pvalue))
+    from scoremix.lme.pit import by_tests
+    rows += by_tests(r, spec.data, by)
     tests = pd.DataFrame(rows, columns=["test", "statistic", "p.value"])
     return ScaledResiduals(res, pd.Series(mu, index=spec.data.index, name="fitted"), tests, nsim,
                            rotate, notes)

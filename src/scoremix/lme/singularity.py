@@ -27,7 +27,9 @@ def re_pca(m, tol: float = 1e-4) -> pd.DataFrame:
     """One row per principal component of every random term: ``term``, ``component``,
     ``sdev``, ``prop_var``, ``cum_prop``, ``singular`` (of the term)."""
     rows = []
-    terms = m.terms_info
+    terms = getattr(m, "terms_info", None)
+    if terms is None:   # a GLMM result: its model frame's random terms
+        terms = [dict(group=t.group, term_names=t.term_names) for t in m.spec.terms]
     T = theta_to_T(m.theta.to_numpy(), [len(t["term_names"]) for t in terms])
     for t, Tk in zip(terms, T):
         d = np.linalg.svd(Tk, compute_uv=False)

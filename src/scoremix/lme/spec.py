@@ -63,6 +63,9 @@ class RandomTerm:
     codes: np.ndarray
     levels: list[str]
     X: np.ndarray
+    #: ``"us"`` (unstructured) or lme4 2.0's ``"cs"``, ``"cs_hom"``, ``"ar1"``,
+    #: ``"ar1_het"`` (glmer only; see :mod:`scoremix.glmm.structure`)
+    structure: str = "us"
 
     @property
     def p(self) -> int:

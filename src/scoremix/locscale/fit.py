@@ -37,6 +37,7 @@ from scoremix.locscale.latent import (StrataCells, cell_moments, matched_edges, 
                                       stratified_transform)
 from scoremix.locscale.failure import (FAILURE_LEVEL, FailureCuts, FailureShares, failure_cuts, failure_flags,
                                        fit_shares)
+from scoremix.locscale.covariates import CovariateDesign, covariate_stats, make_likelihood
 from scoremix.locscale.likelihood import CellStats, Params, UnitLikelihood
 from scoremix.locscale.spec import LocScaleSpec
 from scoremix.transform.errors import TransformError
@@ -109,6 +110,21 @@ class LocScaleData:
     def subset(self, mask: np.ndarray) -> "LocScaleData":
         m = np.asarray(mask, bool)
         return LocScaleData(self.frame.loc[m], self.spec, self.failure[m] if self.failure.any() else None)
+
+
+def covariate_design(data: LocScaleData, covariates: Sequence[str]) -> tuple[CovariateDesign, np.ndarray]:
+    """The design of ``covariates`` on ``data`` (cached per column list); s5trust-auto."""
+    cache = data.__dict__.setdefault("_cov_cache", {})
+    key = tuple(covariates)
+    if key not in cache:
+        from scoremix.locscale.covariates import CovariateError
+
+        try:
+            d = CovariateDesign.from_frame(data.frame, key)
+            cache[key] = (d, d.matrix(data.frame))
+        except CovariateError as exc:
+            raise LocScaleError(str(exc)) from None
+    return cache[key]
 
 
 def prepare(trials: pd.DataFrame, spec: LocScaleSpec) -> LocScaleData:
@@ -250,6 +266,10 @@ class LocScaleFit:
         self.selection: Any = None
         self.failure: dict | None = None    # set by fit_locscale: {"cuts", "shares"}
         self.n_obs = len(frame)
+        # s5trust-auto: per-class covariate location terms (``coef``: β per class)
+        self.design = covariate_design(data, spec.covariates)[0] if spec.covariates else None
+        self.coef = (pd.Series(np.asarray(self.params.beta).ravel(), index=self.design.coef_names(), name="beta")
+                     if self.design is not None else pd.Series(dtype=float, name="beta"))
 
     # ------------------------------------------------------------------ predictive hook
     def latent_moments(self, trials: pd.DataFrame | None = None, marginal_over: Sequence[str] = ()
@@ -286,7 +306,7 @@ class LocScaleFit:
             raise LocScaleError(f"stratum {strata[s.isna()].iloc[0]!r} (class and {list(spec.strata)}) was not "
                                 f"seen in fitting")
         s = s.to_numpy(np.int64)
-        mu, sig = p.mu[s], np.exp(p.lam[s])
+        mu, sig = p.mu[s] + self._xbeta(frame, y), np.exp(p.lam[s])
         if spec.speaker in marg:
             om2 = np.where(self._lik.omega, np.exp(2 * p.log_om), 0.0)[y]
             e2g = np.array([_mean_e2g(self._lik, p, c) for c in range(2)])[y]
@@ -372,6 +392,18 @@ class LocScaleFit:
             strata2 = np.where(has, strata2, self._primary_strata(frame, y, fail))
         return w1, np.zeros(len(frame)), np.ones(len(frame)), strata2, w2
 
+    def _xbeta(self, frame: pd.DataFrame, y: np.ndarray) -> np.ndarray | float:
+        """:math:`x_t^\\top\\beta_{c(t)}` of the covariate location terms (0 without any)."""
+        if self.design is None:
+            return 0.0
+        from scoremix.locscale.covariates import CovariateError
+
+        try:
+            X = self.design.matrix(frame)
+        except CovariateError as exc:
+            raise LocScaleError(str(exc)) from None
+        return np.einsum("np,np->n", X, self.params.beta[y])
+
     def __repr__(self) -> str:
         return (f"<LocScaleFit {self.locscale_spec.describe()}; {self.n_obs} trials, "
                 f"{self._data.cells.n_strata} strata, loglik {self.loglik:.1f}>")
@@ -412,6 +444,7 @@ def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_p
     mean, sd = np.zeros(n), np.ones(n)
     edges = normal_score_edges(cells)
     x = None
+    X = covariate_design(data, spec.covariates)[1] if spec.covariates else None
     if not spec.transform:
         n_pass = 1
         if not np.isfinite(data.score).all():
@@ -425,11 +458,13 @@ def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_p
             ez, ez2, info = data.score, data.score ** 2, np.isfinite(data.score)
         info = info & ~fail          # failures enter through their own part (failure.py)
         st, unit_ids, cell_ids, trial_cell = _stats(data, ez, ez2, info)
+        if X is not None:
+            st = covariate_stats(st, X, ez, trial_cell)
         scale, corr, omega, tail = _flags(spec, st)
         if not spec.speaker_location:
             raise LocScaleError("speaker_location=False is not supported (the speaker location effect is the "
                                 "model's base term)")
-        lik = UnitLikelihood(st, scale, corr, omega, n_nodes=n_nodes, tail=tail)
+        lik = make_likelihood(st, scale, corr, omega, n_nodes=n_nodes, tail=tail)
         x0 = _start(st, lik) if x is None else x
         x, ll = _maximise(lik, x0)
         post = lik.posterior(lik.unpack(x))
@@ -442,7 +477,8 @@ def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_p
         b = np.where(ok_u, post["b"][k_unit], 0.0)
         g = np.where(ok_u, post["g"][k_unit], 0.0)
         u = np.where(trial_cell >= 0, post["u"][np.maximum(trial_cell, 0)], 0.0)
-        mean = np.where(fail, 0.0, p.mu[s] + b + u)
+        mean = np.where(fail, 0.0,
+                        p.mu[s] + b + u + (np.einsum("np,np->n", X, p.beta[data.y]) if X is not None else 0.0))
         sd = np.where(fail, 1.0, np.exp(p.lam[s] + g))
         if it < n_pass - 1:
             edges = matched_edges(cells, mean, sd)

@@ -147,9 +147,10 @@ class UnitLikelihood:
         gc = g[st.unit]                                               # (C, Q)
         s2 = np.exp(2 * (p.lam[st.stratum][:, None] + gc))
         n = st.n[:, None]
-        W = -0.5 * (n - 1) * (_LOG2PI + np.log(s2)) - 0.5 * np.log(n) - st.ssw[:, None] / (2 * s2)
+        zbar, ssw = self.cell_moments(p)
+        W = -0.5 * (n - 1) * (_LOG2PI + np.log(s2)) - 0.5 * np.log(n) - ssw[:, None] / (2 * s2)
         v = s2 / n + om2[st.unit_class[st.unit]][:, None]
-        d = (st.zbar - p.mu[st.stratum])[:, None]
+        d = (zbar - p.mu[st.stratum])[:, None]
         iv = 1.0 / v
         M = st.M
         A, B, C = M @ iv, M @ (d * iv), M @ (d * d * iv)
@@ -169,6 +170,12 @@ class UnitLikelihood:
                    - (nu + 1) / 2 * np.log1p((g / tg) ** 2 / nu))
         prior = np.where(us, np.where(tl, student, gauss), 0.0)
         return dict(f=Ws + logb + prior, bmean=num / P, bvar=1.0 / P, v=v, d=d, om2=om2)
+
+    def cell_moments(self, p: Params) -> tuple[np.ndarray, np.ndarray]:
+        """Per-cell mean and within-cell sum of squares of the latent values the likelihood
+        sees (here the data's; :class:`~scoremix.locscale.covariates.CovUnitLikelihood`
+        subtracts the covariate terms)."""
+        return self.st.zbar, self.st.ssw
 
     def _f(self, p: Params, g: np.ndarray) -> np.ndarray:
         return self._parts(p, g)["f"]

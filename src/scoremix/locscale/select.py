@@ -1,7 +1,7 @@
 r"""Automatic specification of a score model: :func:`score_model`.
 
 Candidates (nested location-scale transformation mixed models, :mod:`scoremix.locscale.fit`),
-all with one transform per stratum (class × ``factors`` × ``covariates`` levels):
+all with one transform per stratum (class × ``factors`` levels):
 
 =====================  =====================================================================
 ``location``           speaker location per class ``(0 + label | speaker)``
@@ -21,6 +21,10 @@ split into ``n_folds`` folds; each candidate is fitted on the others' cells and 
 the marginal likelihood (random effects integrated out) of the held-out speakers' cells.
 All candidates are compared on the same latent values (the first-pass rank-based normal
 scores of every stratum), so their likelihoods are comparable.
+
+Then ``covariates`` are tried one at a time as per-class location terms
+:math:`x^\top\beta_c` on the chosen structure (forward selection by the same CV
+log-likelihood; :mod:`scoremix.locscale.covariates`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ import numpy as np
 import pandas as pd
 
 from scoremix.locscale.failure import failure_cuts, failure_cv, failure_flags
-from scoremix.locscale.fit import LocScaleData, LocScaleError, _flags, _maximise, _start, _stats, fit_locscale
+from scoremix.locscale.covariates import CovCellStats, covariate_stats, make_likelihood
+from scoremix.locscale.fit import (LocScaleData, LocScaleError, _flags, _maximise, _start, _stats, covariate_design,
+                                   fit_locscale)
 from scoremix.locscale.latent import cell_moments, normal_score_edges
 from scoremix.locscale.likelihood import CellStats, UnitLikelihood
 from scoremix.locscale.spec import LocScaleSpec
@@ -81,6 +87,8 @@ def candidate_specs(base: LocScaleSpec) -> list[LocScaleSpec]:
 
 
 def _subset_stats(st: CellStats, keep_units: np.ndarray) -> CellStats:
+    if isinstance(st, CovCellStats):  # s5trust-auto: with covariate sums
+        return st.subset_units(keep_units)
     cells = keep_units[st.unit]
     new_unit = -np.ones(st.n_units, np.int64)
     new_unit[keep_units] = np.arange(int(keep_units.sum()))
@@ -95,14 +103,16 @@ def cv_loglik(data: LocScaleData, spec: LocScaleSpec, n_folds: int, seed: int, n
     values (module docstring); returns the total and the per-fold values."""
     n = data.score.size
     ez, ez2, info = cell_moments(data.cells, normal_score_edges(data.cells), np.zeros(n), np.ones(n))
-    st, unit_ids, _, _ = _stats(data, ez, ez2, info)
+    st, unit_ids, _, trial_cell = _stats(data, ez, ez2, info)
+    if spec.covariates:  # s5trust-auto
+        st = covariate_stats(st, covariate_design(data, spec.covariates)[1], ez, trial_cell)
     spk = unit_ids // 2
     speakers = np.unique(spk)
     rng = np.random.default_rng(seed)
     fold_of = dict(zip(speakers, rng.permutation(np.arange(speakers.size) % n_folds)))
     fold = np.array([fold_of[s] for s in spk])
     scale, corr, omega, tail = _flags(spec, st)
-    full = UnitLikelihood(st, scale, corr, omega, n_nodes=n_nodes, tail=tail)
+    full = make_likelihood(st, scale, corr, omega, n_nodes=n_nodes, tail=tail)
     x_all, _ = _maximise(full, _start(st, full), rounds=1, tol=1e-6)
     out = []
     for k in range(n_folds):
@@ -110,9 +120,9 @@ def cv_loglik(data: LocScaleData, spec: LocScaleSpec, n_folds: int, seed: int, n
         if not te.any():
             continue
         st_tr, st_te = _subset_stats(st, tr), _subset_stats(st, te)
-        lik = UnitLikelihood(st_tr, scale, corr, omega, n_nodes=n_nodes, tail=tail)
+        lik = make_likelihood(st_tr, scale, corr, omega, n_nodes=n_nodes, tail=tail)
         x, _ = _maximise(lik, x_all, rounds=1, tol=1e-6)   # warm start at the all-speaker fit
-        lt = UnitLikelihood(st_te, scale, corr, omega, n_nodes=n_nodes, tail=tail)
+        lt = make_likelihood(st_te, scale, corr, omega, n_nodes=n_nodes, tail=tail)
         p = lt.unpack(x)
         lt.recentre(p)
         out.append(float(lt.unit_loglik(p).sum()))
@@ -122,8 +132,9 @@ def cv_loglik(data: LocScaleData, spec: LocScaleSpec, n_folds: int, seed: int, n
 def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "label", speaker: str = "speaker",
                 factors: Sequence[str] = (), covariates: Sequence[str] = (), positive: Any = None,
                 candidates: Sequence[LocScaleSpec] | None = None, n_folds: int = 4, seed: int = 0,
-                n_nodes: int = 9, n_pass: int = 3, failure_quantile: float | None = 0.99) -> Any:
-    """Fit a score model whose specification is chosen automatically (module docstring).
+                n_nodes: int = 9, n_pass: int = 3, pool_shapes: bool = False,
+                failure_quantile: float | None = 0.99) -> Any:
+    r"""Fit a score model whose specification is chosen automatically (module docstring).
 
     Parameters
     ----------
@@ -132,12 +143,21 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
     factors: categorical columns (e.g. ``["attack"]``) whose levels get their own transform
         within each class (their distributions are fitted freely); speakers are modelled with
         partial pooling within them.
-    covariates: further categorical columns, treated as ``factors`` (one transform per level).
+    covariates: columns that may enter the latent location per class,
+        :math:`x^\top\beta_c` (``label × covariate``; numeric as they are, categorical as
+        treatment dummies; :mod:`scoremix.locscale.covariates`).  After the random-effect
+        structure is chosen, each covariate in turn is added when it raises the
+        cross-validated log-likelihood (forward selection; rows ``+label:covariate`` of the
+        selection table).
     candidates: the specifications to compare (default :func:`candidate_specs`).
     n_folds, seed: the speaker-grouped cross-validation.
     n_nodes, n_pass: passed to :func:`scoremix.locscale.fit_locscale`.
     failure_quantile: ``q`` of the per-speaker failure mixture (:mod:`scoremix.locscale.failure`)
         added to the chosen specification when its speaker-grouped CV wins; ``None``: never.
+    pool_shapes: also consider shapes between one transform per class and one per stratum:
+        each stratum's distribution shrunk toward a shared class shape, the amount of pooling
+        :math:`\kappa` chosen by speaker-grouped CV (:mod:`scoremix.locscale.pooled`; κ = 0 is
+        one free transform per stratum).  The fit then carries ``shape_pooling``.
 
     Returns
     -------
@@ -146,9 +166,11 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
         :func:`scoremix.validate_model` and every function built on the predictive layer.
     """
     cov = [c for c in covariates if c not in factors]
-    base = LocScaleSpec(score=score, label=label, speaker=speaker, positive=positive,
-                        strata=tuple([*factors, *cov]))
+    base = LocScaleSpec(score=score, label=label, speaker=speaker, positive=positive, strata=tuple(factors))
     data = LocScaleData(trials, base)
+    for c in cov:
+        if c not in trials.columns:
+            raise LocScaleError(f"covariate {c!r} is not in the trial table (columns: {list(trials.columns)})")
     n_spk = len(data.speakers)
     cands = list(candidates) if candidates is not None else candidate_specs(base)
     if not cands:
@@ -161,14 +183,21 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
         else:
             total, per = np.nan, np.array([])
         rows.append(dict(name=c.name or c.describe(), specification=c.describe(), cv_loglik=total))
+    best = int(np.nanargmax([r["cv_loglik"] for r in rows])) if any(np.isfinite(r["cv_loglik"]) for r in rows) \
+        else len(cands) - 1
+    chosen = cands[best]
+    notes = []
+    if cov:
+        chosen, best, cov_rows, cov_notes = _select_covariates(data, chosen, best, rows[best]["cv_loglik"], cov,
+                                                               folds, seed, len(rows), n_spk)
+        rows += cov_rows
+        notes += cov_notes
     table = pd.DataFrame(rows)
-    best = int(np.nanargmax(table["cv_loglik"].to_numpy())) if table["cv_loglik"].notna().any() else len(cands) - 1
     table["delta"] = table["cv_loglik"] - table["cv_loglik"].iloc[best]
     table["chosen"] = np.arange(len(table)) == best
-    chosen = cands[best]
     # --- s5trust-mix: per-speaker failure mixture (locscale/failure.py), chosen by its own CV
     fail_row = None
-    if failure_quantile is not None and chosen.transform and n_spk >= 4:
+    if failure_quantile is not None and chosen.transform and n_spk >= 4 and not (pool_shapes and factors):
         fq = float(failure_quantile)
         flags = failure_flags(data.score, data.y, failure_cuts(data.score, data.y, fq))
         if flags.any():
@@ -180,22 +209,66 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
             if use:
                 chosen = chosen.with_(failure_quantile=fq, name=f"{chosen.name}+failure-mixture")
     # --- end s5trust-mix
-    fit = fit_locscale(LocScaleData(trials, chosen), chosen, n_pass=n_pass, n_nodes=n_nodes)
+    if pool_shapes and factors:  # s5trust-auto: pooled per-level shapes
+        from scoremix.locscale.pooled import fit_pooled_shapes
+
+        fit = fit_pooled_shapes(trials, chosen, n_folds=folds, seed=seed, n_pass=n_pass, n_nodes=n_nodes)
+    else:
+        fit = fit_locscale(LocScaleData(trials, chosen), chosen, n_pass=n_pass, n_nodes=n_nodes)
     predicted = [f"{speaker} location per class"]
     if chosen.speaker_scale:
         predicted.append(f"{speaker} log-SD ({', '.join(chosen.speaker_scale)})")
     if chosen.speaker_by_stratum:
         predicted.append(f"{speaker} × stratum location ({', '.join(chosen.speaker_by_stratum)})")
-    notes = []
-    if fail_row is not None:
+    for c in chosen.covariates:
+        predicted.append(f"{label} × {c} location (per class)")
+    if fail_row is not None:   # s5trust-mix
         notes.append(f"failure mixture (q = {failure_quantile:g}): speaker-grouped CV log-likelihood of the "
-                     f"failure counts, speaker-varying minus pooled share = {fail_row['cv_failure_delta']:.2f} → "
+                     f"failure counts, speaker multiplier minus pooled shares = {fail_row['cv_failure_delta']:.2f} → "
                      f"{'used' if fail_row['chosen_failure'] else 'not used'}")
-        predicted.append(f"{speaker} × stratum failure share (beta-binomial)" if fail_row["chosen_failure"] else "")
-        predicted = [p for p in predicted if p]
-        table = pd.concat([table, pd.DataFrame([fail_row])], ignore_index=True)
-    if cov:
-        notes.append(f"covariates {cov} are modelled as strata (one transform per level)")
+        if fail_row["chosen_failure"]:   # the table gets the row only when it is used (notes: always)
+            predicted.append(f"{speaker} failure share per class (zero-inflated gamma-Poisson multiplier)")
+            table = pd.concat([table, pd.DataFrame([fail_row])], ignore_index=True)
     fit.selection = Selection(table=table.set_index("name"), chosen=chosen, fitted_freely=list(data.cells.levels),
                               predicted=predicted, n_folds=folds, notes=notes)
+    if getattr(fit, "shape_pooling", None) is not None:
+        _pooling_selection(fit.selection, fit.shape_pooling)
     return fit
+
+
+def _pooling_selection(sel: Selection, pool: Any) -> None:  # s5trust-auto: pooled per-level shapes
+    """Strata whose shape is pooled (weight < 1) move from ``fitted_freely`` to ``predicted``."""
+    pooled = [lv for lv in sel.fitted_freely if pool.weights.get(lv, 1.0) < 1.0]
+    sel.fitted_freely = [lv for lv in sel.fitted_freely if lv not in pooled]
+    sel.predicted += [f"stratum {lv} shape pooled toward its class shape (weight {pool.weights[lv]:.3f} on its own "
+                      f"distribution)" for lv in pooled]
+    sel.notes.append(f"shape pooling: kappa = {pool.kappa:g} chosen by speaker-grouped CV of the threshold-weighted "
+                     f"CRPS ({len(pooled)} strata pooled)")
+
+
+# ----------------------------------------------------------------------------------------------
+# s5trust-auto: forward selection of per-class covariate location terms
+# ----------------------------------------------------------------------------------------------
+
+def _select_covariates(data: LocScaleData, chosen: LocScaleSpec, best: int, best_cv: float,
+                       covariates: Sequence[str], folds: int, seed: int, offset: int, n_spk: int
+                       ) -> tuple[LocScaleSpec, int, list[dict], list[str]]:
+    """Add each covariate's per-class location term to ``chosen`` in turn, keeping it when it
+    raises the speaker-grouped CV log-likelihood.  Returns the final specification, its row
+    index in the selection table (``offset`` + its position among the rows tried, or ``best``
+    when none is kept), the rows tried and notes."""
+    rows, notes = [], []
+    cur, cur_cv = chosen, best_cv
+    for c in covariates:
+        trial = cur.with_(covariates=(*cur.covariates, c), name=f"{cur.name}+{cur.label}:{c}")
+        total = cv_loglik(data, trial, folds, seed)[0] if n_spk >= 4 else np.nan
+        rows.append(dict(name=trial.name, specification=trial.describe(), cv_loglik=total))
+        if np.isfinite(total) and (not np.isfinite(cur_cv) or total > cur_cv):
+            cur, cur_cv = trial, total
+            best = offset + len(rows) - 1
+            notes.append(f"covariate {c!r}: per-class location term kept (CV log-likelihood +{total - best_cv:.2f} "
+                         f"over the model without covariates)")
+        else:
+            notes.append(f"covariate {c!r}: per-class location term not kept (it does not raise the CV "
+                         "log-likelihood)")
+    return cur, best, rows, notes

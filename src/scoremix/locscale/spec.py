@@ -44,6 +44,9 @@ class LocScaleSpec:
         (:mod:`scoremix.locscale.failure`): trials beyond the other class's pooled
         q-quantile (and the own class's (1−q)-tail) are failures with a speaker × stratum
         share (beta-binomial partial pooling) and a pooled failure distribution per class.
+    covariates:
+        columns entering the latent location per class, :math:`x_t^\\top\\beta_c` (``label ×
+        covariate``; :mod:`scoremix.locscale.covariates`).
     transform:
         ``True``: one estimated transform per stratum (the latent scale); ``False``: the
         Gaussian location-scale mixed model on the scores themselves (one pass, no transform).
@@ -61,6 +64,7 @@ class LocScaleSpec:
     heavy_tailed_scale: tuple[str, ...] = ()
     failure_quantile: float | None = None
     transform: bool = True
+    covariates: tuple[str, ...] = ()  # s5trust-auto: per-class location terms
     name: str = field(default="", compare=False)
 
     def with_(self, **kw: Any) -> "LocScaleSpec":
@@ -70,14 +74,14 @@ class LocScaleSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["strata"] = list(self.strata)
-        for k in ("speaker_scale", "correlated", "speaker_by_stratum", "heavy_tailed_scale"):
+        for k in ("speaker_scale", "correlated", "speaker_by_stratum", "heavy_tailed_scale", "covariates"):
             d[k] = list(d[k])
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LocScaleSpec":
         d = dict(d)
-        for k in ("strata", "speaker_scale", "correlated", "speaker_by_stratum", "heavy_tailed_scale"):
+        for k in ("strata", "speaker_scale", "correlated", "speaker_by_stratum", "heavy_tailed_scale", "covariates"):
             if k in d:
                 d[k] = tuple(d[k])
         return cls(**d)
@@ -87,6 +91,8 @@ class LocScaleSpec:
         strat = " × ".join([self.label, *self.strata])
         lhs = f"h_s({self.score})" if self.transform else self.score
         loc = [f"{lhs} ~ 0 + stratum[{strat}]"]
+        if self.covariates:
+            loc.append(f"{self.label}:({' + '.join(self.covariates)})")
         if self.speaker_location:
             loc.append(f"(0 + {self.label} | {self.speaker})")
         if self.speaker_by_stratum:

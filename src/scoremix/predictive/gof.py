@@ -333,6 +333,9 @@ def misfit_hint(fit: Any, by: Sequence[str] = (), measures: Sequence[str] = ("ee
     if facts.get("tied") and thresholds == "latent":
         return ("definition: tied scores evaluated at latent thresholds (inside tie cells, where no detector "
                 "threshold can fall); use thresholds=\"attainable\"")
+    if miss and getattr(fit, "locscale_spec", None) is not None:  # s5trust-auto: a score_model fit
+        return (f"missing location term: the score model has no term for {miss}; pass covariates=['{miss[0]}'] "
+                f"(a per-class location term) or factors=['{miss[0]}'] (a transform per level) to score_model")
     if miss:
         h = (f"missing location term: the model has no term for {miss}; add one (e.g. 'label:{miss[0]}' or "
              f"'(0 + label | {miss[0]})')")

@@ -84,7 +84,8 @@ from scoremix.resampling.bootstrap import draw_cluster_weights
 from scoremix.resampling.linearize import LOG_SE_MEASURES
 
 __all__ = ["INTERVAL_METHODS", "MINIMA", "RATES", "REFLECTED", "MINIMUM_OPTIMISM", "log_threshold_part", "ratio_own_threshold_part", "measure_intervals", "cap_intervals", "fairness_index_speakers", "studentized_interval", "as_list", "bootstrap_pieces", "concat_replicates", "run_bootstrap",
-           "percentile_interval", "expanded_percentile_interval", "jackknife_weights", "jackknife_measures", "shift_t_interval", "expanded_z", "bca_t_levels", "bca_t_interval"]
+           "percentile_interval", "expanded_percentile_interval", "jackknife_weights", "jackknife_measures", "shift_t_interval", "expanded_z", "bca_t_levels", "bca_t_interval",
+           "scaled_percentile_interval"]
 
 INTERVAL_METHODS = ("studentized", "expanded", "bca-t", "percentile")
 
@@ -285,6 +286,19 @@ def expanded_percentile_interval(reps: np.ndarray, n: np.ndarray, ci: float) -> 
     (``z'`` = :func:`expanded_z` of each row's ``n``); ``(lo (G,), hi (G,))``, NaN for ``n < 2``."""
     reps = np.atleast_2d(np.asarray(reps, float))
     q = norm.cdf(-expanded_z(n, ci))
+    return _row_quantiles(reps, q), _row_quantiles(reps, 1.0 - q)
+
+
+def scaled_percentile_interval(reps: np.ndarray, n: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval at the tail levels ``Φ(∓z_{(1+ci)/2}·√(n/(n−1)))`` — the bootstrap's
+    ``(n−1)/n`` variance of a mean of ``n`` clusters corrected, normal tails (the tail levels of
+    :func:`studentized_interval` with ``n``); ``(lo (G,), hi (G,))``, NaN for ``n < 2``.  Between
+    :func:`percentile_interval` and :func:`expanded_percentile_interval` (which also replaces the
+    normal tails by Student's ``t_{n−1}``)."""
+    reps = np.atleast_2d(np.asarray(reps, float))
+    nn = np.asarray(n, float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = norm.cdf(-norm.ppf(0.5 + ci / 2.0) * np.sqrt(nn / np.where(nn >= 2, nn - 1, np.nan)))
     return _row_quantiles(reps, q), _row_quantiles(reps, 1.0 - q)
 
 

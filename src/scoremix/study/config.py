@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 __all__ = [
     "StudyConfigError", "StudyConfig", "StudyInfo", "DataConfig", "SimulateConfig", "ModelConfig",
     "MetricsConfig", "ModelEERConfig", "FairnessConfig", "BreakdownConfig", "CompareConfig",
-    "NuisanceConfig", "SystemsConfig", "AnalysesConfig", "BACKENDS", "ANALYSES",
+    "NuisanceConfig", "SystemsConfig", "TandemConfig", "AnalysesConfig", "BACKENDS", "ANALYSES",
     "load_study", "parse_study", "apply_overrides", "expand_vars",
 ]
 
@@ -33,7 +33,8 @@ BACKENDS = ("native", "statsmodels", "lme4", "bayes")
 #: values of a model's ``transform`` key (see docs/study-format.md)
 TRANSFORMS = ("monotone", "monotone-by-class")
 #: Analysis tables accepted under ``[analyses]``.
-ANALYSES = ("metrics", "model_eer", "fairness", "breakdown", "compare", "nuisance", "systems")
+ANALYSES = ("metrics", "model_eer", "fairness", "breakdown", "compare", "nuisance", "systems",
+            "contrasts", "checks", "tandem")  # s5postfit: contrasts, checks; s5deteval: tandem
 EER_METHODS = ("rocch", "interp", "asvspoof", "voxceleb")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -123,6 +124,19 @@ class ModelConfig:
     #: with ``transform = "monotone-by-class"``: the strata column (one transform per level;
     #: ``control=dict(strata=...)`` of ``lmer``); ``None``: ``"label"``
     strata: str | None = None
+    # s5trust-auto: ``auto = true`` — the specification is chosen by :func:`scoremix.score_model`
+    #: ``True``: fit :func:`scoremix.score_model` (no formula) and validate it out of sample
+    auto: bool = False
+    #: with ``auto``: columns whose levels get their own transform within each class
+    factors: list[str] = field(default_factory=list)
+    #: with ``auto``: columns entering the location per class
+    covariates: list[str] = field(default_factory=list)
+    #: with ``auto``: splits of the out-of-sample check (``"trials"``, ``"speakers"``; empty: none)
+    validate: list[str] = field(default_factory=lambda: ["trials", "speakers"])
+    #: with ``auto``: fitted share A of the out-of-sample check
+    validate_share: float = 0.2
+    #: with ``auto``: also consider per-level shapes pooled toward a shared class shape
+    pool_shapes: bool = False
 
 
 @dataclass
@@ -190,6 +204,11 @@ class FairnessConfig:
     filters: dict[str, list[Any]] = field(default_factory=dict)
     #: test speaker column: resample enrolment × test speakers (``subgroup_dcf(resample="two-way")``)
     test_speaker: str | None = None
+    #: s5deteval: the demographic-fairness panel (``SubgroupDCFResult.panel``) at the overall EER and at
+    #: the overall-FPR targets ``panel_fpr``; ``panel_llr``: scores are LLRs (per-group actDCF, Cllr, APE plot)
+    panel: bool = True
+    panel_fpr: list[float] = field(default_factory=lambda: [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2])
+    panel_llr: bool = False
 
 
 @dataclass
@@ -231,6 +250,25 @@ class SystemsConfig:
 
 
 @dataclass
+class TandemConfig:
+    """``[analyses.tandem]`` (s5deteval): the study's CM systems in tandem with an ASV score table
+    joined on ``join`` (:func:`scoremix.tandem.tandem_table`: min t-DCF 2019/2021, t-EER, a-DCF,
+    SASV/SV/SPF-EER, speaker-bootstrap intervals).  The CM key is the study's class: ``y = 1``
+    (``[data].positive``) is bona fide."""
+
+    asv_file: Path = Path()
+    asv_score: str = "score"
+    asv_key: str = "trial_type"
+    asv_speaker: str = "claimed_speaker"
+    asv_filters: dict[str, list[Any]] = field(default_factory=dict)
+    join: str = "utt"
+    systems: list[str] = field(default_factory=list)
+    by: list[str] = field(default_factory=list)
+    n_boot: int = 200
+    ci: float = 0.95
+
+
+@dataclass
 class NuisanceConfig:
     """``[analyses.nuisance]``: nuisance LLR from class-conditional GMMs of a feature."""
 
@@ -251,6 +289,9 @@ class AnalysesConfig:
     compare: CompareConfig | None = None
     nuisance: NuisanceConfig | None = None
     systems: SystemsConfig | None = None
+    contrasts: Any = None  # s5postfit: study.postfit.ContrastsConfig
+    checks: Any = None     # s5postfit: study.postfit.ChecksConfig (None: the default panel)
+    tandem: TandemConfig | None = None  # s5deteval
 
     def enabled(self) -> list[str]:
         return [a for a in ANALYSES if getattr(self, a) is not None]
@@ -575,6 +616,8 @@ def _parse_model(r: _Reader, data: DataConfig) -> ModelConfig:
     name = r.str("name", required=True) or ""
     if not _NAME_RE.match(name):
         raise r.err("name", f"{name!r} may hold only letters, digits, '_', '.', '-' (it names files)")
+    if r.bool("auto", False):
+        return _parse_auto_model(r, data, name)
     formula = r.str("formula", required=True) or ""
     if "~" not in formula:
         raise r.err("formula", f"{formula!r} is not a formula (no '~')")
@@ -608,7 +651,37 @@ def _parse_model(r: _Reader, data: DataConfig) -> ModelConfig:
     return m
 
 
-def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> AnalysesConfig:
+def _parse_auto_model(r: _Reader, data: DataConfig, name: str) -> ModelConfig:  # s5trust-auto
+    """``[[models]]`` with ``auto = true``: :func:`scoremix.score_model` chooses the specification
+    (keys ``factors``, ``covariates``, ``validate``, ``validate_share``, ``pool_shapes``, ``per_system``,
+    ``filters``)."""
+    for k in ("formula", "dispersion", "transform", "strata", "backend", "REML", "draws", "tune", "chains", "method",
+              "compare_with"):
+        if r.has(k):
+            raise r.err(k, "does not apply with auto = true (score_model chooses the specification; give factors "
+                           "and covariates instead)")
+    m = ModelConfig(name=name, formula="", auto=True)
+    m.factors = r.strlist("factors")
+    m.covariates = r.strlist("covariates")
+    both = sorted(set(m.factors) & set(m.covariates))
+    if both:
+        raise r.err("covariates", f"column(s) {both} are also listed in factors")
+    m.validate = r.strlist("validate", ["trials", "speakers"])
+    for i, v in enumerate(m.validate):
+        if v not in ("trials", "speakers"):
+            raise StudyConfigError(f"{r.key('validate')}[{i}]", f"unknown split {v!r}; choose trials or speakers",
+                                   r.source)
+    m.validate_share = r.float("validate_share", 0.2, 0.0, 1.0, open_lo=True, open_hi=True) or 0.2
+    m.pool_shapes = r.bool("pool_shapes", False)
+    m.per_system = r.bool("per_system", data.system is not None)
+    if m.per_system and data.system is None:
+        raise r.err("per_system", "is true but [data] names no system column")
+    m.filters = r.filters("filters")
+    r.finish()
+    return m
+
+
+def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig], base: Path | None = None) -> AnalysesConfig:
     src = r.source
     a = AnalysesConfig()
     names = [m.name for m in models]
@@ -688,6 +761,7 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         f.conditional = s.bool("conditional", True)
         f.filters = s.filters("filters")
         f.test_speaker = s.str("test_speaker", None)
+        _parse_fairness_panel(s, f)  # s5deteval
         s.finish()
         a.fairness = f
     if r.has("breakdown"):
@@ -737,6 +811,15 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         sc.adjust = s.str("adjust", "holm") or "holm"
         s.finish()
         a.systems = sc
+    if r.has("contrasts") or r.has("checks"):  # s5postfit
+        from scoremix.study.postfit import parse_checks, parse_contrasts
+        if r.has("contrasts"):
+            a.contrasts = parse_contrasts(_Reader(r.get("contrasts"), r.key("contrasts"), src), freq, names,
+                                          {m.name: m.formula for m in models})
+        if r.has("checks"):
+            a.checks = parse_checks(_Reader(r.get("checks"), r.key("checks"), src))
+    if r.has("tandem"):  # s5deteval
+        a.tandem = _parse_tandem(_Reader(r.get("tandem"), r.key("tandem"), src), data, base or Path.cwd())
     if r.has("nuisance"):
         s = _Reader(r.get("nuisance"), r.key("nuisance"), src)
         n = NuisanceConfig()
@@ -747,6 +830,44 @@ def _parse_analyses(r: _Reader, data: DataConfig, models: list[ModelConfig]) -> 
         s.finish()
         a.nuisance = n
     return a
+
+
+def _parse_fairness_panel(s: _Reader, f: FairnessConfig) -> None:  # s5deteval
+    """``panel``, ``panel_fpr`` (overall-FPR targets in (0, 1)), ``panel_llr`` of ``[analyses.fairness]``."""
+    f.panel = s.bool("panel", True)
+    v = s.get("panel_fpr", f.panel_fpr)
+    if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1
+                                          for x in v):
+        raise s.err("panel_fpr", f"must be a list of overall false-match rates in (0, 1), got {v!r}")
+    f.panel_fpr = sorted(float(x) for x in v)
+    f.panel_llr = s.bool("panel_llr", False)
+
+
+def _parse_tandem(s: _Reader, data: DataConfig, base: Path) -> TandemConfig:  # s5deteval
+    """``[analyses.tandem]``: the ASV table (path relative to the study file), its columns, the join key."""
+    t = TandemConfig()
+    if not s.has("asv_file"):
+        raise s.err("asv_file", "is required (the ASV score table joined to the CM trials)")
+    t.asv_file = _path(s.get("asv_file"), s.key("asv_file"), base, s.source)
+    t.asv_score = s.str("asv_score", "score") or "score"
+    t.asv_key = s.str("asv_key", "trial_type") or "trial_type"
+    t.asv_speaker = s.str("asv_speaker", "claimed_speaker") or "claimed_speaker"
+    t.asv_filters = s.filters("asv_filters")
+    t.join = s.str("join", "utt") or "utt"
+    t.systems = s.strlist("systems", [])
+    if t.systems and data.system is None:
+        raise s.err("systems", "needs a [data].system column")
+    t.by = s.strlist("by", [])
+    if len(t.by) not in (0, 2):
+        raise s.err("by", f"must be [ASV column, CM column] (e.g. [\"claimed_gender\", \"speaker_gender\"]), got {t.by!r}")
+    t.ci = s.float("ci", 0.95, 0.0, 1.0, open_lo=True, open_hi=True) or 0.95
+    t.n_boot = s.int("n_boot", 200, minimum=0) or 0
+    from scoremix.metrics import min_boot
+
+    if 0 < t.n_boot < min_boot(t.ci):
+        raise s.err("n_boot", f"must be 0 or >= {min_boot(t.ci)} for a {t.ci:g} interval, got {t.n_boot}")
+    s.finish()
+    return t
 
 
 def parse_study(raw: Mapping[str, Any], base_dir: str | Path = ".", source: str | Path | None = None) -> StudyConfig:
@@ -779,7 +900,7 @@ def parse_study(raw: Mapping[str, Any], base_dir: str | Path = ".", source: str 
         if m.name in seen:
             raise StudyConfigError(f"models[{i}].name", f"duplicate model name {m.name!r}", src)
         seen.add(m.name)
-    analyses = _parse_analyses(_Reader(top.get("analyses", {}), "analyses", src), data, models)
+    analyses = _parse_analyses(_Reader(top.get("analyses", {}), "analyses", src), data, models, base=base)
     return StudyConfig(study=info, data=data, models=models, analyses=analyses, source=src)
 
 

@@ -38,6 +38,8 @@ def dask_fit_reason(cfg: StudyConfig, model: ModelConfig) -> str | None:
         return "[data] sample_per_system samples the whole table"
     if d.standardize:
         return "[data] standardize uses whole-table means and SDs"
+    if model.auto:  # s5trust-auto
+        return "auto = true (score_model needs the rows)"
     if model.backend != "native":
         return f"backend {model.backend!r} (only the native engine sums cross-products over partitions)"
     if model.transform:

@@ -218,6 +218,11 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
         fits = by_model.get(cfg.name, [])
         if not fits:
             continue
+        if cfg.auto:  # s5trust-auto
+            from scoremix.study.auto_report import auto_model_section
+
+            out.append(auto_model_section(res, cfg, fits))
+            continue
         blocks: list[rh.Block] = [rh.Paragraph(
             f"Formula: {cfg.formula}; backend {cfg.backend}; estimated by {estimation_method(cfg)}"
             + (f"; residual variance by {cfg.dispersion}" if cfg.dispersion else "")
@@ -283,6 +288,16 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
     return out
 
 
+def _auto_validation(res: StudyResult, m: dict[str, Any] | None = None) -> list[rh.Block]:  # s5trust-auto
+    """The out-of-sample validation of the ``auto = true`` models (all, or ``m``'s) beside a
+    model-based table."""
+    if m is not None and not m.get("auto"):
+        return []
+    from scoremix.study.auto_report import validation_blocks
+
+    return validation_blocks(res, model=None if m is None else m["model"], system=None if m is None else m["system"])
+
+
 def estimation_method(cfg: Any) -> str:
     """How a model of the study is estimated, in words (a transformation model is fitted by
     maximum likelihood — Laplace over the random effects — whatever ``REML`` says)."""
@@ -341,6 +356,7 @@ def _model_eer_section(res: StudyResult) -> rh.Section | None:
                                                "speakers, 'speakers': its per-trial Gaussians re-weighted by "
                                                "resampled speakers; see docs/intervals.md)")]
     blocks += goodness_of_fit_notes(me)
+    blocks += _auto_validation(res)  # s5trust-auto
     if "eer_empirical" in me.columns and me["eer_empirical"].notna().any():
         blocks.append(rh.Figure(png_of(_eer_scatter(me.dropna(subset=["eer_empirical"]))),
                                 caption="Model vs empirical EER (diagonal: equal)", alt="EER scatter"))
@@ -412,6 +428,7 @@ def det_overlay_section(res: StudyResult) -> rh.Section | None:
     for m in figs:
         blocks.append(rh.Figure(m["det_png"], caption=f"{m['model']} ({m.get('transform', 'none')} transform) on "
                                                      f"{m['system']}: model vs empirical DET", alt="DET overlay"))
+        blocks += _auto_validation(res, m)  # s5trust-auto
     return rh.Section("Model vs empirical DET curves", blocks)
 
 
@@ -459,10 +476,73 @@ def _fairness_section(res: StudyResult) -> rh.Section | None:
                                                 f"Fairness Index {t.attrs.get('fairness_index', float('nan')):.4g}; "
                                                 "empirical values with speaker-bootstrap intervals beside them"))
         blocks += goodness_of_fit_notes(t.assign(model=m["model"], system=m["system"]))
+        blocks += _auto_validation(res, m)  # s5trust-auto
         if m.get("det_by_png"):
             blocks.append(rh.Figure(m["det_by_png"], caption=f"{m['model']} on {m['system']}: model (dashed) vs "
                                                              "empirical DET per subgroup", alt="subgroup DET overlay"))
+    blocks += _fairness_panel_blocks(res)  # s5deteval
     return rh.Section("Subgroup fairness", blocks)
+
+
+def _iv_text(v: Any, lo: Any, hi: Any) -> str:
+    """``v [lo, hi]`` (4 significant digits; the value alone without an interval)."""
+    f = rh.format_interval_end
+    return f"{f(v)} [{f(lo)}, {f(hi)}]" if np.isfinite(lo) or np.isfinite(hi) else f(v)
+
+
+def _fairness_panel_blocks(res: StudyResult) -> list[rh.Block]:  # s5deteval
+    panels = getattr(res, "fairness_panel", None) or {}
+    if not panels:
+        return []
+    cfg = res.config.analyses.fairness
+    blocks: list[rh.Block] = [rh.Paragraph(
+        "Demographic-fairness panel (docs/detection-evaluation.md): rates per subgroup at thresholds set on the "
+        "overall rates — the overall EER and the thresholds where the overall FPR first drops to "
+        f"{', '.join(f'{x:g}' for x in cfg.panel_fpr)} (fairness over a range of operating points). For the "
+        "per-subgroup FMR (negatives accepted) and FNMR (positives rejected): Max/GeoMean = max_g x_g / "
+        "(Π_g x_g)^(1/G) (NIST FRTE); max/min = max_g x_g / min_g x_g; Gini A(x) = G/(G−1)·Σ_iΣ_j|x_i − x_j| / "
+        "(2G²x̄); GARBE = α·A(FMR) + (1−α)·A(FNMR) (Howard et al. 2022; 0 = equitable); FDR = 1 − [α·max|ΔFMR| + "
+        "(1−α)·max|ΔFNMR|] (de Freitas Pereira & Marcel 2022; 1 = fair); α = 0.5"
+        + ("; calibration: per-subgroup actDCF at the Bayes threshold and Cllr, and their max − min"
+           if cfg.panel_llr else "")
+        + (f". Intervals: {100 * cfg.ci:g} % percentile speaker-bootstrap intervals ({cfg.n_boot} replicates, "
+           "speakers resampled within subgroups, the threshold re-set on every replicate's overall rates)."
+           if cfg.n_boot else ". No intervals (n_boot = 0)."))]
+    for system, p in panels.items():
+        if p.get("note"):
+            blocks.append(rh.Paragraph(f"{system}: {p['note']}."))
+        if p.get("table") is None:
+            continue
+        t = p["table"]
+        t = t.assign(cell=[_iv_text(v, lo, hi) for v, lo, hi in zip(t["value"], t["lo"], t["hi"])])
+        ops = list(dict.fromkeys(t["operating_point"]))
+        wide = t.pivot(index="measure", columns="operating_point", values="cell")
+        wide = wide[[o for o in ops if o in wide.columns]]
+        # "EER" in a report header always names its definition; this column is a threshold, not an EER
+        wide = wide.rename(columns={"overall EER": "at the overall equal-error threshold"})
+        order = list(dict.fromkeys(t["measure"]))
+        wide = wide.reindex(order).rename_axis(columns=None).reset_index()
+        blocks.append(rh.Table(wide, caption=f"{system}: fairness panel per operating point (value [interval])"))
+        g = p["groups"]
+        g = g[g["operating_point"].isin(["overall EER", "calibration"])]
+        meas = [c for c in ("fmr", "fnmr", "act_dcf", "cllr") if c in g.columns]
+        show = g[["operating_point", "group"]].copy()
+        for c in meas:
+            nan = np.full(len(g), np.nan)
+            lo_, hi_ = (g[f"{c}_{e}"].to_numpy(float) if f"{c}_{e}" in g.columns else nan for e in ("lo", "hi"))
+            show[c] = [_iv_text(v, lo, hi) for v, lo, hi in zip(g[c], lo_, hi_)]
+        show["n_speakers"] = g["n_speakers"].to_numpy()
+        blocks.append(rh.Table(show, caption=f"{system}: per-subgroup rates at the overall EER threshold"
+                                             + (" and calibration (actDCF, Cllr)" if cfg.panel_llr else "")))
+        if p.get("sweep_png"):
+            blocks.append(rh.Figure(p["sweep_png"], caption=f"{system}: panel measures over the overall-FPR operating "
+                                                            "points (band: interval; square: overall EER)",
+                                    alt=f"{system} fairness sweep"))
+        if p.get("ape_png"):
+            blocks.append(rh.Figure(p["ape_png"], caption=f"{system}: Bayes error rate per subgroup (solid: actual "
+                                                          "LLRs, dashed: PAV minimum; the gap is the calibration loss)",
+                                    alt=f"{system} per-group APE"))
+    return blocks
 
 
 def _compare_section(res: StudyResult) -> rh.Section | None:
@@ -488,11 +568,61 @@ def _systems_section(res: StudyResult) -> rh.Section | None:  # s4deteval
     if df is None or not len(df):
         return None
     n_pairs = int(df.groupby("metric").size().iloc[0])
+    sc = getattr(res.config.analyses, "systems", None)
+    adjust = getattr(sc, "adjust", "holm")
+    level = getattr(sc, "ci", 0.95)
+    n_sig = int((df["p_adjusted"] < 1 - level).sum())
+    n_raw = int((df["p_value"] < 1 - level).sum())
     text = (f"Every pair of systems on the same trials ({n_pairs} pairs per metric): difference a − b and ratio "
-            "with paired speaker-bootstrap intervals (DeLong for AUC); p_adjusted: Holm within each metric.")
+            "with paired speaker-bootstrap intervals (DeLong for AUC). Multiplicity: p_adjusted is "
+            f"{adjust}-adjusted within each metric over its {n_pairs} pairs (family-wise error rate "
+            f"{1 - level:g}); {n_sig} of {len(df)} comparisons differ at p_adjusted < {1 - level:g} "
+            f"({n_raw} at the unadjusted p). The intervals are per comparison (not simultaneous).")
     return rh.Section("Pairwise system comparison", [rh.Paragraph(text),
                                                      rh.Table(df.drop(columns=["ratio_lo", "ratio_hi"]),
                                                               caption="all pairs of systems")])
+
+
+#: tandem metrics of the report, with their display names (s5deteval)
+TANDEM_DISPLAY = {"min_tdcf_2019": "min t-DCF (2019)", "min_tdcf_2021": "min t-DCF (2021)", "teer": "t-EER",
+                  "min_adcf": "min a-DCF", "sasv_eer": "SASV-EER", "sv_eer": "SV-EER", "spf_eer": "SPF-EER"}
+
+
+def _tandem_section(res: StudyResult) -> rh.Section | None:  # s5deteval
+    df = getattr(res, "tandem", None)
+    if df is None or not len(df):
+        return None
+    cfg = res.config.analyses.tandem
+    show = pd.DataFrame({"system": df["system"]})
+    if "group" in df.columns:
+        show["group"] = df["group"]
+    for k, name in TANDEM_DISPLAY.items():
+        if f"{k}_lo" in df.columns:
+            show[name] = [f"{v:.4f} [{lo:.4f}, {hi:.4f}]" for v, lo, hi in zip(df[k], df[f"{k}_lo"], df[f"{k}_hi"])]
+        else:
+            show[name] = [f"{v:.4f}" for v in df[k]]
+    show["ASV threshold"] = df["asv_threshold"]
+    iv = (f"{cfg.ci:.0%} speaker-bootstrap intervals ({cfg.n_boot} replicates; CM trials by speaker, ASV trials "
+          f"by {cfg.asv_speaker})" if cfg.n_boot else "no intervals (n_boot = 0)")
+    text = (f"The CM systems in tandem with the ASV scores of {cfg.asv_file.name}, joined on {cfg.join!r}. "
+            "min t-DCF: normalised minimum tandem detection cost with the ASV threshold at its EER as the "
+            "official ASVspoof 2019 script places it (2019 cost model, Kinnunen et al. 2018; 2021 revision, "
+            "Kinnunen et al. 2020); t-EER: the tandem EER (Kinnunen et al. 2023); min a-DCF: the "
+            "architecture-agnostic DCF of the cascade score (Shim et al. 2024, ASVspoof 5 costs); SASV-EER, "
+            "SV-EER, SPF-EER: EERs of the cascade score for targets against all, nontarget and spoof trials "
+            f"(SASV 2022). Values with {iv}. Lower is better for all.")
+    blocks: list[rh.Block] = [rh.Paragraph(text), rh.Table(show, caption="tandem metrics per CM system")]
+    if cfg.n_boot and "min_tdcf_2019_lo" in df.columns:
+        from scoremix.study.figures import forest_figure, png_of
+
+        fe = pd.DataFrame({"series": df["group"].astype(str) if "group" in df.columns else "all",
+                           "term": df["system"].astype(str), "estimate": df["min_tdcf_2019"],
+                           "lo": df["min_tdcf_2019_lo"], "hi": df["min_tdcf_2019_hi"]})
+        png = png_of(forest_figure(fe, "min t-DCF (2019) per CM system", ref=0.0,
+                                   xlabel=f"min t-DCF ({cfg.ci:.0%} interval)"))
+        blocks.append(rh.Figure(png, caption="min t-DCF (2019 cost model) per CM system with its interval",
+                                alt="tandem forest plot"))
+    return rh.Section("Tandem ASV + CM evaluation", blocks)
 
 
 def _simple_section(title: str, df: pd.DataFrame | None, text: str) -> rh.Section | None:
@@ -538,8 +668,10 @@ def build_sections(res: StudyResult) -> list[rh.Section]:
     """All report sections of a study, in order (missing analyses are skipped)."""
     secs: list[rh.Section | None] = [_overview(res), _data_section(res), _metrics_section(res)]
     secs += _model_sections(res)
+    from scoremix.study.postfit import postfit_sections  # s5postfit: contrasts, model checks
+    secs += postfit_sections(res)
     secs += [_model_eer_section(res), det_overlay_section(res), _fairness_section(res), _compare_section(res),
-             _systems_section(res),
+             _systems_section(res), _tandem_section(res),
              _simple_section("Breakdowns", res.breakdown,
                              "Per attribute value: shares of data and of errors (fn_share/fp_share vs the "
                              "value's class shares), precision, log-loss, EER and minDCF."),

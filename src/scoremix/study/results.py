@@ -37,6 +37,10 @@ FILE_DESCRIPTIONS: dict[str, str] = {
     "compare.csv": "paired two-system comparison per subgroup",
     "compare_summary.json": "Fairness Index of both systems and their difference",
     "systems_compare.csv": "all pairs of systems: metric differences and ratios, intervals, Holm-adjusted p-values",
+    "fairness_panel.csv": "fairness panel per system: Max/GeoMean, max/min, Gini, GARBE, FDR (and calibration spread) "
+                          "at the overall EER and over overall-FPR operating points, with intervals",
+    "fairness_panel_groups.csv": "per-group FMR, FNMR (and actDCF, Cllr) at each panel operating point, with intervals",
+    "tandem.csv": "CM systems in tandem with the ASV: min t-DCF (2019, 2021), t-EER, a-DCF, SASV/SV/SPF-EER with intervals",
     "nuisance.csv": "nuisance LLR two-Gaussian model",
     "recovered_vs_true.csv": "estimated vs true parameters of the simulation",
     "trials.csv": "the simulated trial table",
@@ -46,6 +50,11 @@ FILE_DESCRIPTIONS: dict[str, str] = {
     "report.html": "self-contained HTML report",
     "manifest.json": "every output file with its description",
     "warnings.json": "every distinct warning of the run, with the system or model it came from",
+    # s5trust-auto
+    "model_selection.csv": "auto models: every candidate specification with its speaker-grouped CV log-likelihood",
+    "model_selection_cells.csv": "auto models: strata fitted freely and components predicted with partial pooling",
+    "validation.csv": "auto models: out-of-sample MAE of model, counting and best shrunken counting per grouping",
+    "validation_groups.csv": "auto models: held-out, model and counting EER/minDCF of every validated group",
 }
 
 
@@ -68,6 +77,8 @@ class StudyResult:
     breakdown: pd.DataFrame | None = None
     compare: dict[str, Any] | None = None
     systems: pd.DataFrame | None = None  # s4deteval: [analyses.systems]
+    tandem: pd.DataFrame | None = None  # s5deteval: [analyses.tandem]
+    fairness_panel: dict[str, dict[str, Any]] = field(default_factory=dict)  # s5deteval: panel per system
     nuisance: pd.DataFrame | None = None
     data_summary: pd.DataFrame | None = None
     recovered: pd.DataFrame | None = None
@@ -138,6 +149,8 @@ def recovered_vs_true(res: StudyResult) -> pd.DataFrame | None:
     truth = sim.truth
     rows = []
     for m in res.models:
+        if m.get("auto"):  # s5trust-auto: latent-scale stratum parameters have no simulation truth
+            continue
         fe = m.get("fixef")
         if fe is not None:
             est_col = "estimate" if "estimate" in fe.columns else "mean"

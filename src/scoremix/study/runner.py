@@ -21,6 +21,10 @@ Output folder layout (every table is also described in ``manifest.json``):
 ``breakdown.csv``            per attribute value breakdown
 ``compare.csv``              paired two-system comparison; ``compare_summary.json``
 ``nuisance.csv``             nuisance LLR model per system
+``emmeans.csv``              ``[analyses.contrasts]``: marginal means; ``contrasts.csv``
+``model_checks.csv``         model checks of every fit (study.postfit)
+``model_selection*.csv``     ``auto = true`` models: candidates tried/chosen, cells fitted freely
+``validation*.csv``          ``auto = true`` models: out-of-sample model vs counting vs shrinkage
 ``recovered_vs_true.csv``    simulated data only: estimates next to the truth
 ``trials.csv, truth.json``   simulated data only: the table and the true parameters
 ``data_for_r.csv.gz``        the columns the R script needs; ``refit_lme4.R``
@@ -103,6 +107,10 @@ def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
                 out.append(Task(k, T.fairness_point_task, (system, fdf, an.fairness, speaker, cfg.data.min_speakers)))
                 for j, (sd, n) in enumerate(zip(chunk_seeds(seed, k, len(counts)), counts)):
                     out.append(Task(f"{BOOT_PREFIX}{k}/{j}", T.fairness_boot_task, (fdf, an.fairness, speaker, sd, n)))
+            if an.fairness.panel and an.fairness.test_speaker is None and an.fairness.membership == "enrol":
+                k = f"fairness_panel/{system}"  # s5deteval
+                out.append(Task(k, T.fairness_panel_task, (system, fdf, an.fairness, speaker, task_seed(seed, k),
+                                                           cfg.data.min_speakers)))
         if an.breakdown is not None:
             k = f"breakdown/{system}"
             sp = speaker if speaker in df.columns else None
@@ -119,7 +127,8 @@ def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
             k = f"model/{m.name}/{system}"
             meer = an.model_eer if (an.model_eer is not None and (m.name in an.model_eer.models
                                                                   or m.backend == "bayes")) else None
-            out.append(Task(k, T.model_task, (m, system, df, task_seed(seed, k), meer, an.fairness, speaker)))
+            out.append(Task(k, T.model_task, (m, system, df, task_seed(seed, k), meer, an.fairness, speaker,
+                                              (an.contrasts, an.checks))))  # s5postfit
     if an.compare is not None:
         k = "compare"
         cargs = (data.table, cfg.data.system, an.compare, speaker, an.fairness)
@@ -133,6 +142,9 @@ def _build_tasks(cfg: StudyConfig, data: StudyData) -> list[Task]:
     if an.systems is not None:  # s4deteval
         k = "systems"
         out.append(Task(k, T.systems_task, (data.table, cfg.data.system, an.systems, speaker, task_seed(seed, k))))
+    if an.tandem is not None:  # s5deteval
+        k = "tandem"
+        out.append(Task(k, T.tandem_task, (data.table, cfg.data.system, an.tandem, speaker, task_seed(seed, k))))
     return out
 
 
@@ -235,6 +247,10 @@ def _collect(res: StudyResult, tasks: list[Task], results: list[Any]) -> None:
             res.compare = r
         elif kind == "systems":  # s4deteval
             res.systems = r
+        elif kind == "tandem":  # s5deteval
+            res.tandem = r
+        elif kind == "fairness_panel":  # s5deteval
+            res.fairness_panel[r["system"]] = r
 
 
 def _write_outputs(res: StudyResult) -> None:
@@ -276,13 +292,30 @@ def _write_outputs(res: StudyResult) -> None:
                                                   "n_boot": res.compare.get("n_boot", 0),
                                                   "boot_chunks": res.compare.get("boot_chunks", 0)})
     _write_csv(res, "systems_compare.csv", res.systems)  # s4deteval
+    _write_csv(res, "tandem.csv", res.tandem)  # s5deteval
+    if res.fairness_panel:  # s5deteval
+        _write_csv(res, "fairness_panel.csv", _concat([p.get("table") for p in res.fairness_panel.values()]))
+        _write_csv(res, "fairness_panel_groups.csv", _concat([p.get("groups") for p in res.fairness_panel.values()]))
     _write_csv(res, "nuisance.csv", res.nuisance)
+    from scoremix.study.postfit import write_postfit  # s5postfit
+    write_postfit(res, _write_csv)
+    _write_auto_outputs(res)  # s5trust-auto
+
+
+def _write_auto_outputs(res: StudyResult) -> None:  # s5trust-auto
+    """Tables of the ``auto = true`` models: the specification search (``model_selection.csv``,
+    ``model_selection_cells.csv``) and the out-of-sample check (``validation.csv``,
+    ``validation_groups.csv``)."""
+    auto = [m for m in res.models if m.get("auto")]
+    for key, name in (("selection", "model_selection.csv"), ("selection_cells", "model_selection_cells.csv"),
+                      ("validation", "validation.csv"), ("validation_groups", "validation_groups.csv")):
+        _write_csv(res, name, _concat([_with(m.get(key), model=m["model"], system=m["system"]) for m in auto]))
 
 
 def _write_r(res: StudyResult) -> None:
     from scoremix.study.rscript import R_DATA_FILE, r_data_columns, render_refit_script, write_r_data
 
-    freq = [m for m in res.config.models if m.backend != "bayes"]
+    freq = [m for m in res.config.models if m.backend != "bayes" and not m.auto]  # auto: no lme4 formula
     if not freq:
         return
     table = res.data.table

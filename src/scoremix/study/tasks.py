@@ -338,7 +338,7 @@ def _model_fairness(fit: Any, df: pd.DataFrame, fcfg: FairnessConfig, speaker: s
 
 def model_task(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
                model_eer_cfg: ModelEERConfig | None = None, fairness_cfg: FairnessConfig | None = None,
-               speaker: str = "speaker", fit_data: Any = None) -> dict[str, Any]:
+               speaker: str = "speaker", postfit: Any = None, fit_data: Any = None) -> dict[str, Any]:
     """:func:`fit_model` that turns a model error (bad formula for this subset, a grouping
     factor with too few levels, …) into ``{"model", "system", "backend", "error"}`` so that the
     other fits and analyses of the study still finish; the runner reports the error."""
@@ -347,7 +347,7 @@ def model_task(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
     try:
         if fit_data is not None:
             return fit_model_over_partitions(model, system, fit_data, model_eer_cfg, fairness_cfg)
-        return fit_model(model, system, df, seed, model_eer_cfg, fairness_cfg, speaker)
+        return fit_model(model, system, df, seed, model_eer_cfg, fairness_cfg, speaker, postfit)
     except (LmeError, ValueError, np.linalg.LinAlgError) as exc:
         return {"model": model.name, "system": system, "backend": model.backend, "nobs": int(len(df)),
                 "error": f"{type(exc).__name__}: {exc}"}
@@ -398,7 +398,7 @@ def fit_model_over_partitions(model: ModelConfig, system: str, ddf: Any,
 
 def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
               model_eer_cfg: ModelEERConfig | None = None, fairness_cfg: FairnessConfig | None = None,
-              speaker: str = "speaker") -> dict[str, Any]:
+              speaker: str = "speaker", postfit: Any = None) -> dict[str, Any]:
     """Fit one model to one system's trials and derive everything the study reports from it.
 
     Frequentist backends: :func:`scoremix.lme.api.lmer`; ``"bayes"``:
@@ -410,6 +410,8 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
     """
     from scoremix.lme.api import lmer
 
+    if model.auto:  # s5trust-auto
+        return fit_auto_model(model, system, df, seed, model_eer_cfg, fairness_cfg, speaker)
     out: dict[str, Any] = {"model": model.name, "system": system, "backend": model.backend, "nobs": int(len(df)),
                            "transform": model.transform or "none"}
     tkw: dict[str, Any] = {"transform": model.transform} if model.transform else {}
@@ -425,6 +427,8 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
                                                               speaker), model)
         if model_eer_cfg is not None or fair:
             out.update(_det_overlay(fit, df, system, model.name, fairness_cfg.groups if fair else ()))
+        from scoremix.study.postfit import postfit_outputs  # s5postfit: contrasts, model checks
+        out.update(postfit_outputs(fit, model, *(postfit or (None, None))))
         return out
 
     from scoremix.bayes import bayes_lmer
@@ -468,13 +472,51 @@ def fit_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
     if fairness_cfg is not None and model.name in fairness_cfg.models:
         out["fairness"] = _with_transform(_posterior_fairness(bres, _fairness_rows(df, fairness_cfg), fairness_cfg,
                                                               speaker), model)
+    from scoremix.study.postfit import postfit_outputs  # s5postfit2: posterior checks panel
+    out.update(postfit_outputs(bres, model, *(postfit or (None, None))))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# s5trust-auto: [[models]] auto = true (score_model + out-of-sample validation)
+# ---------------------------------------------------------------------------------------
+
+def fit_auto_model(model: ModelConfig, system: str, df: pd.DataFrame, seed: int,
+                   model_eer_cfg: ModelEERConfig | None = None, fairness_cfg: FairnessConfig | None = None,
+                   speaker: str = "speaker") -> dict[str, Any]:
+    """A model with ``auto = true``: :func:`scoremix.score_model` chooses and fits the
+    specification (:func:`scoremix.study.auto.fit_auto`, which also validates it out of sample
+    with ``seed``); the model EER, model-based fairness table and DET overlay use that fit as
+    for any other model.  Adds ``selection``, ``selection_cells``, ``validation``,
+    ``validation_groups`` and ``validation_png`` to the result."""
+    from scoremix.study.auto import auto_tables, fit_auto
+
+    fair = fairness_cfg is not None and model.name in fairness_cfg.models
+    subgroups = list(dict.fromkeys([*(model_eer_cfg.by if model_eer_cfg is not None else []),
+                                    *(fairness_cfg.groups if fair else [])]))
+    fit, extra = fit_auto(df, speaker=speaker, factors=model.factors, covariates=model.covariates,
+                          subgroups=subgroups, validate=model.validate, share=model.validate_share, seed=seed,
+                          pool_shapes=model.pool_shapes)
+    out: dict[str, Any] = {"model": model.name, "system": system, "backend": "score_model", "nobs": int(len(df)),
+                           "transform": "locscale", "auto": True, "validate_seed": int(seed)}
+    out.update(auto_tables(fit))
+    out.update(extra)
+    out["model_eer"] = _with_transform(_model_eer_table(fit, df, model_eer_cfg, speaker), model)
+    if fair:
+        out["fairness"] = _with_transform(_model_fairness(fit, _fairness_rows(df, fairness_cfg), fairness_cfg,
+                                                          speaker), model)
+    if model_eer_cfg is not None or fair:
+        try:
+            out.update(_det_overlay(fit, df, system, model.name, fairness_cfg.groups if fair else ()))
+        except (TypeError, AttributeError, ValueError):  # a DET overlay is a figure; never fail the fit on it
+            pass
     return out
 
 
 def _with_transform(tab: pd.DataFrame | None, model: ModelConfig) -> pd.DataFrame | None:
     """Record the model's transform (``"monotone"``, ``"monotone-by-class"`` or ``"none"``)
     in its result table."""
-    return None if tab is None else tab.assign(transform=model.transform or "none")
+    return None if tab is None else tab.assign(transform="locscale" if model.auto else (model.transform or "none"))
 
 
 def _bayes_ranef(bres: Any) -> pd.DataFrame:
@@ -721,3 +763,72 @@ def systems_task(df: pd.DataFrame, system_col: str, cfg: Any, speaker: str | Non
     return compare_systems(df, systems=cfg.systems or None, metrics=metrics, test=test, speaker=spk,
                            score="score", label="y", system=system_col, trial=cfg.trial_id, n_boot=cfg.n_boot,
                            seed=seed, level=cfg.ci, adjust=cfg.adjust)
+
+
+def tandem_task(df: pd.DataFrame, system_col: str | None, cfg: Any, speaker: str | None, seed: int) -> pd.DataFrame:
+    """``[analyses.tandem]`` (s5deteval): every CM system of the study in tandem with the ASV table
+    ``cfg.asv_file`` (:func:`scoremix.tandem.tandem_table`; CM key from ``y``: 1 = bona fide)."""
+    from scoremix.study.data import StudyDataError, apply_filters, read_data_file
+    from scoremix.tandem.table import tandem_table
+
+    asv = read_data_file(cfg.asv_file)
+    if cfg.asv_filters:
+        asv = apply_filters(asv, cfg.asv_filters, f"analyses.tandem.asv_file {cfg.asv_file}")
+    asv = asv.reset_index(drop=True)
+    cm = df
+    if cfg.systems:
+        present = set(df[system_col].astype(str))
+        missing = [s for s in cfg.systems if s not in present]
+        if missing:
+            raise StudyDataError(f"analyses.tandem.systems: {missing} not in column {system_col!r} "
+                                 f"(systems: {sorted(present)})")
+        cm = df[df[system_col].astype(str).isin(cfg.systems)]
+    cm = cm.assign(_cm_key=np.where(cm["y"].to_numpy() == 1, "bonafide", "spoof"))
+    if system_col is not None:
+        cm = cm.assign(**{system_col: cm[system_col].astype(str)})
+    spk = speaker if speaker is not None and speaker in cm.columns else None
+    if cfg.n_boot and spk is None:
+        raise StudyDataError("analyses.tandem: n_boot > 0 needs the [data].speaker column in the CM table")
+    return tandem_table(asv, cm, join=cfg.join, asv_score=cfg.asv_score, asv_key=cfg.asv_key, cm_score="score",
+                        cm_key="_cm_key", system=system_col, asv_speaker=cfg.asv_speaker if cfg.n_boot else None,
+                        cm_speaker=spk if cfg.n_boot else None, n_boot=cfg.n_boot, seed=seed, level=cfg.ci,
+                        by=tuple(cfg.by) if cfg.by else None)
+
+
+def fairness_panel_task(system: str, df: pd.DataFrame, cfg: FairnessConfig, speaker: str, seed: int,
+                        min_speakers: int = 5) -> dict[str, Any]:
+    """``[analyses.fairness]`` panel (s5deteval): :meth:`scoremix.fairness.SubgroupDCFResult.panel` of the
+    subgroups of ``cfg.groups`` at the overall EER and the overall-FPR targets ``cfg.panel_fpr``
+    (percentile speaker-bootstrap intervals, ``cfg.n_boot`` replicates), its sweep plot and, with
+    ``cfg.panel_llr``, the per-group Bayes error-rate plot."""
+    _agg()
+    from scoremix.fairness import subgroup_dcf
+    from scoremix.fairness.panel import plot_group_ape, plot_operating_points
+
+    res = subgroup_dcf(df, cfg.groups, n_boot=0, level=cfg.ci, min_speakers=min_speakers, progress=False,
+                       **_sveva_kwargs(cfg, speaker))
+    from scoremix.fairness.subgroups import SubgroupError
+
+    ops = ["eer", *[{"fpr": f} for f in cfg.panel_fpr]]
+    try:
+        panel = res.panel(operating_points=ops, n_boot=cfg.n_boot, seed=seed, level=cfg.ci, llr=cfg.panel_llr,
+                          p_target=cfg.p_target, c_miss=cfg.c_miss, c_fa=cfg.c_fa, skip_one_class=True)
+    except SubgroupError as exc:  # fewer than two subgroups with both classes: the report says why
+        return {"system": system, "note": f"no fairness panel: {exc}"}
+    tab, grp = panel.table.copy(), panel.groups.copy()
+    tab.insert(0, "system", system)
+    grp.insert(0, "system", system)
+    skipped = panel.settings.get("skipped") or []
+    out = {"system": system, "table": tab, "groups": grp, "settings": panel.settings,
+           "note": f"subgroups with trials of one class left out of the panel: {', '.join(skipped)}" if skipped else "",
+           "sweep_png": png_of(plot_operating_points(panel, title=f"{system}: fairness over operating points"))}
+    if cfg.panel_llr:
+        names = res._prepared.sg.cells["subgroup"].astype(str).to_numpy()
+        code = res._prepared.sg.code_enrol
+        keep = code >= 0
+        trials = pd.DataFrame({"score": res._prepared.scores[keep], "y": res._prepared.y[keep].astype(int),
+                               "subgroup": names[code[keep]]})
+        trials = trials[~trials["subgroup"].isin(skipped)]
+        out["ape_png"] = png_of(plot_group_ape(trials, "subgroup", label="y", positive=1,
+                                               title=f"{system}: Bayes error rate per subgroup"))
+    return out

@@ -35,6 +35,9 @@ def model_columns(cfg: StudyConfig) -> dict[str, list[str]]:
     """The table columns each model's formula (and dispersion formula) uses, by config key."""
     out: dict[str, list[str]] = {}
     for i, m in enumerate(cfg.models):
+        if m.auto:  # s5trust-auto: score_model's columns (no formula)
+            out[f"models[{i}]"] = [cfg.data.speaker, *m.factors, *m.covariates]
+            continue
         cols = list(_parse(m.formula, f"models[{i}].formula", cfg.source).columns)
         if m.dispersion:
             # a one-sided formula: parse it with a placeholder response

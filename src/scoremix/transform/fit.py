@@ -189,6 +189,11 @@ class TransformLmerResult(LmerResult):
         return fit_transform(dataclasses.replace(spec, y=y, data=data), transform=kind,
                              control=dict(vcov=False, warn=False), strata=self.strata)
 
+    def check(self, **kwargs: Any):
+        """Model checks on the latent scale: :func:`scoremix.transform.check.check_transform`."""
+        from scoremix.transform.check import check_transform  # s5postfit2
+        return check_transform(self, **kwargs)
+
     def refit(self, *args: Any, **kwargs: Any) -> "LmerResult":
         raise NotImplementedError("refit is not available for transformation models; call "
                                   "scoremix.lmer(..., transform='monotone') again")

@@ -1,0 +1,236 @@
+"""Simulation-based calibration (Talts et al. 2018) of the Bayesian location-scale models.
+
+Classes (``--model``):
+
+* ``ls_gauss``: Gaussian location-scale model — one stratum per class, speaker location and
+  log-SD effects per class, correlated in the positive class.
+* ``ls_transform``: the same model observed through a known monotone transform with ties
+  (``score = round(expit(z / 2), 3)``); the transform is fixed (at the truth) and the trials
+  enter through their latent cell moments (midpoint and width²/12), as in the fit of real data.
+* ``stratified``: a stratum per class × attack (1 bona fide + 2 attacks, own μ and σ each),
+  speaker location and log-SD per class and a speaker × attack location effect (ω) in the
+  negative class.
+
+Per replicate: parameters from the prior, data from the model (8 speakers, 12 trials per
+cell), NUTS (nutpie when installed, else PyMC, on the same graph; 1 chain, 500 tuning + 990 draws,
+thinned every 10th → L = 99 draws), rank of
+the true value among the 99 draws for every scalar parameter, the first speaker's ``b`` and
+``g``, the EER (conditional on the realised effects) and the EER ratio of two speaker
+subgroups (odd vs even speakers); and whether the 95 % equal-tailed intervals of the EER
+and of the ratio cover their true values.  One compiled model and NUTS step per class
+(``with_data`` / ``pm.set_data``), so a replicate costs ~1 s with nutpie.
+
+Writes ``docs/data/sbc_<model>.csv`` (one row per replicate) as it goes; the
+summary (chi-square test of 10 rank bins, KS test of the normalised ranks, coverage) is
+printed by ``--summary`` and in ``docs/bayes-locscale.md``.
+
+    nice -n 5 python3 benchmarks/sbc_locscale.py --model ls_gauss --reps 200
+    python3 benchmarks/sbc_locscale.py --summary
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+from scipy.special import expit, logit
+
+from scoremix.bayes.locscale import sample_locscale, scalar_draws
+from scoremix.bayes.locscale_model import (
+    LocScaleCells,
+    LocScalePriors,
+    build_locscale_model,
+)
+from scoremix.predictive.mixture import MixtureRates, batch_eer
+
+OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "data")
+N_SPK, N_CELL, THIN, L = 8, 12, 10, 99
+MODELS = ("ls_gauss", "ls_transform", "stratified")
+
+
+def design(model: str) -> tuple[LocScaleCells, LocScalePriors, np.ndarray]:
+    """The fixed design (cells, units) and the prior of a class; returns a template
+    ``LocScaleCells`` (statistics filled per replicate) and the speaker of every unit."""
+    if model == "stratified":
+        strata = ["+:bonafide", "-:A1", "-:A2"]
+        sclass = np.array([1, 0, 0])
+    else:
+        strata = ["+", "-"]
+        sclass = np.array([1, 0])
+    unit, stratum = [], []
+    for i in range(N_SPK):
+        for c in (0, 1):
+            for s in np.flatnonzero(sclass == c):
+                unit.append(2 * i + c)
+                stratum.append(s)
+    unit, stratum = np.array(unit), np.array(stratum)
+    ucls = np.tile([0, 1], N_SPK)
+    C = unit.size
+    omega = np.array([model == "stratified", False])
+    cells = LocScaleCells(unit=unit, stratum=stratum, n=np.full(C, float(N_CELL)), sz=np.zeros(C),
+                          szz=np.full(C, float(N_CELL)), unit_class=ucls, stratum_class=sclass,
+                          scale=np.array([True, True]), corr=np.array([False, True]), omega=omega,
+                          tail=np.array([False, False]), strata_levels=strata)
+    mu_loc = np.where(sclass == 1, 1.5, -1.5)
+    pri = LocScalePriors(mu_loc=mu_loc, mu_scale=0.5, lam_loc=np.zeros(sclass.size), lam_scale=0.25,
+                         tb_scale=0.5, tg_scale=0.3, om_scale=0.3)
+    return cells, pri, np.repeat(np.arange(N_SPK), 2)
+
+
+def draw_truth(cells: LocScaleCells, pri: LocScalePriors, rng: np.random.Generator) -> dict:
+    S = cells.n_strata
+    mu = rng.normal(pri.mu_loc, pri.mu_scale)
+    lam = rng.normal(pri.lam_loc, pri.lam_scale)
+    tau_b = np.abs(rng.normal(0, pri.tb_scale, 2))
+    tau_g = np.where(cells.scale, np.abs(rng.normal(0, pri.tg_scale, 2)), 0.0)
+    rho = np.where(cells.corr, 2 * rng.beta(pri.lkj_eta, pri.lkj_eta, 2) - 1, 0.0)
+    om = np.where(cells.omega, np.abs(rng.normal(0, pri.om_scale, 2)), 0.0)
+    ucls = cells.unit_class
+    e1, e2 = rng.standard_normal(cells.n_units), rng.standard_normal(cells.n_units)
+    g = tau_g[ucls] * e1
+    b = tau_b[ucls] * (rho[ucls] * e1 + np.sqrt(1 - rho[ucls] ** 2) * e2)
+    u = om[ucls[cells.unit]] * rng.standard_normal(cells.unit.size)
+    assert S == mu.size
+    return dict(mu=mu, lam=lam, tau_b=tau_b, tau_g=tau_g, rho=rho, om2=om ** 2, nu=np.full(2, np.inf), g=g, b=b, u=u)
+
+
+def simulate_stats(model: str, cells: LocScaleCells, t: dict, rng: np.random.Generator) -> LocScaleCells:
+    C = cells.unit.size
+    m = t["mu"][cells.stratum] + t["b"][cells.unit] + t["u"]
+    s = np.exp(t["lam"][cells.stratum] + t["g"][cells.unit])
+    z = m[:, None] + s[:, None] * rng.standard_normal((C, N_CELL))
+    if model == "ls_transform":
+        a = 0.5   # latent ±15 before the end cells: no saturation in practice; 999 tied values
+        score = np.clip(np.round(expit(a * z), 3), 0.001, 0.999)
+        lo = logit(score - 0.0005) / a
+        hi = logit(score + 0.0005) / a
+        ez = 0.5 * (lo + hi)
+        ez2 = ez ** 2 + (hi - lo) ** 2 / 12
+    else:
+        ez, ez2 = z, z ** 2
+    return LocScaleCells(unit=cells.unit, stratum=cells.stratum, n=cells.n, sz=ez.sum(1), szz=ez2.sum(1),
+                         unit_class=cells.unit_class, stratum_class=cells.stratum_class, scale=cells.scale,
+                         corr=cells.corr, omega=cells.omega, tail=cells.tail, strata_levels=cells.strata_levels)
+
+
+def eer_and_ratio(cells: LocScaleCells, spk: np.ndarray, mu, lam, b, g, u) -> tuple[np.ndarray, np.ndarray]:
+    """``(D,)`` EER of everyone and the ratio EER(odd speakers) / EER(even speakers)."""
+    mu, lam, b, g, u = (np.atleast_2d(x) for x in (mu, lam, b, g, u))
+    m = mu[:, cells.stratum] + b[:, cells.unit] + u
+    s = np.exp(lam[:, cells.stratum] + g[:, cells.unit])
+    pos = cells.stratum_class[cells.stratum] == 1
+    odd = spk[cells.unit] % 2 == 1
+    W = np.vstack([cells.n, cells.n * odd, cells.n * ~odd])
+    E = batch_eer(MixtureRates(m, s, pos, W))
+    return E[0], E[1] / E[2]
+
+
+def run(model: str, reps: int, seed: int, start: int = 0) -> None:
+    import pymc as pm
+
+    os.makedirs(OUT, exist_ok=True)
+    path = os.path.join(OUT, f"sbc_{model}.csv")
+    cells, pri, spk = design(model)
+    pm_model = build_locscale_model(cells, pri, centred=False)
+    try:
+        import nutpie
+
+        sampler, step = "nutpie", None
+        compiled = nutpie.compile_pymc_model(pm_model, freeze_model=False)
+    except ImportError:
+        sampler, compiled = "pymc", None
+        step = pm.NUTS(model=pm_model, target_accept=0.9)
+    done = pd.read_csv(path) if os.path.exists(path) else pd.DataFrame()
+    have = set(done["rep"]) if len(done) else set()
+    for r in range(start, start + reps):
+        if r in have:
+            continue
+        rng = np.random.default_rng([seed, r])
+        truth = draw_truth(cells, pri, rng)
+        data = simulate_stats(model, cells, truth, rng)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            d = sample_locscale(data, pri, draws=L * THIN, tune=500, chains=1, cores=1, seed=int(rng.integers(2**31)),
+                                centred=False, model=pm_model, step=step, sampler=sampler, compiled=compiled)
+        wall = time.perf_counter() - t0
+        keep = np.arange(THIN - 1, L * THIN, THIN)
+        dk = {k: (v[keep] if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == L * THIN else v)
+              for k, v in d.items()}
+        post = scalar_draws(data, dk)
+        tru = scalar_draws(data, {k: (np.atleast_1d(v)[None] if isinstance(v, np.ndarray) else v)
+                                  for k, v in truth.items()})
+        row: dict = dict(rep=r, seconds=wall, sampler=sampler, divergences=int(d["raw"].sample_stats["diverging"].values.sum()))
+        for k in post:
+            row[f"rank:{k}"] = int(np.sum(post[k] < tru[k][0]))
+        row["rank:b[0]"] = int(np.sum(dk["b"][:, 0] < truth["b"][0]))
+        row["rank:g[0]"] = int(np.sum(dk["g"][:, 0] < truth["g"][0]))
+        e_true, r_true = eer_and_ratio(data, spk, truth["mu"], truth["lam"], truth["b"], truth["g"], truth["u"])
+        e_d, r_d = eer_and_ratio(data, spk, dk["mu"], dk["lam"], dk["b"], dk["g"], dk["u"])
+        row["rank:eer"] = int(np.sum(e_d < e_true[0]))
+        row["rank:eer_ratio"] = int(np.sum(r_d < r_true[0]))
+        # 95 % intervals from all (unthinned) draws
+        e_all, r_all = eer_and_ratio(data, spk, d["mu"], d["lam"], d["b"], d["g"], d["u"])
+        for nm, tv, dv in (("eer", e_true[0], e_all), ("eer_ratio", r_true[0], r_all)):
+            lo, hi = np.nanquantile(dv, [0.025, 0.975])
+            row[f"true:{nm}"] = tv
+            row[f"cover95:{nm}"] = bool(lo <= tv <= hi)
+            lo, hi = np.nanquantile(dv, [0.05, 0.95])
+            row[f"cover90:{nm}"] = bool(lo <= tv <= hi)
+        pd.DataFrame([row]).to_csv(path, mode="a", header=not os.path.exists(path), index=False)
+        print(model, r, f"{wall:.1f}s", flush=True)
+
+
+def summary(model: str) -> pd.DataFrame | None:
+    path = os.path.join(OUT, f"sbc_{model}.csv")
+    if not os.path.exists(path):
+        return None
+    df = pd.read_csv(path)
+    rows = []
+    for c in [c for c in df.columns if c.startswith("rank:")]:
+        rk = df[c].to_numpy()
+        counts = np.bincount(np.minimum(rk // 10, 9), minlength=10)   # ranks 0..99 → 10 bins of 10
+        chi = stats.chisquare(counts)
+        rng = np.random.default_rng(0)
+        ks = stats.kstest((rk + rng.random(rk.size)) / (L + 1), "uniform")
+        rows.append(dict(parameter=c[5:], n=rk.size, chi2_p=chi.pvalue, ks_p=ks.pvalue,
+                         uniform=bool(chi.pvalue >= 0.01)))
+    tab = pd.DataFrame(rows)
+    for nm in ("eer", "eer_ratio"):
+        tab.attrs[f"coverage95:{nm}"] = float(df[f"cover95:{nm}"].mean())
+        tab.attrs[f"coverage90:{nm}"] = float(df[f"cover90:{nm}"].mean())
+    tab.attrs["reps"] = len(df)
+    tab.attrs["seconds_median"] = float(df["seconds"].median())
+    tab.attrs["divergent_reps"] = int((df["divergences"] > 0).sum())
+    return tab
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=MODELS)
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--summary", action="store_true")
+    a = ap.parse_args()
+    if a.summary:
+        for m in MODELS:
+            t = summary(m)
+            if t is None:
+                continue
+            print(f"## {m}: {t.attrs['reps']} replicates, median {t.attrs['seconds_median']:.1f} s, "
+                  f"{t.attrs['divergent_reps']} with divergences")
+            print("| parameter | n | chi² p (10 bins) | KS p | uniform (p ≥ 0.01) |\n|---|---|---|---|---|")
+            for _, r in t.iterrows():
+                print(f"| {r.parameter} | {r.n} | {r.chi2_p:.3f} | {r.ks_p:.3f} | {'yes' if r.uniform else 'NO'} |")
+            print({k: v for k, v in t.attrs.items() if k.startswith("coverage")})
+        sys.exit(0)
+    run(a.model, a.reps, a.seed, a.start)

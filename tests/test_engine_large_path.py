@@ -1,0 +1,121 @@
+"""The native engine's route for large rest blocks (issue 20, engine speed).
+
+For a rest block of at least ``optimizer.LARGE_REST`` rows (e.g. InstEval's
+``(1 | s) + (service | d)``: 2,259) the engine starts L-BFGS-B on the ray ``c·θ₀`` of lme4's
+start (:func:`~scoremix.lme.optimizer.ray_start`), stops it at a looser gap and lets the
+Newton step of the convergence check finish (resuming L-BFGS-B when that step is not taken);
+the conditional variances of a large, sparse model come from ``S^{-1}`` by per-level
+quadratic forms.  Independent truths:
+
+* lme4's tight optima stored under ``tests/data/engine/`` (``r_scripts/engine_references.R``):
+  with the large-block route forced on small models (threshold patched to 1) the criterion
+  must not exceed lme4's by more than 1e-10 relative and must agree with it to 1e-8, also
+  when the Newton step is refused;
+* ``ray_start`` on a criterion that is an exact parabola in ``log c``: its vertex;
+* the conditional variances of the sparse route against the dense triangular-solve route
+  (itself checked against lme4's ``condVar`` in ``test_native.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from scoremix.lme import conditional, engine, optimizer
+from scoremix.lme.api import lmer
+from scoremix.lme.crossprod import crossproducts
+from scoremix.lme.errors import ConvergenceWarning
+from scoremix.lme.model_frame import build_model_spec
+
+ENGINE = Path(__file__).resolve().parent / "data" / "engine"
+
+
+def _ref(name: str) -> dict:
+    return json.loads((ENGINE / f"{name}.json").read_text())
+
+
+def _data(ref: dict) -> pd.DataFrame:
+    d = pd.read_csv(ENGINE / f"{ref['data']}.csv")
+    factors = ref["factors"] if isinstance(ref["factors"], list) else [ref["factors"]]
+    for c in factors:
+        d[c] = d[c].astype(str)
+    return d
+
+
+@pytest.fixture
+def large_route(monkeypatch):
+    """Every model takes the large-rest-block route."""
+    monkeypatch.setattr(optimizer, "LARGE_REST", 1)
+    monkeypatch.setattr(engine, "LARGE_REST", 1)
+
+
+@pytest.mark.parametrize("name", ["orthodont_reml", "orthodont_ml", "oxboys_reml", "machines_reml"])
+@pytest.mark.parametrize("refuse_newton", [False, True])
+def test_large_route_reaches_tight_lme4_optimum(name, refuse_newton, large_route, monkeypatch):
+    if refuse_newton:   # the loose L-BFGS-B stop must then be resumed with the strict one
+        monkeypatch.setattr(optimizer, "newton_polish", lambda *a, **k: None)
+    ref = _ref(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        m = lmer(ref["formula"], _data(ref), REML=ref["REML"])
+    crit, crit_ref = -2 * m.loglik, ref["criterion"]
+    assert crit <= crit_ref + 1e-10 * abs(crit_ref)
+    assert crit == pytest.approx(crit_ref, rel=1e-8)
+    np.testing.assert_allclose(m.theta.to_numpy(), ref["theta"], rtol=2e-3, atol=2e-4)
+    for k, v in ref["fixef"].items():
+        assert m.fixef[k] == pytest.approx(v, rel=1e-4, abs=1e-4 * m.se[k])
+    if refuse_newton:   # the last run used the strict stop, not the loose one
+        assert f"rtol {optimizer.LARGE_STOP_RTOL:g}" not in m.fit_info["optimizer_message"]
+
+
+def test_ray_start_finds_the_vertex_of_a_parabola_in_log_c():
+    x0 = np.array([2.0, -1.0, 0.5])
+    calls = []
+
+    def f(x):
+        c = x[0] / 2.0
+        calls.append(c)
+        return (np.log(c) - np.log(0.2)) ** 2 + 7.0
+
+    x, n = optimizer.ray_start(f, x0)
+    np.testing.assert_allclose(x, 0.2 * x0, rtol=1e-12)
+    # c = 1, 0.3, 0.1 (higher than 0.3: stop), then the vertex
+    assert n == 4 and calls[:3] == pytest.approx([1.0, 0.3, 0.1])
+
+
+def test_ray_start_keeps_the_start_when_smaller_factors_are_worse():
+    x0 = np.array([1.0, 1.0])
+    x, n = optimizer.ray_start(lambda x: (x[0] - 1.5) ** 2, x0)
+    np.testing.assert_array_equal(x, x0)
+    assert n == 2
+
+
+def _crossed(seed: int = 5) -> pd.DataFrame:
+    """Students × lecturers, each student rating 5 of 120 lecturers (a sparse crossing)."""
+    rng = np.random.default_rng(seed)
+    ns, nd = 400, 120
+    s = np.repeat(np.arange(ns), 5)
+    d = np.concatenate([rng.choice(nd, 5, replace=False) for _ in range(ns)])
+    service = rng.integers(0, 2, s.size)
+    y = (3 + 0.3 * service + rng.normal(0, 0.5, ns)[s] + rng.normal(0, 0.4, nd)[d]
+         + rng.normal(0, 0.3, nd)[d] * service + rng.normal(0, 1, s.size))
+    return pd.DataFrame({"y": y, "service": service.astype(str), "s": s.astype(str),
+                         "d": d.astype(str)})
+
+
+def test_sparse_conditional_variances_equal_the_dense_route(monkeypatch):
+    spec = build_model_spec("y ~ service + (1 | s) + (service | d)", _crossed())
+    cp = crossproducts(spec)
+    theta = np.array([0.5, 0.4, 0.1, 0.3])
+    dense = conditional.estimates_at(cp, theta, True)["condvar"]
+    monkeypatch.setattr(conditional, "_SPARSE_MIN_SIZE", 0)
+    f = conditional.factorize(theta, cp)
+    assert np.count_nonzero(f.Lr1[: cp.q_rest]) <= 0.1 * f.Lr1[: cp.q_rest].size
+    sparse = conditional.estimates_at(cp, theta, True)["condvar"]
+    for a, b in zip(sparse, dense):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
