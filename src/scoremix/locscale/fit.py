@@ -35,6 +35,8 @@ from scipy.optimize import minimize
 
 from scoremix.locscale.latent import (StrataCells, cell_moments, matched_edges, normal_score_edges, strata_cells,
                                       stratified_transform)
+from scoremix.locscale.failure import (FAILURE_LEVEL, FailureCuts, FailureShares, failure_cuts, failure_flags,
+                                       fit_shares)
 from scoremix.locscale.covariates import CovariateDesign, covariate_stats, make_likelihood
 from scoremix.locscale.likelihood import CellStats, Params, UnitLikelihood
 from scoremix.locscale.spec import LocScaleSpec
@@ -66,7 +68,7 @@ class _Spec:
 class LocScaleData:
     """A trial table prepared for fitting: class, speaker and stratum codes, cells."""
 
-    def __init__(self, frame: pd.DataFrame, spec: LocScaleSpec) -> None:
+    def __init__(self, frame: pd.DataFrame, spec: LocScaleSpec, failure: np.ndarray | None = None) -> None:
         from scoremix.trials import label_to_binary
 
         for c in [spec.score, spec.label, spec.speaker, *spec.strata]:
@@ -94,6 +96,10 @@ class LocScaleData:
         strata = pd.Series(lab, index=frame.index, dtype=object)
         for c in spec.strata:
             strata = strata + ":" + frame[c].astype(str).to_numpy()
+        self.core_key = strata.to_numpy(dtype=object)   # the stratum without the failure cut
+        self.failure = np.zeros(len(frame), bool) if failure is None else np.asarray(failure, bool)
+        if self.failure.any():
+            strata = strata.where(~self.failure, pd.Series(lab, index=frame.index) + ":" + FAILURE_LEVEL)
         self.strata = strata
         self.cells: StrataCells = strata_cells(s, strata.to_numpy())
         self.stratum_class = np.array([1 if str(lv).startswith("+") else 0 for lv in self.cells.levels])
@@ -102,7 +108,8 @@ class LocScaleData:
         self.cell = self.speaker_codes * self.cells.n_strata + self.cells.stratum
 
     def subset(self, mask: np.ndarray) -> "LocScaleData":
-        return LocScaleData(self.frame.loc[np.asarray(mask, bool)], self.spec)
+        m = np.asarray(mask, bool)
+        return LocScaleData(self.frame.loc[m], self.spec, self.failure[m] if self.failure.any() else None)
 
 
 def covariate_design(data: LocScaleData, covariates: Sequence[str]) -> tuple[CovariateDesign, np.ndarray]:
@@ -257,6 +264,7 @@ class LocScaleFit:
         vc["sdcor"] = np.where(vc["var2"].isna(), np.sqrt(np.abs(v)), v)
         self.varcorr = vc
         self.selection: Any = None
+        self.failure: dict | None = None    # set by fit_locscale: {"cuts", "shares"}
         self.n_obs = len(frame)
         # s5trust-auto: per-class covariate location terms (``coef``: β per class)
         self.design = covariate_design(data, spec.covariates)[0] if spec.covariates else None
@@ -289,6 +297,9 @@ class LocScaleFit:
         strata = pd.Series(lab, index=frame.index, dtype=object)
         for c in spec.strata:
             strata = strata + ":" + frame[c].astype(str).to_numpy()
+        fail = self._failure_of(frame, y)
+        if fail.any():
+            strata = strata.where(~fail, pd.Series(lab, index=frame.index) + ":" + FAILURE_LEVEL)
         pos = {lv: k for k, lv in enumerate(self._data.cells.levels)}
         s = strata.map(pos)
         if s.isna().any():
@@ -300,7 +311,7 @@ class LocScaleFit:
             om2 = np.where(self._lik.omega, np.exp(2 * p.log_om), 0.0)[y]
             e2g = np.array([_mean_e2g(self._lik, p, c) for c in range(2)])[y]
             var = np.exp(2 * p.log_tb)[y] + om2 + sig ** 2 * e2g
-            return mu, np.sqrt(var), strata.to_numpy(dtype=object)
+            return (np.where(fail, 0.0, mu), np.where(fail, 1.0, np.sqrt(var)), strata.to_numpy(dtype=object))
         spk = pd.Index(self._data.speakers).get_indexer(frame[spec.speaker].astype(str))
         unit_id = np.where(spk >= 0, spk * 2 + y, -1)
         k = np.searchsorted(self._unit_ids, unit_id)
@@ -312,7 +323,74 @@ class LocScaleFit:
         kc = np.clip(np.searchsorted(self._cell_ids, cid), 0, self._cell_ids.size - 1)
         hitc = (spk >= 0) & (self._cell_ids[kc] == cid)
         u = np.where(hitc, self._post["u"][kc], 0.0)
-        return mu + b + u, sig * np.exp(g), strata.to_numpy(dtype=object)
+        return (np.where(fail, 0.0, mu + b + u), np.where(fail, 1.0, sig * np.exp(g)),
+                strata.to_numpy(dtype=object))
+
+    # ------------------------------------------------------------------ failure mixture
+    def _primary_strata(self, frame: pd.DataFrame, y: np.ndarray, fail: np.ndarray) -> np.ndarray:
+        lab = np.where(y == 1, "+", "-").astype(object)
+        strata = pd.Series(lab, index=frame.index, dtype=object)
+        for c in self.locscale_spec.strata:
+            strata = strata + ":" + frame[c].astype(str).to_numpy()
+        strata = strata.where(~fail, pd.Series(lab, index=frame.index) + ":" + FAILURE_LEVEL)
+        return strata.to_numpy(dtype=object)
+
+    def _failure_of(self, frame: pd.DataFrame, y: np.ndarray) -> np.ndarray:
+        """Failure flags of the rows of ``frame`` (all ``False`` without a failure part or
+        without a score column)."""
+        if self.failure is None or self.locscale_spec.score not in frame.columns:
+            return np.zeros(len(frame), bool)
+        sc = pd.to_numeric(frame[self.locscale_spec.score], errors="coerce").to_numpy(np.float64)
+        return failure_flags(sc, y, self.failure["cuts"]) & np.isfinite(sc)
+
+    def trial_mixture(self, trials: pd.DataFrame | None = None, marginal_over: Sequence[str] = ()
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        r"""Per-trial weights of the failure mixture (``None`` without a failure part).
+
+        For the rows of a cell :math:`j` (speaker × core stratum; the core stratum alone when
+        marginal over the speaker) with :math:`n_j` rows of which :math:`k_j` are failures, a
+        core row carries weight :math:`(1-\hat\pi_j)\,n_j/(n_j-k_j)` on its own latent
+        Gaussian, a failure row weight 0, and every row weight :math:`\hat\pi_j` on the
+        class's failure distribution :math:`G_c` (mean 0, SD 1 in stratum ``"±:failure"``).
+        The cell's total is :math:`(1-\hat\pi_j)\,n_j` core and :math:`\hat\pi_j n_j`
+        failure mass, whatever :math:`k_j` is (the split of the rows only says which rows
+        carry the core mass).  A cell whose rows are all failures keeps weight 1 on them.
+
+        Returns ``(weight, mean2, sd2, strata2, weight2)``."""
+        if self.failure is None:
+            return None
+        spec = self.locscale_spec
+        frame = self._data.frame if trials is None else trials
+        from scoremix.trials import label_to_binary
+        y = np.asarray(label_to_binary(frame[spec.label], positive=spec.positive), dtype=np.int64)
+        lab = np.where(y == 1, "+", "-").astype(object)
+        key = pd.Series(lab, index=frame.index, dtype=object)
+        for c in spec.strata:
+            key = key + ":" + frame[c].astype(str).to_numpy()
+        key = key.to_numpy(dtype=object)
+        fail = self._failure_of(frame, y)
+        shares: FailureShares = self.failure["shares"]
+        marg = spec.speaker in tuple(marginal_over)
+        spk = np.full(len(frame), "", dtype=object) if marg else frame[spec.speaker].astype(str).to_numpy(dtype=object)
+        if marg:
+            pi = np.array([shares.pooled.get(k, 0.0) for k in key], np.float64)
+        else:
+            pi = shares.share(spk, key, y)
+        grp = pd.MultiIndex.from_arrays([spk, key]).factorize()[0] if len(frame) else np.zeros(0, np.int64)
+        n_j = np.bincount(grp, minlength=grp.max() + 1 if grp.size else 0)[grp].astype(np.float64)
+        k_j = np.bincount(grp, weights=fail.astype(np.float64), minlength=grp.max() + 1 if grp.size else 0)[grp]
+        allfail = k_j >= n_j
+        w1 = np.where(fail, 0.0, (1 - pi) * n_j / np.maximum(n_j - k_j, 1.0))
+        w1 = np.where(allfail, 1.0, w1)
+        w2 = np.where(allfail, 0.0, pi)
+        strata2 = (pd.Series(lab) + ":" + FAILURE_LEVEL).to_numpy(dtype=object)
+        known = set(self._data.cells.levels)
+        has = np.array([lv in known for lv in strata2], bool)   # a class without failures: no G_c
+        if not has.all():
+            w1 = np.where(has, w1, 1.0)
+            w2 = np.where(has, w2, 0.0)
+            strata2 = np.where(has, strata2, self._primary_strata(frame, y, fail))
+        return w1, np.zeros(len(frame)), np.ones(len(frame)), strata2, w2
 
     def _xbeta(self, frame: pd.DataFrame, y: np.ndarray) -> np.ndarray | float:
         """:math:`x_t^\\top\\beta_{c(t)}` of the covariate location terms (0 without any)."""
@@ -351,6 +429,16 @@ def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_p
     over the log-SD effect (1 = Laplace)."""
     t0 = time.perf_counter()
     data = trials if isinstance(trials, LocScaleData) else LocScaleData(trials, spec)
+    failure = None
+    if spec.failure_quantile is not None:
+        if not spec.transform:
+            raise LocScaleError("failure_quantile needs transform=True (the failure strata have their own transform)")
+        cuts = failure_cuts(data.score, data.y, spec.failure_quantile)
+        flags = failure_flags(data.score, data.y, cuts)
+        data = LocScaleData(data.frame, spec, flags)
+        shares = fit_shares(np.asarray(data.speakers)[data.speaker_codes], data.core_key, data.y, flags)
+        failure = dict(cuts=cuts, shares=shares)
+    fail = data.failure
     cells = data.cells
     n = data.score.size
     mean, sd = np.zeros(n), np.ones(n)
@@ -368,6 +456,7 @@ def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_p
             ez, ez2, info = cell_moments(cells, edges, mean, sd)
         else:
             ez, ez2, info = data.score, data.score ** 2, np.isfinite(data.score)
+        info = info & ~fail          # failures enter through their own part (failure.py)
         st, unit_ids, cell_ids, trial_cell = _stats(data, ez, ez2, info)
         if X is not None:
             st = covariate_stats(st, X, ez, trial_cell)
@@ -388,10 +477,13 @@ def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_p
         b = np.where(ok_u, post["b"][k_unit], 0.0)
         g = np.where(ok_u, post["g"][k_unit], 0.0)
         u = np.where(trial_cell >= 0, post["u"][np.maximum(trial_cell, 0)], 0.0)
-        mean = p.mu[s] + b + u + (np.einsum("np,np->n", X, p.beta[data.y]) if X is not None else 0.0)
-        sd = np.exp(p.lam[s] + g)
+        mean = np.where(fail, 0.0,
+                        p.mu[s] + b + u + (np.einsum("np,np->n", X, p.beta[data.y]) if X is not None else 0.0))
+        sd = np.where(fail, 1.0, np.exp(p.lam[s] + g))
         if it < n_pass - 1:
             edges = matched_edges(cells, mean, sd)
     edges = matched_edges(cells, mean, sd) if spec.transform else None
     info = dict(seconds=time.perf_counter() - t0, n_pass=n_pass, n_nodes=n_nodes, n_params=int(x.size))
-    return LocScaleFit(data, lik, x, ll, edges, mean, sd, post, unit_ids, cell_ids, info)
+    fit = LocScaleFit(data, lik, x, ll, edges, mean, sd, post, unit_ids, cell_ids, info)
+    fit.failure = failure
+    return fit

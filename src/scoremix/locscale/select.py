@@ -11,6 +11,11 @@ all with one transform per stratum (class × ``factors`` levels):
 ``+correlated``        speaker location and log-SD correlated (Gaussian)
 =====================  =====================================================================
 
+Then a per-speaker **failure mixture** (:mod:`scoremix.locscale.failure`, ``failure_quantile``)
+is added to the chosen specification when the speaker-grouped cross-validated log-likelihood of
+the held-out speakers' failure counts is higher with a speaker multiplier of the failure share
+than with the pooled shares.
+
 The choice maximises the **speaker-grouped cross-validated log-likelihood**: speakers are
 split into ``n_folds`` folds; each candidate is fitted on the others' cells and scored by
 the marginal likelihood (random effects integrated out) of the held-out speakers' cells.
@@ -30,6 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix.locscale.failure import failure_cuts, failure_cv, failure_flags
 from scoremix.locscale.covariates import CovCellStats, covariate_stats, make_likelihood
 from scoremix.locscale.fit import (LocScaleData, LocScaleError, _flags, _maximise, _start, _stats, covariate_design,
                                    fit_locscale)
@@ -126,7 +132,8 @@ def cv_loglik(data: LocScaleData, spec: LocScaleSpec, n_folds: int, seed: int, n
 def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "label", speaker: str = "speaker",
                 factors: Sequence[str] = (), covariates: Sequence[str] = (), positive: Any = None,
                 candidates: Sequence[LocScaleSpec] | None = None, n_folds: int = 4, seed: int = 0,
-                n_nodes: int = 9, n_pass: int = 3, pool_shapes: bool = False) -> Any:
+                n_nodes: int = 9, n_pass: int = 3, pool_shapes: bool = False,
+                failure_quantile: float | None = 0.99) -> Any:
     r"""Fit a score model whose specification is chosen automatically (module docstring).
 
     Parameters
@@ -145,6 +152,8 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
     candidates: the specifications to compare (default :func:`candidate_specs`).
     n_folds, seed: the speaker-grouped cross-validation.
     n_nodes, n_pass: passed to :func:`scoremix.locscale.fit_locscale`.
+    failure_quantile: ``q`` of the per-speaker failure mixture (:mod:`scoremix.locscale.failure`)
+        added to the chosen specification when its speaker-grouped CV wins; ``None``: never.
     pool_shapes: also consider shapes between one transform per class and one per stratum:
         each stratum's distribution shrunk toward a shared class shape, the amount of pooling
         :math:`\kappa` chosen by speaker-grouped CV (:mod:`scoremix.locscale.pooled`; κ = 0 is
@@ -186,6 +195,20 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
     table = pd.DataFrame(rows)
     table["delta"] = table["cv_loglik"] - table["cv_loglik"].iloc[best]
     table["chosen"] = np.arange(len(table)) == best
+    # --- s5trust-mix: per-speaker failure mixture (locscale/failure.py), chosen by its own CV
+    fail_row = None
+    if failure_quantile is not None and chosen.transform and n_spk >= 4 and not (pool_shapes and factors):
+        fq = float(failure_quantile)
+        flags = failure_flags(data.score, data.y, failure_cuts(data.score, data.y, fq))
+        if flags.any():
+            cvf = failure_cv(np.asarray(data.speakers)[data.speaker_codes], data.core_key, data.y, flags,
+                             n_folds=folds, seed=seed)
+            use = bool(cvf["delta"] > 0)
+            fail_row = dict(name="+failure-mixture", specification=chosen.with_(failure_quantile=fq).describe(),
+                            cv_loglik=np.nan, cv_failure_delta=cvf["delta"], chosen=use, chosen_failure=use)
+            if use:
+                chosen = chosen.with_(failure_quantile=fq, name=f"{chosen.name}+failure-mixture")
+    # --- end s5trust-mix
     if pool_shapes and factors:  # s5trust-auto: pooled per-level shapes
         from scoremix.locscale.pooled import fit_pooled_shapes
 
@@ -199,6 +222,13 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
         predicted.append(f"{speaker} × stratum location ({', '.join(chosen.speaker_by_stratum)})")
     for c in chosen.covariates:
         predicted.append(f"{label} × {c} location (per class)")
+    if fail_row is not None:   # s5trust-mix
+        notes.append(f"failure mixture (q = {failure_quantile:g}): speaker-grouped CV log-likelihood of the "
+                     f"failure counts, speaker multiplier minus pooled shares = {fail_row['cv_failure_delta']:.2f} → "
+                     f"{'used' if fail_row['chosen_failure'] else 'not used'}")
+        if fail_row["chosen_failure"]:   # the table gets the row only when it is used (notes: always)
+            predicted.append(f"{speaker} failure share per class (zero-inflated gamma-Poisson multiplier)")
+            table = pd.concat([table, pd.DataFrame([fail_row])], ignore_index=True)
     fit.selection = Selection(table=table.set_index("name"), chosen=chosen, fitted_freely=list(data.cells.levels),
                               predicted=predicted, n_folds=folds, notes=notes)
     if getattr(fit, "shape_pooling", None) is not None:

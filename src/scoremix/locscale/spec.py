@@ -39,6 +39,11 @@ class LocScaleSpec:
     heavy_tailed_scale:
         classes whose speaker log-SD effects follow a scaled Student t (degrees of freedom
         estimated) instead of a Gaussian (not with ``correlated``).
+    failure_quantile:
+        ``None`` (default) or :math:`q` of a per-speaker failure mixture
+        (:mod:`scoremix.locscale.failure`): trials beyond the other class's pooled
+        q-quantile (and the own class's (1−q)-tail) are failures with a speaker × stratum
+        share (beta-binomial partial pooling) and a pooled failure distribution per class.
     covariates:
         columns entering the latent location per class, :math:`x_t^\\top\\beta_c` (``label ×
         covariate``; :mod:`scoremix.locscale.covariates`).
@@ -57,6 +62,7 @@ class LocScaleSpec:
     correlated: tuple[str, ...] = ()
     speaker_by_stratum: tuple[str, ...] = ()
     heavy_tailed_scale: tuple[str, ...] = ()
+    failure_quantile: float | None = None
     transform: bool = True
     covariates: tuple[str, ...] = ()  # s5trust-auto: per-class location terms
     name: str = field(default="", compare=False)
@@ -96,7 +102,11 @@ class LocScaleSpec:
             corr = f" correlated with location [{', '.join(self.correlated)}]" if self.correlated else ""
             tail = f", Student-t [{', '.join(self.heavy_tailed_scale)}]" if self.heavy_tailed_scale else ""
             disp.append(f"(0 + {self.label} | {self.speaker}) [{', '.join(self.speaker_scale)}]{corr}{tail}")
-        return {"formula": " + ".join(loc), "dispersion": " + ".join(disp)}
+        out = {"formula": " + ".join(loc), "dispersion": " + ".join(disp)}
+        if self.failure_quantile is not None:
+            out["formula"] = (f"(1 - pi[{self.speaker}:stratum]) * [{out['formula']}] + pi * G_class "
+                              f"[failures beyond the other class's {self.failure_quantile:g} quantile]")
+        return out
 
     def describe(self) -> str:
         f = self.formulas()

@@ -203,8 +203,11 @@ def model_eer_interval(pred: Any, mask: Any, clusters: Any = None, n_boot: int =
     cl = np.arange(idx.size) if clusters is None else np.asarray(clusters)[idx]
     _, cl = np.unique(cl, return_inverse=True)
     C = int(cl.max()) + 1
+    wts = np.ones(idx.size) if pred.weight is None else pred.weight[idx]
+    if pred.component2 is not None:   # per-trial mixtures (a failure mixture): both components
+        comp, cl, wts = np.r_[comp, pred.component2[idx]], np.r_[cl, cl], np.r_[wts, pred.weight2[idx]]
     sel, comp_local = np.unique(comp, return_inverse=True)
-    S = sparse.csr_matrix((np.ones(idx.size), (comp_local, cl)), shape=(sel.size, C))
+    S = sparse.csr_matrix((wts, (comp_local, cl)), shape=(sel.size, C))
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     M = draw_cluster_weights(np.zeros(C, np.int64), n_boot, rng)
     e = np.empty(n_boot)

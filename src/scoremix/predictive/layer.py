@@ -114,6 +114,12 @@ class Predictive:
     conditional: bool = field(default=True)
     axis: ThresholdAxis | None = None
     stratum: np.ndarray | None = None
+    #: per-trial mixtures (e.g. a failure mixture, :mod:`scoremix.locscale.failure`): trial
+    #: ``i`` carries weight ``weight[i]`` on ``component[i]`` and ``weight2[i]`` on
+    #: ``component2[i]``; ``None``: weight 1 on ``component`` only
+    weight: np.ndarray | None = None
+    component2: np.ndarray | None = None
+    weight2: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.axis is None:
@@ -154,15 +160,22 @@ class Predictive:
     # ----------------------------------------------------------------- populations
     def counts(self, mask: Any = None) -> np.ndarray:
         """``(m,)`` number of trials (in ``mask``, a boolean ``(n,)`` array) per component."""
-        comp = self.component if mask is None else self.component[np.asarray(mask, bool)]
-        return np.bincount(comp, minlength=self.n_components).astype(np.float64)
+        m = slice(None) if mask is None else np.asarray(mask, bool)
+        w = None if self.weight is None else self.weight[m]
+        out = np.bincount(self.component[m], weights=w, minlength=self.n_components).astype(np.float64)
+        if self.component2 is not None:
+            out += np.bincount(self.component2[m], weights=self.weight2[m], minlength=self.n_components)
+        return out
 
     def population_weights(self, mem_trial: np.ndarray, mem_group: np.ndarray, n_groups: int) -> np.ndarray:
         """``(1 + G, m)`` weights: row 0 all trials, row ``1 + g`` the trials ``mem_trial``
         whose membership entry is ``g`` (a trial may belong to several groups)."""
         W = np.zeros((1 + n_groups, self.n_components))
         W[0] = self.counts()
-        np.add.at(W, (1 + np.asarray(mem_group), self.component[np.asarray(mem_trial)]), 1.0)
+        mt, mg = np.asarray(mem_trial), 1 + np.asarray(mem_group)
+        np.add.at(W, (mg, self.component[mt]), 1.0 if self.weight is None else self.weight[mt])
+        if self.component2 is not None:
+            np.add.at(W, (mg, self.component2[mt]), self.weight2[mt])
         return W
 
     def mixture(self, weights: np.ndarray) -> MixtureRates:
@@ -566,12 +579,23 @@ def _moments_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFram
     y = _binary(rows[label], positive, label)
     axis = threshold_axis(fit_transform(fit))
     codes = axis.codes(strata, len(rows)) if not axis.identity else np.zeros(len(rows), np.int64)
-    comp_key, comp = unique_rows(np.c_[mean, sd, y.astype(float), codes.astype(float)])
+    key = np.c_[mean, sd, y.astype(float), codes.astype(float)]
+    mix = fit.trial_mixture(trials, marginal_over=marg) if callable(getattr(fit, "trial_mixture", None)) else None
+    n = len(rows)
+    if mix is not None:   # a second component per trial (failure mixture)
+        w1, mean2, sd2, strata2, w2 = mix
+        codes2 = axis.codes(strata2, n) if not axis.identity else np.zeros(n, np.int64)
+        key = np.r_[key, np.c_[mean2, sd2, y.astype(float), codes2.astype(float)]]
+    comp_key, comp = unique_rows(key)
+    comp = np.asarray(comp).ravel().astype(np.int64)
+    extra = {}
+    if mix is not None:
+        extra = dict(weight=np.asarray(w1, np.float64), component2=comp[n:], weight2=np.asarray(w2, np.float64))
     return Predictive(mean=comp_key[:, 0][None, :], sd=comp_key[:, 1][None, :], positive=comp_key[:, 2] > 0.5,
-                      component=np.asarray(comp).ravel().astype(np.int64), y=y,
+                      component=comp[:n], y=y,
                       score=_observed_scores(fit, trials), frame=rows, transform=fit_transform(fit),
                       marginal_over=marg, draws=None, conditional=not marg, axis=axis,
-                      stratum=comp_key[:, 3].astype(np.int64))
+                      stratum=comp_key[:, 3].astype(np.int64), **extra)
 
 
 def _design_cells(fit: Any, rows: pd.DataFrame | None, conditional: bool) -> np.ndarray | None:
