@@ -185,7 +185,10 @@ def build_glmm_model(md: GlmmModelData, ps: PriorSet, centred: bool = False):
                 eta = eta + bk[:, 0][codes]
             else:
                 eta = eta + (bk[codes] * pt.constant(c.Z[k])).sum(axis=1)
-        pm.Potential("loglik", loglik_graph(eta, pt.constant(c.k), pt.constant(c.f), md.family, md.link))
+        # counts as pm.Data: the graph (and its compiled C code, cached on disk) depends only on
+        # the design, so refits to new counts on the same design compile fast
+        kk, ff = pm.Data("cell_k", c.k), pm.Data("cell_f", c.f)
+        pm.Potential("loglik", loglik_graph(eta, kk, ff, md.family, md.link))
     return model
 
 
