@@ -129,7 +129,11 @@ def bayes_decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf
                           factors=factors, p_target=p_target, c_miss=c_miss, c_fa=c_fa, level=level, n_sim=200,
                           n_boot=n_boot, seed=s0)
     formula = freq.settings["formula"]
-    frame = freq.fit.spec.data
+    frame = freq.fit.spec.data.copy()          # the GLMM's model frame (response renamed)
+    if "err" not in frame.columns:
+        from scoremix.glmm.response import Y_COL
+
+        frame["err"] = frame[Y_COL]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         fit = bayes_glmer(formula, frame, "binomial", priors=priors, draws=draws, tune=tune, chains=chains,
