@@ -175,6 +175,11 @@ from scoremix.bayes import compare as bayes_compare  # noqa: E402
 from scoremix.bayes import loo as bayes_loo  # noqa: E402
 from scoremix.bayes import waic as bayes_waic  # noqa: E402
 
+# s5bayes-glmer: Bayesian GLMMs and the Bayesian decision model (issue 25)
+from scoremix.bayes.decision import BayesDecisionModelResult, bayes_decision_model  # noqa: E402
+from scoremix.bayes.glmer import bayes_glmer  # noqa: E402
+from scoremix.bayes.glmer_result import BayesGlmerResult  # noqa: E402
+
 __all__ = [
     "ContrastResult", "EmmError", "EmmGrid", "contrast", "eer_contrast", "emmeans", "joint_tests", "ref_grid",
     "AllFit", "all_fit", "ModelCheck", "check_model",  # s4postfit
@@ -236,4 +241,6 @@ __all__ = [
     # s4bayes (issue 25)
     "ContrastError", "LooError", "MemoryBudgetError", "PosteriorContrasts", "SamplingInterrupted",
     "posterior_contrasts", "bayes_compare", "bayes_loo", "bayes_waic",
+    # s5bayes-glmer (issue 25)
+    "bayes_glmer", "BayesGlmerResult", "bayes_decision_model", "BayesDecisionModelResult",
 ]

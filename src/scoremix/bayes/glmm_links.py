@@ -23,19 +23,32 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-__all__ = ["loglik_graph", "loglik_np", "linkinv_np", "linkfun_np"]
+__all__ = ["log_ndtr_graph", "loglik_graph", "loglik_np", "linkinv_np", "linkfun_np"]
+
+
+def log_ndtr_graph(x):
+    r"""Accurate :math:`\log\Phi(x)` in PyTensor: ``log1p(-erfc(x/√2)/2)`` for ``x > -1``,
+    ``log(erfcx(-x/√2)/2) - x²/2`` below (each branch sees only its clipped inputs, so
+    neither produces a NaN gradient)."""
+    import pytensor.tensor as pt
+
+    r2 = np.sqrt(2.0)
+    xa = pt.maximum(x, -1.0)
+    xb = pt.minimum(x, -1.0)
+    upper = pt.log1p(-0.5 * pt.erfc(xa / r2))
+    lower = pt.log(0.5 * pt.erfcx(-xb / r2)) - 0.5 * xb**2
+    return pt.switch(pt.gt(x, -1.0), upper, lower)
 
 
 def loglik_graph(eta, k, f, family: str, link: str):
     """PyTensor ``Σ_c`` log-likelihood of the cells (constants dropped)."""
     import pytensor.tensor as pt
-    from pymc.distributions.dist_math import normal_lcdf
 
     if family == "binomial":
         if link == "logit":
             lm, l1m = -pt.softplus(-eta), -pt.softplus(eta)
         elif link == "probit":
-            lm, l1m = normal_lcdf(0.0, 1.0, eta), normal_lcdf(0.0, 1.0, -eta)
+            lm, l1m = log_ndtr_graph(eta), log_ndtr_graph(-eta)
         elif link == "cloglog":
             e = pt.exp(pt.minimum(eta, 30.0))
             lm, l1m = pt.log1mexp(-e), -e
