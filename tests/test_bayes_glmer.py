@@ -183,6 +183,7 @@ def test_loo_on_distinct_pairs_equals_arviz_on_all_rows(small_fit):
     assert mine["elpd_loo"] == pytest.approx(float(ref["elpd_loo"]), rel=1e-10)
     assert mine["p_loo"] == pytest.approx(float(ref["p_loo"]), rel=1e-8)
     np.testing.assert_allclose(mine["pareto_k"].values, ref["pareto_k"].values, rtol=1e-10)
+    assert sm.bayes_loo(fit)["elpd_loo"] == mine["elpd_loo"]      # the package-level entry point
     w = fit.waic()
     wr = az.waic(fit.idata, pointwise=True)
     assert w["elpd_waic"] == pytest.approx(float(wr["elpd_waic"]), rel=1e-10)
