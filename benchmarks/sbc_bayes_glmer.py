@@ -20,7 +20,8 @@ Uniformity: per quantity, Pearson χ² test of the ranks (0…99) in 10 equal bi
 pass when p ≥ 0.01.  Coverage: pass when 90–98 %.
 
 Run: ``nice -n 5 python3 benchmarks/sbc_bayes_glmer.py [n_reps] [out.json] [first_rep]``; a
-partial results file is rewritten every 5 replicates.  Workers over disjoint replicate ranges
+partial results file is rewritten every 5 replicates; ``SBC_REPS=3,7,11`` runs exactly those
+replicates.  Workers over disjoint replicate ranges
 are merged by ``python3 benchmarks/sbc_bayes_glmer.py merge out.json part1.json part2.json …``.
 """
 
@@ -151,6 +152,7 @@ def merge(out_path: str, parts: list[str]) -> None:
     for p in parts:
         with open(p) as fh:
             results += json.load(fh)["replicates"]
+    results = list({x["rep"]: x for x in results}.values())     # a replicate run twice counts once
     results.sort(key=lambda x: x["rep"])
     summ = summarise(results)
     summ.update(procedure=__doc__, parts=parts)
@@ -170,7 +172,10 @@ def main() -> None:
     d = design()
     results = []
     t0 = time.time()
-    for i, rep in enumerate(range(first, first + n_reps)):
+    todo = ([int(r) for r in os.environ["SBC_REPS"].split(",")] if os.environ.get("SBC_REPS")
+            else list(range(first, first + n_reps)))
+    n_reps = len(todo)
+    for i, rep in enumerate(todo):
         results.append(one(rep, d))
         if (i + 1) % 5 == 0 or i + 1 == n_reps:
             summ = summarise(results)

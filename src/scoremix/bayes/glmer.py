@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from collections import OrderedDict
 import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -239,8 +240,74 @@ def _named_posterior(md: GlmmModelData, raw) -> Any:
     return xr.Dataset(dv, coords=coords, attrs=dict(raw.attrs))
 
 
+#: compiled PyMC models and NUTS steps of recent designs (at most 4): refits to new counts on
+#: the same design (bootstrap, simulation-based calibration) skip building and compiling
+_STEP_CACHE: "OrderedDict[str, tuple[Any, Any]]" = OrderedDict()
+_STEP_CACHE_SIZE = 4
+
+
+def _design_key(md: GlmmModelData, ps: PriorSet, centred: bool, target_accept: float) -> str:
+    """Hash of everything the compiled model and step bake in (the counts are ``pm.Data``)."""
+    import hashlib
+
+    h = hashlib.sha1()
+    c = md.cells
+    for a in [c.X, c.offset, *c.codes, *c.Z]:
+        a = np.ascontiguousarray(a)
+        h.update(str((a.shape, a.dtype.str)).encode())
+        h.update(a.tobytes())
+    h.update(repr(ps.as_table().to_numpy().tolist()).encode())
+    h.update(repr((md.family, md.link, bool(centred), float(target_accept), list(md.spec.fixef_names),
+                   [(t.group, list(t.term_names), t.n_levels) for t in md.spec.terms])).encode())
+    return h.hexdigest()
+
+
+def _cached_model_and_step(md: GlmmModelData, ps: PriorSet, centred: bool, target_accept: float, cache: bool):
+    """``(model, NUTS step)`` for this design: from the cache with the counts set, or new.
+
+    The step's mass matrix starts from the model's initial point with unit variances and is
+    adapted during warm-up exactly as ``pm.sample``'s ``"jitter+adapt_diag"`` does
+    (``QuadPotentialDiagAdapt``; ``pm.sample`` resets its adaptation for every chain)."""
+    import pymc as pm
+    from pymc.blocking import DictToArrayBijection
+    from pymc.step_methods.hmc.quadpotential import QuadPotentialDiagAdapt
+
+    key = _design_key(md, ps, centred, target_accept) if cache else None
+    if key is not None and key in _STEP_CACHE:
+        model, step = _STEP_CACHE[key]
+        _STEP_CACHE.move_to_end(key)
+        pm.set_data({"cell_k": md.cells.k, "cell_f": md.cells.f}, model=model)
+        return model, step
+    model = build_glmm_model(md, ps, centred=centred)
+    mean = DictToArrayBijection.map(model.initial_point()).data
+    pot = QuadPotentialDiagAdapt(len(mean), mean, np.ones_like(mean), 10)
+    step = pm.NUTS(model=model, potential=pot, target_accept=target_accept)
+    if key is not None:
+        _STEP_CACHE[key] = (model, step)
+        while len(_STEP_CACHE) > _STEP_CACHE_SIZE:
+            _STEP_CACHE.popitem(last=False)
+    return model, step
+
+
+def _jittered_initvals(model, md: GlmmModelData, ps: PriorSet, chains: int, seed: int | None) -> list[dict]:
+    """Per-chain starting values: β at its prior means and the standardised random effects,
+    each jittered by U(-1, 1) (as PyMC's ``jitter+adapt_diag``); SDs at PyMC's defaults."""
+    rng = np.random.default_rng(seed)
+    base = _initvals(md, ps)
+    out = []
+    for _ in range(chains):
+        iv: dict[str, np.ndarray] = {}
+        if "beta" in base:
+            iv["beta"] = base["beta"] + rng.uniform(-1, 1, base["beta"].shape)
+        for k, t in enumerate(md.spec.terms):
+            if f"z__{k}" in model.named_vars:
+                iv[f"z__{k}"] = rng.uniform(-1, 1, (t.n_levels, t.p))
+        out.append(iv)
+    return out
+
+
 def _sample_model(model, sampler: str, draws: int, tune: int, chains: int, cores: int | None, seed: int | None,
-                  progress: bool, target_accept: float, initvals: dict):
+                  progress: bool, target_accept: float, initvals: Any, step: Any = None):
     import pymc as pm
 
     from scoremix.bayes.api import _interruptible, _reset_xla_flags
@@ -264,6 +331,9 @@ def _sample_model(model, sampler: str, draws: int, tune: int, chains: int, cores
               initvals=initvals or None)
     if cores is not None:
         kw["cores"] = cores
+    if step is not None:
+        kw["step"] = step
+        kw.pop("target_accept")
     if sampler == "numpyro":
         kw["nuts_sampler"] = "numpyro"
         kw.pop("initvals")
@@ -293,6 +363,7 @@ def bayes_glmer(
     na_action: str = "omit",
     contrasts: dict[str, str] | None = None,
     check: bool = True,
+    cache: bool = True,
 ) -> "BayesGlmerResult":  # noqa: F821
     r"""Fit a binomial or Poisson GLMM by NUTS, with ``glmer``'s formula and response rules.
 
@@ -333,6 +404,9 @@ def bayes_glmer(
         NUTS target acceptance rate (0.9: fewer divergences near ``sd → 0``).
     check:
         run the convergence gate (R-hat, ESS, divergences) and warn.
+    cache:
+        reuse the compiled model and NUTS step of a recent fit with the same design, priors
+        and settings (only the counts differ: bootstrap, calibration runs); PyMC sampler.
 
     Returns
     -------
@@ -364,10 +438,14 @@ def bayes_glmer(
                              contrasts=contrasts)
     ps = glmm_priors(md, priors)
     t0 = time.perf_counter()
-    model = build_glmm_model(md, ps, centred=centred)
     sint = seed_int(seed)
+    if sampler == "pymc":
+        model, step = _cached_model_and_step(md, ps, centred, float(target_accept), cache)
+        iv: Any = _jittered_initvals(model, md, ps, int(chains), sint)
+    else:
+        model, step, iv = build_glmm_model(md, ps, centred=centred), None, _initvals(md, ps)
     raw = _sample_model(model, sampler, int(draws), int(tune), int(chains), cores, sint, progress,
-                        float(target_accept), _initvals(md, ps))
+                        float(target_accept), iv, step=step)
     _check_complete(raw, draws, chains)
     wall = time.perf_counter() - t0
     post = _named_posterior(md, raw.posterior)
