@@ -288,3 +288,25 @@ def test_refit_on_the_same_design_reuses_the_compiled_step_and_is_reproducible(s
     for name in ("(Intercept)", "x"):
         assert other.fixef.loc[name, "mean"] == pytest.approx(-base.fixef.loc[name, "mean"],
                                                               abs=4 * base.fixef.loc[name, "sd"] / np.sqrt(50))
+
+
+@pytest.mark.slow
+def test_poisson_posterior_agrees_with_glmer():
+    """Poisson log link with an offset, 40 groups × 30 rows: posterior means of β within 0.5
+    posterior SD of glmer's estimates."""
+    rng = np.random.default_rng(12)
+    n = 1200
+    g = np.repeat(np.arange(40), 30)
+    x = rng.choice([0.0, 1.0], n)
+    expo = rng.choice([1.0, 2.0], n)
+    mu = expo * np.exp(0.3 + 0.5 * x + rng.normal(0, 0.4, 40)[g])
+    df = pd.DataFrame({"y": rng.poisson(mu), "x": x, "g": g.astype(str), "lexpo": np.log(expo)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.bayes_glmer("y ~ x + offset(lexpo) + (1|g)", df, "poisson", draws=300, tune=300, chains=2,
+                             cores=1, seed=4, progress=False, check=False)
+    ref = sm.glmer("y ~ x + offset(lexpo) + (1|g)", df, "poisson")
+    assert fit.model_data.cells.n_cells <= 160           # 40 groups × 2 x × 2 offsets
+    for name in ("(Intercept)", "x"):
+        assert abs(fit.fixef.loc[name, "mean"] - ref.fixef[name]) < 0.5 * fit.fixef.loc[name, "sd"]
+    assert fit.draws("sd_g__(Intercept)").mean() == pytest.approx(float(ref.theta.iloc[0]), rel=0.25)
