@@ -188,6 +188,10 @@ from scoremix.bayes.locscale import (  # noqa: E402
     bayes_locscale,
     bayes_score_model,
 )
+# s5bayes-glmer: Bayesian GLMMs and the Bayesian decision model (issue 25)
+from scoremix.bayes.decision import BayesDecisionModelResult, bayes_decision_model  # noqa: E402
+from scoremix.bayes.glmer import bayes_glmer  # noqa: E402
+from scoremix.bayes.glmer_result import BayesGlmerResult  # noqa: E402
 
 __all__ = [
     "ContrastResult", "EmmError", "EmmGrid", "contrast", "eer_contrast", "emmeans", "joint_tests", "ref_grid",
@@ -256,4 +260,6 @@ __all__ = [
     "posterior_contrasts", "bayes_compare", "bayes_loo", "bayes_waic",
     # s5bayes-ls (issue 25)
     "BayesLocScaleError", "BayesLocScaleResult", "bayes_locscale", "bayes_score_model",
+    # s5bayes-glmer (issue 25)
+    "bayes_glmer", "BayesGlmerResult", "bayes_decision_model", "BayesDecisionModelResult",
 ]

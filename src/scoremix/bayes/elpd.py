@@ -292,6 +292,8 @@ def loo(fit: Any, group: Any = None, *, integrate: bool = False, scale: str = "l
     random effects are integrated out analytically (see :func:`_blocks_integrated`), the
     predictive density of a *new* group; its importance ratios are far more stable.  Returns
     ``arviz.ELPDData`` (``elpd_loo``, ``se``, ``p_loo``, ``loo_i``, ``pareto_k``, …)."""
+    if getattr(fit, "model_data", None) is not None:  # a bayes_glmer fit: its own (cell-based) LOO
+        return fit.loo(group, integrate=integrate, scale=scale, max_memory=max_memory)
     try:
         return _criterion(fit, group, "loo", max_memory, scale, integrate)
     except PointwiseError as exc:
@@ -300,6 +302,8 @@ def loo(fit: Any, group: Any = None, *, integrate: bool = False, scale: str = "l
 
 def waic(fit: Any, group: Any = None, *, scale: str = "log", max_memory: Any = None) -> Any:
     """WAIC per trial or per group, as :func:`loo`; returns ``arviz.ELPDData``."""
+    if getattr(fit, "model_data", None) is not None:  # a bayes_glmer fit
+        return fit.waic(group, scale=scale, max_memory=max_memory)
     try:
         return _criterion(fit, group, "waic", max_memory, scale)
     except PointwiseError as exc:
