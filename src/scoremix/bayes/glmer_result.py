@@ -24,7 +24,6 @@ from scipy import special
 from scoremix.bayes.conventions import UNSET, resolve_level, seed_int
 from scoremix.bayes.glmm_links import linkinv_np, loglik_np
 from scoremix.bayes.memory import check_budget, chunk_size
-from scoremix.bayes.priors import cor_name, sd_name
 from scoremix.bayes.result import BayesLmerResult, ClassMomentsError
 
 __all__ = ["BayesGlmerResult"]
@@ -54,23 +53,7 @@ class BayesGlmerResult(BayesLmerResult):
     def varcorr(self) -> pd.DataFrame:
         """``grp, var1, var2, vcov, sdcor`` (posterior means) and the 94 % HDI of ``sdcor``;
         no residual row (a GLMM has none)."""
-        import arviz as az
-
-        rows = []
-
-        def add(grp, v1, v2, vc, sc):
-            h = np.asarray(az.hdi(np.ravel(sc), hdi_prob=0.94)).ravel()
-            rows.append((grp, v1, v2, float(vc.mean()), float(sc.mean()), float(h[0]), float(h[1])))
-
-        for t in self.spec.terms:
-            sds = [self.draws(sd_name(t.group, n)) for n in t.term_names]
-            for a, n in enumerate(t.term_names):
-                add(t.group, n, None, sds[a] ** 2, sds[a])
-            for b in range(t.p):
-                for a in range(b + 1, t.p):
-                    r = self.draws(cor_name(t.group, t.term_names[b], t.term_names[a]))
-                    add(t.group, t.term_names[b], t.term_names[a], r * sds[a] * sds[b], r)
-        return pd.DataFrame(rows, columns=["grp", "var1", "var2", "vcov", "sdcor", "sdcor_hdi_3%", "sdcor_hdi_97%"])
+        return self._varcorr_table(residual=False)
 
     # ------------------------------------------------------------------ linear predictor
     def _beta_draws(self) -> np.ndarray:

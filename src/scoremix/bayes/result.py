@@ -144,6 +144,10 @@ class BayesLmerResult:
         """Like ``as.data.frame(VarCorr(m))``: ``grp, var1, var2, vcov, sdcor`` as posterior
         means (``vcov`` = E[variance or covariance], ``sdcor`` = E[SD or correlation]), plus
         the 94 % HDI of ``sdcor``."""
+        return self._varcorr_table(residual=True)
+
+    def _varcorr_table(self, residual: bool) -> pd.DataFrame:
+        """The rows of :attr:`varcorr`, with the ``Residual`` row only where the model has one."""
         import arviz as az
 
         rows = []
@@ -160,8 +164,9 @@ class BayesLmerResult:
                 for a in range(b + 1, t.p):
                     r = self.draws(cor_name(t.group, t.term_names[b], t.term_names[a]))
                     add(t.group, t.term_names[b], t.term_names[a], r * sds[a] * sds[b], r)
-        s = self.draws("sigma")
-        add("Residual", None, None, s**2, s)
+        if residual:
+            s = self.draws("sigma")
+            add("Residual", None, None, s**2, s)
         return pd.DataFrame(rows, columns=["grp", "var1", "var2", "vcov", "sdcor", "sdcor_hdi_3%",
                                            "sdcor_hdi_97%"])
 

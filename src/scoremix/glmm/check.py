@@ -43,7 +43,7 @@ from scoremix.lme.check import ModelCheck
 from scoremix.lme.pit import by_tests, sim_pit, two_sided_sim_p, uniformity_outlier_tests
 from scoremix.lme.relcov import theta_to_T
 from scoremix.lme.scaled_residuals import ScaledResiduals
-from scoremix.lme.singularity import re_pca
+from scoremix.lme.singularity import re_pca, singularity_advice
 
 __all__ = ["check_glmer", "glmer_convergence", "glmer_scaled_residuals", "MH_SWEEPS"]
 
@@ -197,11 +197,7 @@ def check_glmer(m, *, nsim: int = 250, seed=0, by=(), influence: bool = False,
     res = glmer_scaled_residuals(m, nsim, seed=seed, by=by)
     if influence:
         res.notes.append("influential levels are not computed for GLMMs")
-    advice = []
-    for term, g in sing.groupby("term", sort=False):
-        if g["singular"].iloc[0]:
-            advice.append(f"term ({term}) is singular: its covariance has rank < {len(g)}; "
-                          "drop a random slope or use || (uncorrelated) terms")
+    advice = singularity_advice(sing)
     if not conv["ok"]:
         advice.append("convergence checks failed: refit with control={'optimizer': 'cobyqa'} or "
                       "nAGQ=1, rescale covariates")

@@ -22,7 +22,7 @@ from scoremix._threads import limits_blas
 from scoremix.lme.influence import influential_levels
 from scoremix.lme.result import register_inference
 from scoremix.lme.scaled_residuals import ScaledResiduals, scaled_residuals
-from scoremix.lme.singularity import convergence, re_pca
+from scoremix.lme.singularity import convergence, re_pca, singularity_advice
 
 __all__ = ["ModelCheck", "check_model"]
 
@@ -120,11 +120,7 @@ def check_model(m, *, nsim: int = 250, seed: int | np.random.Generator | None = 
     conv = convergence(m)
     res = scaled_residuals(m, nsim, seed=seed, by=by)
     inf = influential_levels(m, max_levels=max_levels) if influence else pd.DataFrame()
-    advice = []
-    for term, g in sing.groupby("term", sort=False):
-        if g["singular"].iloc[0]:
-            advice.append(f"term ({term}) is singular: its covariance has rank < {len(g)}; "
-                          "drop a random slope or use || (uncorrelated) terms")
+    advice = singularity_advice(sing)
     if not conv["ok"]:
         advice.append("convergence checks failed: compare optimisers with scoremix.all_fit(fit); "
                       "rescale covariates")

@@ -42,6 +42,14 @@ def re_pca(m, tol: float = 1e-4) -> pd.DataFrame:
                                        "singular"])
 
 
+def singularity_advice(sing: pd.DataFrame) -> list[str]:
+    """One line of advice per singular term of a :func:`re_pca` table (lmer, glmer and
+    transformation fits share it)."""
+    return [f"term ({term}) is singular: its covariance has rank < {len(g)}; "
+            "drop a random slope or use || (uncorrelated) terms"
+            for term, g in sing.groupby("term", sort=False) if g["singular"].iloc[0]]
+
+
 def convergence(m, h: float = 1e-4) -> dict:
     """Gradient and Hessian of the profiled criterion at ``θ̂`` (see the module
     docstring): ``max_grad``, ``scaled_grad``, ``min_hess_eigen``, ``ok``, ``messages``."""

@@ -46,7 +46,7 @@ from scipy import special, stats
 from scoremix.lme.check import ModelCheck
 from scoremix.lme.pit import by_tests, uniformity_outlier_tests
 from scoremix.lme.scaled_residuals import ScaledResiduals
-from scoremix.lme.singularity import re_pca
+from scoremix.lme.singularity import re_pca, singularity_advice
 
 __all__ = ["latent_scaled_residuals", "transform_convergence", "check_transform"]
 
@@ -115,11 +115,7 @@ def check_transform(m, *, nsim: int = 250, seed=0, by=(), influence: bool = Fals
     res = latent_scaled_residuals(m, nsim, seed=seed, by=by)
     if influence:
         res.notes.append("influential levels are not computed for transformation fits")
-    advice = []
-    for term, g in sing.groupby("term", sort=False):
-        if g["singular"].iloc[0]:
-            advice.append(f"term ({term}) is singular: its covariance has rank < {len(g)}; "
-                          "drop a random slope or use || (uncorrelated) terms")
+    advice = singularity_advice(sing)
     if not conv["ok"]:
         advice.append("convergence checks failed: " + "; ".join(conv["messages"]))
     for t in res.tests.itertuples():
