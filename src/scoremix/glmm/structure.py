@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 from scipy import special
 
+from scoremix.lme.confint import psi_to_theta
 from scoremix.lme.relcov import theta_to_T
 from scoremix.lme.spec import RandomTerm
 
@@ -52,31 +53,9 @@ def theta_to_sdcor(theta: np.ndarray, term_p: Sequence[int]) -> np.ndarray:
 
 def sdcor_to_theta(psi: np.ndarray, term_p: Sequence[int]) -> np.ndarray:
     """Inverse of :func:`theta_to_sdcor`: ``T_k = D_k chol(R_k)`` (a semi-definite
-    Cholesky factor when a correlation is ±1)."""
-    out: list[float] = []
-    pos = 0
-    for p in term_p:
-        sd = np.zeros(p)
-        R = np.eye(p)
-        for j in range(p):
-            for i in range(j, p):
-                if i == j:
-                    sd[i] = psi[pos]
-                else:
-                    R[i, j] = R[j, i] = psi[pos]
-                pos += 1
-        L = np.zeros((p, p))
-        for j in range(p):
-            dj = R[j, j] - L[j, :j] @ L[j, :j]
-            L[j, j] = np.sqrt(max(dj, 0.0))
-            for i in range(j + 1, p):
-                v = R[i, j] - L[i, :j] @ L[j, :j]
-                L[i, j] = v / L[j, j] if L[j, j] > 1e-12 else 0.0
-        T = sd[:, None] * L
-        for j in range(p):
-            for i in range(j, p):
-                out.append(T[i, j])
-    return np.asarray(out)
+    Cholesky factor when a correlation is ±1): the LMM map :func:`scoremix.lme.confint.psi_to_theta`
+    with σ = 1 (a GLMM has no residual scale)."""
+    return psi_to_theta(np.append(np.asarray(psi, float), 1.0), term_p)[0]
 
 
 def sdcor_bounds(term_p: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
