@@ -39,7 +39,7 @@ from scoremix.lme.conditional import estimates_at
 from scoremix.lme.crossprod import CrossProducts, crossproducts
 from scoremix.lme.factor import factorize
 from scoremix.lme.optimizer import NativeControl, fd_grad, optimize_theta
-from scoremix.lme.relcov import theta_to_T
+from scoremix.lme.relcov import psd_chol as _psd_chol, theta_to_T
 from scoremix.lme.result import LmerResult, register_inference
 
 __all__ = ["confint", "simulate_response", "profile_names", "dispersion_names", "theta_to_psi", "psi_to_theta"]
@@ -80,18 +80,6 @@ def theta_to_psi(theta: np.ndarray, sigma: float, term_p: Sequence[int]) -> np.n
                     out.append(S[i, j] / (sd[i] * sd[j]) if sd[i] > 0 and sd[j] > 0 else 0.0)
     out.append(sigma)
     return np.asarray(out)
-
-
-def _psd_chol(R: np.ndarray) -> np.ndarray:
-    p = R.shape[0]
-    L = np.zeros_like(R)
-    for j in range(p):
-        d = R[j, j] - np.dot(L[j, :j], L[j, :j])
-        L[j, j] = np.sqrt(max(d, 0.0))
-        for i in range(j + 1, p):
-            v = R[i, j] - np.dot(L[i, :j], L[j, :j])
-            L[i, j] = v / L[j, j] if L[j, j] > 1e-12 else 0.0
-    return L
 
 
 def psi_to_theta(psi: np.ndarray, term_p: Sequence[int]) -> tuple[np.ndarray, float]:

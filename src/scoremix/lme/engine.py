@@ -20,12 +20,14 @@ from typing import Any
 import numpy as np
 
 from scoremix.lme.conditional import estimates_at
+from scoremix.lme.covstruct import ThetaMap
 from scoremix.lme.crossprod import CrossProducts, crossproducts
 from scoremix.lme.errors import SINGULAR_FIT_MESSAGE, ConvergenceWarning, SingularFitWarning
 from scoremix.lme.deviance import profiled_deviance
 from scoremix.lme.optimizer import (LARGE_REST, NativeControl, OptimResult, optimize_theta,
                                     ray_start, theta_scale)
 from scoremix.lme.spec import ModelSpec
+from scoremix.lme.structopt import optimize_structured
 
 __all__ = ["NativeFit", "fit_native"]
 
@@ -94,12 +96,18 @@ def fit_native(spec: ModelSpec, REML: bool = True, control: NativeControl | dict
     else:   # lme4's start (identity T_k), in the scaled units when θ is scaled
         start = spec.theta_init() if scale is None else spec.theta_init() * scale
     n_ray = 0
-    if (ctl.theta_start is None and n_rho == 0 and cp.Arr.shape[1] >= LARGE_REST
+    tmap = ThetaMap.of(spec.terms)
+    if tmap.structured:   # lme4 2.0's cs()/ar1(): optimise over their parameters φ
+        opt, phi = optimize_structured(cp, REML, tmap, spec.theta_lower(), spec.theta_init(),
+                                       ctl, theta_scale=scale)
+    elif (ctl.theta_start is None and n_rho == 0 and cp.Arr.shape[1] >= LARGE_REST
             and ctl.analytic_gradient):
         # a large rest block: each exact-gradient evaluation costs three dense Cholesky-sized
         # operations; start L-BFGS-B at the best scaling of lme4's start instead
         start, n_ray = ray_start(lambda th: profiled_deviance(th, cp, REML), start)
-    opt = optimize_theta(cp, REML, spec.theta_lower(), start, ctl, n_rho=n_rho, theta_scale=scale)
+    if not tmap.structured:
+        opt = optimize_theta(cp, REML, spec.theta_lower(), start, ctl, n_rho=n_rho,
+                             theta_scale=scale)
     opt.n_eval += n_ray
     t2 = time.perf_counter()
     est = estimates_at(cp, opt.theta, REML, opt.rho)
@@ -107,6 +115,8 @@ def fit_native(spec: ModelSpec, REML: bool = True, control: NativeControl | dict
     info = dict(time_crossproducts=t1 - t0, time_optimize=t2 - t1, time_finalize=t3 - t2,
                 n_eval=opt.n_eval, optimizer_message=opt.optimizer_message,
                 messages=list(opt.messages))
+    if tmap.structured:
+        info["phi"] = tmap.natural(phi).tolist()
     if ctl.warn:
         for m in opt.messages:
             warnings.warn(m, ConvergenceWarning, stacklevel=3)

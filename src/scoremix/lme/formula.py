@@ -333,7 +333,7 @@ class RandomPart:
     label: str
     #: ``"us"`` (unstructured ``T_k``), ``"diag"`` (lme4 2.0's ``diag()``: one variance
     #: per model-matrix column, no correlations), ``"cs"``/``"cs_hom"`` or
-    #: ``"ar1"``/``"ar1_het"`` (glmer only)
+    #: ``"ar1"``/``"ar1_het"`` (lmer and glmer)
     structure: str = "us"
 
 
@@ -646,7 +646,7 @@ def _structure_of(node: object, text: str) -> str:
     return "ar1" if hom else "ar1_het"
 
 
-#: the structures parsed (``diag`` in lmer and glmer; ``cs``, ``ar1`` in glmer)
+#: the structures parsed (``diag``, ``cs``, ``ar1``; lmer and glmer)
 _IMPLEMENTED = ("diag", "cs", "ar1")
 
 #: lme4 2.0 / glmmTMB covariance-structure wrappers of a random term

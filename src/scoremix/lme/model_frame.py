@@ -944,11 +944,6 @@ def build_model_spec(
                                  "diag")
                 parts.append((sub, g, np.ascontiguousarray(Xk[:, [j]]), [nm], (kdesign, j)))
             continue
-        if rp.structure != "us" and not glmm:
-            raise FormulaError(
-                f"the structured covariance {rp.structure.split('_')[0]}() of lme4 2.0 "
-                f"({rp.label}) is available in glmer only; lmer supports diag(), (x | g) and "
-                "(x || g)")
         parts.append((rp, g, Xk, knames, kdesign))
     nl = np.array([len(p[1].levels) for p in parts], dtype=np.int64)
     if len(nl) > 1 and np.any(np.diff(nl) > 0):

@@ -16,7 +16,21 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["theta_to_T", "scale_rest_rows", "scale_rest_sym", "rest_scale", "u_to_b"]
+__all__ = ["psd_chol", "theta_to_T", "scale_rest_rows", "scale_rest_sym", "rest_scale", "u_to_b"]
+
+
+def psd_chol(R: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factor of a positive semi-definite ``R`` (a zero pivot gives a zero
+    column below it), as the relative factor ``T`` of a covariance on its boundary."""
+    p = R.shape[0]
+    L = np.zeros_like(R)
+    for j in range(p):
+        d = R[j, j] - np.dot(L[j, :j], L[j, :j])
+        L[j, j] = np.sqrt(max(d, 0.0))
+        for i in range(j + 1, p):
+            v = R[i, j] - np.dot(L[i, :j], L[j, :j])
+            L[i, j] = v / L[j, j] if L[j, j] > 1e-12 else 0.0
+    return L
 
 
 def theta_to_T(theta: np.ndarray, term_p: Sequence[int]) -> list[np.ndarray]:

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix.lme.covstruct import ThetaMap, is_structured
 from scoremix.lme.crossprod import CrossProducts
 from scoremix.lme.engine import NativeFit, fit_native
 from scoremix.lme.errors import NewLevelError
@@ -265,9 +266,17 @@ class LmerResult:
 
     @property
     def npar(self) -> int:
-        """Number of estimated parameters (``β``, ``θ``, ``σ`` and the ``ρ_d``), R's
-        ``attr(logLik(m), "df")``."""
-        return len(self.fixef) + len(self.theta) + 1 + self.n_disp_params
+        """Number of estimated parameters (``β``, ``θ`` (or the SDs and ``ρ`` of lme4 2.0's
+        ``cs()``/``ar1()`` terms), ``σ`` and the ``ρ_d``), R's ``attr(logLik(m), "df")``."""
+        return len(self.fixef) + self.n_varpar + 1 + self.n_disp_params
+
+    @property
+    def n_varpar(self) -> int:
+        """Number of random-effect covariance parameters: ``len(θ)``, fewer with
+        ``cs()``/``ar1()`` terms (:class:`~scoremix.lme.covstruct.ThetaMap`)."""
+        if self.spec is not None and is_structured(self.spec.terms):
+            return ThetaMap.of(self.spec.terms).n_phi
+        return len(self.theta)
 
     @property
     def reml_criterion(self) -> float | None:

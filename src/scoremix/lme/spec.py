@@ -64,7 +64,7 @@ class RandomTerm:
     levels: list[str]
     X: np.ndarray
     #: ``"us"`` (unstructured) or lme4 2.0's ``"cs"``, ``"cs_hom"``, ``"ar1"``,
-    #: ``"ar1_het"`` (glmer only; see :mod:`scoremix.glmm.structure`)
+    #: ``"ar1_het"`` (see :mod:`scoremix.lme.covstruct`)
     structure: str = "us"
 
     @property
