@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from scoremix.lme.show import _fmt_table, _format_p, _signif_stars, fixef_correlation_lines
+from scoremix.lme.show import (_fmt_table, _format_p, _signif_stars, fixef_correlation_lines,
+                               random_effect_rows)
 
 __all__ = ["summary_text"]
 
@@ -47,11 +48,7 @@ def summary_text(m) -> str:
     out.append("Random effects:")
     rows = []
     for t, S in zip(m.spec.terms, m.cov_re):
-        sd = np.sqrt(np.diag(S))
-        for i, nm in enumerate(t.term_names):
-            cors = [f"{S[i, j] / (sd[i] * sd[j]):.2f}" if sd[i] > 0 and sd[j] > 0 else "NaN"
-                    for j in range(i)]
-            rows.append([t.group if i == 0 else "", nm, f"{S[i, i]:.4g}", f"{sd[i]:.4g}"] + cors)
+        rows += random_effect_rows(t.group, list(t.term_names), S, getattr(t, "structure", "us"))
     ncor = max((len(r) - 4 for r in rows), default=0)
     rows = [r + [""] * (4 + ncor - len(r)) for r in rows]
     header = ["Groups", "Name", "Variance", "Std.Dev."] + (["Corr"] + [""] * (ncor - 1) if ncor else [])

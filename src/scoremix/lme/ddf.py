@@ -3,7 +3,10 @@
 Satterthwaite (lmerTest's default)
 ----------------------------------
 The variance parameters are ``τ = (θ, σ)`` (lmerTest's ``varpar``; a dispersion model adds
-the residual SDs ``σ_d = σ·sqrt(ρ_d)`` of its other levels).  With β profiled out the
+the residual SDs ``σ_d = σ·sqrt(ρ_d)`` of its other levels; lme4 2.0's ``cs()``/``ar1()``
+terms contribute their natural parameters, the relative SDs and ``ρ``, instead of their ``θ``
+elements, see :mod:`scoremix.lme.covstruct`; at an interior optimum the df are invariant to
+that choice of parametrisation).  With β profiled out the
 deviance at ``τ`` is
 
 .. math::
@@ -43,6 +46,7 @@ import pandas as pd
 import scipy.linalg as sla
 from scipy import stats
 
+from scoremix.lme.covstruct import ThetaMap, is_structured
 from scoremix.lme.crossprod import CrossProducts, crossproducts
 from scoremix.lme.factor import factorize
 from scoremix.lme.errors import DdfError
@@ -65,6 +69,7 @@ __all__ = [
     "normalize_ddf",
     "model_crossproducts",
     "varpar_hat",
+    "structure_map",
 ]
 
 DDF_METHODS = ("Satterthwaite", "Kenward-Roger", "lme4")
@@ -83,8 +88,9 @@ def normalize_ddf(ddf: str) -> str:
 
 
 # ------------------------------------------------------------------ deviance in (θ, σ)
-def _split(varpar: np.ndarray, n_theta: int) -> tuple[np.ndarray, float, np.ndarray | None]:
-    theta = varpar[:n_theta]
+def _split(varpar: np.ndarray, n_theta: int,
+           tmap: ThetaMap | None = None) -> tuple[np.ndarray, float, np.ndarray | None]:
+    theta = varpar[:n_theta] if tmap is None else tmap.theta_natural(varpar[:n_theta])
     sigma = float(varpar[n_theta])
     rho = None
     if varpar.size > n_theta + 1:
@@ -92,12 +98,15 @@ def _split(varpar: np.ndarray, n_theta: int) -> tuple[np.ndarray, float, np.ndar
     return theta, sigma, rho
 
 
-def varpar_deviance(varpar: np.ndarray, cp: CrossProducts, n_theta: int, reml: bool) -> float:
+def varpar_deviance(varpar: np.ndarray, cp: CrossProducts, n_theta: int, reml: bool,
+                    tmap: ThetaMap | None = None) -> float:
     """``-2ℓ`` (ML) or ``-2ℓ_REML`` at the variance parameters ``τ = (θ, σ[, σ_2 … σ_D])``
     with β profiled out (the module docstring's ``d(τ)``; the constant ``Σ log w_i`` of
-    prior weights is left out, as lmerTest does)."""
+    prior weights is left out, as lmerTest does).  With ``tmap`` (models with
+    ``cs()``/``ar1()`` terms) the first ``n_theta`` entries are the natural parameters ``ν``
+    of :class:`~scoremix.lme.covstruct.ThetaMap` (SDs and ``ρ``) and ``θ = θ(ν)``."""
     varpar = np.asarray(varpar, dtype=float)
-    theta, sigma, rho = _split(varpar, n_theta)
+    theta, sigma, rho = _split(varpar, n_theta, tmap)
     f = factorize(theta, cp, rho, need_lr1=False)
     s2 = sigma ** 2
     dev = f.ldL2 - (f.ldW - cp.sum_log_w) + f.pwrss / s2 + cp.n * np.log(2 * np.pi * s2)
@@ -106,10 +115,12 @@ def varpar_deviance(varpar: np.ndarray, cp: CrossProducts, n_theta: int, reml: b
     return float(dev)
 
 
-def varpar_vcov_beta(varpar: np.ndarray, cp: CrossProducts, n_theta: int) -> np.ndarray:
-    """``Var(β̂)(τ) = σ² (R_X'R_X)^{-1}`` at ``τ = (θ, σ[, σ_d])``."""
+def varpar_vcov_beta(varpar: np.ndarray, cp: CrossProducts, n_theta: int,
+                     tmap: ThetaMap | None = None) -> np.ndarray:
+    """``Var(β̂)(τ) = σ² (R_X'R_X)^{-1}`` at ``τ = (θ, σ[, σ_d])`` (``θ = θ(ν)`` with
+    ``tmap``, as :func:`varpar_deviance`)."""
     varpar = np.asarray(varpar, dtype=float)
-    theta, sigma, rho = _split(varpar, n_theta)
+    theta, sigma, rho = _split(varpar, n_theta, tmap)
     f = factorize(theta, cp, rho, need_lr1=False)
     qr, p = f.q_rest, cp.p
     RX = f.Lrr[qr: qr + p, qr: qr + p]
@@ -161,10 +172,24 @@ def model_crossproducts(m: LmerResult) -> CrossProducts:
     return crossproducts(m.spec)
 
 
+def structure_map(m: LmerResult) -> ThetaMap | None:
+    """The fit's :class:`~scoremix.lme.covstruct.ThetaMap` when it has ``cs()``/``ar1()``
+    terms, else ``None``."""
+    if m.spec is not None and is_structured(m.spec.terms):
+        return ThetaMap.of(m.spec.terms)
+    return None
+
+
 def varpar_hat(m: LmerResult) -> tuple[np.ndarray, list[str]]:
-    """``τ̂ = (θ̂, σ̂[, σ̂_2 … σ̂_D])`` and its names."""
-    vals = list(m.theta.to_numpy()) + [m.sigma]
-    names = list(m.theta.index) + ["sigma"]
+    """``τ̂ = (θ̂, σ̂[, σ̂_2 … σ̂_D])`` and its names; with ``cs()``/``ar1()`` terms the
+    natural parameters ``ν̂`` (SDs, ``ρ``) replace ``θ̂``."""
+    tmap = structure_map(m)
+    if tmap is None:
+        vals = list(m.theta.to_numpy()) + [m.sigma]
+        names = list(m.theta.index) + ["sigma"]
+    else:
+        vals = list(tmap.natural_from_theta(m.theta.to_numpy())) + [m.sigma]
+        names = tmap.natural_names(m.spec.terms) + ["sigma"]
     if m.sigma_by is not None and len(m.sigma_by) > 1:
         vals += list(m.sigma_by.to_numpy()[1:])
         names += [f"sigma.{lev}" for lev in list(m.sigma_by.index)[1:]]
@@ -185,9 +210,10 @@ def satterthwaite_info(m: LmerResult, tol: float = 1e-8) -> SatterthwaiteInfo:
         return _CACHE[m]
     cp = model_crossproducts(m)
     vp, names = varpar_hat(m)
-    nt = len(m.theta)
+    tmap = structure_map(m)
+    nt = len(m.theta) if tmap is None else tmap.n_phi
     reml = m.REML
-    H = richardson_hessian(lambda x: varpar_deviance(x, cp, nt, reml), vp)
+    H = richardson_hessian(lambda x: varpar_deviance(x, cp, nt, reml, tmap), vp)
     H = (H + H.T) / 2
     evals, evecs = np.linalg.eigh(H)
     order = np.argsort(evals)[::-1]
@@ -209,7 +235,7 @@ def satterthwaite_info(m: LmerResult, tol: float = 1e-8) -> SatterthwaiteInfo:
     V = evecs[:, pos]
     A = 2 * (V / evals[pos]) @ V.T
     p = len(m.fixef)
-    Jflat = richardson_jacobian(lambda x: varpar_vcov_beta(x, cp, nt).ravel(), vp)
+    Jflat = richardson_jacobian(lambda x: varpar_vcov_beta(x, cp, nt, tmap).ravel(), vp)
     jac = np.stack([Jflat[:, i].reshape(p, p) for i in range(vp.size)])
     info = SatterthwaiteInfo(varpar=vp, names=names, vcov_beta=m.vcov.to_numpy(), hessian=H,
                              vcov_varpar=A, jac=jac, messages=msgs)

@@ -10,7 +10,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["summary_text"]
+from scoremix.lme.covstruct import STRUCTURE_LABEL
+
+__all__ = ["summary_text", "random_effect_rows"]
 
 
 def _fmt_table(rows: list[list[str]], header: list[str], align_left: Sequence[int] = (0,)) -> str:
@@ -59,16 +61,10 @@ def summary_text(m: Any, coefs: pd.DataFrame | None = None,
         out.append("")
     out.append("Random effects:")
     rows = []
-    for t, S in zip(m.terms_info, m.cov_re()):
-        sd = np.sqrt(np.diag(S))
-        p = len(t["term_names"])
-        for i, nm in enumerate(t["term_names"]):
-            cors = []
-            for j in range(i):
-                c = S[i, j] / (sd[i] * sd[j]) if sd[i] > 0 and sd[j] > 0 else float("nan")
-                cors.append(f"{c:.2f}")
-            rows.append([t["group"] if i == 0 else "", nm, f"{S[i, i]:.4g}", f"{sd[i]:.4g}"]
-                        + cors)
+    structures = ([getattr(t, "structure", "us") for t in m.spec.terms] if m.spec is not None
+                  else ["us"] * len(m.terms_info))
+    for t, S, st in zip(m.terms_info, m.cov_re(), structures):
+        rows += random_effect_rows(t["group"], list(t["term_names"]), S, st)
     # lme4 prints one correlation column per column of the widest term; rows of narrower
     # terms (and of one-column terms beside multi-column ones) are padded with blanks
     ncor = max((len(r) - 4 for r in rows), default=0)
@@ -101,6 +97,34 @@ def summary_text(m: Any, coefs: pd.DataFrame | None = None,
     if not m.converged and not msgs:
         out.append("convergence: the optimizer did NOT converge")
     return "\n".join(out)
+
+
+def random_effect_rows(group: str, names: list[str], S: np.ndarray,
+                       structure: str = "us") -> list[list[str]]:
+    """Rows ``[Groups, Name, Variance, Std.Dev., Corr…]`` of one random term.
+
+    Unstructured terms: lme4's lower triangle of correlations.  lme4 2.0's ``cs()``/``ar1()``
+    terms are printed as lme4 2.0 and glmmTMB print them (``reformulas::formatVC``): one
+    correlation, tagged with the structure (``0.53 (ar1)``, ``(cs)``, ``(homcs)``,
+    ``(hetar1)``), and one row only when the variances are homogeneous."""
+    sd = np.sqrt(np.diag(S))
+    p = len(names)
+    if structure != "us" and p > 1:
+        c = S[1, 0] / (sd[1] * sd[0]) if sd[0] > 0 and sd[1] > 0 else float("nan")
+        if structure.startswith("cs") and sd.min() > 0:
+            c = float(np.mean((S / np.outer(sd, sd))[np.tril_indices(p, -1)]))
+        tag = f"{c:.2f} ({STRUCTURE_LABEL.get(structure, structure)})"
+        n_rows = 1 if structure in ("cs_hom", "ar1") else p
+        return [[group if i == 0 else "", names[i], f"{S[i, i]:.4g}", f"{sd[i]:.4g}"]
+                + ([tag] if i == 0 else []) for i in range(n_rows)]
+    rows = []
+    for i, nm in enumerate(names):
+        cors = []
+        for j in range(i):
+            c = S[i, j] / (sd[i] * sd[j]) if sd[i] > 0 and sd[j] > 0 else float("nan")
+            cors.append(f"{c:.2f}")
+        rows.append([group if i == 0 else "", nm, f"{S[i, i]:.4g}", f"{sd[i]:.4g}"] + cors)
+    return rows
 
 
 def _format_p(p: float) -> str:
