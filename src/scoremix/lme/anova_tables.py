@@ -462,7 +462,8 @@ def ranova(m: LmerResult, reduce_terms: bool = True, progress: bool = False) -> 
     fixed = _fixed_rhs(parsed.fixed.term_labels(), parsed.fixed.intercept)
     labels = [rp.label for rp in parsed.random]
     if any(rp.structure != "us" for rp in parsed.random):
-        raise AnovaError("ranova does not handle structured covariance terms such as diag(); "
+        raise AnovaError("ranova does not handle structured covariance terms (diag(), cs(), "
+                         "ar1()); "
                          "compare explicitly refitted models with anova(m1, m2)")
     if not labels:
         raise AnovaError("Model should have at least one random-effects term")

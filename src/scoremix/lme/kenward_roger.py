@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 
+from scoremix.lme.covstruct import is_structured
 from scoremix.lme.relcov import theta_to_T
 from scoremix.lme.errors import DdfError
 from scoremix.lme.result import LmerResult
@@ -158,7 +159,8 @@ def kr_info(m: LmerResult) -> KRInfo:
     Raises
     ------
     DdfError
-        for ML fits, fits without their spec, or more than :data:`MAX_ROWS` rows.
+        for ML fits, fits without their spec, fits with ``cs()``/``ar1()`` terms, or more
+        than :data:`MAX_ROWS` rows.
     """
     if m in _CACHE:
         return _CACHE[m]
@@ -168,6 +170,11 @@ def kr_info(m: LmerResult) -> KRInfo:
     if m.spec is None:
         raise DdfError("Kenward-Roger needs the model spec; build the result with "
                        "LmerResult.from_dict(d, spec)")
+    if is_structured(m.spec.terms):
+        raise DdfError("Kenward-Roger (pbkrtest) needs a covariance linear in its parameters; "
+                       "the cs()/ar1() structures of lme4 2.0 are not (rho enters through "
+                       "D R D and rho^|i-j|): use ddf='Satterthwaite', or for cs(..., hom = TRUE) "
+                       "on a factor's indicators the equivalent (1 | g) + (1 | g:f) model")
     n = m.spec.n
     if n > MAX_ROWS:
         raise DdfError(f"Kenward-Roger works with dense n x n matrices; the model has {n} rows "

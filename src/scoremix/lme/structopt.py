@@ -23,7 +23,7 @@ from scipy.optimize import minimize
 from scoremix.lme.covstruct import ThetaMap
 from scoremix.lme.crossprod import CrossProducts
 from scoremix.lme.deviance import has_analytic_gradient, profiled_deviance, profiled_deviance_grad
-from scoremix.lme.errors import LmeError
+from scoremix.lme.errors import UnsupportedModelError
 from scoremix.lme.optimizer import (NativeControl, OptimResult, check_conv, fd_grad,
                                     gradient_hessian, interior_params, newton_polish)
 
@@ -42,12 +42,12 @@ def optimize_structured(cp: CrossProducts, reml: bool, tmap: ThetaMap, theta_low
 
     Raises
     ------
-    LmeError
+    UnsupportedModelError
         for a dispersion model (``dispersion=``) with ``cs()``/``ar1()`` terms.
     """
     ctl = control or NativeControl()
     if cp.n_disp > 1:
-        raise LmeError("cs()/ar1() random terms with a dispersion model (dispersion=) are not "
+        raise UnsupportedModelError("cs()/ar1() random terms with a dispersion model (dispersion=) are not "
                        "supported; use an unstructured (x | g) term or drop dispersion=")
     lb = tmap.lower(np.asarray(theta_lower, float))
     ub = np.full(lb.size, np.inf)
