@@ -60,6 +60,12 @@ for (reml in c(TRUE, FALSE)) {
               fixef = as.list(fixef(m)), se = unname(ct[, "Std. Error"]),
               df_satterthwaite = unname(ct[, "df"]),
               sd = sqrt(v_g + v_gt), rho = v_g / (v_g + v_gt), sigma = sigma(m),
+              # profile intervals of σ and β (invariant to the parametrisation of the others)
+              profile = if (!reml) {
+                ci <- suppressMessages(confint(m, method = "profile", oldNames = FALSE))
+                ci <- ci[c("sigma", names(fixef(m))), ]
+                list(names = rownames(ci), lower = unname(ci[, 1]), upper = unname(ci[, 2]))
+              },
               version = as.character(packageVersion("lmerTest")))
   writeLines(toJSON(res, auto_unbox = TRUE, digits = NA), file.path(out, paste0(id, ".json")))
   cat(id, res$criterion, res$sd, res$rho, "\n")

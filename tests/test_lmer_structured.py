@@ -290,3 +290,21 @@ def test_live_glmmtmb(rscript, data, tmp_path):
     assert -2 * m.loglik == pytest.approx(crit, rel=1e-6)
     S = _cov(m)
     assert S[1, 0] / S[0, 0] == pytest.approx(rho, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_profile_confint_matches_lme4_equivalent(data):
+    """Profile intervals of σ and β (invariant to how the other parameters are written) of
+    ``cs(…, hom = TRUE)`` equal lme4's for ``(1 | g) + (1 | g:time)`` (ML fits, 1e-4
+    relative); the structured rows (SD, ρ) contain the estimate and ρ's lies in (-1/3, 1)."""
+    ref = json.loads((DIR / "cs_hom_ml.json").read_text())
+    m = _fit(data, ref["formula"], False)
+    ci = m.confint(progress=False)
+    prof = ref["profile"]
+    names = [".sigma" if n == "sigma" else n for n in prof["names"]]
+    np.testing.assert_allclose(ci.loc[names].iloc[:, 0].to_numpy(), prof["lower"], rtol=1e-4)
+    np.testing.assert_allclose(ci.loc[names].iloc[:, 1].to_numpy(), prof["upper"], rtol=1e-4)
+    assert list(ci.index[:3]) == [".sig01", ".sig02", ".sigma"]
+    sd, rho = np.sqrt(_cov(m)[0, 0]), _cov(m)[1, 0] / _cov(m)[0, 0]
+    assert ci.iloc[0, 0] < sd < ci.iloc[0, 1]
+    assert -1 / 3 < ci.iloc[1, 0] < rho < ci.iloc[1, 1] < 1

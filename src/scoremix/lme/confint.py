@@ -36,19 +36,22 @@ from scipy import optimize, stats
 from tqdm.auto import tqdm
 
 from scoremix.lme.conditional import estimates_at
+from scoremix.lme.covstruct import ThetaMap, is_structured
 from scoremix.lme.crossprod import CrossProducts, crossproducts
 from scoremix.lme.factor import factorize
 from scoremix.lme.optimizer import NativeControl, fd_grad, optimize_theta
 from scoremix.lme.relcov import psd_chol as _psd_chol, theta_to_T
 from scoremix.lme.result import LmerResult, register_inference
+from scoremix.lme.structopt import optimize_structured
 
 __all__ = ["confint", "simulate_response", "profile_names", "dispersion_names", "theta_to_psi", "psi_to_theta"]
 
 
 # ------------------------------------------------------------------------ ψ parameterisation
 def profile_names(m: LmerResult) -> list[str]:
-    """lme4's profile names: ``.sig01 … .sigNN`` (θ order) and ``.sigma``."""
-    k = len(m.theta)
+    """lme4's profile names: ``.sig01 … .sigNN`` (θ order; a ``cs()``/``ar1()`` term: its
+    SD(s) then ``ρ``) and ``.sigma``."""
+    k = m.n_varpar
     return [f".sig{i + 1:02d}" for i in range(k)] + [".sigma"]
 
 
@@ -118,14 +121,60 @@ def _psi_bounds(term_p: Sequence[int], n_rho: int = 0) -> tuple[np.ndarray, np.n
     return np.asarray(lo), np.asarray(hi)
 
 
-def _ml_dev_psi(psi: np.ndarray, cp: CrossProducts, term_p: Sequence[int], n_rho: int = 0) -> float:
+def _structure(m: LmerResult) -> ThetaMap | None:
+    """The fit's map of lme4 2.0's ``cs()``/``ar1()`` terms (``None`` without them)."""
+    return ThetaMap.of(m.spec.terms) if m.spec is not None and is_structured(m.spec.terms) else None
+
+
+def _to_psi(theta: np.ndarray, sigma: float, term_p: Sequence[int],
+            tmap: ThetaMap | None) -> np.ndarray:
+    """``θ, σ → ψ``: :func:`theta_to_psi`; a ``cs()``/``ar1()`` term contributes its SD(s)
+    ``σ·s_j`` and ``ρ`` (:class:`~scoremix.lme.covstruct.ThetaMap`'s natural parameters)."""
+    if tmap is None:
+        return theta_to_psi(theta, sigma, term_p)
+    out = []
+    for s, p, v in tmap.blocks(tmap.natural_from_theta(theta)):
+        out.append(np.append(sigma * v[:-1], v[-1]) if s != "us"
+                   else theta_to_psi(v, sigma, [p])[:-1])
+    return np.concatenate(out + [[sigma]])
+
+
+def _from_psi(psi: np.ndarray, term_p: Sequence[int],
+              tmap: ThetaMap | None) -> tuple[np.ndarray, float]:
+    """Inverse of :func:`_to_psi`."""
+    if tmap is None:
+        return psi_to_theta(psi, term_p)
+    sigma = float(psi[-1])
+    nu = []
+    for s, p, v in tmap.blocks(psi[:-1]):
+        nu.append(np.append(v[:-1] / sigma, v[-1]) if s != "us"
+                  else psi_to_theta(np.append(v, sigma), [p])[0])
+    return tmap.theta_natural(np.concatenate(nu)), sigma
+
+
+def _bounds(term_p: Sequence[int], n_rho: int, tmap: ThetaMap | None) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of ``ψ`` (:func:`_psi_bounds`; a ``cs()``/``ar1()`` term: SDs ``≥ 0``, ``ρ`` in
+    its range, ``[-1/(p-1), 1]`` for ``cs``)."""
+    lo, hi = _psi_bounds(term_p, n_rho)
+    if tmap is None:
+        return lo, hi
+    m = sum(p * (p + 1) // 2 for p in term_p)
+    nlo, nhi = tmap.natural_bounds(lo[:m])    # θ-shaped ψ bounds pass through "us" terms …
+    upper = [np.full(v.size, np.inf) if st != "us" else np.where(v < 0, 1.0, np.inf)
+             for st, _, v in tmap.blocks(nlo)]      # … and correlations ≤ 1 there
+    nhi = np.minimum(nhi, np.concatenate(upper))
+    return np.concatenate([nlo, lo[m:]]), np.concatenate([nhi, hi[m:]])
+
+
+def _ml_dev_psi(psi: np.ndarray, cp: CrossProducts, term_p: Sequence[int], n_rho: int = 0,
+                tmap: ThetaMap | None = None) -> float:
     """ML deviance at ``ψ`` with β profiled out: ``log|L|² − ldW + r²/σ² + n log(2πσ²)``.
 
     With ``n_rho > 0`` the last ``n_rho`` entries of ``ψ`` are the residual SDs ``σ_d`` of
     the non-reference dispersion levels, ``ρ_d = (σ_d/σ)²`` (``ldW`` then includes
     ``−Σ_d n_d log ρ_d`` and ``r²`` is weighted by ``1/ρ_{d(i)}``)."""
     npsi = psi.size - n_rho
-    theta, sigma = psi_to_theta(psi[:npsi], term_p)
+    theta, sigma = _from_psi(psi[:npsi], term_p, tmap)
     if not sigma > 0:
         return np.inf
     rho = None
@@ -262,12 +311,13 @@ def _confint_profile(m: LmerResult, level: float, want: Sequence[str], progress:
     n_rho = cp.n_disp - 1
     dev0 = -2 * mml.loglik
     z = stats.norm.ppf(1 - (1 - level) / 2)
-    psi_hat = theta_to_psi(mml.theta.to_numpy(), mml.sigma, term_p)
+    tmap = _structure(mml)
+    psi_hat = _to_psi(mml.theta.to_numpy(), mml.sigma, term_p, tmap)
     rho_hat = None
     if n_rho:
         rho_hat = (mml.sigma_by.to_numpy() / mml.sigma) ** 2
         psi_hat = np.concatenate([psi_hat, mml.sigma_by.to_numpy()[1:]])
-    lo_b, hi_b = _psi_bounds(term_p, n_rho)
+    lo_b, hi_b = _bounds(term_p, n_rho, tmap)
     names = profile_names(mml) + dispersion_names(mml) + list(mml.fixef.index)
     out = pd.DataFrame(np.nan, index=names, columns=["lower", "upper"])
     npsi = psi_hat.size
@@ -298,7 +348,7 @@ def _confint_profile(m: LmerResult, level: float, want: Sequence[str], progress:
                     xx[is_sig] = np.exp(xx[is_sig])
                     psi[free] = xx
                     psi[j] = v
-                    return _ml_dev_psi(psi, cp, term_p, n_rho)
+                    return _ml_dev_psi(psi, cp, term_p, n_rho, tmap)
                 x, fv = _minimize(f, state["x"], lo_f, hi_f)
                 x2, fv2 = _minimize(f, x, lo_f, hi_f)
                 if fv2 < fv:
@@ -308,7 +358,7 @@ def _confint_profile(m: LmerResult, level: float, want: Sequence[str], progress:
 
             vhat = psi_hat[j]
             scale = max(abs(vhat), 1e-3 * mml.sigma) * 0.25
-            if lo_b[j] == -1.0:
+            if np.isfinite(lo_b[j]) and lo_b[j] < 0:   # a correlation
                 scale = 0.1
             for direction, col in ((-1, "lower"), (1, "upper")):
                 state["x"] = to_free(psi_hat)
@@ -326,9 +376,15 @@ def _confint_profile(m: LmerResult, level: float, want: Sequence[str], progress:
             def zeta(v, jb=jb, bhat=bhat, state=state):
                 cpj = cp.fix_coefficient(jb, v)
                 spec = mml.spec
-                o = optimize_theta(cpj, False, spec.theta_lower(), state["theta"],
-                                   NativeControl(check_conv=False), n_rho=n_rho,
-                                   rho_start=None if state["rho"] is None else state["rho"][1:])
+                if tmap is not None:
+                    o, _ = optimize_structured(
+                        cpj, False, tmap, spec.theta_lower(), spec.theta_init(),
+                        NativeControl(check_conv=False),
+                        phi_start=tmap.phi_from_natural(tmap.natural_from_theta(state["theta"])))
+                else:
+                    o = optimize_theta(cpj, False, spec.theta_lower(), state["theta"],
+                                       NativeControl(check_conv=False), n_rho=n_rho,
+                                       rho_start=None if state["rho"] is None else state["rho"][1:])
                 state["theta"] = o.theta
                 state["rho"] = o.rho
                 return np.sign(v - bhat) * np.sqrt(max(o.criterion - dev0, 0.0))
@@ -373,14 +429,22 @@ def _confint_boot(m: LmerResult, level: float, n_boot: int, seed: int | None,
         rho_hat = (m.sigma_by.to_numpy() / m.sigma) ** 2
     draws = np.empty((n_boot, len(names)))
     ctl = NativeControl(check_conv=False, warn=False)
+    tmap = _structure(m)
+    phi_hat = (None if tmap is None
+               else tmap.phi_from_natural(tmap.natural_from_theta(m.theta.to_numpy())))
     for b in tqdm(range(n_boot), desc="bootstrap", disable=not progress):
         ystar = simulate_response(m, rng)
         cpb = cp.with_response(ystar)
-        o = optimize_theta(cpb, m.REML, spec.theta_lower(), m.theta.to_numpy(), ctl, n_rho=n_rho,
-                           rho_start=None if rho_hat is None else rho_hat[1:])
+        if tmap is not None:
+            o, _ = optimize_structured(cpb, m.REML, tmap, spec.theta_lower(), spec.theta_init(),
+                                       ctl, phi_start=phi_hat)
+        else:
+            o = optimize_theta(cpb, m.REML, spec.theta_lower(), m.theta.to_numpy(), ctl,
+                               n_rho=n_rho, rho_start=None if rho_hat is None else rho_hat[1:])
         est = estimates_at(cpb, o.theta, m.REML, o.rho)
         sig_by = est["sigma"] * np.sqrt(o.rho[1:]) if o.rho is not None else np.empty(0)
-        draws[b] = np.concatenate([theta_to_psi(o.theta, est["sigma"], term_p), sig_by, est["beta"]])
+        draws[b] = np.concatenate([_to_psi(o.theta, est["sigma"], term_p, tmap), sig_by,
+                                   est["beta"]])
     a = (1 - level) / 2
     q = np.quantile(draws, [a, 1 - a], axis=0).T
     out = pd.DataFrame(q, index=names, columns=["lower", "upper"])

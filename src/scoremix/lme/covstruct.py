@@ -112,10 +112,12 @@ class ThetaMap:
         """Number of variance parameters (``φ`` and ``ν`` have the same length)."""
         return int(sum(self._sizes()))
 
-    def _blocks(self, v: np.ndarray):
+    def blocks(self, v: np.ndarray):
+        """``(structure, p, slice of v)`` per term of a ``φ``- or ``ν``-shaped vector; the
+        structure is ``"us"`` for terms mapped unchanged."""
         pos = 0
         for s, p, k in zip(self.structures, self.term_p, self._sizes()):
-            yield s, p, np.asarray(v[pos:pos + k], float)
+            yield (s if self._is_struct(s, p) else "us"), p, np.asarray(v[pos:pos + k], float)
             pos += k
 
     # ----------------------------------------------------------------- optimiser's φ
@@ -150,7 +152,7 @@ class ThetaMap:
     def natural(self, phi: np.ndarray) -> np.ndarray:
         """``φ → ν``: ``z`` replaced by ``ρ`` (SDs as absolute values)."""
         out = []
-        for s, p, ph in self._blocks(phi):
+        for s, p, ph in self.blocks(phi):
             if self._is_struct(s, p):
                 out.append(np.append(np.abs(ph[:-1]), _rho(s, float(ph[-1]), p)))
             else:
@@ -160,7 +162,7 @@ class ThetaMap:
     def phi_from_natural(self, nu: np.ndarray) -> np.ndarray:
         """``ν → φ`` (``ρ`` strictly inside its range)."""
         out = []
-        for s, p, v in self._blocks(nu):
+        for s, p, v in self.blocks(nu):
             out.append(np.append(v[:-1], _z(s, float(v[-1]), p)) if self._is_struct(s, p) else v)
         return np.concatenate(out) if out else np.zeros(0)
 
@@ -172,7 +174,7 @@ class ThetaMap:
     def theta_natural(self, nu: np.ndarray) -> np.ndarray:
         """``θ`` at the natural parameters ``ν`` (SDs, ``ρ``)."""
         out = []
-        for s, p, v in self._blocks(nu):
+        for s, p, v in self.blocks(nu):
             if self._is_struct(s, p):
                 sd = np.full(p, v[0]) if v.size == 2 else v[:p]
                 out.append(_term_theta(s, p, sd, float(v[-1])))
@@ -240,7 +242,7 @@ class ThetaMap:
     def describe(self, phi: np.ndarray) -> list[dict]:
         """Per structured term: its structure, SDs (relative) and ``ρ``."""
         out = []
-        for s, p, ph in self._blocks(phi):
+        for s, p, ph in self.blocks(phi):
             if self._is_struct(s, p):
                 sd = np.full(p, ph[0]) if ph.size == 2 else ph[:p]
                 out.append({"structure": s, "sd": np.abs(sd), "rho": _rho(s, float(ph[-1]), p)})

@@ -32,8 +32,10 @@ __all__ = ["optimize_structured"]
 
 def optimize_structured(cp: CrossProducts, reml: bool, tmap: ThetaMap, theta_lower: np.ndarray,
                         theta_init: np.ndarray, control: NativeControl | None = None,
-                        theta_scale: np.ndarray | None = None) -> tuple[OptimResult, np.ndarray]:
-    """Minimise the profiled criterion over ``φ`` (see the module docstring).
+                        theta_scale: np.ndarray | None = None,
+                        phi_start: np.ndarray | None = None) -> tuple[OptimResult, np.ndarray]:
+    """Minimise the profiled criterion over ``φ`` (see the module docstring), from ``ρ = 0``
+    and unit (or ``theta_scale``) SDs, or from ``phi_start`` (refits: profiles, bootstrap).
 
     Returns
     -------
@@ -52,7 +54,7 @@ def optimize_structured(cp: CrossProducts, reml: bool, tmap: ThetaMap, theta_low
     lb = tmap.lower(np.asarray(theta_lower, float))
     ub = np.full(lb.size, np.inf)
     x0 = tmap.init(np.asarray(theta_init, float) * (1.0 if theta_scale is None else theta_scale),
-                   sd_init=theta_scale)
+                   sd_init=theta_scale) if phi_start is None else np.asarray(phi_start, float)
     n_eval = [0]
     analytic = ctl.analytic_gradient and has_analytic_gradient(cp)
 
