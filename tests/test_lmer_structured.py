@@ -308,3 +308,22 @@ def test_profile_confint_matches_lme4_equivalent(data):
     sd, rho = np.sqrt(_cov(m)[0, 0]), _cov(m)[1, 0] / _cov(m)[0, 0]
     assert ci.iloc[0, 0] < sd < ci.iloc[0, 1]
     assert -1 / 3 < ci.iloc[1, 0] < rho < ci.iloc[1, 1] < 1
+
+
+def test_other_backends_refuse_by_name(data):
+    with pytest.raises(UnsupportedModelError, match="backend='native'"):
+        sm.lmer("y ~ x + time + ar1(0 + time | g)", data, backend="statsmodels")
+
+
+def test_all_fit_and_convergence_use_the_structure(data):
+    """``all_fit`` optimisers search (SDs, ρ), so they reach the same constrained optimum;
+    the convergence check differentiates over them (the θ-gradient is not 0 there)."""
+    from scoremix.lme.singularity import convergence
+    m = _fit(data, "y ~ x + time + ar1(0 + time | g)", True)
+    conv = convergence(m)
+    assert conv["ok"] and conv["scaled_grad"] < 1e-4
+    af = sm.all_fit(m, optimizers=("native", "L-BFGS-B", "Powell"))
+    np.testing.assert_allclose(af.llik.to_numpy(), m.loglik, rtol=1e-9)
+    refit = sm.lmer("y ~ x + time + ar1(0 + time | g)", data,
+                    control=dict(theta_start=m.theta.to_numpy() * 1.2))
+    assert refit.loglik == pytest.approx(m.loglik, rel=1e-10)

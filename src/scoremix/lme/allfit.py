@@ -79,9 +79,15 @@ def all_fit(m, optimizers=OPTIMIZERS, maxfev: int = 20000) -> AllFit:
     bad = [o for o in optimizers if o not in OPTIMIZERS]
     if bad:
         raise ValueError(f"unknown optimiser(s) {bad}; choose from {OPTIMIZERS}")
+    from scoremix.lme.covstruct import ThetaMap, is_structured
     cp = model_crossproducts(m)
     lower = spec.theta_lower()
     start = spec.theta_init()
+    to_theta = lambda x: x  # noqa: E731
+    if is_structured(spec.terms):
+        # lme4 2.0's cs()/ar1(): the optimisers search their parameters φ (θ = θ(φ))
+        tmap = ThetaMap.of(spec.terms)
+        lower, start, to_theta = tmap.lower(lower), tmap.init(start), tmap.theta
     bounds = [(lo if np.isfinite(lo) else None, None) for lo in lower]
     fits, ok, msgs, times, fevals = {}, {}, {}, {}, {}
     for name in optimizers:
@@ -99,7 +105,7 @@ def all_fit(m, optimizers=OPTIMIZERS, maxfev: int = 20000) -> AllFit:
                     def obj(x):
                         count[0] += 1
                         xx = np.maximum(x, lower) if name == "Nelder-Mead" else x
-                        return profiled_deviance(xx, cp, m.REML)
+                        return profiled_deviance(to_theta(xx), cp, m.REML)
                     opts = {"maxfev": maxfev} if name in ("Nelder-Mead", "Powell") else \
                         ({"maxfev": maxfev} if name == "COBYQA" else {"maxfun": maxfev} if name == "TNC"
                          else {"maxfun": maxfev})
@@ -108,7 +114,7 @@ def all_fit(m, optimizers=OPTIMIZERS, maxfev: int = 20000) -> AllFit:
                     if name == "Powell":
                         opts.update(xtol=1e-10, ftol=1e-14)
                     r = optimize.minimize(obj, start, method=name, bounds=bounds, options=opts)
-                    th = np.maximum(np.asarray(r.x, float), lower)
+                    th = to_theta(np.maximum(np.asarray(r.x, float), lower))
                     mm = [] if r.success else [str(r.message)]
                     nfev = count[0]
                     f = _result_at(m, th, mm, nfev)

@@ -38,6 +38,13 @@ def fit_spec(spec: ModelSpec, REML: bool = True, backend: str = "native",
     if backend == "native":
         from scoremix.lme import native
         return native.fit(spec, REML=REML, control=control)
+    from scoremix.lme.covstruct import is_structured
+    if is_structured(spec.terms):
+        from scoremix.lme.errors import UnsupportedModelError
+        raise UnsupportedModelError(
+            f"backend={backend!r} cannot fit lme4 2.0's cs()/ar1() terms (the installed lme4 "
+            "1.1 and statsmodels have none); use backend='native' (glmmTMB's cs()/ar1() "
+            "fit the same models)")
     if backend == "statsmodels":
         from scoremix.lme.backends import statsmodels_backend
         return statsmodels_backend.fit(spec, REML)
@@ -56,7 +63,8 @@ def lmer(formula: str, data: pd.DataFrame, REML: bool = True, backend: str = "na
     """Fit ``y = Xβ + Zb + ε`` given by an lme4 formula (REML or ML), like ``lme4::lmer``.
 
     The model is ``y = Xβ + Zb + ε`` with ``b ~ N(0, Σ_θ)`` (one unstructured covariance per
-    random term) and ``ε_i ~ N(0, σ² ρ_{d(i)} / w_i)``: prior ``weights`` ``w`` and, with
+    random term, or lme4 2.0's ``diag()``, ``cs()`` and ``ar1()`` structures, see
+    :mod:`scoremix.lme.covstruct` and ``docs/structured-covariances.md``) and ``ε_i ~ N(0, σ² ρ_{d(i)} / w_i)``: prior ``weights`` ``w`` and, with
     ``dispersion="~ label"``, a relative residual variance ``ρ_d`` per level of ``label``
     (``ρ`` of the first level = 1).
 

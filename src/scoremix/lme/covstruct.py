@@ -60,7 +60,9 @@ def _rho(structure: str, z: float, p: int) -> float:
 
 
 def _z(structure: str, rho: float, p: int) -> float:
-    """Inverse of :func:`_rho`."""
+    """Inverse of :func:`_rho` (``ρ`` first moved ``1e-10`` inside its range)."""
+    lo, hi = _rho_range(structure, p)
+    rho = float(np.clip(rho, lo + 1e-10, hi - 1e-10))
     if structure.startswith("cs"):
         a = -1.0 / (p - 1)
         return float(special.logit((rho - a) / (1 - a)))

@@ -55,14 +55,21 @@ def convergence(m, h: float = 1e-4) -> dict:
     docstring): ``max_grad``, ``scaled_grad``, ``min_hess_eigen``, ``ok``, ``messages``."""
     from scoremix.lme.ddf import model_crossproducts
     from scoremix.lme.deviance import profiled_deviance
+    from scoremix.lme.covstruct import ThetaMap, is_structured
     cp = model_crossproducts(m)
     th = m.theta.to_numpy().astype(float)
     lower = m.spec.theta_lower() if m.spec is not None else np.full(th.size, -np.inf)
+    to_theta = lambda x: x  # noqa: E731
+    if m.spec is not None and is_structured(m.spec.terms):
+        # lme4 2.0's cs()/ar1(): the criterion over their parameters (SDs, ρ)
+        tmap = ThetaMap.of(m.spec.terms)
+        th, lower = tmap.natural_from_theta(th), tmap.natural_bounds(lower)[0]
+        to_theta = tmap.theta_natural
     inner = np.flatnonzero(~((lower == 0) & (th < 1e-6)))
     rho = None
     if m.sigma_by is not None:
         rho = (m.sigma_by.to_numpy() / m.sigma) ** 2
-    f = lambda x: profiled_deviance(x, cp, m.REML, rho)  # noqa: E731
+    f = lambda x: profiled_deviance(to_theta(x), cp, m.REML, rho)  # noqa: E731
     k = inner.size
     g = np.zeros(k)
     H = np.zeros((k, k))

@@ -35,7 +35,8 @@ def optimize_structured(cp: CrossProducts, reml: bool, tmap: ThetaMap, theta_low
                         theta_scale: np.ndarray | None = None,
                         phi_start: np.ndarray | None = None) -> tuple[OptimResult, np.ndarray]:
     """Minimise the profiled criterion over ``φ`` (see the module docstring), from ``ρ = 0``
-    and unit (or ``theta_scale``) SDs, or from ``phi_start`` (refits: profiles, bootstrap).
+    and unit (or ``theta_scale``) SDs, or from ``phi_start`` (refits: profiles, bootstrap), or
+    from the (SDs, ρ) of ``control.theta_start``.
 
     Returns
     -------
@@ -51,6 +52,10 @@ def optimize_structured(cp: CrossProducts, reml: bool, tmap: ThetaMap, theta_low
     if cp.n_disp > 1:
         raise UnsupportedModelError("cs()/ar1() random terms with a dispersion model (dispersion=) are not "
                        "supported; use an unstructured (x | g) term or drop dispersion=")
+    if phi_start is None and ctl.theta_start is not None:
+        # a θ start (e.g. a parametric bootstrap's warm start): its (SDs, ρ)
+        phi_start = tmap.phi_from_natural(tmap.natural_from_theta(np.asarray(ctl.theta_start,
+                                                                             float)))
     lb = tmap.lower(np.asarray(theta_lower, float))
     ub = np.full(lb.size, np.inf)
     x0 = tmap.init(np.asarray(theta_init, float) * (1.0 if theta_scale is None else theta_scale),
