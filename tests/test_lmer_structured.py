@@ -327,3 +327,19 @@ def test_all_fit_and_convergence_use_the_structure(data):
     refit = sm.lmer("y ~ x + time + ar1(0 + time | g)", data,
                     control=dict(theta_start=m.theta.to_numpy() * 1.2))
     assert refit.loglik == pytest.approx(m.loglik, rel=1e-10)
+
+
+def test_transformation_model_refuses_by_name(data):
+    from scoremix.transform.fit import TransformError
+    with pytest.raises(TransformError, match="cs\\(\\)/ar1\\(\\)"):
+        sm.lmer("y ~ x + time + ar1(0 + time | g)", data, transform="monotone")
+
+
+def test_bayesian_models_refuse_by_name(data):
+    """The Bayesian models have no cs()/ar1() prior: a named error, not an LKJ fit."""
+    from scoremix.bayes.checks import refuse_structured
+    from scoremix.lme.model_frame import build_model_spec
+    spec = build_model_spec("y ~ x + time + ar1(0 + time | g)", data)
+    with pytest.raises(UnsupportedModelError, match="Bayesian"):
+        refuse_structured(spec)
+    refuse_structured(build_model_spec("y ~ x + time + (1 | g)", data))   # no error

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from scoremix.adapters import adapter_for
-from scoremix.bayes.checks import warn_nested_factors
+from scoremix.bayes.checks import refuse_structured, warn_nested_factors
 from scoremix.bayes.conventions import UNSET, resolve_progress, resolve_seed, seed_int
 from scoremix.bayes.diagnostics import diagnose, gate
 from scoremix.bayes.priors import cor_name, resolve_priors, sd_name, sigma_names
@@ -471,6 +471,7 @@ def bayes_lmer(
 
         check_model_input(formula, data)
         spec = build_model_spec(formula, data, weights=weights, dispersion=dispersion)
+    refuse_structured(spec)
     cells = None
     tr = None
     point_cells = None

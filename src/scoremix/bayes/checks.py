@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["NestedFactorWarning", "nested_factor_problems", "warn_nested_factors"]
+__all__ = ["NestedFactorWarning", "nested_factor_problems", "warn_nested_factors", "refuse_structured"]
 
 
 class NestedFactorWarning(UserWarning):
@@ -62,3 +62,13 @@ def warn_nested_factors(spec) -> list[str]:
     for p in probs:
         warnings.warn(p, NestedFactorWarning, stacklevel=3)
     return probs
+
+
+def refuse_structured(spec) -> None:
+    """lme4 2.0's ``cs()``/``ar1()`` terms have no Bayesian model here (their priors would be
+    on the structure's SDs and ρ, not an LKJ correlation matrix): a named error."""
+    from scoremix.lme.covstruct import is_structured
+    from scoremix.lme.errors import UnsupportedModelError
+    if spec is not None and getattr(spec, "terms", None) and is_structured(spec.terms):
+        raise UnsupportedModelError("cs()/ar1() random terms are fitted by lmer/glmer, not by the "
+                                    "Bayesian models; use an unstructured (x | g) or diag() term")

@@ -94,6 +94,8 @@ def glmm_model_data(formula: str, data: pd.DataFrame, family: str, link: str | N
     check_model_input(pr.formula, pr.data)
     spec = build_model_spec(pr.formula, pr.data, weights=w, na_action=na_action, contrasts=contrasts,
                             offset=offset, glmm=True)
+    from scoremix.bayes.checks import refuse_structured
+    refuse_structured(spec)
     if not spec.terms:
         raise GlmmUnsupportedError("no random effects terms specified in formula (use a Bayesian GLM, "
                                    "e.g. bambi, for a model without them)")

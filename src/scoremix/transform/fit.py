@@ -493,6 +493,11 @@ def fit_transform(spec: ModelSpec, transform: str = "monotone",
     if spec.weights is not None:
         raise TransformError("prior weights are not supported with transform='monotone' "
                              "(the latent residual variance is not scaled by them)")
+    from scoremix.lme.covstruct import is_structured
+    if is_structured(spec.terms):
+        raise TransformError("lme4 2.0's cs()/ar1() random terms are not supported with "
+                             "transform='monotone'; use an unstructured (x | g) or diag() term, "
+                             "or fit the Gaussian model (transform=None)")
     ctl = TransformControl.from_any(control)
     t0 = time.perf_counter()
     S = None
