@@ -19,24 +19,33 @@ b <- t(chol(S)) %*% matrix(rnorm(n_t * n_g), n_t)
 d$x <- round(rnorm(nrow(d)), 4)
 d$y <- round(2 + 0.5 * d$x + 0.3 * d$time + b[cbind(d$time, d$g)] + rnorm(nrow(d), sd = 0.7), 6)
 d$time <- factor(paste0("t", d$time)); d$g <- factor(sprintf("g%02d", d$g)); d$rep <- NULL
+# a crossed factor (9 sites, SD 0.6) for y2: the structured term first or in the "rest" block
+site <- (seq_len(nrow(d)) - 1) %% 9
+d$site <- factor(paste0("s", site)); d$y2 <- round(d$y + rnorm(9, sd = 0.6)[site + 1], 6)
 write.csv(d, file.path(out, "structured_lmm.csv"), row.names = FALSE)
 d <- read.csv(file.path(out, "structured_lmm.csv"), stringsAsFactors = TRUE)
 
 tmb_cases <- list(
   list(id = "cs", formula = "y ~ x + time + cs(0 + time | g)"),
   list(id = "ar1", formula = "y ~ x + time + ar1(0 + time | g)"),
-  list(id = "cs_slope", formula = "y ~ x + time + cs(1 + x | g)"))
+  list(id = "cs_slope", formula = "y ~ x + time + cs(1 + x | g)"),
+  list(id = "crossed_ar1", formula = "y2 ~ x + time + ar1(0 + time | g) + (1 | site)"),
+  list(id = "crossed_cs_site", formula = "y2 ~ x + time + cs(0 + time | site) + (1 | g)",
+       grp = "site"))
 for (cs in tmb_cases) for (reml in c(TRUE, FALSE)) {
   m <- glmmTMB(as.formula(cs$formula), data = d, REML = reml)
-  vc <- VarCorr(m)$cond$g
+  grp <- if (is.null(cs$grp)) "g" else cs$grp
+  vc <- VarCorr(m)$cond[[grp]]
   id <- paste0(cs$id, if (reml) "_reml" else "_ml")
   # glmmTMB's vcov(β) comes from TMB's joint Hessian (β with the variance parameters);
   # lme4's is (X'V^{-1}X)^{-1} at the estimates: computed densely here at glmmTMB's optimum
   X <- getME(m, "X"); Z <- getME(m, "Z")
-  G <- kronecker(Diagonal(nlevels(d$g)), as.matrix(vc))
+  # Z's columns: glmmTMB's terms in formula order, each level-major
+  G <- bdiag(lapply(names(VarCorr(m)$cond), function(k)
+    kronecker(Diagonal(nlevels(d[[k]])), as.matrix(VarCorr(m)$cond[[k]]))))
   V <- as.matrix(Z %*% G %*% t(Z)) + sigma(m)^2 * diag(nrow(d))
   se_lme4 <- sqrt(diag(solve(t(X) %*% solve(V, X))))
-  res <- list(id = id, formula = cs$formula, REML = reml, reference = "glmmTMB",
+  res <- list(id = id, formula = cs$formula, REML = reml, reference = "glmmTMB", group = grp,
               criterion = as.numeric(-2 * logLik(m)),
               fixef = as.list(fixef(m)$cond), se_tmb = unname(sqrt(diag(vcov(m)$cond))),
               se = unname(se_lme4),
