@@ -99,16 +99,17 @@ def test_cs_hom_matches_lmertest_equivalent(data, name):
 
 
 def _dense_criterion(m: sm.LmerResult, S: np.ndarray, sigma: float) -> float:
-    """``-2ℓ`` (ML) or ``-2ℓ_REML`` of ``y ~ N(Xβ, Z(I ⊗ S)Z' + σ²I)`` with β profiled, by
-    dense linear algebra (one random term)."""
+    """``-2ℓ`` (ML) or ``-2ℓ_REML`` of ``y ~ N(Xβ, Z(I ⊗ S)Z' + σ²W^{-1})`` with β profiled
+    (``W`` the prior weights, lme4's convention), by dense linear algebra (one random term)."""
     spec = m.spec
     t = spec.terms[0]
     y, X = np.asarray(spec.y, float), np.asarray(spec.X, float)
     n, p = X.shape
+    w = np.ones(n) if spec.weights is None else np.asarray(spec.weights, float)
     Z = np.zeros((n, t.n_levels * t.p))
     for a in range(t.p):
         Z[np.arange(n), t.codes * t.p + a] = t.X[:, a]
-    V = Z @ np.kron(np.eye(t.n_levels), S) @ Z.T + sigma ** 2 * np.eye(n)
+    V = Z @ np.kron(np.eye(t.n_levels), S) @ Z.T + sigma ** 2 * np.diag(1 / w)
     C = np.linalg.cholesky(V)
     Xt, yt = np.linalg.solve(C, X), np.linalg.solve(C, y)
     beta = np.linalg.lstsq(Xt, yt, rcond=None)[0]
@@ -144,6 +145,17 @@ def test_dense_likelihood_and_optimum(data, formula, REML):
             else:
                 s += h
             assert crit(v, s) >= c0 - 1e-7
+
+
+@pytest.mark.parametrize("REML", [True, False])
+def test_prior_weights_dense_likelihood(data, REML):
+    """Prior weights as lme4 takes them (``Var(ε_i) = σ²/w_i``; glmmTMB weights the
+    log-likelihood instead, so it is no reference here): the criterion is the dense one."""
+    d = data.assign(w=0.5 + (np.arange(len(data)) % 7) / 6)
+    m = sm.lmer("y ~ x + time + ar1(0 + time | g)", d, weights="w", REML=REML)
+    assert -2 * m.loglik == pytest.approx(_dense_criterion(m, _cov(m), m.sigma), rel=1e-9)
+    unw = _fit(data, "y ~ x + time + ar1(0 + time | g)", REML)
+    assert abs(m.loglik - unw.loglik) > 1.0     # the weights matter
 
 
 @pytest.mark.parametrize("formula", ["y ~ x + time + cs(0 + time | g)",

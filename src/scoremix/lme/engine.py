@@ -116,7 +116,7 @@ def fit_native(spec: ModelSpec, REML: bool = True, control: NativeControl | dict
                 n_eval=opt.n_eval, optimizer_message=opt.optimizer_message,
                 messages=list(opt.messages))
     if tmap.structured:
-        info["phi"] = tmap.natural(phi).tolist()
+        info["structure_params"] = tmap.natural(phi).tolist()   # (relative SDs, ρ) per term
     if ctl.warn:
         for m in opt.messages:
             warnings.warn(m, ConvergenceWarning, stacklevel=3)
