@@ -23,7 +23,7 @@ from scoremix.fairness.decision_model import decision_model
 ATT = ["A1", "A2", "A3", "A4"]
 
 
-def simulate(seed: int, n_spk: int = 40, scale: float = 1.0) -> pd.DataFrame:
+def simulate(seed: int, n_spk: int = 40, scale: float = 1.0, sd: tuple = (0.6, 1.2)) -> pd.DataFrame:
     """Errors at τ = 0 (score sign) with logit p = β[class, gender] + b[speaker, class]
     + a[attack] (negatives); p stored per trial; random groups of 2–4 speakers per gender."""
     rng = np.random.default_rng(seed)
@@ -35,7 +35,7 @@ def simulate(seed: int, n_spk: int = 40, scale: float = 1.0) -> pd.DataFrame:
         g = "f" if k % 2 == 0 else "m"
         spk = f"s{k:02d}"
         order[g].append(spk)
-        b_neg, b_pos = rng.normal(0, [0.6, 1.2])
+        b_neg, b_pos = rng.normal(0, sd)
         cells = [("target", "bonafide", int(scale * rng.integers(60, 140)), beta[("pos", g)] + b_pos)]
         cells += [("nontarget", l, int(scale * rng.integers(40, 90)), beta[("neg", g)] + b_neg + a[l])
                   for l in ATT]
@@ -119,13 +119,15 @@ def test_rates_bad_input_is_named():
 
 @pytest.mark.slow
 def test_speaker_group_rates_beat_counting_against_known_truth():
-    """Split-half at 20 % on 6 simulated tables: for groups of 2–4 speakers the calibrated
-    model rate (fitted on A, weighted by B's trials) has a smaller RMSE against the *true*
-    B rate Σ n_c p_c / Σ n_c than A's counts — FNR by ≥ 10 %, FPR by ≥ 15 % (measured
-    0.80 and 0.72) — and its mean error is within 3 standard errors of 0."""
-    err = {"fnr": {"model": [], "count": []}, "fpr": {"model": [], "count": []}}
+    """Split-half at 20 % on 6 simulated tables with few trials per speaker (half the
+    default counts; speaker SDs 0.5 / 0.7): for groups of 2–4 speakers the calibrated model
+    rate (fitted on A, weighted by B's trials) has a smaller RMSE against the *true* B rate
+    Σ n_c p_c / Σ n_c than A's counts — FNR and FPR by ≥ 10 % and ≥ 15 % (measured 0.71
+    and 0.67) — and no material bias: the per-table mean error (groups within a table share
+    the fit, so tables are the independent units) has |t| < 3."""
+    err = {"fnr": {"model": [], "count": [], "rep": []}, "fpr": {"model": [], "count": [], "rep": []}}
     for rep in range(6):
-        t = simulate(100 + rep)
+        t = simulate(100 + rep, scale=0.5, sd=(0.5, 0.7))
         in_a = split(t, 0.2, np.random.default_rng(rep))
         A, B = t[in_a], t[~in_a]
         out = fit(A).rates(B, "group", n_sim=2)
@@ -136,8 +138,10 @@ def test_speaker_group_rates_beat_counting_against_known_truth():
                 counted = np.mean(a_h.loc[a_h.label == lab, "score"] == sign)
                 err[m]["model"].append(out.loc[h, f"{m}_model"] - truth)
                 err[m]["count"].append(counted - truth)
+                err[m]["rep"].append(rep)
     for m, bound in (("fnr", 0.9), ("fpr", 0.85)):
         e_mod, e_cnt = np.array(err[m]["model"]), np.array(err[m]["count"])
         ratio = np.sqrt(np.mean(e_mod ** 2) / np.mean(e_cnt ** 2))
         assert ratio < bound, (m, ratio)
-        assert abs(e_mod.mean()) < 3 * e_mod.std(ddof=1) / np.sqrt(len(e_mod)), m
+        per = pd.Series(e_mod).groupby(np.array(err[m]["rep"])).mean()
+        assert abs(per.mean()) < 3 * per.std(ddof=1) / np.sqrt(len(per)), m
