@@ -210,6 +210,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--share", type=float, default=0.2)
     ap.add_argument("--factor-by-group", action="store_true")
+    ap.add_argument("--factor-by-speaker", action="store_true")
     ap.add_argument("--sd-ga", type=float, default=0.5)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
@@ -222,10 +223,12 @@ def main() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             r = sm.decision_model(A, 0.0, ["speaker_gender"], positive="bonafide", factors=["attack"],
-                                  n_sim=2, n_boot=2, seed=rep, factor_by_group=a.factor_by_group)
+                                  n_sim=2, n_boot=2, seed=rep, factor_by_group=a.factor_by_group,
+                                  factor_by_speaker=a.factor_by_speaker)
         allr.append(targets(A, B, r).assign(rep=rep))
     res = pd.concat(allr, ignore_index=True)
-    print(f"# {a.reps} reps, share {a.share}, factor_by_group={a.factor_by_group}, sd_ga={a.sd_ga}, "
+    print(f"# {a.reps} reps, share {a.share}, factor_by_group={a.factor_by_group}, "
+          f"factor_by_speaker={a.factor_by_speaker}, sd_ga={a.sd_ga}, "
           f"{time.time() - t0:.0f} s")
     pd.set_option("display.width", 250)
     pd.set_option("display.max_columns", 40)

@@ -43,6 +43,7 @@ at the same fixed threshold.
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -181,7 +182,7 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
                    seed: int | np.random.Generator | None = 0,
                    control: dict | None = None, speakers: str = "new",
                    point: str = "mode", pool_groups: bool = False,
-                   factor_by_group: bool = False) -> DecisionModelResult:
+                   factor_by_group: bool = False, factor_by_speaker: bool = False) -> DecisionModelResult:
     r"""Binomial GLMM of misses and false alarms at ``threshold`` (see the module docstring).
 
     Parameters
@@ -227,6 +228,10 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
         :math:`a^{(f,g)}_{l,g(i)} \sim N(0, \sigma_{fg}^2)` (``(1 | f:g)``), so that e.g.
         gender × attack rates are pooled toward the additive attack + gender structure
         instead of being forced onto it.
+    factor_by_speaker:
+        ``True`` adds a random speaker × factor-level interaction (``(1 | f:speaker)``,
+        one variance per factor), so that a speaker's errors under one attack are pooled
+        toward its additive prediction instead of being forced onto it.
 
     Returns
     -------
@@ -249,6 +254,7 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
     cols = dict(score=score, label=label, speaker=speaker, positive=positive, groups=groups,
                 factors=list(factors))
     frame, y, err, grp = _decision_frame(trials, tau, cols)
+    extra = ["g"] * factor_by_group + ["s"] * factor_by_speaker
     terms = ["(0 + cls | spk)"]
     for j, f in enumerate(factors):
         v = frame[f"f{j}"].to_numpy()
@@ -256,8 +262,8 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
         # other class only; its single level would otherwise be aliased with the class means
         only = "isneg" if len(set(v[y])) == 1 else "ispos" if len(set(v[~y])) == 1 else None
         terms.append(f"(0 + {only} | f{j})" if only else f"(1 | f{j})")
-        if factor_by_group:
-            terms.append(f"(0 + {only} | f{j}g)" if only else f"(1 | f{j}g)")
+        for x in extra:
+            terms.append(f"(0 + {only} | f{j}{x})" if only else f"(1 | f{j}{x})")
     rand = " + ".join(terms)
     formula = f"err ~ 0 + cls + (1 | cell) + {rand}" if pool_groups else f"err ~ 0 + cell + {rand}"
     with warnings.catch_warnings():
@@ -266,10 +272,10 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
     a, b = c_miss * p_target, c_fa * (1 - p_target)
     levels = sorted(set(grp))
     rng = np.random.default_rng(seed)
-    pred = _Predictor(fit, tau, cols, factor_by_group, rng, n_sim)
+    pred = _Predictor(fit, tau, cols, extra, rng, n_sim)
     pred.cell_levels = set(frame["cell"].astype(str))
     fit_keys = ["cell", "spk"] + [f"f{j}" for j in range(len(factors))]
-    fit_keys += [f"f{j}g" for j in range(len(factors))] if factor_by_group else []
+    fit_keys += [f"f{j}{x}" for j in range(len(factors)) for x in extra]
     pred.calibrate(_with_class_columns(frame.groupby(fit_keys, observed=True)["err"].agg(
         n="size", e="sum").reset_index()))
 
@@ -277,11 +283,13 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
     # conditional rates of its own speakers), over the subgroup's mix of factor levels
     observed = speakers == "observed"
     keys = ["cell"] + [f"f{j}" for j in range(len(factors))] + (["spk"] if observed else [])
-    if factor_by_group:
-        keys += [f"f{j}g" for j in range(len(factors))]
+    # a new speaker's speaker × factor effects are integrated out with its own (sd_new)
+    keys += [f"f{j}{x}" for j in range(len(factors)) for x in extra if observed or x != "s"]
     cells = frame.groupby(keys, observed=True).size().rename("n").reset_index()
     if not observed:
         cells["spk"] = "\x00new speaker"
+        for j in range(len(factors) if factor_by_speaker else 0):
+            cells[f"f{j}s"] = "\x00new speaker"
     cells = _with_class_columns(cells)
     n = cells["n"].to_numpy(float)
     is_pos = (cells["cls"] == "pos").to_numpy()
@@ -348,7 +356,8 @@ def decision_model(trials: pd.DataFrame, threshold: float | str = "min_dcf",
                                settings=dict(groups=groups, factors=list(factors), level=level,
                                              n_sim=n_sim, n_boot=n_boot, formula=formula, speakers=speakers,
                                              point=point, pool_groups=pool_groups,
-                                             factor_by_group=factor_by_group, **cost),
+                                             factor_by_group=factor_by_group,
+                                             factor_by_speaker=factor_by_speaker, **cost),
                                 _predictor=pred)
 
 
@@ -371,6 +380,7 @@ def _decision_frame(trials: pd.DataFrame, tau: float, cols: dict[str, Any]
         v = trials[f].astype(str).to_numpy()
         frame[f"f{j}"] = v
         frame[f"f{j}g"] = np.char.add(np.char.add(v.astype(str), ":"), grp.astype(str))
+        frame[f"f{j}s"] = np.char.add(np.char.add(v.astype(str), ":"), frame["spk"].to_numpy().astype(str))
     return frame, y, err, grp
 
 
@@ -398,9 +408,9 @@ class _Predictor:
     of :math:`(u, \beta)` from the Laplace approximation (θ fixed), drawn once so that every
     table of cells uses the same draws."""
 
-    def __init__(self, fit: Any, tau: float, cols: dict[str, Any], factor_by_group: bool,
+    def __init__(self, fit: Any, tau: float, cols: dict[str, Any], extra: list[str],
                  rng: np.random.Generator, n_sim: int) -> None:
-        self.fit, self.tau, self.cols, self.factor_by_group = fit, tau, cols, factor_by_group
+        self.fit, self.tau, self.cols, self.extra = fit, tau, cols, extra
         self.beta = fit.fixef.to_numpy()
         self.q = len(fit.u)
         self.C = fit.joint_cov()                                # of (u, β) at the mode
@@ -437,8 +447,15 @@ class _Predictor:
         self.delta = d
 
     def sd_new(self, is_pos: np.ndarray) -> np.ndarray:
-        """The SD of a new speaker's effect in each cell's class."""
-        return np.sqrt(np.where(is_pos, self.S_spk[1, 1], self.S_spk[0, 0]))
+        """The SD of a new speaker's effect in each cell's class (its speaker × factor
+        effects included where the model has them)."""
+        var = np.where(is_pos, self.S_spk[1, 1], self.S_spk[0, 0])
+        for t, S in zip(self.fit.spec.terms, self.fit.cov_re):
+            if re.fullmatch(r"f\d+s", t.group):
+                col = t.term_names[0]
+                acts = is_pos if col == "ispos" else ~is_pos if col == "isneg" else np.ones_like(is_pos)
+                var = var + np.where(acts, S[0, 0], 0.0)
+        return np.sqrt(var)
 
     def _maps(self, cells: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         X = np.asarray(self.fit.spec.fixed_design(cells), float)
@@ -484,8 +501,7 @@ class _Predictor:
             raise SubgroupError(f"subgroup level(s) not in the fit: {unknown[:5]} (columns {c['groups']})")
         frame["by"] = _joined(trials, by)
         keys = ["by", "cell", "spk"] + [f"f{j}" for j in range(len(c["factors"]))]
-        if self.factor_by_group:
-            keys += [f"f{j}g" for j in range(len(c["factors"]))]
+        keys += [f"f{j}{x}" for j in range(len(c["factors"])) for x in self.extra]
         cells = frame.groupby(keys, observed=True)["err"].agg(["size", "sum"]).reset_index()
         cells = _with_class_columns(cells.rename(columns={"size": "n", "sum": "e"}))
         is_pos = (cells["cls"] == "pos").to_numpy()
