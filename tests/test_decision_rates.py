@@ -145,3 +145,35 @@ def test_speaker_group_rates_beat_counting_against_known_truth():
         assert ratio < bound, (m, ratio)
         per = pd.Series(e_mod).groupby(np.array(err[m]["rep"])).mean()
         assert abs(per.mean()) < 3 * per.std(ddof=1) / np.sqrt(len(per)), m
+
+
+def test_new_speaker_integrates_the_speaker_by_attack_effect():
+    """``factor_by_speaker=True``: a new speaker's FPR over its attacks is, from the fitted
+    parameters alone, Σ_l n_l ∫ logit⁻¹(β_neg,g + a_l + c_l,g + s z) φ(z) dz / Σ n_l with
+    s² = σ²_speaker,neg + σ²_speaker×attack (uncalibrated)."""
+    from scoremix.fairness.decision_model import logit_normal_mean
+
+    rng = np.random.default_rng(4)
+    t = simulate(5)
+    # a speaker × attack interaction in the false alarms
+    inter = {(s, a): rng.normal(0, 0.8) for s in t.speaker.unique() for a in ATT}
+    neg = t.label == "nontarget"
+    shift = np.array([inter[(s, a)] if n else 0.0 for s, a, n in zip(t.speaker, t.attack, neg)])
+    p = special.expit(special.logit(t["p"]) + shift)
+    e = rng.random(len(t)) < p
+    t["score"] = np.where(neg, np.where(e, 1.0, -1.0), t["score"])
+    r = fit(t[t.speaker != "s00"], factor_by_group=True, factor_by_speaker=True)
+    assert "(0 + isneg | f0s)" in r.settings["formula"]
+    vc = r.fit.varcorr
+    vc = vc() if callable(vc) else vc
+    var_fs = float(vc.loc[vc.grp == "f0s", "vcov"].iloc[0])
+    var_spk = float(vc.loc[(vc.grp == "spk") & (vc.var1 == "clsneg") & vc.var2.isna(), "vcov"].iloc[0])
+    assert var_fs > 0.1
+    new = t[(t.speaker == "s00") & neg]
+    out = r.rates(new, "speaker", calibrate=False)
+    re_ = r.fit.ranef
+    beta = r.fit.fixef["cellneg|f"]
+    n = new.groupby("attack").size()
+    eta = np.array([beta + re_["f0"].loc[a].iloc[0] + re_["f0g"].loc[f"{a}:f"].iloc[0] for a in n.index])
+    want = float(n.to_numpy() @ logit_normal_mean(eta, np.sqrt(var_spk + var_fs)) / n.sum())
+    assert out.loc["s00", "fpr_model"] == pytest.approx(want, rel=1e-10)

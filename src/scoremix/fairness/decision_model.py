@@ -35,7 +35,11 @@ inverse of the penalised Hessian as covariance (Gelman & Hill's ``sim`` with the
 correlation between fixed and random effects kept; the uncertainty of :math:`\theta` is
 ignored).  ``speakers="observed"`` replaces the new speaker by the subgroup's own
 speakers at their conditional modes, trial-weighted; ``pool_groups=True`` replaces the free
-:math:`\beta_{c,g}` by :math:`\mu_c + v_{c,g}`, :math:`v_{c,g} \sim N(0, \sigma_g^2)`.
+:math:`\beta_{c,g}` by :math:`\mu_c + v_{c,g}`, :math:`v_{c,g} \sim N(0, \sigma_g^2)`;
+``factor_by_group`` / ``factor_by_speaker`` add random factor × subgroup / factor × speaker
+interactions.  :meth:`DecisionModelResult.rates` gives the rates of any subgroups of any
+table (held-out trials, a few speakers, subgroup × attack) as trial-weighted conditional
+cell rates, with :math:`\hat\beta` calibrated to the fixed-effect score equation.
 Beside each model
 value: the empirical (counted) value and its speaker-cluster bootstrap percentile interval
 at the same fixed threshold.
