@@ -198,12 +198,17 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
         Zu = f.rest_inverse(md) if md else np.zeros((0, 0))
         if md:
             import scipy.sparse as sp
-            Lam = _lambda_rest_sparse(T, cp, md)
-            D = sp.bsr_matrix((np.einsum("ab,lbc->lac", T[0], S11inv), np.arange(n1),
-                               np.arange(n1 + 1)), shape=(q1, q1))
-            K = (Lam.T @ A[:md] @ D).tocsc()                            # md × q1, sparse
             acc = np.empty((p1, p1))
-            if hasattr(Zu, "quad_trace"):
+            asm = f.sparse[1].extra.get("assembler") if f.sparse is not None else None
+            if asm is None or p1 != 1:
+                Lam = _lambda_rest_sparse(T, cp, md)
+                D = sp.bsr_matrix((np.einsum("ab,lbc->lac", T[0], S11inv), np.arange(n1),
+                                   np.arange(n1 + 1)), shape=(q1, q1))
+                K = (Lam.T @ A[:md] @ D).tocsc()                        # md × q1, sparse
+            if asm is not None and p1 == 1:
+                # K K' = Λ_r' A diag(θ_1²/l_j⁴) A' Λ_r: the adjoint of the factor's assembly
+                acc[0, 0] = asm.trace_downdate(Zu, (T[0][0, 0] * S11inv[:, 0, 0]) ** 2, T)
+            elif hasattr(Zu, "quad_trace"):
                 # selected inverse: Σ_s k_s' Z k_s column by column (compiled), the
                 # cross terms by polarisation
                 Kc = [K[:, aa::p1].tocsc() for aa in range(p1)]

@@ -342,19 +342,19 @@ def _factorize_supernodal(T: list[np.ndarray], cp: CrossProducts, rho: np.ndarra
         dd = A11[:, 0, 0] * t * t + 1.0
         L11 = np.sqrt(dd)[:, None, None]
         L11inv = 1.0 / L11
-        Ac = sym.extra.get("A_csc")
-        if Ac is None:
+        asm = sym.extra.get("assembler")
+        if asm is None:
             import scipy.sparse as sp
             Ac = sp.csc_matrix(cp.ar1_sparse()[0])
             Ac.sort_indices()
-            sym.extra["A_csc"] = Ac
-        W = Arr.copy()
-        sparse_chol.downdate_lower(W, Ac, t * t / dd)
+            asm = sym.extra["assembler"] = sparse_chol.PatternAssembler(
+                Ac, Arr, sym, cp.term_p, cp.term_nlev)
+        Lp = asm(t * t / dd, T)
     else:
         W, L11, L11inv = _downdate_sparse(cp, rho, T1, A11)
         W *= -1.0
         W += Arr
-    Lp = sparse_chol.assemble(W, sym, T, cp.term_p, cp.term_nlev)
+        Lp = sparse_chol.assemble(W, sym, T, cp.term_p, cp.term_nlev)
     Lp = sparse_chol.factor_numeric(Lp, sym, assembled=True)
     return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=None, Lrr=None, q_rest=cp.q_rest,
                          p=cp.p, n=cp.n, ldW=ldW, sparse=(Lp, sym))

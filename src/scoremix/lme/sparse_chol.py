@@ -59,8 +59,8 @@ __all__ = ["AVAILABLE", "RestSymbolic", "SelectedInverse", "analyse", "assemble"
 MAX_FLOP_SHARE = 0.6
 #: and only for Z blocks of at least this size (below, dense LAPACK wins)
 MIN_SIZE = 400
-#: and at most this size (the minimum-degree analysis keeps an ``n × n/64`` bit matrix)
-MAX_SIZE = 30_000
+#: and at most this size (the analysis keeps ``m × m`` index maps, as the dense rest block)
+MAX_SIZE = 10_000
 
 
 @dataclass
@@ -403,6 +403,244 @@ def _assemble_kernel(W, perm, blk0, bsz, pos, toff, Tflat, qz):
 def assemble(W: np.ndarray, sym: RestSymbolic, T: list, term_p, term_nlev) -> np.ndarray:
     """The permuted lower triangle of ``Λ_r' W Λ_r + diag(I_q, 0)`` (``W``: the original
     order rest block, lower triangle read), ready for :func:`factor_numeric`."""
+    layout = _layout(sym, term_p, term_nlev)
+    Tflat = np.concatenate([[1.0]] + [np.ravel(T[k]) for k in range(1, len(term_p))])
+    blk0, bsz, pos, toff = layout
+    return _assemble_kernel(W, sym.perm, blk0, bsz, pos, toff, Tflat, sym.qz)
+
+
+@_njit(cache=True)
+def _assemble_pattern_kernel(m, sn_start, sn_ptr, sn_rows, ei, ej, eptr, widx, ta, tb, Wv,
+                             Tflat, qz):
+    """Zero the lower triangle of ``Lp`` on the supernodal pattern of ``L``, then set the
+    entries of ``Λ'WΛ + diag(I_qz, 0)`` from the contribution lists."""
+    Lp = np.empty((m, m))
+    for J in range(sn_start.size - 1):
+        c0 = sn_start[J]
+        c1 = sn_start[J + 1]
+        for a in range(sn_ptr[J], sn_ptr[J + 1]):
+            r = sn_rows[a]
+            hi = min(c1, r + 1)
+            for c in range(c0, hi):
+                Lp[r, c] = 0.0
+    for e in range(ei.size):
+        v = 0.0
+        for k in range(eptr[e], eptr[e + 1]):
+            v += Tflat[ta[k]] * Wv[widx[k]] * Tflat[tb[k]]
+        i = ei[e]
+        if i == ej[e] and i < qz:
+            v += 1.0
+        Lp[i, ej[e]] = v
+    return Lp
+
+
+@_njit(cache=True)
+def _assembler_build(Arr, indptr, indices, data, iperm, bsz, pos, toff):
+    """The index lists of :class:`PatternAssembler` (see there), with two ``m × m`` maps."""
+    m = Arr.shape[0]
+    wmap = np.full((m, m), -1, dtype=np.int32)
+    for i in range(m):
+        wmap[i, i] = 0
+        for j in range(i):
+            if Arr[i, j] != 0.0:
+                wmap[i, j] = 0
+    ncol = indptr.size - 1
+    npair = 0
+    for s in range(ncol):
+        k = indptr[s + 1] - indptr[s]
+        npair += k * (k + 1) // 2
+        for a in range(indptr[s], indptr[s + 1]):
+            ia = indices[a]
+            for b in range(indptr[s], a + 1):
+                wmap[ia, indices[b]] = 0
+    nW = 0
+    for i in range(m):
+        for j in range(i + 1):
+            if wmap[i, j] != -1:
+                nW += 1
+    wr = np.empty(nW, dtype=np.int64)
+    wc = np.empty(nW, dtype=np.int64)
+    W0 = np.empty(nW)
+    w = 0
+    for i in range(m):
+        for j in range(i + 1):
+            if wmap[i, j] != -1:
+                wmap[i, j] = w
+                wr[w] = i
+                wc[w] = j
+                W0[w] = Arr[i, j]
+                w += 1
+    pptr = np.zeros(ncol + 1, dtype=np.int64)
+    pw = np.empty(npair, dtype=np.int64)
+    pv = np.empty(npair)
+    q = 0
+    for s in range(ncol):
+        for a in range(indptr[s], indptr[s + 1]):
+            ia = indices[a]
+            for b in range(indptr[s], a + 1):
+                pw[q] = wmap[ia, indices[b]]
+                pv[q] = data[a] * data[b]
+                q += 1
+        pptr[s + 1] = q
+    # entries (i ≥ j, permuted) of Λ'WΛ reached from each W entry through Λ
+    emap = wmap                      # reuse the memory: reset to -1
+    emap[:, :] = -1
+    cnt = np.zeros(0, dtype=np.int64)
+    ei = np.zeros(0, dtype=np.int64)
+    ej = np.zeros(0, dtype=np.int64)
+    nE = 0
+    for pass_ in range(2):
+        for w in range(nW):
+            for o in range(2):
+                if o == 0:
+                    x, y = wr[w], wc[w]
+                else:
+                    if wr[w] == wc[w]:
+                        break
+                    x, y = wc[w], wr[w]
+                for da in range(pos[x] + 1):
+                    r = x - da
+                    for db in range(pos[y] + 1):
+                        c = y - db
+                        i = iperm[r]
+                        j = iperm[c]
+                        if i >= j:
+                            if pass_ == 0:
+                                emap[i, j] = 0
+                            else:
+                                cnt[emap[i, j]] += 1
+        if pass_ == 0:
+            nE = 0
+            for i in range(m):
+                for j in range(i + 1):
+                    if emap[i, j] != -1:
+                        nE += 1
+            ei = np.empty(nE, dtype=np.int64)
+            ej = np.empty(nE, dtype=np.int64)
+            e = 0
+            for i in range(m):
+                for j in range(i + 1):
+                    if emap[i, j] != -1:
+                        emap[i, j] = e
+                        ei[e] = i
+                        ej[e] = j
+                        e += 1
+            cnt = np.zeros(nE, dtype=np.int64)
+    eptr = np.zeros(nE + 1, dtype=np.int64)
+    for e in range(nE):
+        eptr[e + 1] = eptr[e] + cnt[e]
+    nK = eptr[nE]
+    widx = np.empty(nK, dtype=np.int64)
+    ta = np.empty(nK, dtype=np.int64)
+    tb = np.empty(nK, dtype=np.int64)
+    fill = eptr[:-1].copy()
+    for w in range(nW):
+        for o in range(2):
+            if o == 0:
+                x, y = wr[w], wc[w]
+            else:
+                if wr[w] == wc[w]:
+                    break
+                x, y = wc[w], wr[w]
+            for da in range(pos[x] + 1):
+                r = x - da
+                for db in range(pos[y] + 1):
+                    c = y - db
+                    i = iperm[r]
+                    j = iperm[c]
+                    if i >= j:
+                        e = emap[i, j]
+                        k = fill[e]
+                        widx[k] = w
+                        ta[k] = toff[r] + pos[x] * bsz[r] + pos[r]
+                        tb[k] = toff[c] + pos[y] * bsz[c] + pos[c]
+                        fill[e] = k + 1
+    return W0, pptr, pw, pv, ei, ej, eptr, widx, ta, tb
+
+
+@_njit(cache=True)
+def _pairs_apply(W0, pptr, pw, pv, c):
+    """``W = W0 − P c`` with ``P`` given column by column (pair targets ``pw``, values
+    ``pv``)."""
+    Wv = W0.copy()
+    for s in range(pptr.size - 1):
+        cs = c[s]
+        for k in range(pptr[s], pptr[s + 1]):
+            Wv[pw[k]] -= cs * pv[k]
+    return Wv
+
+
+@_njit(cache=True)
+def _pairs_dot(Zt, pptr, pw, pv, c):
+    """``Zt'(P c)``."""
+    tot = 0.0
+    for s in range(pptr.size - 1):
+        acc = 0.0
+        for k in range(pptr[s], pptr[s + 1]):
+            acc += pv[k] * Zt[pw[k]]
+        tot += c[s] * acc
+    return tot
+
+
+class PatternAssembler:
+    """``Λ_r'(A_rr − A diag(c) A')Λ_r + diag(I_q, 0)`` assembled on its sparsity pattern only,
+    in the permuted order of a :class:`RestSymbolic` (for a scalar term 1, one dispersion
+    level).  Built once per model (compiled, ``O(m²)`` index maps): the lower-triangle
+    entries ``w`` of ``W = A_rr − A diag(c) A'`` (the diagonal, the non-zeros of ``A_rr``
+    and the row pairs ``(i, j)`` of each column ``s`` of ``A``, whose products
+    ``A_is A_js`` form ``P`` with ``W_w = (A_rr)_w − (P c)_w``) and, per entry of the
+    result, the list of ``(T_k)_{a'a} W_w (T_l)_{b'b}`` terms that ``Λ_r`` contributes.
+    Each evaluation is one pass over the pairs and one over the lists: work proportional
+    to the non-zeros instead of ``m²``."""
+
+    def __init__(self, A_csc, Arr: np.ndarray, sym: RestSymbolic, term_p, term_nlev):
+        self.sym = sym
+        blk0, bsz, pos, toff = _layout(sym, term_p, term_nlev)
+        (self.W0, self.pptr, self.pw, self.pv, self.ei, self.ej, self.eptr, self.widx,
+         self.ta, self.tb) = _assembler_build(np.ascontiguousarray(Arr),
+                                              A_csc.indptr.astype(np.int64),
+                                              A_csc.indices.astype(np.int64),
+                                              np.asarray(A_csc.data, float), sym.iperm, bsz,
+                                              pos, toff)
+
+    def trace_downdate(self, Z: "SelectedInverse", c: np.ndarray, T: list) -> float:
+        """``tr(Z_n Λ_r' A_n diag(c) A_n' Λ_r) = Σ_s c_s a_s'Λ_r Z Λ_r'a_s`` for a selected
+        inverse ``Z`` of the leading ``n`` permuted rows (``A_n``: the rows of ``A`` below
+        ``n``), by the adjoint of the assembly: ``Σ_w Zt_w (P c)_w``."""
+        Tflat = np.concatenate([[1.0]] + [np.ravel(Tk) for Tk in T[1:]])
+        Zt = _adjoint_kernel(Z.Zp, self.ei, self.ej, self.eptr, self.widx, self.ta, self.tb,
+                             Tflat, self.W0.size, Z.n)
+        return float(_pairs_dot(Zt, self.pptr, self.pw, self.pv, np.asarray(c, float)))
+
+    def __call__(self, c: np.ndarray, T: list) -> np.ndarray:
+        Wv = _pairs_apply(self.W0, self.pptr, self.pw, self.pv, np.asarray(c, float))
+        Tflat = np.concatenate([[1.0]] + [np.ravel(Tk) for Tk in T[1:]])
+        sym = self.sym
+        return _assemble_pattern_kernel(sym.m, sym.sn_start, sym.sn_ptr, sym.sn_rows, self.ei,
+                                        self.ej, self.eptr, self.widx, self.ta, self.tb, Wv,
+                                        Tflat, sym.qz)
+
+
+@_njit(cache=True)
+def _adjoint_kernel(Z, ei, ej, eptr, widx, ta, tb, Tflat, nW, n):
+    """``Zt_w = Σ_{k: widx_k = w} (2 − δ_e) Z_e (T)_{ta_k} (T)_{tb_k}`` over the entries
+    ``e`` with both permuted rows below ``n``: the gradient of ``tr(Z Λ'WΛ)`` in the
+    lower-triangle entries ``W_w``."""
+    Zt = np.zeros(nW)
+    for e in range(ei.size):
+        i = ei[e]
+        if i >= n:
+            continue
+        j = ej[e]
+        z = Z[i, j] if i == j else 2.0 * Z[i, j]
+        for k in range(eptr[e], eptr[e + 1]):
+            Zt[widx[k]] += z * Tflat[ta[k]] * Tflat[tb[k]]
+    return Zt
+
+
+def _layout(sym: RestSymbolic, term_p, term_nlev):
+    """Per rest row: first row of its level block, block size, position in the block and
+    offset of its ``T_k`` in ``Tflat`` (``Tflat[0] = 1`` for the ``X, y`` rows)."""
     layout = sym.extra.get("layout")
     if layout is None:
         m = sym.m
@@ -411,7 +649,7 @@ def assemble(W: np.ndarray, sym: RestSymbolic, T: list, term_p, term_nlev) -> np
         pos = np.zeros(m, dtype=np.int64)
         toff = np.zeros(m, dtype=np.int64)
         start = 0
-        off = 1                       # Tflat[0] = 1: the identity of X and y rows
+        off = 1
         for k in range(1, len(term_p)):
             pk, nk = term_p[k], term_nlev[k]
             idx = start + np.arange(nk * pk)
@@ -422,9 +660,7 @@ def assemble(W: np.ndarray, sym: RestSymbolic, T: list, term_p, term_nlev) -> np
             off += pk * pk
             start += nk * pk
         layout = sym.extra["layout"] = (blk0, bsz, pos, toff)
-    Tflat = np.concatenate([[1.0]] + [np.ravel(T[k]) for k in range(1, len(term_p))])
-    blk0, bsz, pos, toff = layout
-    return _assemble_kernel(W, sym.perm, blk0, bsz, pos, toff, Tflat, sym.qz)
+    return layout
 
 
 def factor_numeric(S: np.ndarray, sym: RestSymbolic, assembled: bool = False) -> np.ndarray:
