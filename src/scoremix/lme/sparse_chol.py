@@ -34,6 +34,7 @@ The kernels are compiled with numba (``@njit(cache=True)``).  Without numba
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -613,12 +614,28 @@ class PatternAssembler:
         return float(_pairs_dot(Zt, self.pptr, self.pw, self.pv, np.asarray(c, float)))
 
     def __call__(self, c: np.ndarray, T: list) -> np.ndarray:
-        Wv = _pairs_apply(self.W0, self.pptr, self.pw, self.pv, np.asarray(c, float))
+        c = np.asarray(c, float)
+        Wv = _pairs_apply(self.W0, self.pptr, self.pw, self.pv, c)
+        # the y'y entry (the last W entry) summed exactly: r_θ² = y'y − … cancels
+        yy = self._yy_terms()
+        if yy is not None:
+            cols, vals = yy
+            Wv[-1] = math.fsum(np.concatenate([[self.W0[-1]], -c[cols] * vals]))
         Tflat = np.concatenate([[1.0]] + [np.ravel(Tk) for Tk in T[1:]])
         sym = self.sym
         return _assemble_pattern_kernel(sym.m, sym.sn_start, sym.sn_ptr, sym.sn_rows, self.ei,
                                         self.ej, self.eptr, self.widx, self.ta, self.tb, Wv,
                                         Tflat, sym.qz)
+
+    def _yy_terms(self):
+        """Columns ``s`` with a ``(y, y)`` pair and its products ``A_ys²`` (cached)."""
+        if not hasattr(self, "_yy"):
+            last = self.W0.size - 1
+            ends = self.pptr[1:] - 1
+            has = (np.diff(self.pptr) > 0)
+            cols = np.flatnonzero(has & (self.pw[np.maximum(ends, 0)] == last))
+            self._yy = (cols, self.pv[ends[cols]]) if cols.size else None
+        return self._yy
 
 
 @_njit(cache=True)
@@ -676,6 +693,8 @@ def factor_numeric(S: np.ndarray, sym: RestSymbolic, assembled: bool = False) ->
         when ``S`` is not positive definite.
     """
     Lp = S if assembled else _gather_perm(S, sym.perm)
+    m = sym.m
+    yy = Lp[m - 1, m - 1]
     ns = sym.n_supernodes
     bad = _numeric_kernel(Lp, sym.sn_start, sym.sn_ptr, sym.sn_rows, ns - 1)
     if bad >= 0:
@@ -688,6 +707,11 @@ def factor_numeric(S: np.ndarray, sym: RestSymbolic, assembled: bool = False) ->
     if info != 0:
         raise np.linalg.LinAlgError(f"rest block not positive definite (dpotrf info={info})")
     Lp[c0:, c0:] = U.T
+    # r_θ² = (y'y)_Λ − Σ_j L_yj²: one exactly rounded sum instead of the factorisation's
+    # running subtraction (the criterion's rounding noise is n·δr²/r²)
+    r2 = yy - math.fsum(Lp[m - 1, : m - 1] ** 2)
+    if r2 > 0:
+        Lp[m - 1, m - 1] = math.sqrt(r2)
     return Lp
 
 
@@ -784,6 +808,22 @@ def _quad_trace_kernel(Z, iperm, indptr, indices, data):
     return tot
 
 
+@_njit(cache=True)
+def _column_forms_kernel(Z, iperm, indptr, indices, data):
+    out = np.zeros(indptr.size - 1)
+    for s in range(indptr.size - 1):
+        tot = 0.0
+        for a in range(indptr[s], indptr[s + 1]):
+            pa = iperm[indices[a]]
+            acc = 0.0
+            for b in range(indptr[s], indptr[s + 1]):
+                pb = iperm[indices[b]]
+                acc += (Z[pa, pb] if pa >= pb else Z[pb, pa]) * data[b]
+            tot += data[a] * acc
+        out[s] = tot
+    return out
+
+
 class SelectedInverse:
     """The selected inverse ``Z = (L_n L_n')^{-1}`` of :func:`selected_inverse`, read in
     the **original** order: ``Z[i, j]`` for integer arrays ``i, j`` (symmetric; exact on
@@ -811,6 +851,12 @@ class SelectedInverse:
         Kc = sp.csc_matrix(K)
         return float(_quad_trace_kernel(self.Zp, self.sym.iperm, Kc.indptr, Kc.indices,
                                         Kc.data))
+
+    def column_forms(self, K) -> np.ndarray:
+        """``k_s' Z k_s`` for every column ``k_s`` of a sparse ``K`` (as :meth:`quad_trace`)."""
+        import scipy.sparse as sp
+        Kc = sp.csc_matrix(K)
+        return _column_forms_kernel(self.Zp, self.sym.iperm, Kc.indptr, Kc.indices, Kc.data)
 
     def dense(self) -> np.ndarray:
         """Original-order symmetric ``n × n`` copy (zero off the pattern; for tests)."""
