@@ -10,7 +10,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from scoremix.lme.crossprod import CrossProducts
-from scoremix.lme.factor import factorize, inverse_upper
+from scoremix.lme.factor import _solve_lower_t, factorize, inverse_upper
 from scoremix.lme.relcov import rest_scale, theta_to_T
 
 __all__ = ["profiled_deviance", "has_analytic_gradient", "profiled_deviance_grad"]
@@ -119,29 +119,6 @@ def _lower_inverse(L: np.ndarray) -> np.ndarray:
     if info != 0:
         raise np.linalg.LinAlgError(f"dtrtri failed (info={info})")
     return Ui.T
-
-
-def _solve_lower_t(Lrr: np.ndarray, mz: int) -> np.ndarray:
-    """The conditional modes of the rest rows: ``x`` with ``L'x = c``, ``L = Lrr[:mz, :mz]``
-    and ``c = Lrr[-1, :mz]`` (the ``y`` row of the factor), by LAPACK ``dtrtrs``: the
-    C-ordered ``L`` is read as the Fortran-ordered upper-triangular ``L'``."""
-    if mz == 0:
-        return np.zeros(0)
-    m = Lrr.shape[0]
-    r = Lrr[-1, -1]
-    if mz == m - 1 and r != 0.0 and Lrr.T.flags.f_contiguous:
-        # with the whole factor (no copy): L_full' w = r e_m has w = (−x, 1)
-        rhs = np.zeros(m)
-        rhs[-1] = r
-        w, info = sla.lapack.dtrtrs(Lrr.T, rhs, lower=0)
-        if info != 0:
-            raise np.linalg.LinAlgError(f"dtrtrs failed (info={info})")
-        return -w[:mz]
-    U = np.asfortranarray(Lrr[:mz, :mz].T)
-    x, info = sla.lapack.dtrtrs(U, Lrr[-1, :mz], lower=0)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"dtrtrs failed (info={info})")
-    return x
 
 
 def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml: bool,

@@ -93,7 +93,6 @@ class Factorization:
         """The conditional modes of the first ``mz`` rest rows (original order): ``x`` with
         ``L'x = c``, ``L`` the factor's leading ``mz`` rows and ``c`` its ``y`` row there."""
         if self.sparse is None:
-            from scoremix.lme.deviance import _solve_lower_t
             return _solve_lower_t(self.Lrr, mz)
         from scoremix.lme import sparse_chol
         Lp, sym = self.sparse
@@ -425,6 +424,29 @@ def _cholesky_rest(S: np.ndarray, qr: int) -> np.ndarray:
     if info != 0:
         raise np.linalg.LinAlgError(f"Schur complement not positive definite (dpotrf info={info})")
     return U.T
+
+
+def _solve_lower_t(Lrr: np.ndarray, mz: int) -> np.ndarray:
+    """The conditional modes of the rest rows: ``x`` with ``L'x = c``, ``L = Lrr[:mz, :mz]``
+    and ``c = Lrr[-1, :mz]`` (the ``y`` row of the factor), by LAPACK ``dtrtrs``: the
+    C-ordered ``L`` is read as the Fortran-ordered upper-triangular ``L'``."""
+    if mz == 0:
+        return np.zeros(0)
+    m = Lrr.shape[0]
+    r = Lrr[-1, -1]
+    if mz == m - 1 and r != 0.0 and Lrr.T.flags.f_contiguous:
+        # with the whole factor (no copy): L_full' w = r e_m has w = (−x, 1)
+        rhs = np.zeros(m)
+        rhs[-1] = r
+        w, info = sla.lapack.dtrtrs(Lrr.T, rhs, lower=0)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"dtrtrs failed (info={info})")
+        return -w[:mz]
+    U = np.asfortranarray(Lrr[:mz, :mz].T)
+    x, info = sla.lapack.dtrtrs(U, Lrr[-1, :mz], lower=0)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dtrtrs failed (info={info})")
+    return x
 
 
 def inverse_upper(L: np.ndarray) -> np.ndarray:
