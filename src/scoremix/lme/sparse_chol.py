@@ -899,6 +899,7 @@ def selected_inverse(Lp: np.ndarray, sym: RestSymbolic, n: int) -> SelectedInver
         Zb, info = sla.lapack.dpotri(np.array(blk.T, order="F"), lower=0, overwrite_c=1)
         if info != 0:
             raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
-        Z[c0:n, c0:n] = np.triu(Zb).T
+        # only the lower triangle of Z is ever read: Zb's upper triangle, transposed
+        Z[c0:n, c0:n] = Zb.T
     _selinv_kernel(Lp, Z, sym.sn_start, sym.sn_ptr, sym.sn_rows, n, last)
     return SelectedInverse(Z, sym, n)
