@@ -332,13 +332,21 @@ def _numeric_kernel(Lp, sn_start, sn_ptr, sn_rows, last):
             r = sn_rows[p0 + nc + a]
             for b in range(nc):
                 F[a, b] = Lp[r, c0 + b]
-        # panel: P = F L_JJ^{-T}, row by row forward substitution
-        for a in range(nR):
-            for j in range(nc):
-                t = F[a, j]
-                for k in range(j):
-                    t -= F[a, k] * D[j, k]
-                F[a, j] = t / D[j, j]
+        # panel: P = F L_JJ^{-T} (forward substitution for thin supernodes, else BLAS with
+        # the triangular inverse)
+        if nc <= 4:
+            for a in range(nR):
+                for j in range(nc):
+                    t = F[a, j]
+                    for k in range(j):
+                        t -= F[a, k] * D[j, k]
+                    F[a, j] = t / D[j, j]
+        else:
+            Dl = np.zeros((nc, nc))
+            for a in range(nc):
+                for b in range(a + 1):
+                    Dl[a, b] = D[a, b]
+            F = np.dot(F, _tri_inv_lower(Dl).T)
         for a in range(nR):
             r = sn_rows[p0 + nc + a]
             for b in range(nc):
