@@ -276,3 +276,35 @@ def test_package_works_without_numba(tmp_path):
     from scoremix.lme.api import lmer
     m = lmer("y ~ x + (1 | s) + (x | d)", pd.read_csv(csv, dtype={"s": str, "d": str}))
     assert crit == pytest.approx(-2 * m.loglik, rel=1e-10)
+
+
+def test_vector_term_one_and_dispersion_match_dense(force_sparse):
+    """The general assembly (vector-valued term 1: a dense downdate, then Λ and the
+    permutation in one pass) and a dispersion model (relative residual variances ρ)."""
+    data = _crossed_data(21, n_s=500, n_d=150, per_s=8)
+    cps, cpd = _cp_pair("y ~ x + (x | s) + (1 | d)", data)
+    assert cps.term_p[0] == 2 and rest_symbolic(cps) is not None
+    th = np.array([0.5, 0.2, 0.3, 0.6])
+    for reml in (True, False):
+        assert profiled_deviance(th, cps, reml) == pytest.approx(profiled_deviance(th, cpd, reml),
+                                                                 rel=1e-12)
+        cs, gs = profiled_deviance_grad(th, cps, reml)
+        cd, gd = profiled_deviance_grad(th, cpd, reml)
+        np.testing.assert_allclose(gs, gd, rtol=1e-8, atol=1e-8)
+        es, ed = estimates_at(cps, th, reml), estimates_at(cpd, th, reml)
+        for a, b in zip(es["condvar"] + es["b"], ed["condvar"] + ed["b"]):
+            np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
+    spec = build_model_spec("y ~ x + (1 | s) + (x | d)", data, dispersion="~ x")
+    cps = crossproducts(spec)
+    cps.sparse_ar1 = True
+    cpd = crossproducts(spec)
+    cpd.sparse_ar1 = True
+    cpd._rest_sym = False
+    assert cps.n_disp == 2 and rest_symbolic(cps) is not None
+    th = np.array([0.5, 0.6, 0.1, 0.3])
+    rho = np.array([1.0, 1.7])
+    fs = factorize(th, cps, rho, need_lr1=False, sparse_ok=True)
+    assert fs.sparse is not None
+    for reml in (True, False):
+        assert profiled_deviance(th, cps, reml, rho) == pytest.approx(
+            profiled_deviance(th, cpd, reml, rho), rel=1e-12)

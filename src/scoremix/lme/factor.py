@@ -305,10 +305,11 @@ def rest_symbolic(cp: CrossProducts):
             and cp.ar1_sparse() is not None):
         import scipy.sparse as sp
         pat = sp.csr_matrix(cp.Arr[:, :qr, :qr].any(axis=0))
-        for A in cp.ar1_sparse():
-            Az = sp.csr_matrix(A[:qr])
-            Az.data = np.ones_like(Az.data)
-            pat = pat + Az @ Az.T
+        # the pattern of Σ_d A_d/ρ_d: one union over the dispersion levels (the downdate
+        # couples rows of different levels through a shared column)
+        Az = sum(abs(sp.csr_matrix(A[:qr])) for A in cp.ar1_sparse()).tocsr()
+        Az.data = np.ones_like(Az.data)
+        pat = pat + Az @ Az.T
         blocks = [sp.kron(sp.identity(nk, format="csr"), np.ones((pk, pk)), format="csr")
                   for pk, nk in zip(cp.term_p[1:], cp.term_nlev[1:])]
         Bl = sp.block_diag(blocks, format="csr")
