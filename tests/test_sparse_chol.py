@@ -308,3 +308,18 @@ def test_vector_term_one_and_dispersion_match_dense(force_sparse):
     for reml in (True, False):
         assert profiled_deviance(th, cps, reml, rho) == pytest.approx(
             profiled_deviance(th, cpd, reml, rho), rel=1e-12)
+
+
+def test_scalar_terms_without_pair_structure_match_dense(force_sparse, monkeypatch):
+    """Scalar terms whose pair structure is not built (too many pairs): the gradient's
+    trace is the column-by-column quadratic form on the selected inverse."""
+    from scoremix.lme import pairs
+    monkeypatch.setattr(pairs, "PAIR_MAX_NNZ", 0)
+    cps, cpd = _cp_pair("y ~ x + (1 | s) + (1 | d)", _crossed_data(13))
+    assert cps.pair_structure() is None and rest_symbolic(cps) is not None
+    th = np.array([0.5, 0.7])
+    for reml in (True, False):
+        cs, gs = profiled_deviance_grad(th, cps, reml)
+        cd, gd = profiled_deviance_grad(th, cpd, reml)
+        assert cs == pytest.approx(cd, rel=1e-12)
+        np.testing.assert_allclose(gs, gd, rtol=1e-8, atol=1e-8)
