@@ -194,10 +194,99 @@ def _level_quadratic_forms(H: np.ndarray, Zu: np.ndarray) -> np.ndarray:
     return out
 
 
+def _estimates_sparse(cp: CrossProducts, f: Factorization, REML: bool) -> dict[str, Any]:
+    """:func:`estimates_at` from the supernodal factor of the rest block
+    (:mod:`scoremix.lme.sparse_chol`, homoscedastic model): the conditional modes of the
+    rest rows ``[u_2 … u_K, β]`` by one sparse triangular solve, term 1's by
+    ``u_1,l = S_{11,l}^{-1} T_1'(A_{r1,l}'z)`` with ``z = (−Λ_r x, 1)``, and the
+    conditional covariances from the selected inverse ``Z = (L_Z L_Z')^{-1}``: for term 1
+    ``S_{11,l}^{-1} + H_l'ZH_l`` (``H_l = Λ_r'A_{r1,l} T_1 S_{11,l}^{-1}``, only the rows
+    coupled to level ``l``, all on the pattern of ``L``), for the others ``Z``'s diagonal
+    level blocks."""
+    import scipy.sparse as sp
+    T = f.T
+    n1, p1 = cp.term_nlev[0], cp.term_p[0]
+    qr, p, n = cp.q_rest, cp.p, cp.n
+    mz = qr + p
+    m = cp.Arr.shape[1]
+    x_rest = f.rest_modes(mz)
+    A = cp.ar1_sparse()[0]
+    S11inv = np.einsum("lba,lbc->lac", f.L11inv, f.L11inv)       # (T1'A11_l T1 + I)^{-1}
+    lam_x = _lambda_rest_rows(x_rest, T, cp)
+    z = np.zeros(m)
+    z[:mz] = -lam_x
+    z[-1] = 1.0
+    a = (A.T @ z).reshape(n1, p1) @ T[0]
+    u1 = np.einsum("lab,lb->la", S11inv, a)
+    u = np.concatenate([u1.ravel(), x_rest[:qr]])
+    beta = x_rest[qr:mz].copy()
+    sigma2 = f.pwrss / (n - p if REML else n)
+    sigma = float(np.sqrt(sigma2))
+    Lp = f.sparse[0]
+    RX = np.tril(Lp[qr:mz, qr:mz])
+    RXinv = sla.solve_triangular(RX, np.eye(p), lower=True)
+    vcov = sigma2 * RXinv.T @ RXinv
+    V = [S11inv.copy()]
+    if qr:
+        Z = f.rest_inverse(qr)
+        # H = Λ_r' A_{r1} blockdiag(T_1 S11_l^{-1}) on the Z rows, one column per (l, a)
+        blocks = [sp.kron(sp.identity(nk, format="csr"), sp.csr_matrix(Tk), format="csr")
+                  for Tk, nk in zip(T[1:], cp.term_nlev[1:])]
+        Lam = sp.block_diag(blocks, format="csr")
+        D = sp.bsr_matrix((np.einsum("ab,lbc->lac", T[0], S11inv), np.arange(n1),
+                           np.arange(n1 + 1)), shape=(n1 * p1, n1 * p1))
+        H = (Lam.T @ A[:qr] @ D).tocsc()
+        for aa in range(p1):
+            Ha = H[:, aa::p1].tocsc()
+            V[0][:, aa, aa] += Z.column_forms(Ha)
+            for bb in range(aa + 1, p1):
+                Hb = H[:, bb::p1].tocsc()
+                cross = 0.5 * (Z.column_forms(Ha + Hb) - Z.column_forms(Ha)
+                               - Z.column_forms(Hb))
+                V[0][:, aa, bb] += cross
+                V[0][:, bb, aa] += cross
+        pos = 0
+        for k in range(1, len(T)):
+            pk, nk = T[k].shape[0], cp.term_nlev[k]
+            r = pos + np.arange(nk) * pk
+            Vk = np.empty((nk, pk, pk))
+            for aa in range(pk):
+                for cc in range(aa, pk):
+                    Vk[:, aa, cc] = Vk[:, cc, aa] = Z[r + aa, r + cc]
+            V.append(Vk)
+            pos += pk * nk
+    else:
+        V.extend(np.zeros((nk, Tk.shape[0], Tk.shape[0])) for Tk, nk in zip(T[1:], cp.term_nlev[1:]))
+    condvar = [sigma2 * np.einsum("ab,lbc,dc->lad", Tk, Vk, Tk) for Vk, Tk in zip(V, T)]
+    return dict(beta=beta, sigma=sigma, vcov=vcov, b=u_to_b(u, T, cp.term_nlev),
+                condvar=condvar, criterion=f.deviance(REML), T=T)
+
+
+def _lambda_rest_rows(x: np.ndarray, T: list[np.ndarray], cp: CrossProducts) -> np.ndarray:
+    """``Λ_r x`` on the ``[Z_2 … Z_K X]`` rows (``X`` rows unchanged)."""
+    out = np.array(x, dtype=float, copy=True)
+    pos = 0
+    for k in range(1, len(cp.term_p)):
+        pk, nk = cp.term_p[k], cp.term_nlev[k]
+        out[pos: pos + pk * nk] = (x[pos: pos + pk * nk].reshape(nk, pk) @ T[k].T).ravel()
+        pos += pk * nk
+    return out
+
+
 def estimates_at(cp: CrossProducts, theta: np.ndarray, REML: bool,
                  rho: np.ndarray | None = None) -> dict[str, Any]:
     """All estimates at a given ``θ`` (and ``ρ``): ``beta``, ``sigma``, ``vcov``, ``b`` (per
-    term), ``condvar`` (per term), ``criterion`` and the relative factors ``T``."""
+    term), ``condvar`` (per term), ``criterion`` and the relative factors ``T``.
+
+    A homoscedastic model whose rest block has a supernodal sparse factor
+    (:func:`scoremix.lme.factor.rest_symbolic`) is evaluated from it
+    (:func:`_estimates_sparse`); otherwise from the dense blocked factor."""
+    if cp.n_disp == 1 and cp.ar1_sparse() is not None:
+        from scoremix.lme.factor import rest_symbolic
+        if rest_symbolic(cp) is not None:
+            f = factorize(theta, cp, rho, need_lr1=False, sparse_ok=True)
+            if f.sparse is not None:
+                return _estimates_sparse(cp, f, REML)
     ce = conditional_estimates(theta, cp, rho)
     f = ce.factor
     n, p = cp.n, cp.p

@@ -83,6 +83,9 @@ class CrossProducts:
     sparse_ar1: bool | None = field(default=None, repr=False)
     _ar1_sp: list | None = field(default=None, repr=False)
     _pairs: "PairStructure | None | bool" = field(default=None, repr=False)
+    #: cached symbolic analysis of the sparse rest factor (``False``: dense), see
+    #: :func:`scoremix.lme.factor.rest_symbolic`
+    _rest_sym: object = field(default=None, repr=False)
 
     def pair_structure(self) -> "PairStructure | None":
         """Cached :class:`PairStructure` of the sparse ``Ar1`` for scalar-term,

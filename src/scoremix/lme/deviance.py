@@ -10,7 +10,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from scoremix.lme.crossprod import CrossProducts
-from scoremix.lme.factor import factorize, inverse_upper
+from scoremix.lme.factor import _solve_lower_t, factorize, inverse_upper
 from scoremix.lme.relcov import rest_scale, theta_to_T
 
 __all__ = ["profiled_deviance", "has_analytic_gradient", "profiled_deviance_grad"]
@@ -39,7 +39,7 @@ def profiled_deviance(theta: np.ndarray, cp: CrossProducts, reml: bool,
         the criterion; ``inf`` where the system is numerically singular.
     """
     try:
-        return factorize(theta, cp, rho, need_lr1=False).deviance(reml)
+        return factorize(theta, cp, rho, need_lr1=False, sparse_ok=True).deviance(reml)
     except np.linalg.LinAlgError:
         return np.inf
 
@@ -121,34 +121,11 @@ def _lower_inverse(L: np.ndarray) -> np.ndarray:
     return Ui.T
 
 
-def _solve_lower_t(Lrr: np.ndarray, mz: int) -> np.ndarray:
-    """The conditional modes of the rest rows: ``x`` with ``L'x = c``, ``L = Lrr[:mz, :mz]``
-    and ``c = Lrr[-1, :mz]`` (the ``y`` row of the factor), by LAPACK ``dtrtrs``: the
-    C-ordered ``L`` is read as the Fortran-ordered upper-triangular ``L'``."""
-    if mz == 0:
-        return np.zeros(0)
-    m = Lrr.shape[0]
-    r = Lrr[-1, -1]
-    if mz == m - 1 and r != 0.0 and Lrr.T.flags.f_contiguous:
-        # with the whole factor (no copy): L_full' w = r e_m has w = (−x, 1)
-        rhs = np.zeros(m)
-        rhs[-1] = r
-        w, info = sla.lapack.dtrtrs(Lrr.T, rhs, lower=0)
-        if info != 0:
-            raise np.linalg.LinAlgError(f"dtrtrs failed (info={info})")
-        return -w[:mz]
-    U = np.asfortranarray(Lrr[:mz, :mz].T)
-    x, info = sla.lapack.dtrtrs(U, Lrr[-1, :mz], lower=0)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"dtrtrs failed (info={info})")
-    return x
-
-
 def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml: bool,
                  ok: list[bool] | None = None) -> tuple[float, np.ndarray]:
     """:func:`profiled_deviance_grad` for any random terms (see there for the formulas)."""
     sparse = cp.ar1_sparse()
-    f = factorize(theta, cp, need_lr1=sparse is None)
+    f = factorize(theta, cp, need_lr1=sparse is None, sparse_ok=True)
     crit = f.deviance(reml)
     n1, p1 = cp.term_nlev[0], cp.term_p[0]
     q1 = n1 * p1
@@ -159,7 +136,7 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
     r2 = f.pwrss
     nu = (cp.n - p) if reml else cp.n
     # conditional modes û: L'v = c (c = the y row of the factor)
-    x_rest = _solve_lower_t(f.Lrr, mz)
+    x_rest = f.rest_modes(mz)
     L11invT = f.L11inv.transpose(0, 2, 1)
     S11inv = L11invT @ f.L11inv                                    # (T1'A11_l T1 + I)^{-1}
     if sparse is None:
@@ -195,20 +172,36 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
     else:
         # Z = S^{-1} (upper triangle, LAPACK dpotri on the factor's first md rows):
         # Σ_l K_l' Z K_l = Σ_ij Z_ij (K_a K_b')_ij over the sparse K_a K_b'
-        Zu = inverse_upper(f.Lrr[:md, :md])
+        Zu = f.rest_inverse(md) if md else np.zeros((0, 0))
         if md:
             import scipy.sparse as sp
-            Lam = _lambda_rest_sparse(T, cp, md)
-            D = sp.bsr_matrix((np.einsum("ab,lbc->lac", T[0], S11inv), np.arange(n1),
-                               np.arange(n1 + 1)), shape=(q1, q1))
-            K = (Lam.T @ A[:md] @ D).tocsc()                            # md × q1, sparse
             acc = np.empty((p1, p1))
-            for aa in range(p1):
-                Ka = K[:, aa::p1].tocsr()
-                for bb in range(aa, p1):
-                    C = (Ka @ K[:, bb::p1].T.tocsc()).tocoo()
-                    lo, hi = np.minimum(C.row, C.col), np.maximum(C.row, C.col)
-                    acc[aa, bb] = acc[bb, aa] = float(np.dot(Zu[lo, hi], C.data))
+            asm = f.sparse[1].extra.get("assembler") if f.sparse is not None else None
+            if asm is None or p1 != 1:
+                Lam = _lambda_rest_sparse(T, cp, md)
+                D = sp.bsr_matrix((np.einsum("ab,lbc->lac", T[0], S11inv), np.arange(n1),
+                                   np.arange(n1 + 1)), shape=(q1, q1))
+                K = (Lam.T @ A[:md] @ D).tocsc()                        # md × q1, sparse
+            if asm is not None and p1 == 1:
+                # K K' = Λ_r' A diag(θ_1²/l_j⁴) A' Λ_r: the adjoint of the factor's assembly
+                acc[0, 0] = asm.trace_downdate(Zu, (T[0][0, 0] * S11inv[:, 0, 0]) ** 2, T)
+            elif hasattr(Zu, "quad_trace"):
+                # selected inverse: Σ_s k_s' Z k_s column by column (compiled), the
+                # cross terms by polarisation
+                Kc = [K[:, aa::p1].tocsc() for aa in range(p1)]
+                for aa in range(p1):
+                    acc[aa, aa] = Zu.quad_trace(Kc[aa])
+                for aa in range(p1):
+                    for bb in range(aa + 1, p1):
+                        acc[aa, bb] = acc[bb, aa] = 0.5 * (Zu.quad_trace(Kc[aa] + Kc[bb])
+                                                           - acc[aa, aa] - acc[bb, bb])
+            else:
+                for aa in range(p1):
+                    Ka = K[:, aa::p1].tocsr()
+                    for bb in range(aa, p1):
+                        C = (Ka @ K[:, bb::p1].T.tocsc()).tocoo()
+                        lo, hi = np.minimum(C.row, C.col), np.maximum(C.row, C.col)
+                        acc[aa, bb] = acc[bb, aa] = float(np.dot(Zu[lo, hi], C.data))
             Ssum[0] = Ssum[0] + acc
 
         def block_sums(lo: int, pk: int, nk: int) -> np.ndarray:
@@ -287,7 +280,7 @@ def _grad_scalar(theta: np.ndarray, cp: CrossProducts, reml: bool) -> tuple[floa
     ValueError
         when the model is not covered (see :func:`has_analytic_gradient`) or a ``θ_k ≤ 0``.
     """
-    f = factorize(theta, cp, need_lr1=False)
+    f = factorize(theta, cp, need_lr1=False, sparse_ok=True)
     crit = f.deviance(reml)
     n1, qr, p = cp.term_nlev[0], cp.q_rest, cp.p
     l = f.L11[:, 0, 0]
@@ -297,7 +290,7 @@ def _grad_scalar(theta: np.ndarray, cp: CrossProducts, reml: bool) -> tuple[floa
     lam = rest_scale(theta, cp.term_nlev, m)
     mz = qr + p  # rows of the factor without the y row
     # conditional modes: solve L' v = c (c = the y row of the factor)
-    x_rest = _solve_lower_t(f.Lrr, mz)
+    x_rest = f.rest_modes(mz)
     c1 = Ar1[-1] * (t1 / l)
     Bt_x = (t1 / l) * (Ar1[:mz].T @ (lam[:mz] * x_rest))
     u1 = (c1 - Bt_x) / l
@@ -316,13 +309,19 @@ def _grad_scalar(theta: np.ndarray, cp: CrossProducts, reml: bool) -> tuple[floa
             ri, ci = ps.rows[sel], ps.cols[sel]
             Kv = Kv[sel] * lam[ri] * lam[ci]
             Kv[ri != ci] *= 2.0
-            # Lrr[:md,:md]' is upper triangular; dpotri gives the upper triangle of S⁻¹
-            Sinv, info = sla.lapack.dpotri(np.array(f.Lrr[:md, :md].T, order="F"), lower=0,
-                                           overwrite_c=1)
-            if info != 0:
-                raise np.linalg.LinAlgError("dpotri failed")
-            dS = np.diag(Sinv).copy()
+            # the upper triangle of S⁻¹ (dense: LAPACK dpotri; sparse factor: the selected
+            # inverse, exact on these pairs, which lie in the pattern of L)
+            Sinv = f.rest_inverse(md)
+            dS = Sinv.diagonal()[:md].copy()
             tr[0] += float(np.dot(Sinv[ci, ri], Kv))
+        elif f.sparse is not None:
+            # selected inverse (full, symmetric on the pattern of L ⊇ the pattern of K)
+            # tr(S⁻¹K) = Σ_j k_j' S⁻¹ k_j over the columns of Λ_r A_r1 diag(θ_1/l_j²)
+            Sinv = f.rest_inverse(md)
+            dS = Sinv.diagonal()[:md].copy()
+            A = cp.ar1_sparse()[0]
+            B = A[:md].multiply(lam[:md, None]).multiply(np.sqrt(w4)[None, :])
+            tr[0] += Sinv.quad_trace(B)
         else:
             # S⁻¹ = L⁻ᵀL⁻¹: diag(S⁻¹) are the column sums of (L⁻¹)², and with
             # K = B B' (B = Λ_r Ar1 diag(θ_1/l_j²)), tr(S⁻¹K) = ‖L⁻¹B‖_F²

@@ -63,24 +63,56 @@ class Factorization:
     p: int
     n: int
     ldW: float
+    #: the supernodal factor ``(Lp, symbolic)`` of :mod:`scoremix.lme.sparse_chol` (in its
+    #: permuted order) when :func:`factorize` used it; ``Lrr`` is then ``None``
+    sparse: tuple | None = None
+
+    def _rest_diag(self) -> np.ndarray:
+        # the sparse factor permutes the Z rows only: X and y keep their positions
+        return np.diagonal(self.Lrr if self.sparse is None else self.sparse[0])
 
     @property
     def ldL2(self) -> float:
         """``log|L_Z|²``."""
         d1 = np.diagonal(self.L11, axis1=1, axis2=2)
-        dr = np.diagonal(self.Lrr)[: self.q_rest]
+        dr = self._rest_diag()[: self.q_rest]
         return float(2 * np.log(d1).sum() + 2 * np.log(dr).sum())
 
     @property
     def ldRX2(self) -> float:
         """``log|R_X|²``."""
-        d = np.diagonal(self.Lrr)[self.q_rest: self.q_rest + self.p]
+        d = self._rest_diag()[self.q_rest: self.q_rest + self.p]
         return float(2 * np.log(d).sum())
 
     @property
     def pwrss(self) -> float:
         """``r_θ²``: penalised weighted residual sum of squares."""
-        return float(self.Lrr[-1, -1] ** 2)
+        return float(self._rest_diag()[-1] ** 2)
+
+    def rest_modes(self, mz: int) -> np.ndarray:
+        """The conditional modes of the first ``mz`` rest rows (original order): ``x`` with
+        ``L'x = c``, ``L`` the factor's leading ``mz`` rows and ``c`` its ``y`` row there."""
+        if self.sparse is None:
+            return _solve_lower_t(self.Lrr, mz)
+        from scoremix.lme import sparse_chol
+        Lp, sym = self.sparse
+        xp = sparse_chol.solve_lt(Lp, sym, Lp[-1, :mz], mz)
+        out = np.empty(mz)
+        out[sym.perm[:mz]] = xp
+        return out
+
+    def rest_inverse(self, md: int) -> np.ndarray:
+        """``(L L')^{-1}`` of the factor's leading ``md`` rest rows (``md ≥ q_rest``), in
+        the original order: a dense array with (at least) its upper triangle filled, or,
+        from the sparse factor, a :class:`~scoremix.lme.sparse_chol.SelectedInverse` (read
+        ``Z[i, j]`` with index arrays, ``.diagonal()``, ``.quad_trace(K)``) that is exact on
+        the pattern of ``L`` — which holds every within-level block and every pair of rows
+        coupled by ``A_rr`` or ``A_r1 A_r1'`` — and meaningless elsewhere."""
+        if self.sparse is None:
+            return inverse_upper(self.Lrr[:md, :md])
+        from scoremix.lme import sparse_chol
+        Lp, sym = self.sparse
+        return sparse_chol.selected_inverse(Lp, sym, md)
 
     def deviance(self, reml: bool) -> float:
         """Profiled deviance (ML) or REML criterion, see the module docstring."""
@@ -182,7 +214,7 @@ def _downdate_sparse(cp: CrossProducts, rho: np.ndarray | None, T1: np.ndarray,
 
 
 def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = None,
-              need_lr1: bool = True) -> Factorization:
+              need_lr1: bool = True, sparse_ok: bool = False) -> Factorization:
     """Blocked Cholesky factorisation of the augmented system at ``θ`` (and relative
     residual variances ``ρ`` for a dispersion model).
 
@@ -192,6 +224,12 @@ def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = Non
         also form the dense off-diagonal block ``Lr1`` (needed for the conditional
         estimates; the criterion only needs ``L11`` and ``Lrr``).  With a sparse ``Ar1``
         (see :meth:`CrossProducts.ar1_sparse`) and ``need_lr1=False``, ``Lr1`` is ``None``.
+    sparse_ok:
+        with ``need_lr1=False``, factor the rest block by the supernodal sparse Cholesky of
+        :mod:`scoremix.lme.sparse_chol` when :func:`rest_symbolic` finds it cheaper (then
+        ``Lrr`` is ``None`` and ``sparse`` holds the factor; read it through
+        :attr:`Factorization.ldL2`, :meth:`~Factorization.rest_modes` and
+        :meth:`~Factorization.rest_inverse`).
 
     Raises
     ------
@@ -203,6 +241,10 @@ def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = Non
     p1, n1 = cp.term_p[0], cp.term_nlev[0]
     T1 = T[0]
     qr = cp.q_rest
+    if sparse_ok and not need_lr1:
+        sym = rest_symbolic(cp)
+        if sym is not None:
+            return _factorize_supernodal(T, cp, rho, sym)
     ps = cp.pair_structure()
     if ps is not None:
         return _factorize_pairs(theta, T, cp, ps, rho, need_lr1)
@@ -241,6 +283,81 @@ def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = Non
     return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=Lr1, Lrr=Lrr, q_rest=qr, p=cp.p,
                          n=cp.n, ldW=ldW)
 
+
+
+def rest_symbolic(cp: CrossProducts):
+    """The cached :class:`~scoremix.lme.sparse_chol.RestSymbolic` of ``cp``'s rest block, or
+    ``None`` when the dense factor is used: numba missing, a dense ``A_r1`` (no
+    :meth:`~CrossProducts.ar1_sparse`), ``q_2+…+q_K`` outside
+    ``[sparse_chol.MIN_SIZE, sparse_chol.MAX_SIZE]`` or a sparse factor that would need more
+    than ``sparse_chol.MAX_FLOP_SHARE`` of the dense factor's flops.
+
+    The pattern of the ``Z`` rows of the Schur complement is that of ``A_rr`` (every
+    dispersion level) and of ``A_r1 A_r1'``, closed over the levels of each vector-valued
+    term (``Λ_k`` mixes a level's columns); the analysis runs once per cross-products."""
+    cached = cp._rest_sym
+    if cached is not None:
+        return cached or None
+    from scoremix.lme import sparse_chol
+    qr = cp.q_rest
+    sym = None
+    if (sparse_chol.AVAILABLE and sparse_chol.MIN_SIZE <= qr <= sparse_chol.MAX_SIZE
+            and cp.ar1_sparse() is not None):
+        import scipy.sparse as sp
+        pat = sp.csr_matrix(cp.Arr[:, :qr, :qr].any(axis=0))
+        # the pattern of Σ_d A_d/ρ_d: one union over the dispersion levels (the downdate
+        # couples rows of different levels through a shared column)
+        Az = sum(abs(sp.csr_matrix(A[:qr])) for A in cp.ar1_sparse()).tocsr()
+        Az.data = np.ones_like(Az.data)
+        pat = pat + Az @ Az.T
+        blocks = [sp.kron(sp.identity(nk, format="csr"), np.ones((pk, pk)), format="csr")
+                  for pk, nk in zip(cp.term_p[1:], cp.term_nlev[1:])]
+        Bl = sp.block_diag(blocks, format="csr")
+        pat = (Bl @ pat @ Bl).tocsr()
+        cand = sparse_chol.analyse(pat, cp.Arr.shape[1])
+        if cand.flops <= sparse_chol.MAX_FLOP_SHARE * cand.dense_flops():
+            sym = cand
+    cp._rest_sym = sym if sym is not None else False
+    return sym
+
+
+def _factorize_supernodal(T: list[np.ndarray], cp: CrossProducts, rho: np.ndarray | None,
+                          sym) -> Factorization:
+    """:func:`factorize` with the rest block's supernodal sparse factor: the downdate
+    ``A_r1 D A_r1'`` (a compiled loop over the columns of the sparse ``A_r1`` for a scalar
+    term 1, else the sparse product of :func:`_downdate_sparse`), the scaling by ``Λ_r``
+    and the permutation in one pass (:func:`~scoremix.lme.sparse_chol.assemble`), then the
+    numeric factorisation."""
+    from scoremix.lme import sparse_chol
+    p1 = cp.term_p[0]
+    T1 = T[0]
+    if cp.n_disp == 1:
+        if rho is not None and len(rho) not in (0, 1):
+            raise ValueError("relative variances given for a homoscedastic model")
+        A11, Arr, ldW = cp.A11[0], cp.Arr[0], cp.sum_log_w
+    else:
+        A11, Arr, ldW = _combine_small(cp, rho)
+    if p1 == 1 and cp.n_disp == 1:
+        t = T1[0, 0]
+        dd = A11[:, 0, 0] * t * t + 1.0
+        L11 = np.sqrt(dd)[:, None, None]
+        L11inv = 1.0 / L11
+        asm = sym.extra.get("assembler")
+        if asm is None:
+            import scipy.sparse as sp
+            Ac = sp.csc_matrix(cp.ar1_sparse()[0])
+            Ac.sort_indices()
+            asm = sym.extra["assembler"] = sparse_chol.PatternAssembler(
+                Ac, Arr, sym, cp.term_p, cp.term_nlev)
+        Lp = asm(t * t / dd, T)
+    else:
+        W, L11, L11inv = _downdate_sparse(cp, rho, T1, A11)
+        W *= -1.0
+        W += Arr
+        Lp = sparse_chol.assemble(W, sym, T, cp.term_p, cp.term_nlev)
+    Lp = sparse_chol.factor_numeric(Lp, sym, assembled=True)
+    return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=None, Lrr=None, q_rest=cp.q_rest,
+                         p=cp.p, n=cp.n, ldW=ldW, sparse=(Lp, sym))
 
 
 def _factorize_pairs(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts,
@@ -308,6 +425,29 @@ def _cholesky_rest(S: np.ndarray, qr: int) -> np.ndarray:
     if info != 0:
         raise np.linalg.LinAlgError(f"Schur complement not positive definite (dpotrf info={info})")
     return U.T
+
+
+def _solve_lower_t(Lrr: np.ndarray, mz: int) -> np.ndarray:
+    """The conditional modes of the rest rows: ``x`` with ``L'x = c``, ``L = Lrr[:mz, :mz]``
+    and ``c = Lrr[-1, :mz]`` (the ``y`` row of the factor), by LAPACK ``dtrtrs``: the
+    C-ordered ``L`` is read as the Fortran-ordered upper-triangular ``L'``."""
+    if mz == 0:
+        return np.zeros(0)
+    m = Lrr.shape[0]
+    r = Lrr[-1, -1]
+    if mz == m - 1 and r != 0.0 and Lrr.T.flags.f_contiguous:
+        # with the whole factor (no copy): L_full' w = r e_m has w = (−x, 1)
+        rhs = np.zeros(m)
+        rhs[-1] = r
+        w, info = sla.lapack.dtrtrs(Lrr.T, rhs, lower=0)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"dtrtrs failed (info={info})")
+        return -w[:mz]
+    U = np.asfortranarray(Lrr[:mz, :mz].T)
+    x, info = sla.lapack.dtrtrs(U, Lrr[-1, :mz], lower=0)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dtrtrs failed (info={info})")
+    return x
 
 
 def inverse_upper(L: np.ndarray) -> np.ndarray:

@@ -1,0 +1,913 @@
+"""Supernodal sparse Cholesky of the rest block ``S = Λ_r'(A_rr − A_r1 D A_r1')Λ_r + I_q``.
+
+The rest block of :mod:`scoremix.lme.factor` (rows ``[Z_2 … Z_K X y]`` after term 1 has been
+eliminated) is dense storage, but for two large partially crossed factors (InstEval's
+students × lecturers) its Cholesky factor is sparse under a fill-reducing order.  As in
+CHOLMOD (Chen, Davis, Hager & Rajamanickam 2008, *ACM TOMS* 35(3)) and MixedModels.jl's
+blocked factor, the work is split into
+
+* a **symbolic** phase, once per model (:func:`analyse`): a minimum-degree order of the
+  ``Z`` rows (George & Liu 1989, *SIAM Review* 31(1); the ``X``, ``y`` rows stay last so that
+  ``log|R_X|²`` and ``r_θ²`` are read from the factor's diagonal as in the dense factor), the
+  pattern of ``L`` (recorded while eliminating), the elimination tree, its postorder and
+  relaxed supernodes (chains of columns that share one row pattern);
+* a **numeric** phase per ``θ`` (:func:`factor_numeric`): a right-looking supernodal
+  factorisation on a dense ``m × m`` work array in the permuted order — each supernode is a
+  dense Cholesky of its diagonal block, a triangular solve of its panel and a rank-``n_c``
+  update ``P P'`` scattered into the later columns (BLAS through numba's ``np.dot``);
+* from the factor: ``log`` determinants (its diagonal), triangular solves
+  (:func:`solve_lt`) and the **selected inverse** ``Z = S^{-1}`` on the pattern of ``L``
+  (:func:`selected_inverse`, Takahashi, Fagan & Chen 1973; Erisman & Tinney 1975):
+  processing supernodes last to first,
+
+  .. math::
+
+      Z_{RJ} = -Z_{RR}\\,L_{RJ}L_{JJ}^{-1},\\qquad
+      Z_{JJ} = L_{JJ}^{-T}L_{JJ}^{-1} - (L_{RJ}L_{JJ}^{-1})'Z_{RJ},
+
+  where ``R`` is the supernode's row pattern below its columns ``J``; ``R × R`` lies in the
+  pattern of ``L`` (the supernodal closure), so only entries on the pattern are ever read.
+
+The kernels are compiled with numba (``@njit(cache=True)``).  Without numba
+(:data:`AVAILABLE` is ``False``) :mod:`scoremix.lme.factor` keeps its dense LAPACK path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg as sla
+
+try:  # numba is a dependency, but the package must work without it (dense path)
+    from numba import njit as _njit
+    AVAILABLE = True
+except Exception:  # pragma: no cover - exercised by monkeypatching AVAILABLE in tests
+    AVAILABLE = False
+
+    def _njit(*args, **kwargs):
+        if args and callable(args[0]):
+            return args[0]
+        return lambda f: f
+
+__all__ = ["AVAILABLE", "RestSymbolic", "SelectedInverse", "analyse", "assemble",
+           "downdate_lower", "factor_numeric", "solve_lt", "selected_inverse",
+           "min_degree_order"]
+
+#: the sparse factor is used only when the analysed flops are at most this share of the
+#: dense Cholesky's ``m³/3``
+MAX_FLOP_SHARE = 0.6
+#: and only for Z blocks of at least this size (below, dense LAPACK wins)
+MIN_SIZE = 400
+#: and at most this size (the analysis keeps ``m × m`` index maps, as the dense rest block)
+MAX_SIZE = 10_000
+
+
+@dataclass
+class RestSymbolic:
+    """Symbolic analysis of the rest block (see the module docstring).
+
+    ``perm[i]``: the original row of permuted row ``i`` (``Z`` rows in minimum-degree and
+    postorder, then the ``X, y`` rows in their order); ``iperm`` its inverse.  Supernode
+    ``J`` has columns ``sn_start[J] … sn_start[J+1]-1`` and rows
+    ``sn_rows[sn_ptr[J]:sn_ptr[J+1]]`` (its columns first, then the sorted rows below).
+    ``nnz``: entries of the (relaxed) supernodal ``L``; ``flops``: ``Σ_j c_j²`` over its
+    column counts ``c_j``.
+    """
+
+    m: int
+    qz: int
+    perm: np.ndarray
+    iperm: np.ndarray
+    sn_start: np.ndarray
+    sn_ptr: np.ndarray
+    sn_rows: np.ndarray
+    nnz: int
+    flops: float
+    #: per-model caches (layout of Λ, CSC copies of A_r1) filled by the callers
+    extra: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def n_supernodes(self) -> int:
+        return int(self.sn_start.size - 1)
+
+    def dense_flops(self) -> float:
+        return self.m ** 3 / 3.0
+
+
+# --------------------------------------------------------------------------- symbolic phase
+
+@_njit(cache=True)
+def _popcount(x):
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
+
+
+@_njit(cache=True)
+def _md_kernel(indptr, indices, n):
+    """Minimum-degree elimination on a bit-packed elimination graph; returns the order
+    and, per eliminated vertex, its neighbours at elimination (the pattern of ``L``)."""
+    W = (n + 63) // 64
+    B = np.zeros((n, W), dtype=np.uint64)
+    one = np.uint64(1)
+    for i in range(n):
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            if j != i:
+                B[i, j >> 6] |= one << np.uint64(j & 63)
+                B[j, i >> 6] |= one << np.uint64(i & 63)
+    deg = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        c = 0
+        for w in range(W):
+            c += _popcount(B[i, w])
+        deg[i] = c
+    alive = np.ones(n, dtype=np.bool_)
+    order = np.empty(n, dtype=np.int64)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    cap = 4 * n + 16
+    rows = np.empty(cap, dtype=np.int64)
+    nb = np.empty(n, dtype=np.int64)
+    for step in range(n):
+        v = -1
+        best = n + 1
+        for i in range(n):
+            if alive[i] and deg[i] < best:
+                best = deg[i]
+                v = i
+        order[step] = v
+        alive[v] = False
+        k = 0
+        for w in range(W):
+            x = B[v, w]
+            while x != 0:
+                t = x & (~x + one)
+                b = int(_popcount(t - one))
+                nb[k] = (w << 6) + b
+                k += 1
+                x ^= t
+        if ptr[step] + k > cap:
+            while ptr[step] + k > cap:
+                cap *= 2
+            new = np.empty(cap, dtype=np.int64)
+            new[:ptr[step]] = rows[:ptr[step]]
+            rows = new
+        for a in range(k):
+            rows[ptr[step] + a] = nb[a]
+        ptr[step + 1] = ptr[step] + k
+        vw, vb = v >> 6, one << np.uint64(v & 63)
+        for a in range(k):
+            u = nb[a]
+            c = 0
+            for w in range(W):
+                x = B[u, w] | B[v, w]
+                if w == vw:
+                    x &= ~vb
+                if w == (u >> 6):
+                    x &= ~(one << np.uint64(u & 63))
+                B[u, w] = x
+                c += _popcount(x)
+            deg[u] = c
+    return order, ptr, rows[:ptr[n]]
+
+
+def min_degree_order(pattern) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Minimum-degree order of a symmetric sparsity pattern (scipy sparse, square) and the
+    pattern of its Cholesky factor: ``(order, ptr, rows)`` with the original labels of
+    column ``j``'s sub-diagonal rows in ``rows[ptr[j]:ptr[j+1]]``."""
+    import scipy.sparse as sp
+    P = sp.csr_matrix(pattern)
+    n = P.shape[0]
+    return _md_kernel(P.indptr.astype(np.int64), P.indices.astype(np.int64), n)
+
+
+def _postorder(parent: np.ndarray) -> np.ndarray:
+    n = parent.size
+    children: list[list[int]] = [[] for _ in range(n)]
+    roots = []
+    for j in range(n):
+        (children[parent[j]] if parent[j] >= 0 else roots).append(j)
+    post = np.empty(n, dtype=np.int64)
+    k = 0
+    stack: list[tuple[int, int]] = [(r, 0) for r in reversed(roots)]
+    while stack:
+        v, i = stack.pop()
+        if i < len(children[v]):
+            stack.append((v, i + 1))
+            stack.append((children[v][i], 0))
+        else:
+            post[k] = v
+            k += 1
+    return post
+
+
+def analyse(pattern, m: int, relax: float = 0.2) -> RestSymbolic:
+    """Symbolic analysis of an ``m × m`` rest block whose first ``qz = pattern.shape[0]``
+    rows (the ``Z`` rows) have the symmetric sparsity ``pattern`` and whose last ``m − qz``
+    rows (``X``, ``y``) are dense.
+
+    ``relax``: a column is merged into the next column's supernode when it is that column's
+    only-child chain link and the merged supernode stays at most this share explicit zeros.
+    """
+    qz = pattern.shape[0]
+    order, ptr, rows = min_degree_order(pattern)
+    pos = np.empty(qz, dtype=np.int64)
+    pos[order] = np.arange(qz)
+    cols = [np.sort(pos[rows[ptr[j]:ptr[j + 1]]]) for j in range(qz)]
+    parent = np.array([c[0] if c.size else -1 for c in cols], dtype=np.int64)
+    post = _postorder(parent)                 # post[k] = elimination step placed k-th
+    rank = np.empty(qz, dtype=np.int64)
+    rank[post] = np.arange(qz)
+    cols = [np.sort(rank[cols[j]]) for j in post]
+    perm = np.concatenate([order[post], np.arange(qz, m)]).astype(np.int64)
+    iperm = np.empty(m, dtype=np.int64)
+    iperm[perm] = np.arange(m)
+    tail = np.arange(qz, m, dtype=np.int64)
+    cols = [np.concatenate([c, tail]) for c in cols] + [np.arange(j + 1, m, dtype=np.int64)
+                                                        for j in range(qz, m)]
+    cnt = np.array([c.size for c in cols], dtype=np.int64)
+    par = np.array([c[0] if c.size else -1 for c in cols], dtype=np.int64)
+    # relaxed supernodes: extend the current one with column j when j-1's parent is j
+    starts = [0]
+    ent = cnt[0] + 1      # true entries of the current supernode
+    for j in range(1, m):
+        c0 = starts[-1]
+        nc = j - c0 + 1
+        if par[j - 1] == j:
+            tot = nc * (nc + 1) // 2 + nc * cnt[j]
+            new_ent = ent + cnt[j] + 1
+            if tot - new_ent <= relax * tot or cnt[j - 1] == cnt[j] + 1 and tot == new_ent:
+                ent = new_ent
+                continue
+        starts.append(j)
+        ent = cnt[j] + 1
+    starts.append(m)
+    sn_start = np.asarray(starts, dtype=np.int64)
+    pieces, ptrs = [], [0]
+    flops = 0.0
+    nnz = 0
+    for J in range(sn_start.size - 1):
+        c0, c1 = sn_start[J], sn_start[J + 1]
+        r = np.concatenate([np.arange(c0, c1), cols[c1 - 1]])
+        pieces.append(r)
+        ptrs.append(ptrs[-1] + r.size)
+        nc = c1 - c0
+        below = cols[c1 - 1].size
+        colcounts = below + np.arange(nc, 0, -1)
+        flops += float(np.sum(colcounts.astype(float) ** 2))
+        nnz += int(colcounts.sum())
+    return RestSymbolic(m=m, qz=qz, perm=perm, iperm=iperm, sn_start=sn_start,
+                        sn_ptr=np.asarray(ptrs, dtype=np.int64),
+                        sn_rows=np.concatenate(pieces).astype(np.int64), nnz=nnz, flops=flops)
+
+
+# --------------------------------------------------------------------------- numeric phase
+
+@_njit(cache=True)
+def _gather_perm(S, perm):
+    m = perm.size
+    out = np.empty((m, m))
+    for i in range(m):
+        pi = perm[i]
+        for j in range(i + 1):
+            out[i, j] = S[pi, perm[j]]
+    return out
+
+
+@_njit(cache=True)
+def _tri_inv_lower(L):
+    """Inverse of a lower-triangular matrix (column by column forward substitution)."""
+    n = L.shape[0]
+    X = np.zeros((n, n))
+    for j in range(n):
+        X[j, j] = 1.0 / L[j, j]
+        for i in range(j + 1, n):
+            s = 0.0
+            for k in range(j, i):
+                s += L[i, k] * X[k, j]
+            X[i, j] = -s / L[i, i]
+    return X
+
+
+@_njit(cache=True)
+def _numeric_kernel(Lp, sn_start, sn_ptr, sn_rows, last):
+    """Right-looking supernodal Cholesky, in place on the lower triangle of ``Lp``, for
+    supernodes ``0 … last-1``; returns ``-1`` or the first column whose pivot is not
+    positive."""
+    for J in range(last):
+        c0 = sn_start[J]
+        c1 = sn_start[J + 1]
+        nc = c1 - c0
+        p0 = sn_ptr[J]
+        nR = sn_ptr[J + 1] - p0 - nc
+        D = np.empty((nc, nc))
+        for a in range(nc):
+            for b in range(a + 1):
+                D[a, b] = Lp[c0 + a, c0 + b]
+                D[b, a] = D[a, b]
+        # dense Cholesky of the diagonal block (small: plain loops, in place in D)
+        for j in range(nc):
+            s = D[j, j]
+            for k in range(j):
+                s -= D[j, k] * D[j, k]
+            if not s > 0.0:
+                return c0 + j
+            d = np.sqrt(s)
+            D[j, j] = d
+            for i in range(j + 1, nc):
+                t = D[i, j]
+                for k in range(j):
+                    t -= D[i, k] * D[j, k]
+                D[i, j] = t / d
+        for a in range(nc):
+            for b in range(a + 1):
+                Lp[c0 + a, c0 + b] = D[a, b]
+        if nR == 0:
+            continue
+        F = np.empty((nR, nc))
+        for a in range(nR):
+            r = sn_rows[p0 + nc + a]
+            for b in range(nc):
+                F[a, b] = Lp[r, c0 + b]
+        # panel: P = F L_JJ^{-T} (forward substitution for thin supernodes, else BLAS with
+        # the triangular inverse)
+        if nc <= 4:
+            for a in range(nR):
+                for j in range(nc):
+                    t = F[a, j]
+                    for k in range(j):
+                        t -= F[a, k] * D[j, k]
+                    F[a, j] = t / D[j, j]
+        else:
+            Dl = np.zeros((nc, nc))
+            for a in range(nc):
+                for b in range(a + 1):
+                    Dl[a, b] = D[a, b]
+            F = np.dot(F, _tri_inv_lower(Dl).T)
+        for a in range(nR):
+            r = sn_rows[p0 + nc + a]
+            for b in range(nc):
+                Lp[r, c0 + b] = F[a, b]
+        U = np.dot(F, F.T)
+        for a in range(nR):
+            ra = sn_rows[p0 + nc + a]
+            for b in range(a + 1):
+                Lp[ra, sn_rows[p0 + nc + b]] -= U[a, b]
+    return -1
+
+
+@_njit(cache=True)
+def _downdate_kernel(W, indptr, indices, data, c):
+    """In place on the lower triangle of ``W``: ``W −= A diag(c) A'`` for a CSC ``A`` with
+    sorted row indices (``Σ_s nnz_s²/2`` multiply-adds)."""
+    for s in range(indptr.size - 1):
+        cs = c[s]
+        for a in range(indptr[s], indptr[s + 1]):
+            i = indices[a]
+            v = data[a] * cs
+            for b in range(indptr[s], a + 1):
+                W[i, indices[b]] -= v * data[b]
+
+
+def downdate_lower(W: np.ndarray, A_csc, c: np.ndarray) -> None:
+    """``W −= A diag(c) A'`` on the lower triangle of the C-ordered ``W`` (in place);
+    ``A_csc``: scipy CSC with sorted indices."""
+    _downdate_kernel(W, A_csc.indptr, A_csc.indices, A_csc.data, np.asarray(c, float))
+
+
+@_njit(cache=True)
+def _assemble_kernel(W, perm, blk0, bsz, pos, toff, Tflat, qz):
+    """``Lp[i, j] = (Λ' W Λ + diag(I_qz, 0))[perm[i], perm[j]]`` for ``i ≥ j``, with ``W``
+    read from its lower triangle and ``Λ`` block diagonal (row ``r`` is column ``pos[r]`` of
+    a ``bsz[r] × bsz[r]`` lower-triangular block starting at ``blk0[r]``, stored row-major
+    at ``Tflat[toff[r]:]``)."""
+    m = perm.size
+    Lp = np.empty((m, m))
+    for i in range(m):
+        r = perm[i]
+        pr, br, sr, tr = pos[r], blk0[r], bsz[r], toff[r]
+        for j in range(i + 1):
+            c = perm[j]
+            pc, bc, sc, tc = pos[c], blk0[c], bsz[c], toff[c]
+            v = 0.0
+            for a in range(pr, sr):
+                ta = Tflat[tr + a * sr + pr]
+                if ta == 0.0:
+                    continue
+                ra = br + a
+                for b in range(pc, sc):
+                    tb = Tflat[tc + b * sc + pc]
+                    cb = bc + b
+                    w = W[ra, cb] if ra >= cb else W[cb, ra]
+                    v += ta * w * tb
+            if i == j and i < qz:
+                v += 1.0
+            Lp[i, j] = v
+    return Lp
+
+
+def assemble(W: np.ndarray, sym: RestSymbolic, T: list, term_p, term_nlev) -> np.ndarray:
+    """The permuted lower triangle of ``Λ_r' W Λ_r + diag(I_q, 0)`` (``W``: the original
+    order rest block, lower triangle read), ready for :func:`factor_numeric`."""
+    layout = _layout(sym, term_p, term_nlev)
+    Tflat = np.concatenate([[1.0]] + [np.ravel(T[k]) for k in range(1, len(term_p))])
+    blk0, bsz, pos, toff = layout
+    return _assemble_kernel(W, sym.perm, blk0, bsz, pos, toff, Tflat, sym.qz)
+
+
+@_njit(cache=True)
+def _assemble_pattern_kernel(m, sn_start, sn_ptr, sn_rows, ei, ej, eptr, widx, ta, tb, Wv,
+                             Tflat, qz):
+    """Zero the lower triangle of ``Lp`` on the supernodal pattern of ``L``, then set the
+    entries of ``Λ'WΛ + diag(I_qz, 0)`` from the contribution lists."""
+    Lp = np.empty((m, m))
+    for J in range(sn_start.size - 1):
+        c0 = sn_start[J]
+        c1 = sn_start[J + 1]
+        for a in range(sn_ptr[J], sn_ptr[J + 1]):
+            r = sn_rows[a]
+            hi = min(c1, r + 1)
+            for c in range(c0, hi):
+                Lp[r, c] = 0.0
+    for e in range(ei.size):
+        v = 0.0
+        for k in range(eptr[e], eptr[e + 1]):
+            v += Tflat[ta[k]] * Wv[widx[k]] * Tflat[tb[k]]
+        i = ei[e]
+        if i == ej[e] and i < qz:
+            v += 1.0
+        Lp[i, ej[e]] = v
+    return Lp
+
+
+@_njit(cache=True)
+def _assembler_build(Arr, indptr, indices, data, iperm, bsz, pos, toff):
+    """The index lists of :class:`PatternAssembler` (see there), with two ``m × m`` maps."""
+    m = Arr.shape[0]
+    wmap = np.full((m, m), -1, dtype=np.int32)
+    for i in range(m):
+        wmap[i, i] = 0
+        for j in range(i):
+            if Arr[i, j] != 0.0:
+                wmap[i, j] = 0
+    ncol = indptr.size - 1
+    npair = 0
+    for s in range(ncol):
+        k = indptr[s + 1] - indptr[s]
+        npair += k * (k + 1) // 2
+        for a in range(indptr[s], indptr[s + 1]):
+            ia = indices[a]
+            for b in range(indptr[s], a + 1):
+                wmap[ia, indices[b]] = 0
+    nW = 0
+    for i in range(m):
+        for j in range(i + 1):
+            if wmap[i, j] != -1:
+                nW += 1
+    wr = np.empty(nW, dtype=np.int64)
+    wc = np.empty(nW, dtype=np.int64)
+    W0 = np.empty(nW)
+    w = 0
+    for i in range(m):
+        for j in range(i + 1):
+            if wmap[i, j] != -1:
+                wmap[i, j] = w
+                wr[w] = i
+                wc[w] = j
+                W0[w] = Arr[i, j]
+                w += 1
+    pptr = np.zeros(ncol + 1, dtype=np.int64)
+    pw = np.empty(npair, dtype=np.int64)
+    pv = np.empty(npair)
+    q = 0
+    for s in range(ncol):
+        for a in range(indptr[s], indptr[s + 1]):
+            ia = indices[a]
+            for b in range(indptr[s], a + 1):
+                pw[q] = wmap[ia, indices[b]]
+                pv[q] = data[a] * data[b]
+                q += 1
+        pptr[s + 1] = q
+    # entries (i ≥ j, permuted) of Λ'WΛ reached from each W entry through Λ
+    emap = wmap                      # reuse the memory: reset to -1
+    emap[:, :] = -1
+    cnt = np.zeros(0, dtype=np.int64)
+    ei = np.zeros(0, dtype=np.int64)
+    ej = np.zeros(0, dtype=np.int64)
+    nE = 0
+    for pass_ in range(2):
+        for w in range(nW):
+            for o in range(2):
+                if o == 0:
+                    x, y = wr[w], wc[w]
+                else:
+                    if wr[w] == wc[w]:
+                        break
+                    x, y = wc[w], wr[w]
+                for da in range(pos[x] + 1):
+                    r = x - da
+                    for db in range(pos[y] + 1):
+                        c = y - db
+                        i = iperm[r]
+                        j = iperm[c]
+                        if i >= j:
+                            if pass_ == 0:
+                                emap[i, j] = 0
+                            else:
+                                cnt[emap[i, j]] += 1
+        if pass_ == 0:
+            nE = 0
+            for i in range(m):
+                for j in range(i + 1):
+                    if emap[i, j] != -1:
+                        nE += 1
+            ei = np.empty(nE, dtype=np.int64)
+            ej = np.empty(nE, dtype=np.int64)
+            e = 0
+            for i in range(m):
+                for j in range(i + 1):
+                    if emap[i, j] != -1:
+                        emap[i, j] = e
+                        ei[e] = i
+                        ej[e] = j
+                        e += 1
+            cnt = np.zeros(nE, dtype=np.int64)
+    eptr = np.zeros(nE + 1, dtype=np.int64)
+    for e in range(nE):
+        eptr[e + 1] = eptr[e] + cnt[e]
+    nK = eptr[nE]
+    widx = np.empty(nK, dtype=np.int64)
+    ta = np.empty(nK, dtype=np.int64)
+    tb = np.empty(nK, dtype=np.int64)
+    fill = eptr[:-1].copy()
+    for w in range(nW):
+        for o in range(2):
+            if o == 0:
+                x, y = wr[w], wc[w]
+            else:
+                if wr[w] == wc[w]:
+                    break
+                x, y = wc[w], wr[w]
+            for da in range(pos[x] + 1):
+                r = x - da
+                for db in range(pos[y] + 1):
+                    c = y - db
+                    i = iperm[r]
+                    j = iperm[c]
+                    if i >= j:
+                        e = emap[i, j]
+                        k = fill[e]
+                        widx[k] = w
+                        ta[k] = toff[r] + pos[x] * bsz[r] + pos[r]
+                        tb[k] = toff[c] + pos[y] * bsz[c] + pos[c]
+                        fill[e] = k + 1
+    return W0, pptr, pw, pv, ei, ej, eptr, widx, ta, tb
+
+
+@_njit(cache=True)
+def _pairs_apply(W0, pptr, pw, pv, c):
+    """``W = W0 − P c`` with ``P`` given column by column (pair targets ``pw``, values
+    ``pv``)."""
+    Wv = W0.copy()
+    for s in range(pptr.size - 1):
+        cs = c[s]
+        for k in range(pptr[s], pptr[s + 1]):
+            Wv[pw[k]] -= cs * pv[k]
+    return Wv
+
+
+@_njit(cache=True)
+def _pairs_dot(Zt, pptr, pw, pv, c):
+    """``Zt'(P c)``."""
+    tot = 0.0
+    for s in range(pptr.size - 1):
+        acc = 0.0
+        for k in range(pptr[s], pptr[s + 1]):
+            acc += pv[k] * Zt[pw[k]]
+        tot += c[s] * acc
+    return tot
+
+
+class PatternAssembler:
+    """``Λ_r'(A_rr − A diag(c) A')Λ_r + diag(I_q, 0)`` assembled on its sparsity pattern only,
+    in the permuted order of a :class:`RestSymbolic` (for a scalar term 1, one dispersion
+    level).  Built once per model (compiled, ``O(m²)`` index maps): the lower-triangle
+    entries ``w`` of ``W = A_rr − A diag(c) A'`` (the diagonal, the non-zeros of ``A_rr``
+    and the row pairs ``(i, j)`` of each column ``s`` of ``A``, whose products
+    ``A_is A_js`` form ``P`` with ``W_w = (A_rr)_w − (P c)_w``) and, per entry of the
+    result, the list of ``(T_k)_{a'a} W_w (T_l)_{b'b}`` terms that ``Λ_r`` contributes.
+    Each evaluation is one pass over the pairs and one over the lists: work proportional
+    to the non-zeros instead of ``m²``."""
+
+    def __init__(self, A_csc, Arr: np.ndarray, sym: RestSymbolic, term_p, term_nlev):
+        self.sym = sym
+        blk0, bsz, pos, toff = _layout(sym, term_p, term_nlev)
+        (self.W0, self.pptr, self.pw, self.pv, self.ei, self.ej, self.eptr, self.widx,
+         self.ta, self.tb) = _assembler_build(np.ascontiguousarray(Arr),
+                                              A_csc.indptr.astype(np.int64),
+                                              A_csc.indices.astype(np.int64),
+                                              np.asarray(A_csc.data, float), sym.iperm, bsz,
+                                              pos, toff)
+
+    def trace_downdate(self, Z: "SelectedInverse", c: np.ndarray, T: list) -> float:
+        """``tr(Z_n Λ_r' A_n diag(c) A_n' Λ_r) = Σ_s c_s a_s'Λ_r Z Λ_r'a_s`` for a selected
+        inverse ``Z`` of the leading ``n`` permuted rows (``A_n``: the rows of ``A`` below
+        ``n``), by the adjoint of the assembly: ``Σ_w Zt_w (P c)_w``."""
+        Tflat = np.concatenate([[1.0]] + [np.ravel(Tk) for Tk in T[1:]])
+        Zt = _adjoint_kernel(Z.Zp, self.ei, self.ej, self.eptr, self.widx, self.ta, self.tb,
+                             Tflat, self.W0.size, Z.n)
+        return float(_pairs_dot(Zt, self.pptr, self.pw, self.pv, np.asarray(c, float)))
+
+    def __call__(self, c: np.ndarray, T: list) -> np.ndarray:
+        c = np.asarray(c, float)
+        Wv = _pairs_apply(self.W0, self.pptr, self.pw, self.pv, c)
+        # the y'y entry (the last W entry) summed exactly: r_θ² = y'y − … cancels
+        yy = self._yy_terms()
+        if yy is not None:
+            cols, vals = yy
+            Wv[-1] = math.fsum(np.concatenate([[self.W0[-1]], -c[cols] * vals]))
+        Tflat = np.concatenate([[1.0]] + [np.ravel(Tk) for Tk in T[1:]])
+        sym = self.sym
+        return _assemble_pattern_kernel(sym.m, sym.sn_start, sym.sn_ptr, sym.sn_rows, self.ei,
+                                        self.ej, self.eptr, self.widx, self.ta, self.tb, Wv,
+                                        Tflat, sym.qz)
+
+    def _yy_terms(self):
+        """Columns ``s`` with a ``(y, y)`` pair and its products ``A_ys²`` (cached)."""
+        if not hasattr(self, "_yy"):
+            last = self.W0.size - 1
+            ends = self.pptr[1:] - 1
+            has = (np.diff(self.pptr) > 0)
+            cols = np.flatnonzero(has & (self.pw[np.maximum(ends, 0)] == last))
+            self._yy = (cols, self.pv[ends[cols]]) if cols.size else None
+        return self._yy
+
+
+@_njit(cache=True)
+def _adjoint_kernel(Z, ei, ej, eptr, widx, ta, tb, Tflat, nW, n):
+    """``Zt_w = Σ_{k: widx_k = w} (2 − δ_e) Z_e (T)_{ta_k} (T)_{tb_k}`` over the entries
+    ``e`` with both permuted rows below ``n``: the gradient of ``tr(Z Λ'WΛ)`` in the
+    lower-triangle entries ``W_w``."""
+    Zt = np.zeros(nW)
+    for e in range(ei.size):
+        i = ei[e]
+        if i >= n:
+            continue
+        j = ej[e]
+        z = Z[i, j] if i == j else 2.0 * Z[i, j]
+        for k in range(eptr[e], eptr[e + 1]):
+            Zt[widx[k]] += z * Tflat[ta[k]] * Tflat[tb[k]]
+    return Zt
+
+
+def _layout(sym: RestSymbolic, term_p, term_nlev):
+    """Per rest row: first row of its level block, block size, position in the block and
+    offset of its ``T_k`` in ``Tflat`` (``Tflat[0] = 1`` for the ``X, y`` rows)."""
+    layout = sym.extra.get("layout")
+    if layout is None:
+        m = sym.m
+        blk0 = np.arange(m, dtype=np.int64)
+        bsz = np.ones(m, dtype=np.int64)
+        pos = np.zeros(m, dtype=np.int64)
+        toff = np.zeros(m, dtype=np.int64)
+        start = 0
+        off = 1
+        for k in range(1, len(term_p)):
+            pk, nk = term_p[k], term_nlev[k]
+            idx = start + np.arange(nk * pk)
+            blk0[idx] = start + (np.arange(nk * pk) // pk) * pk
+            bsz[idx] = pk
+            pos[idx] = np.arange(nk * pk) % pk
+            toff[idx] = off
+            off += pk * pk
+            start += nk * pk
+        layout = sym.extra["layout"] = (blk0, bsz, pos, toff)
+    return layout
+
+
+def factor_numeric(S: np.ndarray, sym: RestSymbolic, assembled: bool = False) -> np.ndarray:
+    """The supernodal Cholesky factor of the symmetric ``m × m`` ``S`` (original order;
+    only read) in the permuted order of ``sym``: a C-ordered array whose lower triangle on
+    the pattern of ``L`` holds ``L`` (``P S P' = L L'``).  ``assembled=True``: ``S`` is
+    already the permuted lower triangle (from :func:`assemble`) and is factored in place.  The last supernode (the dense
+    trailing block) is factored by LAPACK ``dpotrf``.
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError
+        when ``S`` is not positive definite.
+    """
+    Lp = S if assembled else _gather_perm(S, sym.perm)
+    m = sym.m
+    yy = Lp[m - 1, m - 1]
+    ns = sym.n_supernodes
+    bad = _numeric_kernel(Lp, sym.sn_start, sym.sn_ptr, sym.sn_rows, ns - 1)
+    if bad >= 0:
+        raise np.linalg.LinAlgError(f"rest block not positive definite (column {bad})")
+    c0 = int(sym.sn_start[ns - 1])
+    blk = Lp[c0:, c0:]
+    # the trailing block is C-ordered: its transpose is Fortran-ordered with the lower
+    # triangle as its upper one
+    U, info = sla.lapack.dpotrf(np.asfortranarray(blk.T), lower=0, overwrite_a=1, clean=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"rest block not positive definite (dpotrf info={info})")
+    Lp[c0:, c0:] = U.T
+    # r_θ² = (y'y)_Λ − Σ_j L_yj²: one exactly rounded sum instead of the factorisation's
+    # running subtraction (the criterion's rounding noise is n·δr²/r²)
+    r2 = yy - math.fsum(Lp[m - 1, : m - 1] ** 2)
+    if r2 > 0:
+        Lp[m - 1, m - 1] = math.sqrt(r2)
+    return Lp
+
+
+@_njit(cache=True)
+def _solve_lt_kernel(Lp, sn_start, sn_ptr, sn_rows, x, n):
+    """In place: ``x ← L[:n,:n]^{-T} x`` (supernodes last to first)."""
+    for J in range(sn_start.size - 2, -1, -1):
+        c0 = sn_start[J]
+        if c0 >= n:
+            continue
+        c1 = min(sn_start[J + 1], n)
+        nc0 = sn_start[J + 1] - c0
+        p0 = sn_ptr[J]
+        p1 = sn_ptr[J + 1]
+        for j in range(c1 - 1, c0 - 1, -1):
+            t = x[j]
+            for a in range(p0 + nc0, p1):
+                r = sn_rows[a]
+                if r >= n:
+                    break
+                t -= Lp[r, j] * x[r]
+            for i in range(j + 1, c1):
+                t -= Lp[i, j] * x[i]
+            x[j] = t / Lp[j, j]
+
+
+def solve_lt(Lp: np.ndarray, sym: RestSymbolic, b: np.ndarray, n: int) -> np.ndarray:
+    """``x`` with ``L[:n,:n]' x = b`` (permuted order, ``b`` of length ``n``)."""
+    x = np.array(b, dtype=float, copy=True)
+    _solve_lt_kernel(Lp, sym.sn_start, sym.sn_ptr, sym.sn_rows, x, n)
+    return x
+
+
+@_njit(cache=True)
+def _selinv_kernel(Lp, Z, sn_start, sn_ptr, sn_rows, n, first):
+    """Takahashi recursion for supernodes ``first-1 … 0`` (those at and after ``first``
+    are already in ``Z``), truncated to the leading ``n`` rows; ``Z`` lower triangle."""
+    for J in range(first - 1, -1, -1):
+        c0 = sn_start[J]
+        if c0 >= n:
+            continue
+        c1 = min(sn_start[J + 1], n)
+        nc = c1 - c0
+        nc0 = sn_start[J + 1] - c0
+        p0 = sn_ptr[J]
+        nR = 0
+        for a in range(p0 + nc0, sn_ptr[J + 1]):
+            if sn_rows[a] < n:
+                nR += 1
+        D = np.empty((nc, nc))
+        for a in range(nc):
+            for b in range(nc):
+                D[a, b] = Lp[c0 + a, c0 + b] if b <= a else 0.0
+        Dinv = _tri_inv_lower(D)
+        ZJJ = np.dot(Dinv.T, Dinv)
+        if nR > 0:
+            R = sn_rows[p0 + nc0: p0 + nc0 + nR]
+            P = np.empty((nR, nc))
+            for a in range(nR):
+                for b in range(nc):
+                    P[a, b] = Lp[R[a], c0 + b]
+            Y = np.dot(P, Dinv)
+            ZRR = np.empty((nR, nR))
+            for a in range(nR):
+                ra = R[a]
+                for b in range(a + 1):
+                    v = Z[ra, R[b]]
+                    ZRR[a, b] = v
+                    ZRR[b, a] = v
+            ZRJ = -np.dot(ZRR, Y)
+            ZJJ -= np.dot(Y.T, ZRJ)
+            for a in range(nR):
+                for b in range(nc):
+                    Z[R[a], c0 + b] = ZRJ[a, b]
+        for a in range(nc):
+            for b in range(a + 1):
+                Z[c0 + a, c0 + b] = 0.5 * (ZJJ[a, b] + ZJJ[b, a])
+
+
+@_njit(cache=True)
+def _quad_trace_kernel(Z, iperm, indptr, indices, data):
+    """``Σ_s k_s' Z k_s`` over the columns ``k_s`` of a CSC matrix (original row labels),
+    ``Z`` the permuted lower triangle."""
+    tot = 0.0
+    for s in range(indptr.size - 1):
+        for a in range(indptr[s], indptr[s + 1]):
+            pa = iperm[indices[a]]
+            va = data[a]
+            acc = 0.0
+            for b in range(indptr[s], indptr[s + 1]):
+                pb = iperm[indices[b]]
+                acc += (Z[pa, pb] if pa >= pb else Z[pb, pa]) * data[b]
+            tot += va * acc
+    return tot
+
+
+@_njit(cache=True)
+def _column_forms_kernel(Z, iperm, indptr, indices, data):
+    out = np.zeros(indptr.size - 1)
+    for s in range(indptr.size - 1):
+        tot = 0.0
+        for a in range(indptr[s], indptr[s + 1]):
+            pa = iperm[indices[a]]
+            acc = 0.0
+            for b in range(indptr[s], indptr[s + 1]):
+                pb = iperm[indices[b]]
+                acc += (Z[pa, pb] if pa >= pb else Z[pb, pa]) * data[b]
+            tot += data[a] * acc
+        out[s] = tot
+    return out
+
+
+class SelectedInverse:
+    """The selected inverse ``Z = (L_n L_n')^{-1}`` of :func:`selected_inverse`, read in
+    the **original** order: ``Z[i, j]`` for integer arrays ``i, j`` (symmetric; exact on
+    the pattern of ``L + L'``, meaningless elsewhere), :meth:`diagonal` and
+    :meth:`quad_trace`."""
+
+    def __init__(self, Zp: np.ndarray, sym: RestSymbolic, n: int):
+        self.Zp, self.sym, self.n = Zp, sym, n
+        self.shape = (n, n)
+
+    def __getitem__(self, key):
+        i, j = key
+        pi = self.sym.iperm[np.asarray(i)]
+        pj = self.sym.iperm[np.asarray(j)]
+        return self.Zp[np.maximum(pi, pj), np.minimum(pi, pj)]
+
+    def diagonal(self) -> np.ndarray:
+        """``diag(Z)`` in the original order (length ``n``)."""
+        return np.diagonal(self.Zp)[self.sym.iperm[: self.n]].copy()
+
+    def quad_trace(self, K) -> float:
+        """``tr(K' Z K) = Σ_s k_s' Z k_s`` for a sparse ``K`` (``n`` rows, original order)
+        whose columns couple only rows on the pattern of ``L``."""
+        import scipy.sparse as sp
+        Kc = sp.csc_matrix(K)
+        return float(_quad_trace_kernel(self.Zp, self.sym.iperm, Kc.indptr, Kc.indices,
+                                        Kc.data))
+
+    def column_forms(self, K) -> np.ndarray:
+        """``k_s' Z k_s`` for every column ``k_s`` of a sparse ``K`` (as :meth:`quad_trace`)."""
+        import scipy.sparse as sp
+        Kc = sp.csc_matrix(K)
+        return _column_forms_kernel(self.Zp, self.sym.iperm, Kc.indptr, Kc.indices, Kc.data)
+
+    def dense(self) -> np.ndarray:
+        """Original-order symmetric ``n × n`` copy (zero off the pattern; for tests)."""
+        return _scatter_sym(self.Zp, self.sym.iperm, self.n)[: self.n, : self.n]
+
+
+@_njit(cache=True)
+def _scatter_sym(Z, iperm, n):
+    """Original-order symmetric copy of the permuted lower triangle, leading ``n`` rows
+    of the permuted order mapped back (others zero)."""
+    m = iperm.size
+    out = np.zeros((m, m))
+    for i in range(m):
+        pi = iperm[i]
+        if pi >= n:
+            continue
+        for j in range(m):
+            pj = iperm[j]
+            if pj >= n:
+                continue
+            out[i, j] = Z[pi, pj] if pi >= pj else Z[pj, pi]
+    return out
+
+
+def selected_inverse(Lp: np.ndarray, sym: RestSymbolic, n: int) -> SelectedInverse:
+    """``(L_n L_n')^{-1}`` on the pattern of ``L`` for the leading ``n`` permuted rows
+    (``n ≥ sym.qz``: the ``Z`` rows, with or without ``X``), read in the original order
+    through a :class:`SelectedInverse`; entries off the pattern of ``L + L'`` are not the
+    inverse's values."""
+    m = sym.m
+    ns = sym.n_supernodes
+    Z = np.empty((m, m))
+    # the trailing dense supernode (clipped to n rows) by LAPACK dpotri
+    last = ns - 1
+    while last > 0 and sym.sn_start[last] >= n:
+        last -= 1
+    c0 = int(sym.sn_start[last])
+    blk = Lp[c0:n, c0:n]
+    if blk.shape[0]:
+        Zb, info = sla.lapack.dpotri(np.array(blk.T, order="F"), lower=0, overwrite_c=1)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
+        # only the lower triangle of Z is ever read: Zb's upper triangle, transposed
+        Z[c0:n, c0:n] = Zb.T
+    _selinv_kernel(Lp, Z, sym.sn_start, sym.sn_ptr, sym.sn_rows, n, last)
+    return SelectedInverse(Z, sym, n)
