@@ -55,6 +55,10 @@ def test_pool_of_the_ml_transform_is_the_fixed_fit_exactly(fitted):
         assert (pooled[col] == fixed[col]).all(), col
     assert (pooled["lo_fixed"] == fixed["lo"]).all() and (pooled["hi_fixed"] == fixed["hi"]).all()
     assert (pooled["n_transform"] == 1).all()
+    fixed = res.posterior_dcf(max_draws=50)
+    pooled = res.posterior_dcf(max_draws=50, transform_uncertainty="bootstrap", n_transform=1, seed=1)
+    for col in ("n", "empirical", "mean", "median", "lo", "hi", "covers"):
+        assert (pooled[col] == fixed[col]).all(), col
 
 
 def test_bootstrap_scores_are_latent_draws_mapped_back(fitted):

@@ -369,26 +369,22 @@ class BayesLocScaleResult:
             cache[key] = pool
         return pool
 
-    def posterior_dcf(self, by: str | Sequence[str] | None = None, *, p_target: float = 0.05, c_miss: float = 1.0,
-                      c_fa: float = 1.0, level: float = 0.95, max_draws: int | None = 200,
-                      max_thresholds: int | None = 2000) -> pd.DataFrame:
-        """Posterior minimum DCF (unnormalised, :math:`c_{miss} p P_{miss} + c_{fa}(1-p) P_{fa}`) at
-        attainable score thresholds of everyone and every ``by`` level, beside the empirical one
-        (the minimum over the observed scores).  Columns as :meth:`posterior_eer`; for a ``by``
-        level ``dcf_at_overall`` is its posterior mean DCF at everyone's minimising threshold."""
+    def dcf_draws(self, by: str | Sequence[str] | None = None, *, p_target: float = 0.05, c_miss: float = 1.0,
+                  c_fa: float = 1.0, max_draws: int | None = 200, max_thresholds: int | None = 2000
+                  ) -> tuple[list, np.ndarray, list, np.ndarray]:
+        """``(labels, M, info, at_overall)``: posterior minimum-DCF draws in percent ``M``
+        ``(1 + G, D')``, per label ``(n, empirical min DCF %)``, and every ``by`` level's DCF
+        draws at everyone's minimising threshold ``(G, D')`` (percent)."""
         from scoremix.predictive.attainable import attainable_measures
 
-        if not 0 < level < 1:
-            raise BayesLocScaleError(f"level must be in (0, 1), got {level!r}")
         pred, W, labels = self.predictive(by, max_draws=max_draws)
         W = W if W.shape[0] > 1 else np.vstack([W, W])
         m = attainable_measures(pred, W, p_target=p_target, c_miss=c_miss, c_fa=c_fa,
                                 max_thresholds=max_thresholds)
-        a = (1 - level) / 2
-        rows = []
         comp = pred.component
-        for k, lab in enumerate(labels):
-            d = 100 * (m["all_min_dcf"] if k == 0 else m["min_dcf"][k - 1])
+        M, info = [], []
+        for k in range(len(labels)):
+            M.append(100 * np.asarray(m["all_min_dcf"] if k == 0 else m["min_dcf"][k - 1], dtype=np.float64))
             members = np.ones(comp.size, bool) if k == 0 else W[k][comp] > 0
             y, sc = pred.y[members], pred.score[members]
             emp = np.nan
@@ -400,13 +396,27 @@ class BayesLocScaleResult:
                 pmiss = npos / y.sum()
                 pfa = 1 - nneg / (y.size - y.sum())
                 emp = 100 * float(np.min(c_miss * p_target * pmiss + c_fa * (1 - p_target) * pfa))
-            lo, hi = np.nanquantile(d, [a, 1 - a])
-            row = dict(group=lab, n=int(members.sum()), empirical=emp, mean=float(np.nanmean(d)),
-                       median=float(np.nanmedian(d)), lo=float(lo), hi=float(hi), covers=bool(lo <= emp <= hi))
-            if k:
-                row["dcf_at_overall"] = float(100 * np.nanmean(m["dcf_at_overall"][k - 1]))
-            rows.append(row)
-        return pd.DataFrame(rows).set_index("group")
+            info.append((int(members.sum()), emp))
+        at = 100 * np.atleast_2d(np.asarray(m["dcf_at_overall"], dtype=np.float64))[: len(labels) - 1]
+        return labels, np.vstack(M), info, at
+
+    def posterior_dcf(self, by: str | Sequence[str] | None = None, *, p_target: float = 0.05, c_miss: float = 1.0,
+                      c_fa: float = 1.0, level: float = 0.95, max_draws: int | None = 200,
+                      max_thresholds: int | None = 2000, transform_uncertainty: str | None = None,
+                      n_transform: int = 10, seed: Any = None, progress: bool = False) -> pd.DataFrame:
+        """Posterior minimum DCF (unnormalised, :math:`c_{miss} p P_{miss} + c_{fa}(1-p) P_{fa}`) at
+        attainable score thresholds of everyone and every ``by`` level, beside the empirical one
+        (the minimum over the observed scores).  Columns as :meth:`posterior_eer`; for a ``by``
+        level ``dcf_at_overall`` is its posterior mean DCF at everyone's minimising threshold.
+        ``transform_uncertainty``, ``n_transform``, ``seed``, ``progress``: as
+        :meth:`posterior_eer` (draws pooled over transform replicates)."""
+        if not 0 < level < 1:
+            raise BayesLocScaleError(f"level must be in (0, 1), got {level!r}")
+        kw = dict(p_target=p_target, c_miss=c_miss, c_fa=c_fa, max_draws=max_draws, max_thresholds=max_thresholds)
+        if transform_uncertainty is not None:
+            return self._pool(transform_uncertainty, n_transform, seed, progress).posterior_dcf(by, level=level, **kw)
+        labels, M, info, at = self.dcf_draws(by, **kw)
+        return summarise_dcf(labels, M, info, at, level)
 
 
 def summarise_draws(labels: list, E: np.ndarray, info: list, level: float) -> pd.DataFrame:
@@ -420,6 +430,14 @@ def summarise_draws(labels: list, E: np.ndarray, info: list, level: float) -> pd
         rows.append(dict(group=lab, n=n, empirical=emp, mean=float(np.nanmean(e)), median=float(np.nanmedian(e)),
                          lo=float(lo), hi=float(hi), covers=bool(lo <= emp <= hi)))
     return pd.DataFrame(rows).set_index("group")
+
+
+def summarise_dcf(labels: list, M: np.ndarray, info: list, at: np.ndarray, level: float) -> pd.DataFrame:
+    """The table of :meth:`BayesLocScaleResult.posterior_dcf` from min-DCF draws (percent)."""
+    tab = summarise_draws(labels, M, info, level)
+    if len(labels) > 1:
+        tab["dcf_at_overall"] = [np.nan, *[float(np.nanmean(at[k])) for k in range(len(labels) - 1)]]
+    return tab
 
 
 def _as_fit(model: Any, trials: pd.DataFrame | None) -> Any:

@@ -111,6 +111,31 @@ class TransformPool:
         tab["n_transform"] = self.n_transform
         return tab
 
+    def posterior_dcf(self, by: str | Sequence[str] | None = None, *, p_target: float = 0.05, c_miss: float = 1.0,
+                      c_fa: float = 1.0, level: float = 0.95, max_draws: int | None = 200,
+                      max_thresholds: int | None = 2000) -> pd.DataFrame:
+        """:meth:`~scoremix.bayes.locscale.BayesLocScaleResult.posterior_dcf` with the draws
+        pooled over the transform replicates (plus ``lo_fixed``/``hi_fixed``, ``n_transform``)."""
+        from scoremix.bayes.locscale import BayesLocScaleError, summarise_dcf
+
+        if not 0 < level < 1:
+            raise BayesLocScaleError(f"level must be in (0, 1), got {level!r}")
+        kw = dict(p_target=p_target, c_miss=c_miss, c_fa=c_fa, max_draws=max_draws, max_thresholds=max_thresholds)
+        labels, M0, info, at0 = self.results[0].dcf_draws(by, **kw)
+        Ms, ats = [M0], [at0]
+        for k, r in enumerate(self.results[1:], start=1):
+            lab, M, _, at = r.dcf_draws(by, **kw)
+            if lab != labels:
+                raise BayesLocScaleError(f"transform replicate {k} has groups {lab} but the data have {labels}")
+            Ms.append(M)
+            ats.append(at)
+        tab = summarise_dcf(labels, np.concatenate(Ms, axis=1), info, np.concatenate(ats, axis=1), level)
+        a = (1 - level) / 2
+        tab["lo_fixed"] = np.nanquantile(M0, a, axis=1)
+        tab["hi_fixed"] = np.nanquantile(M0, 1 - a, axis=1)
+        tab["n_transform"] = self.n_transform
+        return tab
+
 
 def transform_pool(result: Any, n_transform: int = 10, *, seed: Any = None, progress: bool = False) -> TransformPool:
     """Refit a :class:`~scoremix.bayes.locscale.BayesLocScaleResult` on ``n_transform − 1``
