@@ -16,6 +16,9 @@ stratum's transform is estimated from all of its trials, and the EER depends on 
 through where the class mixtures cross; ``benchmarks/bayes_locscale_transform_sensitivity.py``
 measures the change of the posterior EER interval when :math:`h_s` is re-estimated on
 parametric-bootstrap replicates (``docs/bayes-locscale.md``).
+``posterior_eer(..., transform_uncertainty="bootstrap", n_transform=K, seed=)`` (and
+``posterior_dcf``) pools the posteriors of K such refits
+(:mod:`scoremix.bayes.locscale_pool`), folding the transforms' sampling error in.
 
 Posterior error rates.  For every posterior draw the trials' latent predictive distributions
 (conditional on the fitted speakers' effects) go through the predictive layer
@@ -48,6 +51,17 @@ __all__ = ["BayesLocScaleResult", "BayesLocScaleError", "bayes_locscale", "bayes
 
 class BayesLocScaleError(ValueError):
     """Bad input to :func:`bayes_locscale` (names the argument / column)."""
+
+
+#: the transform-uncertainty pool builder, registered by :mod:`scoremix.bayes.locscale_pool`
+#: (which sits above this module: it refits through :func:`sample_locscale`)
+_TRANSFORM_POOL: list = []
+
+
+def register_transform_pool(fn: Any) -> None:
+    """Register :func:`scoremix.bayes.locscale_pool.transform_pool` (used by
+    ``posterior_eer(transform_uncertainty="bootstrap")``)."""
+    _TRANSFORM_POOL[:] = [fn]
 
 
 def locscale_cells(fit: Any) -> tuple[LocScaleCells, dict[str, Any]]:
@@ -356,8 +370,9 @@ class BayesLocScaleResult:
         return summarise_draws(labels, E, info, level)
 
     def _pool(self, kind: str, n_transform: int, seed: Any, progress: bool) -> Any:
-        from scoremix.bayes.locscale_pool import transform_pool
-
+        if not _TRANSFORM_POOL:  # pragma: no cover - registered by scoremix.bayes (locscale_pool)
+            raise BayesLocScaleError("transform_uncertainty needs scoremix.bayes.locscale_pool (import scoremix.bayes)")
+        transform_pool = _TRANSFORM_POOL[0]
         if kind != "bootstrap":
             raise BayesLocScaleError(f"transform_uncertainty must be None or 'bootstrap', got {kind!r}")
         key = (int(n_transform), seed) if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) else None

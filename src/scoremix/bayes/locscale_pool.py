@@ -41,6 +41,16 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scoremix.bayes.locscale import (
+    BayesLocScaleError,
+    BayesLocScaleResult,
+    locscale_cells,
+    register_transform_pool,
+    sample_locscale,
+    summarise_dcf,
+    summarise_draws,
+)
+
 __all__ = ["TransformPool", "transform_pool", "bootstrap_scores"]
 
 
@@ -48,8 +58,6 @@ def bootstrap_scores(fit: Any, rng: np.random.Generator) -> pd.DataFrame:
     """One parametric-bootstrap replicate of a transformation fit's trial table: every
     trial's latent value :math:`z_t \\sim N(m_t, s_t^2)` of the ML fit, mapped back to a score
     by its stratum's fitted :math:`\\hat h_s^{-1}` (all other columns kept)."""
-    from scoremix.bayes.locscale import BayesLocScaleError
-
     spec = fit.locscale_spec
     if not spec.transform or fit.transform is None:
         raise BayesLocScaleError("transform_uncertainty needs a transformation fit; this LocScaleSpec has "
@@ -78,8 +86,6 @@ class TransformPool:
                   thresholds: str = "attainable", max_thresholds: int | None = 2000) -> tuple[list, np.ndarray, list]:
         """Pooled EER draws ``(labels, E (1 + G, Σ D_k), info)``; ``info`` (n, empirical) of the
         observed data (``results[0]``)."""
-        from scoremix.bayes.locscale import BayesLocScaleError
-
         labels, E0, info = self.results[0].eer_draws(by, max_draws=max_draws, thresholds=thresholds,
                                                      max_thresholds=max_thresholds)
         parts = [E0]
@@ -97,8 +103,6 @@ class TransformPool:
         """The table of :meth:`~scoremix.bayes.locscale.BayesLocScaleResult.posterior_eer` with
         the draws pooled over the transform replicates, plus ``lo_fixed``/``hi_fixed`` (the
         interval of the fixed-transform fit) and ``n_transform``."""
-        from scoremix.bayes.locscale import BayesLocScaleError, summarise_draws
-
         if not 0 < level < 1:
             raise BayesLocScaleError(f"level must be in (0, 1), got {level!r}")
         labels, E, info = self.eer_draws(by, max_draws=max_draws, thresholds=thresholds,
@@ -116,8 +120,6 @@ class TransformPool:
                       max_thresholds: int | None = 2000) -> pd.DataFrame:
         """:meth:`~scoremix.bayes.locscale.BayesLocScaleResult.posterior_dcf` with the draws
         pooled over the transform replicates (plus ``lo_fixed``/``hi_fixed``, ``n_transform``)."""
-        from scoremix.bayes.locscale import BayesLocScaleError, summarise_dcf
-
         if not 0 < level < 1:
             raise BayesLocScaleError(f"level must be in (0, 1), got {level!r}")
         kw = dict(p_target=p_target, c_miss=c_miss, c_fa=c_fa, max_draws=max_draws, max_thresholds=max_thresholds)
@@ -147,12 +149,6 @@ def transform_pool(result: Any, n_transform: int = 10, *, seed: Any = None, prog
     from tqdm.auto import tqdm
 
     from scoremix.bayes.conventions import seed_int
-    from scoremix.bayes.locscale import (
-        BayesLocScaleError,
-        BayesLocScaleResult,
-        locscale_cells,
-        sample_locscale,
-    )
     from scoremix.locscale import fit_locscale
 
     if not isinstance(result, BayesLocScaleResult):
@@ -196,3 +192,6 @@ def transform_pool(result: Any, n_transform: int = 10, *, seed: Any = None, prog
             seeds.append(s_int)
             bar.update(1)
     return TransformPool(results=results, seeds=seeds)
+
+
+register_transform_pool(transform_pool)
