@@ -179,12 +179,22 @@ def transform_pool(result: Any, n_transform: int = 10, *, seed: Any = None, prog
                     and all(np.array_equal(getattr(cells, f), getattr(base, f))
                             for f in ("scale", "corr", "omega", "tail")))
             s_int = int(rng.integers(0, 2 ** 31 - 1))
+            step = None
+            if same and model is not None and st["sampler"] == "pymc":
+                step = st.get("step")
+                if step is None:  # compile the NUTS step once for every replicate (pm.Data shared)
+                    import pymc as pm
+
+                    with model:
+                        step = pm.NUTS(target_accept=st["target_accept"])
+                    st["step"] = step
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 d = sample_locscale(cells, st["priors"], draws=st["draws"], tune=st["tune"], chains=st["chains"],
                                     seed=s_int, progress=False, cores=st["cores"], target_accept=st["target_accept"],
                                     centred=st["centred"], sampler=st["sampler"],
-                                    model=model if same else None, compiled=compiled if same else None)
+                                    model=model if same else None, step=step,
+                                    compiled=compiled if same else None)
             keys = ("mu", "lam", "tau_b", "tau_g", "rho", "om2", "nu", "g", "b", "u")
             results.append(BayesLocScaleResult(fit=fb, cells=cells, maps=maps, draws={k: d[k] for k in keys},
                                                idata=None, diagnostics=pd.DataFrame(), wall_time=d["wall_time"],
