@@ -16,6 +16,9 @@ stratum's transform is estimated from all of its trials, and the EER depends on 
 through where the class mixtures cross; ``benchmarks/bayes_locscale_transform_sensitivity.py``
 measures the change of the posterior EER interval when :math:`h_s` is re-estimated on
 parametric-bootstrap replicates (``docs/bayes-locscale.md``).
+``posterior_eer(..., transform_uncertainty="bootstrap", n_transform=K, seed=)`` (and
+``posterior_dcf``) pools the posteriors of K such refits
+(:mod:`scoremix.bayes.locscale_pool`), folding the transforms' sampling error in.
 
 Posterior error rates.  For every posterior draw the trials' latent predictive distributions
 (conditional on the fitted speakers' effects) go through the predictive layer
@@ -48,6 +51,17 @@ __all__ = ["BayesLocScaleResult", "BayesLocScaleError", "bayes_locscale", "bayes
 
 class BayesLocScaleError(ValueError):
     """Bad input to :func:`bayes_locscale` (names the argument / column)."""
+
+
+#: the transform-uncertainty pool builder, registered by :mod:`scoremix.bayes.locscale_pool`
+#: (which sits above this module: it refits through :func:`sample_locscale`)
+_TRANSFORM_POOL: list = []
+
+
+def register_transform_pool(fn: Any) -> None:
+    """Register :func:`scoremix.bayes.locscale_pool.transform_pool` (used by
+    ``posterior_eer(transform_uncertainty="bootstrap")``)."""
+    _TRANSFORM_POOL[:] = [fn]
 
 
 def locscale_cells(fit: Any) -> tuple[LocScaleCells, dict[str, Any]]:
@@ -227,6 +241,7 @@ class BayesLocScaleResult:
     wall_time: float
     centred: bool
     notes: list = field(default_factory=list)
+    settings: dict = field(default_factory=dict, repr=False)
 
     @property
     def transform(self) -> Any:
@@ -303,22 +318,15 @@ class BayesLocScaleResult:
             W.append(w)
         return pred, np.vstack(W), ["all", *[str(v) for v in glevels]]
 
-    def posterior_eer(self, by: str | Sequence[str] | None = None, *, level: float = 0.95,
-                      max_draws: int | None = 200, thresholds: str = "attainable",
-                      max_thresholds: int | None = 2000) -> pd.DataFrame:
-        """Posterior EER (percent) of everyone and every ``by`` level, beside the empirical EER.
-
-        ``thresholds="attainable"``: the ROCCH EER of the model's rates at the observed scores
-        (as the empirical EER is defined; ``max_thresholds`` evenly thinned distinct scores,
-        ``None`` for all); ``"latent"``: the crossing of the smooth model rates.  Columns:
-        ``n``, ``empirical``, ``mean``, ``median``, ``lo``, ``hi`` (equal-tailed ``level``
-        interval), ``covers`` (the empirical EER inside the interval)."""
+    def eer_draws(self, by: str | Sequence[str] | None = None, *, max_draws: int | None = 200,
+                  thresholds: str = "attainable", max_thresholds: int | None = 2000
+                  ) -> tuple[list, np.ndarray, list]:
+        """``(labels, E, rows)``: posterior EER draws in percent, ``E`` ``(1 + G, D')`` (everyone,
+        then every ``by`` level), and per label ``(n, empirical EER %)``."""
         from scoremix.metrics import eer as empirical_eer
         from scoremix.predictive.attainable import attainable_eer
         from scoremix.predictive.mixture import MixtureRates, batch_eer
 
-        if not 0 < level < 1:
-            raise BayesLocScaleError(f"level must be in (0, 1), got {level!r}")
         if thresholds not in ("attainable", "latent"):
             raise BayesLocScaleError(f"thresholds must be 'attainable' or 'latent', got {thresholds!r}")
         pred, W, labels = self.predictive(by, max_draws=max_draws)
@@ -326,40 +334,72 @@ class BayesLocScaleResult:
             E = attainable_eer(pred, W, max_thresholds=max_thresholds)[0]
         else:
             E = batch_eer(MixtureRates(pred.mean, pred.sd, pred.positive, W, pred.axis, pred.stratum))
-        a = (1 - level) / 2
-        rows = []
         comp = pred.component
-        for k, lab in enumerate(labels):
+        rows = []
+        for k in range(len(labels)):
             members = np.ones(comp.size, bool) if k == 0 else W[k][comp] > 0
             y, s = pred.y[members], pred.score[members]
             emp = float(empirical_eer(s, y)) if 0 < y.sum() < y.size else np.nan
-            e = 100 * E[k]
-            lo, hi = np.nanquantile(e, [a, 1 - a])
-            rows.append(dict(group=lab, n=int(members.sum()), empirical=100 * emp, mean=float(np.nanmean(e)),
-                             median=float(np.nanmedian(e)), lo=float(lo), hi=float(hi),
-                             covers=bool(lo <= 100 * emp <= hi)))
-        return pd.DataFrame(rows).set_index("group")
+            rows.append((int(members.sum()), 100 * emp))
+        return labels, 100 * np.asarray(E, dtype=np.float64), rows
 
-    def posterior_dcf(self, by: str | Sequence[str] | None = None, *, p_target: float = 0.05, c_miss: float = 1.0,
-                      c_fa: float = 1.0, level: float = 0.95, max_draws: int | None = 200,
-                      max_thresholds: int | None = 2000) -> pd.DataFrame:
-        """Posterior minimum DCF (unnormalised, :math:`c_{miss} p P_{miss} + c_{fa}(1-p) P_{fa}`) at
-        attainable score thresholds of everyone and every ``by`` level, beside the empirical one
-        (the minimum over the observed scores).  Columns as :meth:`posterior_eer`; for a ``by``
-        level ``dcf_at_overall`` is its posterior mean DCF at everyone's minimising threshold."""
-        from scoremix.predictive.attainable import attainable_measures
+    def posterior_eer(self, by: str | Sequence[str] | None = None, *, level: float = 0.95,
+                      max_draws: int | None = 200, thresholds: str = "attainable",
+                      max_thresholds: int | None = 2000, transform_uncertainty: str | None = None,
+                      n_transform: int = 10, seed: Any = None, progress: bool = False) -> pd.DataFrame:
+        """Posterior EER (percent) of everyone and every ``by`` level, beside the empirical EER.
 
+        ``thresholds="attainable"``: the ROCCH EER of the model's rates at the observed scores
+        (as the empirical EER is defined; ``max_thresholds`` evenly thinned distinct scores,
+        ``None`` for all); ``"latent"``: the crossing of the smooth model rates.  Columns:
+        ``n``, ``empirical``, ``mean``, ``median``, ``lo``, ``hi`` (equal-tailed ``level``
+        interval), ``covers`` (the empirical EER inside the interval).
+
+        ``transform_uncertainty="bootstrap"``: the draws pooled over ``n_transform`` transform
+        estimates (the ML one and ``n_transform − 1`` parametric-bootstrap refits, each with its
+        own NUTS run; :func:`scoremix.bayes.locscale_pool.transform_pool`, ``seed``,
+        ``progress``); the fixed-transform interval is added as ``lo_fixed``/``hi_fixed``.
+        ``None`` (default): the transforms fixed at their ML estimate."""
         if not 0 < level < 1:
             raise BayesLocScaleError(f"level must be in (0, 1), got {level!r}")
+        if transform_uncertainty is not None:
+            return self._pool(transform_uncertainty, n_transform, seed, progress).posterior_eer(
+                by, level=level, max_draws=max_draws, thresholds=thresholds, max_thresholds=max_thresholds)
+        labels, E, info = self.eer_draws(by, max_draws=max_draws, thresholds=thresholds,
+                                         max_thresholds=max_thresholds)
+        return summarise_draws(labels, E, info, level)
+
+    def _pool(self, kind: str, n_transform: int, seed: Any, progress: bool) -> Any:
+        if not _TRANSFORM_POOL:  # pragma: no cover - registered by scoremix.bayes (locscale_pool)
+            raise BayesLocScaleError("transform_uncertainty needs scoremix.bayes.locscale_pool (import scoremix.bayes)")
+        transform_pool = _TRANSFORM_POOL[0]
+        if kind != "bootstrap":
+            raise BayesLocScaleError(f"transform_uncertainty must be None or 'bootstrap', got {kind!r}")
+        key = (int(n_transform), seed) if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) else None
+        cache = self.settings.setdefault("_pools", {})
+        if key is not None and key in cache:
+            return cache[key]
+        pool = transform_pool(self, n_transform, seed=seed, progress=progress)
+        if key is not None:
+            cache[key] = pool
+        return pool
+
+    def dcf_draws(self, by: str | Sequence[str] | None = None, *, p_target: float = 0.05, c_miss: float = 1.0,
+                  c_fa: float = 1.0, max_draws: int | None = 200, max_thresholds: int | None = 2000
+                  ) -> tuple[list, np.ndarray, list, np.ndarray]:
+        """``(labels, M, info, at_overall)``: posterior minimum-DCF draws in percent ``M``
+        ``(1 + G, D')``, per label ``(n, empirical min DCF %)``, and every ``by`` level's DCF
+        draws at everyone's minimising threshold ``(G, D')`` (percent)."""
+        from scoremix.predictive.attainable import attainable_measures
+
         pred, W, labels = self.predictive(by, max_draws=max_draws)
         W = W if W.shape[0] > 1 else np.vstack([W, W])
         m = attainable_measures(pred, W, p_target=p_target, c_miss=c_miss, c_fa=c_fa,
                                 max_thresholds=max_thresholds)
-        a = (1 - level) / 2
-        rows = []
         comp = pred.component
-        for k, lab in enumerate(labels):
-            d = 100 * (m["all_min_dcf"] if k == 0 else m["min_dcf"][k - 1])
+        M, info = [], []
+        for k in range(len(labels)):
+            M.append(100 * np.asarray(m["all_min_dcf"] if k == 0 else m["min_dcf"][k - 1], dtype=np.float64))
             members = np.ones(comp.size, bool) if k == 0 else W[k][comp] > 0
             y, sc = pred.y[members], pred.score[members]
             emp = np.nan
@@ -371,13 +411,48 @@ class BayesLocScaleResult:
                 pmiss = npos / y.sum()
                 pfa = 1 - nneg / (y.size - y.sum())
                 emp = 100 * float(np.min(c_miss * p_target * pmiss + c_fa * (1 - p_target) * pfa))
-            lo, hi = np.nanquantile(d, [a, 1 - a])
-            row = dict(group=lab, n=int(members.sum()), empirical=emp, mean=float(np.nanmean(d)),
-                       median=float(np.nanmedian(d)), lo=float(lo), hi=float(hi), covers=bool(lo <= emp <= hi))
-            if k:
-                row["dcf_at_overall"] = float(100 * np.nanmean(m["dcf_at_overall"][k - 1]))
-            rows.append(row)
-        return pd.DataFrame(rows).set_index("group")
+            info.append((int(members.sum()), emp))
+        at = 100 * np.atleast_2d(np.asarray(m["dcf_at_overall"], dtype=np.float64))[: len(labels) - 1]
+        return labels, np.vstack(M), info, at
+
+    def posterior_dcf(self, by: str | Sequence[str] | None = None, *, p_target: float = 0.05, c_miss: float = 1.0,
+                      c_fa: float = 1.0, level: float = 0.95, max_draws: int | None = 200,
+                      max_thresholds: int | None = 2000, transform_uncertainty: str | None = None,
+                      n_transform: int = 10, seed: Any = None, progress: bool = False) -> pd.DataFrame:
+        """Posterior minimum DCF (unnormalised, :math:`c_{miss} p P_{miss} + c_{fa}(1-p) P_{fa}`) at
+        attainable score thresholds of everyone and every ``by`` level, beside the empirical one
+        (the minimum over the observed scores).  Columns as :meth:`posterior_eer`; for a ``by``
+        level ``dcf_at_overall`` is its posterior mean DCF at everyone's minimising threshold.
+        ``transform_uncertainty``, ``n_transform``, ``seed``, ``progress``: as
+        :meth:`posterior_eer` (draws pooled over transform replicates)."""
+        if not 0 < level < 1:
+            raise BayesLocScaleError(f"level must be in (0, 1), got {level!r}")
+        kw = dict(p_target=p_target, c_miss=c_miss, c_fa=c_fa, max_draws=max_draws, max_thresholds=max_thresholds)
+        if transform_uncertainty is not None:
+            return self._pool(transform_uncertainty, n_transform, seed, progress).posterior_dcf(by, level=level, **kw)
+        labels, M, info, at = self.dcf_draws(by, **kw)
+        return summarise_dcf(labels, M, info, at, level)
+
+
+def summarise_draws(labels: list, E: np.ndarray, info: list, level: float) -> pd.DataFrame:
+    """The table of :meth:`BayesLocScaleResult.posterior_eer` from EER draws ``E`` (percent)."""
+    a = (1 - level) / 2
+    rows = []
+    for k, lab in enumerate(labels):
+        n, emp = info[k]
+        e = E[k]
+        lo, hi = np.nanquantile(e, [a, 1 - a])
+        rows.append(dict(group=lab, n=n, empirical=emp, mean=float(np.nanmean(e)), median=float(np.nanmedian(e)),
+                         lo=float(lo), hi=float(hi), covers=bool(lo <= emp <= hi)))
+    return pd.DataFrame(rows).set_index("group")
+
+
+def summarise_dcf(labels: list, M: np.ndarray, info: list, at: np.ndarray, level: float) -> pd.DataFrame:
+    """The table of :meth:`BayesLocScaleResult.posterior_dcf` from min-DCF draws (percent)."""
+    tab = summarise_draws(labels, M, info, level)
+    if len(labels) > 1:
+        tab["dcf_at_overall"] = [np.nan, *[float(np.nanmean(at[k])) for k in range(len(labels) - 1)]]
+    return tab
 
 
 def _as_fit(model: Any, trials: pd.DataFrame | None) -> Any:
@@ -461,7 +536,10 @@ def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: Lo
                                                                        ("mu", "lam", "tau_b", "tau_g", "rho", "om2",
                                                                         "nu", "g", "b", "u")},
                                idata=idata, diagnostics=diag, wall_time=d["wall_time"], centred=d["centred"],
-                               notes=notes)
+                               notes=notes,
+                               settings=dict(draws=draws, tune=tune, chains=chains, cores=cores,
+                                             target_accept=target_accept, centred=d["centred"], sampler=sampler,
+                                             priors=d["priors"], model=d["model"], compiled=d["compiled"]))
 
 
 def bayes_score_model(fit: Any, **kwargs: Any) -> BayesLocScaleResult:
