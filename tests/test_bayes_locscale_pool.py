@@ -47,6 +47,14 @@ def fitted():
     return fit, res
 
 
+@pytest.fixture(scope="module")
+def pool2(fitted):
+    """A pool of two transforms, built through ``posterior_eer`` (and cached on the result)."""
+    _, res = fitted
+    res.posterior_eer(max_draws=40, transform_uncertainty="bootstrap", n_transform=2, seed=5)
+    return res.settings["_pools"][(2, 5)]
+
+
 def test_pool_of_the_ml_transform_is_the_fixed_fit_exactly(fitted):
     _, res = fitted
     fixed = res.posterior_eer(max_draws=50)
@@ -72,9 +80,9 @@ def test_bootstrap_scores_are_latent_draws_mapped_back(fitted):
     assert rep[cols].equals(fit._data.frame[cols])
 
 
-def test_pooled_draws_concatenate_the_replicates_and_are_seeded(fitted):
+def test_pooled_draws_concatenate_the_replicates_and_are_seeded(fitted, pool2):
     _, res = fitted
-    pool = transform_pool(res, 2, seed=5)
+    pool = pool2
     assert pool.n_transform == 2 and pool.results[0] is res
     _, E, _ = pool.eer_draws(max_draws=40)
     parts = [r.eer_draws(max_draws=40)[1] for r in pool.results]
@@ -88,6 +96,39 @@ def test_pooled_draws_concatenate_the_replicates_and_are_seeded(fitted):
     a = np.quantile(E[0], [0.025, 0.975])
     assert tab.loc["all", "lo"] == pytest.approx(a[0], rel=1e-12)
     assert tab.loc["all", "hi"] == pytest.approx(a[1], rel=1e-12)
+
+
+def test_subgroup_eer_and_dcf_tables_pool_the_replicates(fitted, pool2):
+    """``by=`` levels (attacks, each against all bona fide trials) through ``posterior_eer`` and
+    ``posterior_dcf``: pooled intervals = quantiles of the concatenated replicate draws, the
+    fixed-transform columns = the fixed-transform table, ``dcf_at_overall`` pooled too."""
+    _, res = fitted
+    kw = dict(max_draws=40, transform_uncertainty="bootstrap", n_transform=2, seed=5)
+    tab = res.posterior_eer(by="attack", level=0.9, **kw)
+    fixed = res.posterior_eer(by="attack", level=0.9, max_draws=40)
+    E = np.concatenate([r.eer_draws("attack", max_draws=40)[1] for r in pool2.results], axis=1)
+    assert list(tab.index) == ["all", "A0", "A1", "bonafide"] == list(fixed.index)
+    for k, lab in enumerate(tab.index):
+        lo, hi = np.nanquantile(E[k], [0.05, 0.95])
+        assert tab.loc[lab, "lo"] == pytest.approx(lo, rel=1e-12) and tab.loc[lab, "hi"] == pytest.approx(hi, rel=1e-12)
+        assert tab.loc[lab, "mean"] == pytest.approx(np.nanmean(E[k]), rel=1e-12)
+        for col in ("n", "empirical"):
+            assert tab.loc[lab, col] == fixed.loc[lab, col]
+        assert tab.loc[lab, "lo_fixed"] == fixed.loc[lab, "lo"] and tab.loc[lab, "hi_fixed"] == fixed.loc[lab, "hi"]
+    assert (tab["n_transform"] == 2).all()
+    dk = dict(p_target=0.2, max_draws=40)
+    dt = res.posterior_dcf(by="attack", **{**kw, **dk})
+    dfix = res.posterior_dcf(by="attack", **dk)
+    parts = [r.dcf_draws("attack", **dk) for r in pool2.results]
+    M = np.concatenate([p[1] for p in parts], axis=1)
+    at = np.concatenate([p[3] for p in parts], axis=1)
+    for k, lab in enumerate(dt.index):
+        lo, hi = np.nanquantile(M[k], [0.025, 0.975])
+        assert dt.loc[lab, "lo"] == pytest.approx(lo, rel=1e-12) and dt.loc[lab, "hi"] == pytest.approx(hi, rel=1e-12)
+        assert dt.loc[lab, "empirical"] == dfix.loc[lab, "empirical"]
+        assert dt.loc[lab, "lo_fixed"] == dfix.loc[lab, "lo"] and dt.loc[lab, "hi_fixed"] == dfix.loc[lab, "hi"]
+        if k:
+            assert dt.loc[lab, "dcf_at_overall"] == pytest.approx(np.nanmean(at[k - 1]), rel=1e-12)
 
 
 def test_named_errors(fitted):
@@ -105,7 +146,7 @@ def test_named_errors(fitted):
         bootstrap_scores(gfit, np.random.default_rng(0))
 
 
-def _simulate_known(seed: int, n_speakers: int = 6, n_per_cell: int = 12):
+def _simulate_known(seed: int, n_speakers: int = 6, n_per_cell: int = 12, *, latent: bool = False):
     """Location-scale data with realised speaker effects, observed through
     ``score = expit(z / 2)``; returns the table and the true EER (percent) of the class
     mixtures given the realised effects (every trial's N(μ_s + b, (σ_s e^g)²), latent crossing)."""
@@ -133,7 +174,27 @@ def _simulate_known(seed: int, n_speakers: int = 6, n_per_cell: int = 12):
         return norm.cdf((t - m[pos]) / s[pos]).mean() - norm.sf((t - m[~pos]) / s[~pos]).mean()
 
     t = brentq(gap, -20, 20, xtol=1e-12)
+    if latent:
+        return m, s, pos, 100 * float(norm.cdf((t - m[pos]) / s[pos]).mean())
     return pd.concat(rows, ignore_index=True), 100 * float(norm.cdf((t - m[pos]) / s[pos]).mean())
+
+
+def test_true_eer_of_the_simulator_is_the_eer_of_its_generating_model():
+    """The coverage check's truth: the EER of a large sample drawn from the same realised
+    speaker effects (every trial's N(m, s²), scores through expit(z/2)) is the computed
+    crossing within 4 binomial standard errors."""
+    from scoremix.metrics import eer
+
+    m, s, pos, truth = _simulate_known(101, latent=True)
+    rng = np.random.default_rng(0)
+    R = 1000
+    z = m[:, None] + s[:, None] * rng.standard_normal((m.size, R))
+    score = (1 / (1 + np.exp(-z / 2))).ravel()
+    y = np.repeat(pos, R).astype(int)
+    emp = 100 * float(eer(score, y))
+    se = 100 * np.sqrt(truth / 100 * (1 - truth / 100) / min(y.sum(), y.size - y.sum()))
+    assert abs(emp - truth) < 4 * se, (emp, truth, se)
+    assert 1.0 < truth < 20.0  # a non-trivial EER (the check is informative)
 
 
 @pytest.mark.slow

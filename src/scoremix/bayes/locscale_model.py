@@ -210,7 +210,7 @@ def unit_loglik_graph(cells: LocScaleCells, n, zbar, ssw, mu, lam, tau_b, tg, rh
     ccls = ucls[cells.unit]
     s2 = pt.exp(2.0 * (lam[cells.stratum] + g[cells.unit]))
     W = -0.5 * (n - 1.0) * (_LOG2PI + pt.log(s2)) - 0.5 * pt.log(n) - ssw / (2.0 * s2)
-    v = s2 / n + om2[ccls]
+    v = s2 / n + om2[ccls] if np.asarray(cells.omega, bool).any() else s2 / n
     d = zbar - mu[cells.stratum]
     iv = 1.0 / v
     A = _segsum(pt, cells.unit, iv, U)
@@ -220,13 +220,18 @@ def unit_loglik_graph(cells: LocScaleCells, n, zbar, ssw, mu, lam, tau_b, tg, rh
     Ws = _segsum(pt, cells.unit, W, U)
     ncell = np.bincount(cells.unit, minlength=U).astype(np.float64)
     tb = tau_b[ucls]
-    r = rho[ucls]
-    a = r * tb / tg[ucls] * g
-    t2 = tb ** 2 * (1.0 - r ** 2)
-    P = A + 1.0 / t2
-    num = B + a / t2
-    logb = (-0.5 * ncell * _LOG2PI - 0.5 * D - 0.5 * pt.log(t2) - 0.5 * pt.log(P)
-            - 0.5 * (C + a * a / t2 - num * num / P))
+    if np.asarray(cells.corr, bool).any():
+        r = rho[ucls]
+        a = r * tb / tg[ucls] * g
+        t2 = tb ** 2 * (1.0 - r ** 2)
+        P = A + 1.0 / t2
+        num = B + a / t2
+        quad = C + a * a / t2 - num * num / P
+    else:  # ρ ≡ 0: no constant-zero terms in the graph (they send PyTensor's rewriter into minutes of work)
+        t2 = tb ** 2
+        P = A + 1.0 / t2
+        quad = C - B * B / P
+    logb = -0.5 * ncell * _LOG2PI - 0.5 * D - 0.5 * pt.log(t2) - 0.5 * pt.log(P) - 0.5 * quad
     return Ws + logb
 
 
