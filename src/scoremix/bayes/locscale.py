@@ -30,8 +30,9 @@ computed, so the posterior EER interval is directly comparable with the empirica
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -46,7 +47,7 @@ from scoremix.bayes.locscale_model import (
     default_locscale_priors,
 )
 
-__all__ = ["BayesLocScaleResult", "BayesLocScaleError", "bayes_locscale", "bayes_score_model", "locscale_cells"]
+__all__ = ["BayesLocScaleError", "BayesLocScaleResult", "bayes_locscale", "bayes_score_model", "locscale_cells"]
 
 
 class BayesLocScaleError(ValueError):
@@ -81,7 +82,8 @@ def locscale_cells(fit: Any) -> tuple[LocScaleCells, dict[str, Any]]:
     cells = LocScaleCells(unit=st.unit, stratum=st.stratum, n=st.n, sz=st.sz, szz=st.szz, unit_class=st.unit_class,
                           stratum_class=data.stratum_class, scale=scale, corr=corr, omega=omega, tail=tail,
                           strata_levels=list(data.cells.levels))
-    return cells, dict(unit_ids=unit_ids, cell_ids=cell_ids, trial_cell=trial_cell, info=np.asarray(info, bool))
+    return cells, dict(unit_ids=unit_ids, cell_ids=cell_ids, trial_cell=trial_cell, info=np.asarray(info, bool),
+                       ez=np.asarray(ez, float), ez2=np.asarray(ez2, float))
 
 
 def _auto_centred(cells: LocScaleCells) -> bool:
@@ -94,15 +96,16 @@ def _auto_centred(cells: LocScaleCells) -> bool:
 def sample_locscale(cells: LocScaleCells, priors: LocScalePriors | None = None, *, draws: int = 1000,
                     tune: int = 1000, chains: int = 2, seed: Any = None, progress: bool = False,
                     cores: int | None = None, target_accept: float = 0.9, centred: bool | None = None,
-                    model: Any = None, step: Any = None, sampler: str = "pymc", compiled: Any = None
-                    ) -> dict[str, Any]:
+                    model: Any = None, step: Any = None, sampler: str = "pymc", compiled: Any = None,
+                    tdata: Any = None) -> dict[str, Any]:
     """NUTS on :func:`~scoremix.bayes.locscale_model.build_locscale_model`; returns the draws
     ``(D, ·)`` of every parameter (``b``, ``u`` drawn exactly per draw), the raw
     ``InferenceData``, the model and wall time.  ``model``/``step``: a built model (and NUTS
     step) of the same structure whose ``pm.Data`` is set to ``cells`` (refits without
     recompiling).  ``sampler="nutpie"``: nutpie's NUTS on the same graph (``compiled``: a
     ``nutpie.compile_pymc_model`` of a model of this structure, given new data with
-    ``with_data``)."""
+    ``with_data``).  ``tdata``: sample the transforms too
+    (:class:`~scoremix.bayes.locscale_sampled.SampledTransformData`; ``model`` then unused)."""
     import pymc as pm
 
     if sampler not in ("pymc", "nutpie"):
@@ -110,7 +113,11 @@ def sample_locscale(cells: LocScaleCells, priors: LocScalePriors | None = None, 
 
     pri = priors or default_locscale_priors(cells)
     cen = _auto_centred(cells) if centred is None else bool(centred)
-    if model is None:
+    if tdata is not None:
+        from scoremix.bayes.locscale_sampled import build_sampled_model
+
+        model = build_sampled_model(cells, tdata, pri, cen)
+    elif model is None:
         model = build_locscale_model(cells, pri, cen)
     else:
         pm.set_data({"n": cells.n, "zbar": cells.zbar, "ssw": cells.ssw}, model=model)
@@ -174,8 +181,19 @@ def sample_locscale(cells: LocScaleCells, priors: LocScalePriors | None = None, 
     if kt.size:
         nu[:, kt] = flat("nu")
     g = flat("g")
-    b, u = conditional_effects(cells, mu, lam, tau_b, tau_g, rho, om2, g, rng)
-    return dict(mu=mu, lam=lam, tau_b=tau_b, tau_g=tau_g, rho=rho, om2=om2, nu=nu, g=g, b=b, u=u, raw=raw,
+    extra: dict[str, Any] = {}
+    ccells = cells
+    if tdata is not None:  # per-draw latent cell means under the sampled transforms
+        import copy
+
+        from scoremix.bayes.locscale_sampled import cell_zbar
+
+        w = flat("w").reshape(D, cells.n_strata, tdata.order)
+        ccells = copy.copy(cells)
+        ccells.sz = cell_zbar(cells, tdata, w) * cells.n
+        extra = dict(w=w, tau_h=flat("tau_h")[:, 0])
+    b, u = conditional_effects(ccells, mu, lam, tau_b, tau_g, rho, om2, g, rng)
+    return dict(mu=mu, lam=lam, tau_b=tau_b, tau_g=tau_g, rho=rho, om2=om2, nu=nu, g=g, b=b, u=u, raw=raw, **extra,
                 model=model, wall_time=wall, centred=cen, priors=pri, n_chains=int(post.sizes["chain"]),
                 compiled=compiled)
 
@@ -212,6 +230,8 @@ def scalar_draws(cells: LocScaleCells, d: dict[str, Any]) -> dict[str, np.ndarra
             out[f"omega[{cn}]"] = np.sqrt(d["om2"][:, c])
         if cells.tail[c]:
             out[f"nu[{cn}]"] = d["nu"][:, c]
+    if "tau_h" in d:
+        out["tau_h"] = d["tau_h"]
     return out
 
 
@@ -330,7 +350,12 @@ class BayesLocScaleResult:
         if thresholds not in ("attainable", "latent"):
             raise BayesLocScaleError(f"thresholds must be 'attainable' or 'latent', got {thresholds!r}")
         pred, W, labels = self.predictive(by, max_draws=max_draws)
-        if thresholds == "attainable":
+        d_ = self.draws
+        if "w" in d_:
+            from scoremix.bayes.locscale_sampled import sampled_eer_draws
+
+            E = sampled_eer_draws(pred, W, self.settings["tdata"], d_["w"][pred.draws], thresholds, max_thresholds)
+        elif thresholds == "attainable":
             E = attainable_eer(pred, W, max_thresholds=max_thresholds)[0]
         else:
             E = batch_eer(MixtureRates(pred.mean, pred.sd, pred.positive, W, pred.axis, pred.stratum))
@@ -370,6 +395,9 @@ class BayesLocScaleResult:
         return summarise_draws(labels, E, info, level)
 
     def _pool(self, kind: str, n_transform: int, seed: Any, progress: bool) -> Any:
+        if "w" in self.draws:
+            raise BayesLocScaleError("transform_uncertainty='bootstrap' pools fits with fixed transforms; this fit "
+                                     "samples its transforms (transform='sampled'), so their uncertainty is already in")
         if not _TRANSFORM_POOL:  # pragma: no cover - registered by scoremix.bayes (locscale_pool)
             raise BayesLocScaleError("transform_uncertainty needs scoremix.bayes.locscale_pool (import scoremix.bayes)")
         transform_pool = _TRANSFORM_POOL[0]
@@ -392,6 +420,9 @@ class BayesLocScaleResult:
         draws at everyone's minimising threshold ``(G, D')`` (percent)."""
         from scoremix.predictive.attainable import attainable_measures
 
+        if "w" in self.draws:
+            raise BayesLocScaleError("posterior_dcf is not implemented for transform='sampled' (use posterior_eer, "
+                                     "or transform='fixed' with transform_uncertainty='bootstrap')")
         pred, W, labels = self.predictive(by, max_draws=max_draws)
         W = W if W.shape[0] > 1 else np.vstack([W, W])
         m = attainable_measures(pred, W, p_target=p_target, c_miss=c_miss, c_fa=c_fa,
@@ -473,7 +504,8 @@ def _as_fit(model: Any, trials: pd.DataFrame | None) -> Any:
 def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: LocScalePriors | None = None,
                    draws: int = 1000, tune: int = 1000, chains: int = 2, seed: Any = UNSET,
                    progress: bool = UNSET, cores: int | None = None, target_accept: float = 0.9,
-                   centred: bool | None = None, sampler: str = "pymc") -> BayesLocScaleResult:
+                   centred: bool | None = None, sampler: str = "pymc", transform: str = "fixed",
+                   order: int = 6, tau_h_scale: float = 1.0) -> BayesLocScaleResult:
     r"""Bayesian location-scale (transformation) mixed model of detector scores.
 
     Parameters
@@ -500,6 +532,12 @@ def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: Lo
     sampler:
         ``"pymc"`` (default) or ``"nutpie"`` (needs the ``nutpie`` package; compiles once,
         samples several times faster).
+    transform:
+        ``"fixed"`` (default): every stratum transform fixed at its ML estimate;
+        ``"sampled"``: a monotone Bernstein deformation of order ``order`` of every ML
+        transform sampled jointly (shrinkage scale :math:`\tau_h \sim N^+(0,`
+        ``tau_h_scale``:math:`^2)`; :mod:`scoremix.bayes.locscale_sampled`; ``posterior_eer``
+        only).
 
     Returns
     -------
@@ -519,10 +557,25 @@ def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: Lo
     for name, value, least in (("draws", draws, 1), ("tune", tune, 0), ("chains", chains, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise BayesLocScaleError(f"bayes_locscale: {name} must be an integer >= {least}, got {value!r}")
+    if transform not in ("fixed", "sampled"):
+        raise BayesLocScaleError(f"transform must be 'fixed' or 'sampled', got {transform!r}")
+    if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or not 2 <= order <= 30:
+        raise BayesLocScaleError(f"order (the Bernstein order of a sampled transform) must be an integer in 2..30, "
+                                 f"got {order!r}")
     fit = _as_fit(model, trials)
     cells, maps = locscale_cells(fit)
+    tdata = None
+    if transform == "sampled":
+        from scoremix.bayes.locscale_sampled import sampled_transform_data
+
+        if not fit.locscale_spec.transform:
+            raise BayesLocScaleError("transform='sampled' needs a transformation fit; this LocScaleSpec has "
+                                     "transform=False (the scores are modelled directly)")
+        if sampler != "pymc":
+            raise BayesLocScaleError("transform='sampled' runs with sampler='pymc'")
+        tdata = sampled_transform_data(cells, maps["ez"], maps["ez2"], maps["trial_cell"], order, tau_h_scale)
     d = sample_locscale(cells, priors, draws=draws, tune=tune, chains=chains, seed=seed, progress=progress,
-                        cores=cores, target_accept=target_accept, centred=centred, sampler=sampler)
+                        cores=cores, target_accept=target_accept, centred=centred, sampler=sampler, tdata=tdata)
     nc = d["n_chains"]
     sc = scalar_draws(cells, d)
     post = xr.Dataset({k: (("chain", "draw"), v.reshape(nc, -1)) for k, v in sc.items()})
@@ -532,14 +585,14 @@ def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: Lo
     n_out = int((maps["trial_cell"] < 0).sum())
     if n_out:
         notes.append(f"{n_out} trials of strata with one distinct score carry no latent information and are left out")
-    return BayesLocScaleResult(fit=fit, cells=cells, maps=maps, draws={k: d[k] for k in
-                                                                       ("mu", "lam", "tau_b", "tau_g", "rho", "om2",
-                                                                        "nu", "g", "b", "u")},
+    keys = ("mu", "lam", "tau_b", "tau_g", "rho", "om2", "nu", "g", "b", "u") + (("w", "tau_h") if tdata else ())
+    return BayesLocScaleResult(fit=fit, cells=cells, maps=maps, draws={k: d[k] for k in keys},
                                idata=idata, diagnostics=diag, wall_time=d["wall_time"], centred=d["centred"],
                                notes=notes,
                                settings=dict(draws=draws, tune=tune, chains=chains, cores=cores,
                                              target_accept=target_accept, centred=d["centred"], sampler=sampler,
-                                             priors=d["priors"], model=d["model"], compiled=d["compiled"]))
+                                             priors=d["priors"], model=d["model"], compiled=d["compiled"],
+                                             transform=transform, tdata=tdata))
 
 
 def bayes_score_model(fit: Any, **kwargs: Any) -> BayesLocScaleResult:

@@ -35,8 +35,9 @@ practical range.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,7 +52,7 @@ from scoremix.bayes.locscale import (
     summarise_draws,
 )
 
-__all__ = ["TransformPool", "transform_pool", "bootstrap_scores"]
+__all__ = ["TransformPool", "bootstrap_scores", "transform_pool"]
 
 
 def bootstrap_scores(fit: Any, rng: np.random.Generator) -> pd.DataFrame:
