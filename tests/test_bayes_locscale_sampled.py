@@ -97,7 +97,11 @@ def test_cell_statistics_match_the_directly_mapped_trials(setup):
 def test_model_likelihood_is_the_collapsed_likelihood_of_mapped_values_plus_jacobian(setup):
     import pytensor.tensor as pt
 
-    from scoremix.bayes.locscale_model import build_locscale_model, default_locscale_priors, unit_loglik_graph
+    from scoremix.bayes.locscale_model import (
+        build_locscale_model,
+        default_locscale_priors,
+        unit_loglik_graph,
+    )
 
     _, cells, maps, td = setup
     pri = default_locscale_priors(cells)
@@ -139,7 +143,7 @@ def test_model_likelihood_is_the_collapsed_likelihood_of_mapped_values_plus_jaco
 def test_identity_map_gives_the_fixed_transform_eer_and_a_sampled_fit_runs(setup):
     from scoremix.predictive.attainable import attainable_eer
 
-    fit, cells, _, td = setup
+    fit, cells, _, _ = setup
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = bayes_locscale(fit, draws=30, tune=60, chains=1, cores=1, seed=1, transform="sampled", order=5)

@@ -41,6 +41,7 @@ draw's :math:`h_s` (:func:`warp`) and the model rates computed as in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -186,7 +187,7 @@ def sampled_eer_draws(pred: Any, W: np.ndarray, tdata: SampledTransformData, w: 
     else:
         U = axis.U[1:-1] if hasattr(axis, "U") else np.unique(np.asarray(axis.from_score(pred.score), float))
         U = U[np.isfinite(U)]
-        grid = np.concatenate([np.linspace(a, b, 16, endpoint=False) for a, b in zip(U[:-1], U[1:])] + [U[-1:]])
+        grid = np.concatenate([np.linspace(a, b, 16, endpoint=False) for a, b in pairwise(U)] + [U[-1:]])
         if grid.size > 4000:
             grid = grid[np.unique(np.round(np.linspace(0, grid.size - 1, 4000)).astype(np.int64))]
         tau = grid
