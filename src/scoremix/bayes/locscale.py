@@ -6,19 +6,22 @@ The model is the frequentist :mod:`scoremix.locscale` model (one increasing tran
 class, optionally correlated or heavy-tailed; a speaker × stratum location effect), fitted by
 NUTS on per-cell sufficient statistics (:mod:`scoremix.bayes.locscale_model`).
 
-**The transforms are fixed, not sampled.**  Every :math:`h_s` is fixed at the
+**The transforms are fixed by default.**  Every :math:`h_s` is fixed at the
 maximum-likelihood estimate of the frequentist fit (its marginal-matched edges), and every
 trial enters through the first two moments of its latent value given its score's cell under
 that fit (the E-step of :mod:`scoremix.locscale.latent`; for untied scores the cell midpoint).
 A Gaussian location-scale model (``LocScaleSpec(transform=False)``) uses the scores
 themselves.  What fixing :math:`h_s` ignores is the sampling error of the transforms: a
 stratum's transform is estimated from all of its trials, and the EER depends on it only
-through where the class mixtures cross; ``benchmarks/bayes_locscale_transform_sensitivity.py``
+through where the class mixtures cross; ``benchmarks/bayes_la_transform.py --sensitivity``
 measures the change of the posterior EER interval when :math:`h_s` is re-estimated on
 parametric-bootstrap replicates (``docs/bayes-locscale.md``).
 ``posterior_eer(..., transform_uncertainty="bootstrap", n_transform=K, seed=)`` (and
 ``posterior_dcf``) pools the posteriors of K such refits
 (:mod:`scoremix.bayes.locscale_pool`), folding the transforms' sampling error in.
+``bayes_locscale(..., transform="sampled")`` samples a monotone Bernstein deformation of every
+ML transform jointly with the model (:mod:`scoremix.bayes.locscale_sampled`); measured in
+``docs/bayes-locscale.md`` (it does not widen the EER intervals, so it is off by default).
 
 Posterior error rates.  For every posterior draw the trials' latent predictive distributions
 (conditional on the fitted speakers' effects) go through the predictive layer
