@@ -35,7 +35,10 @@ def _unit_data(rng, n_strata=3, n_per=(4, 6, 5)):
     return z
 
 
-def test_unit_loglik_equals_direct_multivariate_normal():
+@pytest.mark.parametrize("corr,omega", [((True, True), (True, False)), ((False, False), (False, False)),
+                                        ((False, False), (True, False)), ((True, False), (False, False))])
+def test_unit_loglik_equals_direct_multivariate_normal(corr, omega):
+    """Also without correlation / ω (those graphs drop the constant-zero terms)."""
     import pytensor.tensor as pt
 
     rng = np.random.default_rng(3)
@@ -49,11 +52,13 @@ def test_unit_loglik_equals_direct_multivariate_normal():
     sz = np.array([x.sum() for x in cells_z])
     szz = np.array([(x ** 2).sum() for x in cells_z])
     cells = LocScaleCells(unit=unit, stratum=stratum, n=n, sz=sz, szz=szz, unit_class=np.array([0, 1]),
-                          stratum_class=np.array([0, 0, 0, 1]), scale=[True, True], corr=[True, True],
-                          omega=[True, False], tail=[False, False])
+                          stratum_class=np.array([0, 0, 0, 1]), scale=[True, True], corr=list(corr),
+                          omega=list(omega), tail=[False, False])
     mu = np.array([0.1, 0.2, -0.3, 1.8])
     lam = np.array([-0.1, 0.05, 0.2, -0.3])
-    tau_b, tg, rho, om2 = np.array([0.6, 0.4]), np.array([0.3, 0.5]), np.array([0.5, -0.4]), np.array([0.2, 0.0])
+    tau_b, tg = np.array([0.6, 0.4]), np.array([0.3, 0.5])
+    rho = np.where(cells.corr, [0.5, -0.4], 0.0)
+    om2 = np.where(cells.omega, [0.2, 0.0], 0.0)
     g = np.array([0.25, -0.4])
     got = unit_loglik_graph(cells, pt.constant(n), pt.constant(sz / n), pt.constant(np.maximum(szz - sz ** 2 / n, 0)),
                             pt.constant(mu), pt.constant(lam), pt.constant(tau_b), pt.constant(tg), pt.constant(rho),

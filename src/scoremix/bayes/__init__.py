@@ -13,6 +13,7 @@ from scoremix.bayes.checks import NestedFactorWarning
 from scoremix.bayes.diagnostics import BayesConvergenceWarning, Diagnostics
 from scoremix.bayes.priors import Prior, PriorError, default_priors, resolve_priors
 from scoremix.bayes.result import BayesLmerResult, ClassMomentsError
+from scoremix.bayes import locscale_pool as _locscale_pool  # noqa: F401  (s5bayes-ls2: registers transform_uncertainty)
 
 __all__ = [
     "bayes_lmer",

@@ -6,16 +6,22 @@ The model is the frequentist :mod:`scoremix.locscale` model (one increasing tran
 class, optionally correlated or heavy-tailed; a speaker × stratum location effect), fitted by
 NUTS on per-cell sufficient statistics (:mod:`scoremix.bayes.locscale_model`).
 
-**The transforms are fixed, not sampled.**  Every :math:`h_s` is fixed at the
+**The transforms are fixed by default.**  Every :math:`h_s` is fixed at the
 maximum-likelihood estimate of the frequentist fit (its marginal-matched edges), and every
 trial enters through the first two moments of its latent value given its score's cell under
 that fit (the E-step of :mod:`scoremix.locscale.latent`; for untied scores the cell midpoint).
 A Gaussian location-scale model (``LocScaleSpec(transform=False)``) uses the scores
 themselves.  What fixing :math:`h_s` ignores is the sampling error of the transforms: a
 stratum's transform is estimated from all of its trials, and the EER depends on it only
-through where the class mixtures cross; ``benchmarks/bayes_locscale_transform_sensitivity.py``
+through where the class mixtures cross; ``benchmarks/bayes_la_transform.py --sensitivity``
 measures the change of the posterior EER interval when :math:`h_s` is re-estimated on
 parametric-bootstrap replicates (``docs/bayes-locscale.md``).
+``posterior_eer(..., transform_uncertainty="bootstrap", n_transform=K, seed=)`` (and
+``posterior_dcf``) pools the posteriors of K such refits
+(:mod:`scoremix.bayes.locscale_pool`), folding the transforms' sampling error in.
+``bayes_locscale(..., transform="sampled")`` samples a monotone Bernstein deformation of every
+ML transform jointly with the model (:mod:`scoremix.bayes.locscale_sampled`); measured in
+``docs/bayes-locscale.md`` (it does not widen the EER intervals, so it is off by default).
 
 Posterior error rates.  For every posterior draw the trials' latent predictive distributions
 (conditional on the fitted speakers' effects) go through the predictive layer
@@ -27,8 +33,9 @@ computed, so the posterior EER interval is directly comparable with the empirica
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -43,11 +50,22 @@ from scoremix.bayes.locscale_model import (
     default_locscale_priors,
 )
 
-__all__ = ["BayesLocScaleResult", "BayesLocScaleError", "bayes_locscale", "bayes_score_model", "locscale_cells"]
+__all__ = ["BayesLocScaleError", "BayesLocScaleResult", "bayes_locscale", "bayes_score_model", "locscale_cells"]
 
 
 class BayesLocScaleError(ValueError):
     """Bad input to :func:`bayes_locscale` (names the argument / column)."""
+
+
+#: the transform-uncertainty pool builder, registered by :mod:`scoremix.bayes.locscale_pool`
+#: (which sits above this module: it refits through :func:`sample_locscale`)
+_TRANSFORM_POOL: list = []
+
+
+def register_transform_pool(fn: Any) -> None:
+    """Register :func:`scoremix.bayes.locscale_pool.transform_pool` (used by
+    ``posterior_eer(transform_uncertainty="bootstrap")``)."""
+    _TRANSFORM_POOL[:] = [fn]
 
 
 def locscale_cells(fit: Any) -> tuple[LocScaleCells, dict[str, Any]]:
@@ -67,7 +85,8 @@ def locscale_cells(fit: Any) -> tuple[LocScaleCells, dict[str, Any]]:
     cells = LocScaleCells(unit=st.unit, stratum=st.stratum, n=st.n, sz=st.sz, szz=st.szz, unit_class=st.unit_class,
                           stratum_class=data.stratum_class, scale=scale, corr=corr, omega=omega, tail=tail,
                           strata_levels=list(data.cells.levels))
-    return cells, dict(unit_ids=unit_ids, cell_ids=cell_ids, trial_cell=trial_cell, info=np.asarray(info, bool))
+    return cells, dict(unit_ids=unit_ids, cell_ids=cell_ids, trial_cell=trial_cell, info=np.asarray(info, bool),
+                       ez=np.asarray(ez, float), ez2=np.asarray(ez2, float))
 
 
 def _auto_centred(cells: LocScaleCells) -> bool:
@@ -80,15 +99,16 @@ def _auto_centred(cells: LocScaleCells) -> bool:
 def sample_locscale(cells: LocScaleCells, priors: LocScalePriors | None = None, *, draws: int = 1000,
                     tune: int = 1000, chains: int = 2, seed: Any = None, progress: bool = False,
                     cores: int | None = None, target_accept: float = 0.9, centred: bool | None = None,
-                    model: Any = None, step: Any = None, sampler: str = "pymc", compiled: Any = None
-                    ) -> dict[str, Any]:
+                    model: Any = None, step: Any = None, sampler: str = "pymc", compiled: Any = None,
+                    tdata: Any = None) -> dict[str, Any]:
     """NUTS on :func:`~scoremix.bayes.locscale_model.build_locscale_model`; returns the draws
     ``(D, ·)`` of every parameter (``b``, ``u`` drawn exactly per draw), the raw
     ``InferenceData``, the model and wall time.  ``model``/``step``: a built model (and NUTS
     step) of the same structure whose ``pm.Data`` is set to ``cells`` (refits without
     recompiling).  ``sampler="nutpie"``: nutpie's NUTS on the same graph (``compiled``: a
     ``nutpie.compile_pymc_model`` of a model of this structure, given new data with
-    ``with_data``)."""
+    ``with_data``).  ``tdata``: sample the transforms too
+    (:class:`~scoremix.bayes.locscale_sampled.SampledTransformData`; ``model`` then unused)."""
     import pymc as pm
 
     if sampler not in ("pymc", "nutpie"):
@@ -96,7 +116,11 @@ def sample_locscale(cells: LocScaleCells, priors: LocScalePriors | None = None, 
 
     pri = priors or default_locscale_priors(cells)
     cen = _auto_centred(cells) if centred is None else bool(centred)
-    if model is None:
+    if tdata is not None:
+        from scoremix.bayes.locscale_sampled import build_sampled_model
+
+        model = build_sampled_model(cells, tdata, pri, cen)
+    elif model is None:
         model = build_locscale_model(cells, pri, cen)
     else:
         pm.set_data({"n": cells.n, "zbar": cells.zbar, "ssw": cells.ssw}, model=model)
@@ -160,8 +184,19 @@ def sample_locscale(cells: LocScaleCells, priors: LocScalePriors | None = None, 
     if kt.size:
         nu[:, kt] = flat("nu")
     g = flat("g")
-    b, u = conditional_effects(cells, mu, lam, tau_b, tau_g, rho, om2, g, rng)
-    return dict(mu=mu, lam=lam, tau_b=tau_b, tau_g=tau_g, rho=rho, om2=om2, nu=nu, g=g, b=b, u=u, raw=raw,
+    extra: dict[str, Any] = {}
+    ccells = cells
+    if tdata is not None:  # per-draw latent cell means under the sampled transforms
+        import copy
+
+        from scoremix.bayes.locscale_sampled import cell_zbar
+
+        w = flat("w").reshape(D, cells.n_strata, tdata.order)
+        ccells = copy.copy(cells)
+        ccells.sz = cell_zbar(cells, tdata, w) * cells.n
+        extra = dict(w=w, tau_h=flat("tau_h")[:, 0])
+    b, u = conditional_effects(ccells, mu, lam, tau_b, tau_g, rho, om2, g, rng)
+    return dict(mu=mu, lam=lam, tau_b=tau_b, tau_g=tau_g, rho=rho, om2=om2, nu=nu, g=g, b=b, u=u, raw=raw, **extra,
                 model=model, wall_time=wall, centred=cen, priors=pri, n_chains=int(post.sizes["chain"]),
                 compiled=compiled)
 
@@ -198,6 +233,8 @@ def scalar_draws(cells: LocScaleCells, d: dict[str, Any]) -> dict[str, np.ndarra
             out[f"omega[{cn}]"] = np.sqrt(d["om2"][:, c])
         if cells.tail[c]:
             out[f"nu[{cn}]"] = d["nu"][:, c]
+    if "tau_h" in d:
+        out["tau_h"] = d["tau_h"]
     return out
 
 
@@ -227,6 +264,7 @@ class BayesLocScaleResult:
     wall_time: float
     centred: bool
     notes: list = field(default_factory=list)
+    settings: dict = field(default_factory=dict, repr=False)
 
     @property
     def transform(self) -> Any:
@@ -303,63 +341,99 @@ class BayesLocScaleResult:
             W.append(w)
         return pred, np.vstack(W), ["all", *[str(v) for v in glevels]]
 
+    def eer_draws(self, by: str | Sequence[str] | None = None, *, max_draws: int | None = 200,
+                  thresholds: str = "attainable", max_thresholds: int | None = 2000
+                  ) -> tuple[list, np.ndarray, list]:
+        """``(labels, E, rows)``: posterior EER draws in percent, ``E`` ``(1 + G, D')`` (everyone,
+        then every ``by`` level), and per label ``(n, empirical EER %)``."""
+        from scoremix.metrics import eer as empirical_eer
+        from scoremix.predictive.attainable import attainable_eer
+        from scoremix.predictive.mixture import MixtureRates, batch_eer
+
+        if thresholds not in ("attainable", "latent"):
+            raise BayesLocScaleError(f"thresholds must be 'attainable' or 'latent', got {thresholds!r}")
+        pred, W, labels = self.predictive(by, max_draws=max_draws)
+        d_ = self.draws
+        if "w" in d_:
+            from scoremix.bayes.locscale_sampled import sampled_eer_draws
+
+            E = sampled_eer_draws(pred, W, self.settings["tdata"], d_["w"][pred.draws], thresholds, max_thresholds)
+        elif thresholds == "attainable":
+            E = attainable_eer(pred, W, max_thresholds=max_thresholds)[0]
+        else:
+            E = batch_eer(MixtureRates(pred.mean, pred.sd, pred.positive, W, pred.axis, pred.stratum))
+        comp = pred.component
+        rows = []
+        for k in range(len(labels)):
+            members = np.ones(comp.size, bool) if k == 0 else W[k][comp] > 0
+            y, s = pred.y[members], pred.score[members]
+            emp = float(empirical_eer(s, y)) if 0 < y.sum() < y.size else np.nan
+            rows.append((int(members.sum()), 100 * emp))
+        return labels, 100 * np.asarray(E, dtype=np.float64), rows
+
     def posterior_eer(self, by: str | Sequence[str] | None = None, *, level: float = 0.95,
                       max_draws: int | None = 200, thresholds: str = "attainable",
-                      max_thresholds: int | None = 2000) -> pd.DataFrame:
+                      max_thresholds: int | None = 2000, transform_uncertainty: str | None = None,
+                      n_transform: int = 10, seed: Any = None, progress: bool = False) -> pd.DataFrame:
         """Posterior EER (percent) of everyone and every ``by`` level, beside the empirical EER.
 
         ``thresholds="attainable"``: the ROCCH EER of the model's rates at the observed scores
         (as the empirical EER is defined; ``max_thresholds`` evenly thinned distinct scores,
         ``None`` for all); ``"latent"``: the crossing of the smooth model rates.  Columns:
         ``n``, ``empirical``, ``mean``, ``median``, ``lo``, ``hi`` (equal-tailed ``level``
-        interval), ``covers`` (the empirical EER inside the interval)."""
-        from scoremix.metrics import eer as empirical_eer
-        from scoremix.predictive.attainable import attainable_eer
-        from scoremix.predictive.mixture import MixtureRates, batch_eer
+        interval), ``covers`` (the empirical EER inside the interval).
 
+        ``transform_uncertainty="bootstrap"``: the draws pooled over ``n_transform`` transform
+        estimates (the ML one and ``n_transform − 1`` parametric-bootstrap refits, each with its
+        own NUTS run; :func:`scoremix.bayes.locscale_pool.transform_pool`, ``seed``,
+        ``progress``); the fixed-transform interval is added as ``lo_fixed``/``hi_fixed``.
+        ``None`` (default): the transforms fixed at their ML estimate."""
         if not 0 < level < 1:
             raise BayesLocScaleError(f"level must be in (0, 1), got {level!r}")
-        if thresholds not in ("attainable", "latent"):
-            raise BayesLocScaleError(f"thresholds must be 'attainable' or 'latent', got {thresholds!r}")
-        pred, W, labels = self.predictive(by, max_draws=max_draws)
-        if thresholds == "attainable":
-            E = attainable_eer(pred, W, max_thresholds=max_thresholds)[0]
-        else:
-            E = batch_eer(MixtureRates(pred.mean, pred.sd, pred.positive, W, pred.axis, pred.stratum))
-        a = (1 - level) / 2
-        rows = []
-        comp = pred.component
-        for k, lab in enumerate(labels):
-            members = np.ones(comp.size, bool) if k == 0 else W[k][comp] > 0
-            y, s = pred.y[members], pred.score[members]
-            emp = float(empirical_eer(s, y)) if 0 < y.sum() < y.size else np.nan
-            e = 100 * E[k]
-            lo, hi = np.nanquantile(e, [a, 1 - a])
-            rows.append(dict(group=lab, n=int(members.sum()), empirical=100 * emp, mean=float(np.nanmean(e)),
-                             median=float(np.nanmedian(e)), lo=float(lo), hi=float(hi),
-                             covers=bool(lo <= 100 * emp <= hi)))
-        return pd.DataFrame(rows).set_index("group")
+        if transform_uncertainty is not None:
+            return self._pool(transform_uncertainty, n_transform, seed, progress).posterior_eer(
+                by, level=level, max_draws=max_draws, thresholds=thresholds, max_thresholds=max_thresholds)
+        labels, E, info = self.eer_draws(by, max_draws=max_draws, thresholds=thresholds,
+                                         max_thresholds=max_thresholds)
+        return summarise_draws(labels, E, info, level)
 
-    def posterior_dcf(self, by: str | Sequence[str] | None = None, *, p_target: float = 0.05, c_miss: float = 1.0,
-                      c_fa: float = 1.0, level: float = 0.95, max_draws: int | None = 200,
-                      max_thresholds: int | None = 2000) -> pd.DataFrame:
-        """Posterior minimum DCF (unnormalised, :math:`c_{miss} p P_{miss} + c_{fa}(1-p) P_{fa}`) at
-        attainable score thresholds of everyone and every ``by`` level, beside the empirical one
-        (the minimum over the observed scores).  Columns as :meth:`posterior_eer`; for a ``by``
-        level ``dcf_at_overall`` is its posterior mean DCF at everyone's minimising threshold."""
+    def _pool(self, kind: str, n_transform: int, seed: Any, progress: bool) -> Any:
+        if "w" in self.draws:
+            raise BayesLocScaleError("transform_uncertainty='bootstrap' pools fits with fixed transforms; this fit "
+                                     "samples its transforms (transform='sampled'), so their uncertainty is already in")
+        if not _TRANSFORM_POOL:  # pragma: no cover - registered by scoremix.bayes (locscale_pool)
+            raise BayesLocScaleError("transform_uncertainty needs scoremix.bayes.locscale_pool (import scoremix.bayes)")
+        transform_pool = _TRANSFORM_POOL[0]
+        if kind != "bootstrap":
+            raise BayesLocScaleError(f"transform_uncertainty must be None or 'bootstrap', got {kind!r}")
+        key = (int(n_transform), seed) if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) else None
+        cache = self.settings.setdefault("_pools", {})
+        if key is not None and key in cache:
+            return cache[key]
+        pool = transform_pool(self, n_transform, seed=seed, progress=progress)
+        if key is not None:
+            cache[key] = pool
+        return pool
+
+    def dcf_draws(self, by: str | Sequence[str] | None = None, *, p_target: float = 0.05, c_miss: float = 1.0,
+                  c_fa: float = 1.0, max_draws: int | None = 200, max_thresholds: int | None = 2000
+                  ) -> tuple[list, np.ndarray, list, np.ndarray]:
+        """``(labels, M, info, at_overall)``: posterior minimum-DCF draws in percent ``M``
+        ``(1 + G, D')``, per label ``(n, empirical min DCF %)``, and every ``by`` level's DCF
+        draws at everyone's minimising threshold ``(G, D')`` (percent)."""
         from scoremix.predictive.attainable import attainable_measures
 
-        if not 0 < level < 1:
-            raise BayesLocScaleError(f"level must be in (0, 1), got {level!r}")
+        if "w" in self.draws:
+            raise BayesLocScaleError("posterior_dcf is not implemented for transform='sampled' (use posterior_eer, "
+                                     "or transform='fixed' with transform_uncertainty='bootstrap')")
         pred, W, labels = self.predictive(by, max_draws=max_draws)
         W = W if W.shape[0] > 1 else np.vstack([W, W])
         m = attainable_measures(pred, W, p_target=p_target, c_miss=c_miss, c_fa=c_fa,
                                 max_thresholds=max_thresholds)
-        a = (1 - level) / 2
-        rows = []
         comp = pred.component
-        for k, lab in enumerate(labels):
-            d = 100 * (m["all_min_dcf"] if k == 0 else m["min_dcf"][k - 1])
+        M, info = [], []
+        for k in range(len(labels)):
+            M.append(100 * np.asarray(m["all_min_dcf"] if k == 0 else m["min_dcf"][k - 1], dtype=np.float64))
             members = np.ones(comp.size, bool) if k == 0 else W[k][comp] > 0
             y, sc = pred.y[members], pred.score[members]
             emp = np.nan
@@ -371,13 +445,48 @@ class BayesLocScaleResult:
                 pmiss = npos / y.sum()
                 pfa = 1 - nneg / (y.size - y.sum())
                 emp = 100 * float(np.min(c_miss * p_target * pmiss + c_fa * (1 - p_target) * pfa))
-            lo, hi = np.nanquantile(d, [a, 1 - a])
-            row = dict(group=lab, n=int(members.sum()), empirical=emp, mean=float(np.nanmean(d)),
-                       median=float(np.nanmedian(d)), lo=float(lo), hi=float(hi), covers=bool(lo <= emp <= hi))
-            if k:
-                row["dcf_at_overall"] = float(100 * np.nanmean(m["dcf_at_overall"][k - 1]))
-            rows.append(row)
-        return pd.DataFrame(rows).set_index("group")
+            info.append((int(members.sum()), emp))
+        at = 100 * np.atleast_2d(np.asarray(m["dcf_at_overall"], dtype=np.float64))[: len(labels) - 1]
+        return labels, np.vstack(M), info, at
+
+    def posterior_dcf(self, by: str | Sequence[str] | None = None, *, p_target: float = 0.05, c_miss: float = 1.0,
+                      c_fa: float = 1.0, level: float = 0.95, max_draws: int | None = 200,
+                      max_thresholds: int | None = 2000, transform_uncertainty: str | None = None,
+                      n_transform: int = 10, seed: Any = None, progress: bool = False) -> pd.DataFrame:
+        """Posterior minimum DCF (unnormalised, :math:`c_{miss} p P_{miss} + c_{fa}(1-p) P_{fa}`) at
+        attainable score thresholds of everyone and every ``by`` level, beside the empirical one
+        (the minimum over the observed scores).  Columns as :meth:`posterior_eer`; for a ``by``
+        level ``dcf_at_overall`` is its posterior mean DCF at everyone's minimising threshold.
+        ``transform_uncertainty``, ``n_transform``, ``seed``, ``progress``: as
+        :meth:`posterior_eer` (draws pooled over transform replicates)."""
+        if not 0 < level < 1:
+            raise BayesLocScaleError(f"level must be in (0, 1), got {level!r}")
+        kw = dict(p_target=p_target, c_miss=c_miss, c_fa=c_fa, max_draws=max_draws, max_thresholds=max_thresholds)
+        if transform_uncertainty is not None:
+            return self._pool(transform_uncertainty, n_transform, seed, progress).posterior_dcf(by, level=level, **kw)
+        labels, M, info, at = self.dcf_draws(by, **kw)
+        return summarise_dcf(labels, M, info, at, level)
+
+
+def summarise_draws(labels: list, E: np.ndarray, info: list, level: float) -> pd.DataFrame:
+    """The table of :meth:`BayesLocScaleResult.posterior_eer` from EER draws ``E`` (percent)."""
+    a = (1 - level) / 2
+    rows = []
+    for k, lab in enumerate(labels):
+        n, emp = info[k]
+        e = E[k]
+        lo, hi = np.nanquantile(e, [a, 1 - a])
+        rows.append(dict(group=lab, n=n, empirical=emp, mean=float(np.nanmean(e)), median=float(np.nanmedian(e)),
+                         lo=float(lo), hi=float(hi), covers=bool(lo <= emp <= hi)))
+    return pd.DataFrame(rows).set_index("group")
+
+
+def summarise_dcf(labels: list, M: np.ndarray, info: list, at: np.ndarray, level: float) -> pd.DataFrame:
+    """The table of :meth:`BayesLocScaleResult.posterior_dcf` from min-DCF draws (percent)."""
+    tab = summarise_draws(labels, M, info, level)
+    if len(labels) > 1:
+        tab["dcf_at_overall"] = [np.nan, *[float(np.nanmean(at[k])) for k in range(len(labels) - 1)]]
+    return tab
 
 
 def _as_fit(model: Any, trials: pd.DataFrame | None) -> Any:
@@ -398,7 +507,8 @@ def _as_fit(model: Any, trials: pd.DataFrame | None) -> Any:
 def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: LocScalePriors | None = None,
                    draws: int = 1000, tune: int = 1000, chains: int = 2, seed: Any = UNSET,
                    progress: bool = UNSET, cores: int | None = None, target_accept: float = 0.9,
-                   centred: bool | None = None, sampler: str = "pymc") -> BayesLocScaleResult:
+                   centred: bool | None = None, sampler: str = "pymc", transform: str = "fixed",
+                   order: int = 6, tau_h_scale: float = 1.0) -> BayesLocScaleResult:
     r"""Bayesian location-scale (transformation) mixed model of detector scores.
 
     Parameters
@@ -425,6 +535,12 @@ def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: Lo
     sampler:
         ``"pymc"`` (default) or ``"nutpie"`` (needs the ``nutpie`` package; compiles once,
         samples several times faster).
+    transform:
+        ``"fixed"`` (default): every stratum transform fixed at its ML estimate;
+        ``"sampled"``: a monotone Bernstein deformation of order ``order`` of every ML
+        transform sampled jointly (shrinkage scale :math:`\tau_h \sim N^+(0,`
+        ``tau_h_scale``:math:`^2)`; :mod:`scoremix.bayes.locscale_sampled`; ``posterior_eer``
+        only).
 
     Returns
     -------
@@ -444,10 +560,25 @@ def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: Lo
     for name, value, least in (("draws", draws, 1), ("tune", tune, 0), ("chains", chains, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise BayesLocScaleError(f"bayes_locscale: {name} must be an integer >= {least}, got {value!r}")
+    if transform not in ("fixed", "sampled"):
+        raise BayesLocScaleError(f"transform must be 'fixed' or 'sampled', got {transform!r}")
+    if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or not 2 <= order <= 30:
+        raise BayesLocScaleError(f"order (the Bernstein order of a sampled transform) must be an integer in 2..30, "
+                                 f"got {order!r}")
     fit = _as_fit(model, trials)
     cells, maps = locscale_cells(fit)
+    tdata = None
+    if transform == "sampled":
+        from scoremix.bayes.locscale_sampled import sampled_transform_data
+
+        if not fit.locscale_spec.transform:
+            raise BayesLocScaleError("transform='sampled' needs a transformation fit; this LocScaleSpec has "
+                                     "transform=False (the scores are modelled directly)")
+        if sampler != "pymc":
+            raise BayesLocScaleError("transform='sampled' runs with sampler='pymc'")
+        tdata = sampled_transform_data(cells, maps["ez"], maps["ez2"], maps["trial_cell"], order, tau_h_scale)
     d = sample_locscale(cells, priors, draws=draws, tune=tune, chains=chains, seed=seed, progress=progress,
-                        cores=cores, target_accept=target_accept, centred=centred, sampler=sampler)
+                        cores=cores, target_accept=target_accept, centred=centred, sampler=sampler, tdata=tdata)
     nc = d["n_chains"]
     sc = scalar_draws(cells, d)
     post = xr.Dataset({k: (("chain", "draw"), v.reshape(nc, -1)) for k, v in sc.items()})
@@ -457,11 +588,14 @@ def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: Lo
     n_out = int((maps["trial_cell"] < 0).sum())
     if n_out:
         notes.append(f"{n_out} trials of strata with one distinct score carry no latent information and are left out")
-    return BayesLocScaleResult(fit=fit, cells=cells, maps=maps, draws={k: d[k] for k in
-                                                                       ("mu", "lam", "tau_b", "tau_g", "rho", "om2",
-                                                                        "nu", "g", "b", "u")},
+    keys = ("mu", "lam", "tau_b", "tau_g", "rho", "om2", "nu", "g", "b", "u") + (("w", "tau_h") if tdata else ())
+    return BayesLocScaleResult(fit=fit, cells=cells, maps=maps, draws={k: d[k] for k in keys},
                                idata=idata, diagnostics=diag, wall_time=d["wall_time"], centred=d["centred"],
-                               notes=notes)
+                               notes=notes,
+                               settings=dict(draws=draws, tune=tune, chains=chains, cores=cores,
+                                             target_accept=target_accept, centred=d["centred"], sampler=sampler,
+                                             priors=d["priors"], model=d["model"], compiled=d["compiled"],
+                                             transform=transform, tdata=tdata))
 
 
 def bayes_score_model(fit: Any, **kwargs: Any) -> BayesLocScaleResult:

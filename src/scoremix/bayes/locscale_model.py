@@ -36,8 +36,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["LocScaleCells", "LocScalePriors", "default_locscale_priors", "build_locscale_model",
-           "conditional_effects", "CLASSES"]
+__all__ = [
+    "CLASSES",
+    "LocScaleCells",
+    "LocScalePriors",
+    "build_locscale_model",
+    "conditional_effects",
+    "default_locscale_priors",
+    "locscale_effects",
+]
 
 CLASSES = ("negative", "positive")
 _LOG2PI = float(np.log(2 * np.pi))
@@ -142,63 +149,72 @@ def build_locscale_model(cells: LocScaleCells, priors: LocScalePriors, centred: 
     ``zbar``, ``ssw``) so that one compiled model serves data of the same structure
     (simulation-based calibration)."""
     import pymc as pm
+
+    with pm.Model() as model:
+        n = pm.Data("n", cells.n)
+        zbar = pm.Data("zbar", cells.zbar)
+        ssw = pm.Data("ssw", cells.ssw)
+        mu, lam, tau_b, tg, rho, om2, g = locscale_effects(cells, priors, centred)
+        pm.Potential("loglik", unit_loglik_graph(cells, n, zbar, ssw, mu, lam, tau_b, tg, rho, om2, g).sum())
+    return model
+
+
+def locscale_effects(cells: LocScaleCells, priors: LocScalePriors, centred: bool) -> tuple:
+    """The priors and random-effect graph of the model (module docstring), inside an open
+    ``pm.Model``: returns the tensors ``(mu, lam, tau_b, tau_g, rho, om2, g)``."""
+    import pymc as pm
     import pytensor.tensor as pt
 
     S, U = cells.n_strata, cells.n_units
     ucls = cells.unit_class
     gu = cells.g_units
-    with pm.Model() as model:
-        n = pm.Data("n", cells.n)
-        zbar = pm.Data("zbar", cells.zbar)
-        ssw = pm.Data("ssw", cells.ssw)
-        mu = pm.Normal("mu", mu=np.asarray(priors.mu_loc, float), sigma=priors.mu_scale, shape=S)
-        lam = pm.Normal("lam", mu=np.asarray(priors.lam_loc, float), sigma=priors.lam_scale, shape=S)
-        tau_b = pm.HalfNormal("tau_b", sigma=priors.tb_scale, shape=2)
-        one = pt.ones((2,), dtype="float64")
-        ks = np.flatnonzero(cells.scale)
-        tg = pt.ones((2,), dtype="float64")
-        if ks.size:
-            tg = pt.set_subtensor(tg[ks], pm.HalfNormal("tau_g", sigma=priors.tg_scale, shape=ks.size))
-        rho = pt.zeros((2,), dtype="float64")
-        kc = np.flatnonzero(cells.corr)
-        if kc.size:
-            r01 = pm.Beta("rho01", alpha=priors.lkj_eta, beta=priors.lkj_eta, shape=kc.size)
-            rho = pt.set_subtensor(rho[kc], 2.0 * r01 - 1.0)
-        om2 = pt.zeros((2,), dtype="float64")
-        ko = np.flatnonzero(cells.omega)
-        if ko.size:
-            om2 = pt.set_subtensor(om2[ko], pm.HalfNormal("omega", sigma=priors.om_scale, shape=ko.size) ** 2)
-        kt = np.flatnonzero(cells.tail)
-        nu = one * 1e6
-        if kt.size:
-            nu = pt.set_subtensor(nu[kt], pm.Gamma("nu", alpha=priors.nu_shape, beta=priors.nu_rate, shape=kt.size))
-        g = pt.zeros((U,), dtype="float64")
-        if gu.size:
-            cls_g = ucls[gu]
-            heavy = cells.tail[cls_g]
-            if centred:
-                gn = np.flatnonzero(~heavy)
-                parts = pt.zeros((gu.size,), dtype="float64")
-                if gn.size:
-                    parts = pt.set_subtensor(parts[gn], pm.Normal("g_c", mu=0.0, sigma=tg[cls_g[gn]], shape=gn.size))
-                gt = np.flatnonzero(heavy)
-                if gt.size:
-                    parts = pt.set_subtensor(parts[gt], pm.StudentT("g_ct", nu=nu[cls_g[gt]], mu=0.0,
-                                                                    sigma=tg[cls_g[gt]], shape=gt.size))
-                g = pt.set_subtensor(g[gu], parts)
-            else:
-                gn = np.flatnonzero(~heavy)
-                raw = pt.zeros((gu.size,), dtype="float64")
-                if gn.size:
-                    raw = pt.set_subtensor(raw[gn], pm.Normal("g_raw", 0.0, 1.0, shape=gn.size))
-                gt = np.flatnonzero(heavy)
-                if gt.size:
-                    raw = pt.set_subtensor(raw[gt], pm.StudentT("g_rawt", nu=nu[cls_g[gt]], mu=0.0, sigma=1.0,
-                                                                shape=gt.size))
-                g = pt.set_subtensor(g[gu], tg[cls_g] * raw)
-        pm.Deterministic("g", g)
-        pm.Potential("loglik", unit_loglik_graph(cells, n, zbar, ssw, mu, lam, tau_b, tg, rho, om2, g).sum())
-    return model
+    mu = pm.Normal("mu", mu=np.asarray(priors.mu_loc, float), sigma=priors.mu_scale, shape=S)
+    lam = pm.Normal("lam", mu=np.asarray(priors.lam_loc, float), sigma=priors.lam_scale, shape=S)
+    tau_b = pm.HalfNormal("tau_b", sigma=priors.tb_scale, shape=2)
+    one = pt.ones((2,), dtype="float64")
+    ks = np.flatnonzero(cells.scale)
+    tg = pt.ones((2,), dtype="float64")
+    if ks.size:
+        tg = pt.set_subtensor(tg[ks], pm.HalfNormal("tau_g", sigma=priors.tg_scale, shape=ks.size))
+    rho = pt.zeros((2,), dtype="float64")
+    kc = np.flatnonzero(cells.corr)
+    if kc.size:
+        r01 = pm.Beta("rho01", alpha=priors.lkj_eta, beta=priors.lkj_eta, shape=kc.size)
+        rho = pt.set_subtensor(rho[kc], 2.0 * r01 - 1.0)
+    om2 = pt.zeros((2,), dtype="float64")
+    ko = np.flatnonzero(cells.omega)
+    if ko.size:
+        om2 = pt.set_subtensor(om2[ko], pm.HalfNormal("omega", sigma=priors.om_scale, shape=ko.size) ** 2)
+    kt = np.flatnonzero(cells.tail)
+    nu = one * 1e6
+    if kt.size:
+        nu = pt.set_subtensor(nu[kt], pm.Gamma("nu", alpha=priors.nu_shape, beta=priors.nu_rate, shape=kt.size))
+    g = pt.zeros((U,), dtype="float64")
+    if gu.size:
+        cls_g = ucls[gu]
+        heavy = cells.tail[cls_g]
+        if centred:
+            gn = np.flatnonzero(~heavy)
+            parts = pt.zeros((gu.size,), dtype="float64")
+            if gn.size:
+                parts = pt.set_subtensor(parts[gn], pm.Normal("g_c", mu=0.0, sigma=tg[cls_g[gn]], shape=gn.size))
+            gt = np.flatnonzero(heavy)
+            if gt.size:
+                parts = pt.set_subtensor(parts[gt], pm.StudentT("g_ct", nu=nu[cls_g[gt]], mu=0.0,
+                                                                sigma=tg[cls_g[gt]], shape=gt.size))
+            g = pt.set_subtensor(g[gu], parts)
+        else:
+            gn = np.flatnonzero(~heavy)
+            raw = pt.zeros((gu.size,), dtype="float64")
+            if gn.size:
+                raw = pt.set_subtensor(raw[gn], pm.Normal("g_raw", 0.0, 1.0, shape=gn.size))
+            gt = np.flatnonzero(heavy)
+            if gt.size:
+                raw = pt.set_subtensor(raw[gt], pm.StudentT("g_rawt", nu=nu[cls_g[gt]], mu=0.0, sigma=1.0,
+                                                            shape=gt.size))
+            g = pt.set_subtensor(g[gu], tg[cls_g] * raw)
+    pm.Deterministic("g", g)
+    return mu, lam, tau_b, tg, rho, om2, g
 
 
 def unit_loglik_graph(cells: LocScaleCells, n, zbar, ssw, mu, lam, tau_b, tg, rho, om2, g):
@@ -210,7 +226,7 @@ def unit_loglik_graph(cells: LocScaleCells, n, zbar, ssw, mu, lam, tau_b, tg, rh
     ccls = ucls[cells.unit]
     s2 = pt.exp(2.0 * (lam[cells.stratum] + g[cells.unit]))
     W = -0.5 * (n - 1.0) * (_LOG2PI + pt.log(s2)) - 0.5 * pt.log(n) - ssw / (2.0 * s2)
-    v = s2 / n + om2[ccls]
+    v = s2 / n + om2[ccls] if np.asarray(cells.omega, bool).any() else s2 / n
     d = zbar - mu[cells.stratum]
     iv = 1.0 / v
     A = _segsum(pt, cells.unit, iv, U)
@@ -220,13 +236,18 @@ def unit_loglik_graph(cells: LocScaleCells, n, zbar, ssw, mu, lam, tau_b, tg, rh
     Ws = _segsum(pt, cells.unit, W, U)
     ncell = np.bincount(cells.unit, minlength=U).astype(np.float64)
     tb = tau_b[ucls]
-    r = rho[ucls]
-    a = r * tb / tg[ucls] * g
-    t2 = tb ** 2 * (1.0 - r ** 2)
-    P = A + 1.0 / t2
-    num = B + a / t2
-    logb = (-0.5 * ncell * _LOG2PI - 0.5 * D - 0.5 * pt.log(t2) - 0.5 * pt.log(P)
-            - 0.5 * (C + a * a / t2 - num * num / P))
+    if np.asarray(cells.corr, bool).any():
+        r = rho[ucls]
+        a = r * tb / tg[ucls] * g
+        t2 = tb ** 2 * (1.0 - r ** 2)
+        P = A + 1.0 / t2
+        num = B + a / t2
+        quad = C + a * a / t2 - num * num / P
+    else:  # ρ ≡ 0: no constant-zero terms in the graph (they send PyTensor's rewriter into minutes of work)
+        t2 = tb ** 2
+        P = A + 1.0 / t2
+        quad = C - B * B / P
+    logb = -0.5 * ncell * _LOG2PI - 0.5 * D - 0.5 * pt.log(t2) - 0.5 * pt.log(P) - 0.5 * quad
     return Ws + logb
 
 
