@@ -297,7 +297,10 @@ def failure_cv(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.n
                seed: int = 0, pooling: str = "speaker") -> dict:
     """Speaker-grouped CV log-likelihood of the held-out speakers' failure counts: the
     beta-binomial (shares vary by speaker) against the binomial (pooled shares); returns the
-    two totals and their difference (positive: the speaker-varying failure share wins)."""
+    two totals, their difference (positive: the speaker-varying failure share wins) and ``se``,
+    the standard error of that difference (paired over the held-out speaker × class units;
+    s6failure: ``score_model`` uses the mixture when ``delta > se``, the one-standard-error
+    rule)."""
     df = pd.DataFrame({"speaker": np.asarray(speaker, object), "key": np.asarray(key, object),
                        "cls": np.asarray(cls, np.int64), "fail": np.asarray(fail, bool)})
     spk = np.unique(df["speaker"].astype(str))
@@ -305,6 +308,7 @@ def failure_cv(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.n
     fold_of = dict(zip(spk, rng.permutation(np.arange(spk.size) % n_folds)))
     fold = df["speaker"].astype(str).map(fold_of).to_numpy()
     ll_bb = ll_b = 0.0
+    diffs = []                          # per held-out unit: mixture minus pooled log-likelihood
     for f in range(n_folds):
         tr, te = fold != f, fold == f
         if not te.any() or not tr.any():
@@ -321,9 +325,11 @@ def failure_cv(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.n
             for cl in (0, 1):
                 gg = g[g["cls"] == cl]
                 K, E = gg["k"].to_numpy(np.float64), gg["e"].to_numpy(np.float64)
-                pois = poisson.logpmf(K, np.maximum(E, 1e-300)).sum()
-                ll_b += float(pois)
-                ll_bb += float(zinb_predictive(K, E, sh.info["hyper"][cl]).sum())
+                pois = poisson.logpmf(K, np.maximum(E, 1e-300))
+                mix = zinb_predictive(K, E, sh.info["hyper"][cl])
+                ll_b += float(pois.sum())
+                ll_bb += float(mix.sum())
+                diffs.append(mix - pois)
             continue
         cells = df[te].groupby(["speaker", "key"], sort=True).agg(n=("fail", "size"), k=("fail", "sum"),
                                                                   cls=("cls", "first"))
@@ -336,7 +342,10 @@ def failure_cv(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.n
         bb[fin] = betabinom_loglik(k[fin], n[fin], M[fin] * pb[fin], M[fin] * (1 - pb[fin]))
         ll_bb += float(bb.sum())
         ll_b += float(binom_loglik(k, n, pb).sum())
-    return dict(cv_mixture=ll_bb, cv_pooled=ll_b, delta=ll_bb - ll_b)
+        diffs.append(bb - binom_loglik(k, n, pb))
+    dd = np.concatenate(diffs) if diffs else np.zeros(0)
+    se = float(np.sqrt(dd.size) * dd.std(ddof=1)) if dd.size > 1 else 0.0
+    return dict(cv_mixture=ll_bb, cv_pooled=ll_b, delta=ll_bb - ll_b, se=se)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -204,9 +204,9 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
         if flags.any():
             cvf = failure_cv(np.asarray(data.speakers)[data.speaker_codes], data.core_key, data.y, flags,
                              n_folds=folds, seed=seed)
-            use = bool(cvf["delta"] > 0)
+            use = bool(cvf["delta"] > max(cvf.get("se", 0.0), 0.0))   # s6failure: one-standard-error rule
             fail_row = dict(name="+failure-mixture", specification=chosen.with_(failure_quantile=fq).describe(),
-                            cv_loglik=np.nan, cv_failure_delta=cvf["delta"], chosen=use, chosen_failure=use)
+                            cv_loglik=np.nan, cv_failure_delta=cvf["delta"], cv_failure_se=cvf["se"], chosen=use, chosen_failure=use)
             if use:
                 chosen = chosen.with_(failure_quantile=fq, name=f"{chosen.name}+failure-mixture")
                 # s6failure: one failure distribution per class or per stratum (CV of the CRPS)
@@ -236,7 +236,8 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
         predicted.append(f"{label} × {c} location (per class)")
     if fail_row is not None:   # s5trust-mix
         notes.append(f"failure mixture (q = {failure_quantile:g}): speaker-grouped CV log-likelihood of the "
-                     f"failure counts, speaker multiplier minus pooled shares = {fail_row['cv_failure_delta']:.2f} → "
+                     f"failure counts, speaker multiplier minus pooled shares = {fail_row['cv_failure_delta']:.2f} "
+                     f"(SE {fail_row.get('cv_failure_se', float('nan')):.2f}; used when above one SE) → "
                      f"{'used' if fail_row['chosen_failure'] else 'not used'}")
         if fail_row["chosen_failure"]:   # the table gets the row only when it is used (notes: always)
             predicted.append(f"{speaker} failure share per class (zero-inflated gamma-Poisson multiplier)")
