@@ -17,28 +17,35 @@ a positive (bona fide) trial with :math:`S < c_+` and a negative (spoof) trial w
 in its own class's (1−q)-tail, so at most a share 1−q of a class are failures (a weak
 detector's ordinary overlap is not called failure).
 
-Model.  For a cell :math:`j` (speaker × stratum, e.g. speaker × attack for spoofs; the
-speaker's bona fide trials) of class :math:`c`,
+Model.  For speaker :math:`i` and core stratum :math:`a` (e.g. bona fide; spoof × attack) of
+class :math:`c`,
 
 .. math::
 
-    F_j(t) = (1-\pi_j)\,F^{\text{core}}_j(t) + \pi_j\,G_c(t),\qquad
-    \pi_j \sim \mathrm{Beta}\big(M_c\,\bar\pi_{s(j)},\ M_c(1-\bar\pi_{s(j)})\big),
+    F_{ia}(t) = (1-\pi_{ia})\,F^{\text{core}}_{ia}(t) + \pi_{ia}\,G_a(t),\qquad
+    \pi_{ia} = \bar\pi_a\,r_{ic},
 
-where :math:`F^{\text{core}}_j` is the location-scale transformation mixed model of the
+where :math:`F^{\text{core}}_{ia}` is the location-scale transformation mixed model of the
 non-failure trials (:mod:`scoremix.locscale.fit`; its strata hold only scores beyond the cut),
-:math:`G_c` the pooled distribution of the class's failures (one stratum of its own, fitted
-freely), :math:`\bar\pi_s` the failure share of stratum :math:`s` pooled over speakers, and
-the concentration :math:`M_c` is estimated by maximum marginal (beta-binomial) likelihood of
-the cells' failure counts :math:`k_j \sim \mathrm{BetaBin}(n_j, M_c\bar\pi_s, M_c(1-\bar\pi_s))`.
-The cell's share is its posterior mean
-:math:`\hat\pi_j = (k_j + M_c\bar\pi_s)/(n_j + M_c)`: partial pooling of the counts, with
-:math:`M_c\to\infty` meaning no speaker differences (every cell at the pooled share) and
-small :math:`M_c` the cell's own share.
+:math:`\bar\pi_a` the failure share of stratum :math:`a` pooled over speakers, and
+:math:`G_a` the pooled distribution of the failures of stratum :math:`a` when it has at least
+``failure_min_count`` of them (:func:`own_failure_keys`), else of the whole class
+(:math:`G_c`; one stratum of its own, fitted freely).  The speaker multiplier :math:`r_{ic}`
+is zero-inflated gamma: :math:`K_{ic}\mid r\sim\mathrm{Poisson}(r E_{ic})`,
+:math:`E_{ic}=\sum_a n_{ia}\bar\pi_a`,
+:math:`r\sim w\,\delta_0 + (1-w)\,\mathrm{Gamma}(M, M(1-w))` (:func:`zinb_loglik`); a
+speaker's share uses the posterior mean of :math:`r` averaged over the posterior of
+:math:`(w, M)` on a grid (:func:`zinb_grid`, :func:`multiplier_posterior`), so that a
+maximum on the boundary :math:`M\to\infty` (a zero-inflated Poisson: every speaker with a
+failure at the same share) does not fix the shrinkage.  ``fit_shares(pooling="cell")``: a
+beta-binomial per speaker × stratum cell instead, :math:`\hat\pi_j = (k_j + M_c\bar\pi_s)/(n_j + M_c)`.
 
 Whether the failure part is worth having is decided by speaker-grouped cross-validation
-(:func:`failure_cv`): the held-out speakers' failure counts under the beta-binomial with
-the training speakers' :math:`(\bar\pi, M)` against the binomial with :math:`\bar\pi` alone.
+(:func:`failure_cv`): the held-out speakers' failure counts under the posterior predictive of
+the training speakers against the Poisson at the pooled shares; whether strata get failure
+distributions of their own, by the CV CRPS of the held-out failure trials
+(:func:`failure_shape_cv`, :func:`choose_failure_min_count`; both with the one-standard-error
+rule).
 """
 
 from __future__ import annotations

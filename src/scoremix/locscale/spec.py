@@ -43,7 +43,8 @@ class LocScaleSpec:
         ``None`` (default) or :math:`q` of a per-speaker failure mixture
         (:mod:`scoremix.locscale.failure`): trials beyond the other class's pooled
         q-quantile (and the own class's (1−q)-tail) are failures with a speaker × stratum
-        share (beta-binomial partial pooling) and a pooled failure distribution per class.
+        share (pooled stratum share × a zero-inflated gamma speaker multiplier) and a pooled
+        failure distribution per class (or per stratum: ``failure_min_count``).
     failure_min_count:
         ``None`` (default): one failure distribution per class; ``m``: a core stratum with at
         least ``m`` fitted failures gets a failure distribution of its own
