@@ -17,28 +17,35 @@ a positive (bona fide) trial with :math:`S < c_+` and a negative (spoof) trial w
 in its own class's (1−q)-tail, so at most a share 1−q of a class are failures (a weak
 detector's ordinary overlap is not called failure).
 
-Model.  For a cell :math:`j` (speaker × stratum, e.g. speaker × attack for spoofs; the
-speaker's bona fide trials) of class :math:`c`,
+Model.  For speaker :math:`i` and core stratum :math:`a` (e.g. bona fide; spoof × attack) of
+class :math:`c`,
 
 .. math::
 
-    F_j(t) = (1-\pi_j)\,F^{\text{core}}_j(t) + \pi_j\,G_c(t),\qquad
-    \pi_j \sim \mathrm{Beta}\big(M_c\,\bar\pi_{s(j)},\ M_c(1-\bar\pi_{s(j)})\big),
+    F_{ia}(t) = (1-\pi_{ia})\,F^{\text{core}}_{ia}(t) + \pi_{ia}\,G_a(t),\qquad
+    \pi_{ia} = \bar\pi_a\,r_{ic},
 
-where :math:`F^{\text{core}}_j` is the location-scale transformation mixed model of the
+where :math:`F^{\text{core}}_{ia}` is the location-scale transformation mixed model of the
 non-failure trials (:mod:`scoremix.locscale.fit`; its strata hold only scores beyond the cut),
-:math:`G_c` the pooled distribution of the class's failures (one stratum of its own, fitted
-freely), :math:`\bar\pi_s` the failure share of stratum :math:`s` pooled over speakers, and
-the concentration :math:`M_c` is estimated by maximum marginal (beta-binomial) likelihood of
-the cells' failure counts :math:`k_j \sim \mathrm{BetaBin}(n_j, M_c\bar\pi_s, M_c(1-\bar\pi_s))`.
-The cell's share is its posterior mean
-:math:`\hat\pi_j = (k_j + M_c\bar\pi_s)/(n_j + M_c)`: partial pooling of the counts, with
-:math:`M_c\to\infty` meaning no speaker differences (every cell at the pooled share) and
-small :math:`M_c` the cell's own share.
+:math:`\bar\pi_a` the failure share of stratum :math:`a` pooled over speakers, and
+:math:`G_a` the pooled distribution of the failures of stratum :math:`a` when it has at least
+``failure_min_count`` of them (:func:`own_failure_keys`), else of the whole class
+(:math:`G_c`; one stratum of its own, fitted freely).  The speaker multiplier :math:`r_{ic}`
+is zero-inflated gamma: :math:`K_{ic}\mid r\sim\mathrm{Poisson}(r E_{ic})`,
+:math:`E_{ic}=\sum_a n_{ia}\bar\pi_a`,
+:math:`r\sim w\,\delta_0 + (1-w)\,\mathrm{Gamma}(M, M(1-w))` (:func:`zinb_loglik`); a
+speaker's share uses the posterior mean of :math:`r` averaged over the posterior of
+:math:`(w, M)` on a grid (:func:`zinb_grid`, :func:`multiplier_posterior`), so that a
+maximum on the boundary :math:`M\to\infty` (a zero-inflated Poisson: every speaker with a
+failure at the same share) does not fix the shrinkage.  ``fit_shares(pooling="cell")``: a
+beta-binomial per speaker × stratum cell instead, :math:`\hat\pi_j = (k_j + M_c\bar\pi_s)/(n_j + M_c)`.
 
 Whether the failure part is worth having is decided by speaker-grouped cross-validation
-(:func:`failure_cv`): the held-out speakers' failure counts under the beta-binomial with
-the training speakers' :math:`(\bar\pi, M)` against the binomial with :math:`\bar\pi` alone.
+(:func:`failure_cv`): the held-out speakers' failure counts under the posterior predictive of
+the training speakers against the Poisson at the pooled shares; whether strata get failure
+distributions of their own, by the CV CRPS of the held-out failure trials
+(:func:`failure_shape_cv`, :func:`choose_failure_min_count`; both with the one-standard-error
+rule).
 """
 
 from __future__ import annotations
@@ -51,8 +58,10 @@ from scipy.optimize import minimize_scalar
 from scipy.special import betaln, expit, gammaln
 
 __all__ = ["FailureCuts", "failure_cuts", "failure_flags", "FailureShares", "fit_shares", "betabinom_loglik",
-           "zinb_loglik",
-           "failure_cv", "FAILURE_LEVEL"]
+           "zinb_loglik", "zinb_grid", "multiplier_posterior", "zinb_predictive",
+           "failure_cv", "FAILURE_LEVEL",
+           "FAILURE_MIN_GRID", "own_failure_keys", "failure_strata", "failure_shape_cv",
+           "choose_failure_min_count"]
 
 #: stratum suffix of the failure strata ("+:failure", "-:failure")
 FAILURE_LEVEL = "failure"
@@ -179,8 +188,46 @@ def _fit_zinb(K: np.ndarray, E: np.ndarray) -> tuple[float, float]:
     return float(w), M      # M at its cap with w > 0: a zero-inflated Poisson
 
 
+#: hyper-parameter grid of the speaker multiplier (uniform prior on logit w and log M)
+W_GRID = np.r_[0.0, 0.98 * expit(np.linspace(-6.0, 4.0, 21))]
+M_GRID = np.exp(np.linspace(np.log(0.05), np.log(1e4), 31))
+
+
+def zinb_grid(K: np.ndarray, E: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""Posterior of the hyper-parameters :math:`(w, M)` of :func:`zinb_loglik` on the grid
+    ``W_GRID × M_GRID`` (uniform prior on :math:`\mathrm{logit}(w/0.98)` and :math:`\log M`):
+    returns ``(w, M, post)``, flattened, ``post`` summing to 1.  Averaging over this posterior
+    instead of plugging in the maximum (which sits on the boundary :math:`M\to\infty` when a
+    few speakers hold a few failures each, a zero-inflated Poisson: every speaker with a
+    failure then gets the same share whatever its count) keeps the shrinkage that the data
+    support: the posterior mean of a speaker's multiplier grows with its own count."""
+    w, M = np.meshgrid(W_GRID, M_GRID, indexing="ij")
+    w, M = w.ravel(), M.ravel()
+    ll = np.array([float(zinb_loglik(K, E, wi, Mi).sum()) for wi, Mi in zip(w, M)])
+    post = np.exp(ll - ll.max())
+    return w, M, post / post.sum()
+
+
+def multiplier_posterior(K: np.ndarray, E: np.ndarray, w: np.ndarray, M: np.ndarray, post: np.ndarray
+                         ) -> np.ndarray:
+    r"""Posterior mean of every speaker's multiplier :math:`r_i` given its count :math:`K_i`
+    and expectation :math:`E_i`, averaged over the hyper-parameter posterior ``post``:
+    :math:`E[r_i\mid K] = \sum_\theta p(\theta\mid K)\,(1-\hat w_{i\theta})(M+K_i)/(\beta+E_i)`,
+    :math:`\beta=M(1-w)`, :math:`\hat w_{i\theta}` the posterior probability of the zero
+    component (:math:`K_i=0` only)."""
+    K, E = np.asarray(K, np.float64)[:, None], np.asarray(E, np.float64)[:, None]
+    beta = M * (1 - w)
+    logp0 = M * (np.log(beta) - np.log(beta + E))
+    with np.errstate(divide="ignore"):
+        lw = np.log(w)
+    wpost = np.where(K == 0, np.exp(lw - np.logaddexp(lw, np.log1p(-w) + logp0)), 0.0)
+    r = (1 - wpost) * (M + K) / (beta + E)
+    return r @ post
+
+
 def _speaker_shares(df: pd.DataFrame, cells: pd.DataFrame, pooled: dict) -> tuple[np.ndarray, dict]:
-    r"""Shares :math:`\hat\pi_{ja} = \bar\pi_a\,\hat r_i` of the speaker-multiplier model."""
+    r"""Shares :math:`\hat\pi_{ja} = \bar\pi_a\,\hat r_i` of the speaker-multiplier model, the
+    multiplier's posterior mean averaged over the hyper-parameter posterior (:func:`zinb_grid`)."""
     pbar = cells.index.get_level_values("key").map(pooled).to_numpy(np.float64)
     cells = cells.assign(e=cells["n"] * pbar)
     spk = cells.index.get_level_values("speaker").to_numpy(object)
@@ -189,20 +236,35 @@ def _speaker_shares(df: pd.DataFrame, cells: pd.DataFrame, pooled: dict) -> tupl
     for cl in (0, 1):
         m = cells["cls"].to_numpy() == cl
         if not m.any():
-            par[cl] = (0.0, float("inf"))
+            par[cl] = (0.0, float("inf"), None)
             continue
         g = cells[m].groupby(level="speaker", sort=True)[["k", "e"]].sum()
-        w, M = _fit_zinb(g["k"].to_numpy(np.float64), g["e"].to_numpy(np.float64))
-        par[cl] = (w, M)
-        if not np.isfinite(M):
-            continue
         K, E = g["k"].to_numpy(np.float64), g["e"].to_numpy(np.float64)
-        beta = M * (1 - w)
-        p0 = (beta / (beta + E)) ** M
-        wpost = np.where(K == 0, w / (w + (1 - w) * p0), 0.0) if w > 0 else np.zeros_like(K)
-        r = pd.Series((1 - wpost) * (M + K) / (beta + E), index=g.index)
+        if K.sum() == 0 or E.sum() <= 0:
+            par[cl] = (0.0, float("inf"), None)
+            continue
+        wg, Mg, post = zinb_grid(K, E)
+        j = int(np.argmax(post))
+        par[cl] = (float(wg[j]), float(Mg[j]), (wg, Mg, post))
+        r = pd.Series(multiplier_posterior(K, E, wg, Mg, post), index=g.index)
         pi[m] = np.minimum(pbar[m] * r.reindex(spk[m]).to_numpy(), 1.0)
     return pi, par
+
+
+def zinb_predictive(K: np.ndarray, E: np.ndarray, hyper: tuple | None) -> np.ndarray:
+    """Log predictive probability of new speakers' counts ``K`` (expectations ``E``) under the
+    hyper-parameter posterior ``hyper = (w, M, post)`` of :func:`zinb_grid` (Poisson at the
+    pooled rates when ``None``)."""
+    from scipy.special import logsumexp
+    from scipy.stats import poisson
+
+    K, E = np.asarray(K, np.float64), np.asarray(E, np.float64)
+    if hyper is None:
+        return poisson.logpmf(K, np.maximum(E, 1e-300))
+    w, M, post = hyper
+    keep = post > 1e-12
+    ll = np.stack([zinb_loglik(K, E, wi, Mi) for wi, Mi in zip(w[keep], M[keep])], axis=1)
+    return logsumexp(ll + np.log(post[keep]), axis=1)
 
 
 def fit_shares(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.ndarray, pooling: str = "speaker"
@@ -224,7 +286,7 @@ def fit_shares(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.n
         pi, par = _speaker_shares(df, cells, pooled)
         return FailureShares(pooled=pooled, concentration={c: par[c][1] for c in par},
                              cells=cells.assign(pooled=pbar, pi=pi), info=dict(pooling=pooling, zero_share={
-                                 c: par[c][0] for c in par}))
+                                 c: par[c][0] for c in par}, hyper={c: par[c][2] for c in par}))
     k, n, c = cells["k"].to_numpy(np.float64), cells["n"].to_numpy(np.float64), cells["cls"].to_numpy()
     conc = {}
     pi = pbar.copy()
@@ -242,7 +304,10 @@ def failure_cv(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.n
                seed: int = 0, pooling: str = "speaker") -> dict:
     """Speaker-grouped CV log-likelihood of the held-out speakers' failure counts: the
     beta-binomial (shares vary by speaker) against the binomial (pooled shares); returns the
-    two totals and their difference (positive: the speaker-varying failure share wins)."""
+    two totals, their difference (positive: the speaker-varying failure share wins) and ``se``,
+    the standard error of that difference (paired over the held-out speaker × class units;
+    s6failure: ``score_model`` uses the mixture when ``delta > se``, the one-standard-error
+    rule)."""
     df = pd.DataFrame({"speaker": np.asarray(speaker, object), "key": np.asarray(key, object),
                        "cls": np.asarray(cls, np.int64), "fail": np.asarray(fail, bool)})
     spk = np.unique(df["speaker"].astype(str))
@@ -250,6 +315,7 @@ def failure_cv(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.n
     fold_of = dict(zip(spk, rng.permutation(np.arange(spk.size) % n_folds)))
     fold = df["speaker"].astype(str).map(fold_of).to_numpy()
     ll_bb = ll_b = 0.0
+    diffs = []                          # per held-out unit: mixture minus pooled log-likelihood
     for f in range(n_folds):
         tr, te = fold != f, fold == f
         if not te.any() or not tr.any():
@@ -266,10 +332,11 @@ def failure_cv(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.n
             for cl in (0, 1):
                 gg = g[g["cls"] == cl]
                 K, E = gg["k"].to_numpy(np.float64), gg["e"].to_numpy(np.float64)
-                w, M = sh.info["zero_share"][cl], sh.concentration[cl]
-                pois = poisson.logpmf(K, np.maximum(E, 1e-300)).sum()
-                ll_b += float(pois)
-                ll_bb += float(zinb_loglik(K, E, w, M).sum()) if np.isfinite(M) else float(pois)
+                pois = poisson.logpmf(K, np.maximum(E, 1e-300))
+                mix = zinb_predictive(K, E, sh.info["hyper"][cl])
+                ll_b += float(pois.sum())
+                ll_bb += float(mix.sum())
+                diffs.append(mix - pois)
             continue
         cells = df[te].groupby(["speaker", "key"], sort=True).agg(n=("fail", "size"), k=("fail", "sum"),
                                                                   cls=("cls", "first"))
@@ -282,4 +349,111 @@ def failure_cv(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.n
         bb[fin] = betabinom_loglik(k[fin], n[fin], M[fin] * pb[fin], M[fin] * (1 - pb[fin]))
         ll_bb += float(bb.sum())
         ll_b += float(binom_loglik(k, n, pb).sum())
-    return dict(cv_mixture=ll_bb, cv_pooled=ll_b, delta=ll_bb - ll_b)
+        diffs.append(bb - binom_loglik(k, n, pb))
+    dd = np.concatenate(diffs) if diffs else np.zeros(0)
+    se = float(np.sqrt(dd.size) * dd.std(ddof=1)) if dd.size > 1 else 0.0
+    return dict(cv_mixture=ll_bb, cv_pooled=ll_b, delta=ll_bb - ll_b, se=se)
+
+
+# ----------------------------------------------------------------------------------------------
+# s6failure: stratum-aware failure distributions (one per core stratum with enough failures)
+# ----------------------------------------------------------------------------------------------
+
+#: the thresholds ``m`` compared by :func:`failure_shape_cv` (``None``: one distribution per class)
+FAILURE_MIN_GRID = (1, 3, 10, 30, None)
+
+
+def class_failure_level(lab: np.ndarray) -> np.ndarray:
+    """The class failure stratum (``"+:failure"``, ``"-:failure"``) of class signs ``lab``."""
+    return (pd.Series(np.asarray(lab, object)) + ":" + FAILURE_LEVEL).to_numpy(dtype=object)
+
+
+def own_failure_keys(key: np.ndarray, fail: np.ndarray, min_count: int | None) -> frozenset:
+    r"""Core strata that get a failure distribution of their own: those with at least
+    ``min_count`` failures (``None``: none, one pooled failure distribution per class)."""
+    if min_count is None:
+        return frozenset()
+    k = pd.Series(np.asarray(fail, bool)).groupby(np.asarray(key, object)).sum()
+    return frozenset(k.index[k.to_numpy() >= int(min_count)])
+
+
+def failure_strata(key: np.ndarray, lab: np.ndarray, own: frozenset | set) -> np.ndarray:
+    r"""Failure stratum of every trial (to be used where it is a failure): ``"<key>:failure"``
+    (its core stratum's own failure distribution :math:`G_a`) when ``key`` is in ``own``, else
+    the class's pooled ``"±:failure"`` (:math:`G_c`)."""
+    key = np.asarray(key, object)
+    cls = class_failure_level(lab)
+    if not own:
+        return cls
+    mine = pd.Series(key).isin(list(own)).to_numpy()
+    return np.where(mine, (pd.Series(key) + ":" + FAILURE_LEVEL).to_numpy(dtype=object), cls)
+
+
+def _crpss(x: np.ndarray, train: np.ndarray, v: np.ndarray, mass: np.ndarray) -> np.ndarray:
+    r"""Threshold-weighted CRPS :math:`\sum_k m_k (F(v_k) - 1\{x\le v_k\})^2` of every ``x``
+    against the empirical CDF ``F`` of ``train``, weight masses ``mass`` at ``v``."""
+    F = np.searchsorted(np.sort(train), v, side="right") / train.size
+    ind = (x[:, None] <= v[None, :]).astype(np.float64)
+    return ((F[None, :] - ind) ** 2 * mass[None, :]).sum(axis=1)
+
+
+def failure_shape_cv(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, score: np.ndarray, fail: np.ndarray,
+                     grid: tuple = FAILURE_MIN_GRID, n_folds: int = 4, seed: int = 0) -> pd.DataFrame:
+    r"""Speaker-grouped CV of the failure distributions: for every threshold ``m`` of ``grid``
+    (:func:`own_failure_keys`, on the training speakers) every held-out failure trial :math:`x`
+    of core stratum :math:`a` is scored by the threshold-weighted CRPS (Gneiting & Ranjan 2011)
+    :math:`\int (\hat G(u) - 1\{x\le u\})^2\,dG_c(u)` of the training failures' empirical
+    distribution :math:`\hat G` of its group (:math:`a`'s own when :math:`a` has at least
+    ``m`` training failures, the class's otherwise); the weight measure :math:`G_c` is the
+    class's pooled failure distribution, so the score does not depend on increasing
+    re-scalings of the scores.  Returns one row per ``m`` (``"class"`` for ``None``) with the
+    summed CRPS (lower is better) and ``delta`` from the best."""
+    spk = np.asarray(speaker, object).astype(str)
+    key, cls = np.asarray(key, object), np.asarray(cls, np.int64)
+    s, fail = np.asarray(score, np.float64), np.asarray(fail, bool)
+    us = np.unique(spk)
+    rng = np.random.default_rng(seed)
+    fold_of = dict(zip(us, rng.permutation(np.arange(us.size) % n_folds)))
+    fold = pd.Series(spk).map(fold_of).to_numpy()
+    per = []                                  # per held-out failure trial: CRPS of every candidate
+    for cl in (0, 1):
+        mcl = fail & (cls == cl) & np.isfinite(s)
+        if mcl.sum() < 2:
+            continue
+        v, cnt = np.unique(s[mcl], return_counts=True)
+        mass = cnt / cnt.sum()
+        for f in range(n_folds):
+            tr, te = mcl & (fold != f), mcl & (fold == f)
+            if not te.any() or not tr.any():
+                continue
+            ktr = pd.Series(key[tr]).value_counts()
+            for a in np.unique(key[te]):
+                x = s[te & (key == a)]
+                own_tr = s[tr & (key == a)]
+                c_own = _crpss(x, own_tr, v, mass) if own_tr.size else np.full(x.size, np.nan)
+                c_cls = _crpss(x, s[tr], v, mass)
+                per.append(np.column_stack([c_own if (m is not None and own_tr.size and ktr.get(a, 0) >= m)
+                                            else c_cls for m in grid]))
+    per = np.vstack(per) if per else np.zeros((0, len(grid)))
+    tot = per.sum(axis=0)
+    # standard error of each candidate's total minus the class model's (paired over held-out trials)
+    ref = [j for j, m in enumerate(grid) if m is None]
+    diff = per - per[:, ref[0]][:, None] if ref and per.shape[0] > 1 else np.zeros_like(per)
+    se = np.sqrt(per.shape[0]) * diff.std(axis=0, ddof=1) if per.shape[0] > 1 else np.zeros(len(grid))
+    out = pd.DataFrame(dict(min_count=["class" if m is None else m for m in grid], crps=tot, se_vs_class=se))
+    out["delta"] = out["crps"] - out["crps"].min()
+    return out
+
+
+def choose_failure_min_count(cv: pd.DataFrame) -> int | None:
+    r"""The threshold chosen from :func:`failure_shape_cv`'s table by the one-standard-error
+    rule: per-stratum failure distributions (the lowest CV CRPS among ``m``) only when they
+    beat one distribution per class by more than one standard error of the paired difference
+    (Hastie, Tibshirani & Friedman 2009, §7.10); ``None`` (per class) otherwise."""
+    cls = cv[cv["min_count"] == "class"]
+    own = cv[cv["min_count"] != "class"]
+    if cls.empty or own.empty:
+        return None
+    j = int(np.argmin(own["crps"].to_numpy()))
+    gain = float(cls["crps"].iloc[0] - own["crps"].iloc[j])
+    return int(own["min_count"].iloc[j]) if gain > float(own["se_vs_class"].iloc[j]) and gain > 0 else None

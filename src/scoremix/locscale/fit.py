@@ -35,7 +35,7 @@ from scipy.optimize import minimize
 
 from scoremix.locscale.latent import (StrataCells, cell_moments, matched_edges, normal_score_edges, strata_cells,
                                       stratified_transform)
-from scoremix.locscale.failure import (FAILURE_LEVEL, FailureCuts, FailureShares, failure_cuts, failure_flags,
+from scoremix.locscale.failure import (FAILURE_LEVEL, failure_strata, own_failure_keys, FailureCuts, FailureShares, failure_cuts, failure_flags,
                                        fit_shares)
 from scoremix.locscale.covariates import CovariateDesign, covariate_stats, make_likelihood
 from scoremix.locscale.likelihood import CellStats, Params, UnitLikelihood
@@ -98,8 +98,10 @@ class LocScaleData:
             strata = strata + ":" + frame[c].astype(str).to_numpy()
         self.core_key = strata.to_numpy(dtype=object)   # the stratum without the failure cut
         self.failure = np.zeros(len(frame), bool) if failure is None else np.asarray(failure, bool)
+        self.failure_own = own_failure_keys(self.core_key, self.failure, spec.failure_min_count)
         if self.failure.any():
-            strata = strata.where(~self.failure, pd.Series(lab, index=frame.index) + ":" + FAILURE_LEVEL)
+            strata = strata.where(~self.failure, pd.Series(failure_strata(self.core_key, lab, self.failure_own),
+                                                           index=frame.index))
         self.strata = strata
         self.cells: StrataCells = strata_cells(s, strata.to_numpy())
         self.stratum_class = np.array([1 if str(lv).startswith("+") else 0 for lv in self.cells.levels])
@@ -299,7 +301,8 @@ class LocScaleFit:
             strata = strata + ":" + frame[c].astype(str).to_numpy()
         fail = self._failure_of(frame, y)
         if fail.any():
-            strata = strata.where(~fail, pd.Series(lab, index=frame.index) + ":" + FAILURE_LEVEL)
+            strata = strata.where(~fail, pd.Series(self._failure_level(strata.to_numpy(dtype=object), lab),
+                                                   index=frame.index))
         pos = {lv: k for k, lv in enumerate(self._data.cells.levels)}
         s = strata.map(pos)
         if s.isna().any():
@@ -332,8 +335,17 @@ class LocScaleFit:
         strata = pd.Series(lab, index=frame.index, dtype=object)
         for c in self.locscale_spec.strata:
             strata = strata + ":" + frame[c].astype(str).to_numpy()
-        strata = strata.where(~fail, pd.Series(lab, index=frame.index) + ":" + FAILURE_LEVEL)
+        strata = strata.where(~fail, pd.Series(self._failure_level(strata.to_numpy(dtype=object), lab),
+                                               index=frame.index))
         return strata.to_numpy(dtype=object)
+
+    def _failure_level(self, key: np.ndarray, lab: np.ndarray) -> np.ndarray:
+        """The fitted failure stratum of core strata ``key`` (s6failure): the stratum's own
+        (``"<key>:failure"``) when it was fitted, else the class's (``"±:failure"``) when
+        fitted, else the core stratum itself (a class without failures)."""
+        known = set(self._data.cells.levels)
+        own = failure_strata(key, lab, frozenset(k for k in pd.unique(key) if f"{k}:{FAILURE_LEVEL}" in known))
+        return np.where([lv in known for lv in own], own, np.asarray(key, object))
 
     def _failure_of(self, frame: pd.DataFrame, y: np.ndarray) -> np.ndarray:
         """Failure flags of the rows of ``frame`` (all ``False`` without a failure part or
@@ -383,7 +395,7 @@ class LocScaleFit:
         w1 = np.where(fail, 0.0, (1 - pi) * n_j / np.maximum(n_j - k_j, 1.0))
         w1 = np.where(allfail, 1.0, w1)
         w2 = np.where(allfail, 0.0, pi)
-        strata2 = (pd.Series(lab) + ":" + FAILURE_LEVEL).to_numpy(dtype=object)
+        strata2 = self._failure_level(key, lab)   # s6failure: the stratum's own G_a or the class's G_c
         known = set(self._data.cells.levels)
         has = np.array([lv in known for lv in strata2], bool)   # a class without failures: no G_c
         if not has.all():

@@ -35,7 +35,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from scoremix.locscale.failure import failure_cuts, failure_cv, failure_flags
+from scoremix.locscale.failure import (choose_failure_min_count, failure_cuts, failure_cv, failure_flags,
+                                      failure_shape_cv)
 from scoremix.locscale.covariates import CovCellStats, covariate_stats, make_likelihood
 from scoremix.locscale.fit import (LocScaleData, LocScaleError, _flags, _maximise, _start, _stats, covariate_design,
                                    fit_locscale)
@@ -203,11 +204,22 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
         if flags.any():
             cvf = failure_cv(np.asarray(data.speakers)[data.speaker_codes], data.core_key, data.y, flags,
                              n_folds=folds, seed=seed)
-            use = bool(cvf["delta"] > 0)
+            use = bool(cvf["delta"] > max(cvf.get("se", 0.0), 0.0))   # s6failure: one-standard-error rule
             fail_row = dict(name="+failure-mixture", specification=chosen.with_(failure_quantile=fq).describe(),
-                            cv_loglik=np.nan, cv_failure_delta=cvf["delta"], chosen=use, chosen_failure=use)
+                            cv_loglik=np.nan, cv_failure_delta=cvf["delta"], cv_failure_se=cvf["se"], chosen=use, chosen_failure=use)
             if use:
                 chosen = chosen.with_(failure_quantile=fq, name=f"{chosen.name}+failure-mixture")
+                # s6failure: one failure distribution per class or per stratum (CV of the CRPS)
+                shape_cv = failure_shape_cv(np.asarray(data.speakers)[data.speaker_codes], data.core_key, data.y,
+                                            data.score, flags, n_folds=folds, seed=seed)
+                m_best = choose_failure_min_count(shape_cv)
+                if m_best is not None:
+                    chosen = chosen.with_(failure_min_count=m_best, name=f"{chosen.name}-by-stratum")
+                fail_row["failure_by"] = "class" if m_best is None else f"stratum (>= {m_best} failures)"
+                notes.append("failure distributions: speaker-grouped CV CRPS per threshold m (own distribution for a "
+                             "stratum with >= m failures; 'class': one per class): "
+                             + ", ".join(f"{m}: {c:.2f}" for m, c in zip(shape_cv["min_count"], shape_cv["crps"]))
+                             + f" → {fail_row['failure_by']} (one-standard-error rule)")
     # --- end s5trust-mix
     if pool_shapes and factors:  # s5trust-auto: pooled per-level shapes
         from scoremix.locscale.pooled import fit_pooled_shapes
@@ -224,7 +236,8 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
         predicted.append(f"{label} × {c} location (per class)")
     if fail_row is not None:   # s5trust-mix
         notes.append(f"failure mixture (q = {failure_quantile:g}): speaker-grouped CV log-likelihood of the "
-                     f"failure counts, speaker multiplier minus pooled shares = {fail_row['cv_failure_delta']:.2f} → "
+                     f"failure counts, speaker multiplier minus pooled shares = {fail_row['cv_failure_delta']:.2f} "
+                     f"(SE {fail_row.get('cv_failure_se', float('nan')):.2f}; used when above one SE) → "
                      f"{'used' if fail_row['chosen_failure'] else 'not used'}")
         if fail_row["chosen_failure"]:   # the table gets the row only when it is used (notes: always)
             predicted.append(f"{speaker} failure share per class (zero-inflated gamma-Poisson multiplier)")

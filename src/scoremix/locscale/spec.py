@@ -43,7 +43,12 @@ class LocScaleSpec:
         ``None`` (default) or :math:`q` of a per-speaker failure mixture
         (:mod:`scoremix.locscale.failure`): trials beyond the other class's pooled
         q-quantile (and the own class's (1−q)-tail) are failures with a speaker × stratum
-        share (beta-binomial partial pooling) and a pooled failure distribution per class.
+        share (pooled stratum share × a zero-inflated gamma speaker multiplier) and a pooled
+        failure distribution per class (or per stratum: ``failure_min_count``).
+    failure_min_count:
+        ``None`` (default): one failure distribution per class; ``m``: a core stratum with at
+        least ``m`` fitted failures gets a failure distribution of its own
+        (:func:`scoremix.locscale.failure.own_failure_keys`; s6failure).
     covariates:
         columns entering the latent location per class, :math:`x_t^\\top\\beta_c` (``label ×
         covariate``; :mod:`scoremix.locscale.covariates`).
@@ -63,6 +68,7 @@ class LocScaleSpec:
     speaker_by_stratum: tuple[str, ...] = ()
     heavy_tailed_scale: tuple[str, ...] = ()
     failure_quantile: float | None = None
+    failure_min_count: int | None = None   # s6failure: per-stratum failure distributions
     transform: bool = True
     covariates: tuple[str, ...] = ()  # s5trust-auto: per-class location terms
     name: str = field(default="", compare=False)
@@ -104,7 +110,8 @@ class LocScaleSpec:
             disp.append(f"(0 + {self.label} | {self.speaker}) [{', '.join(self.speaker_scale)}]{corr}{tail}")
         out = {"formula": " + ".join(loc), "dispersion": " + ".join(disp)}
         if self.failure_quantile is not None:
-            out["formula"] = (f"(1 - pi[{self.speaker}:stratum]) * [{out['formula']}] + pi * G_class "
+            out["formula"] = (f"(1 - pi[{self.speaker}:stratum]) * [{out['formula']}] + pi * G_" + ("class" if self.failure_min_count is None else
+                                                                     f"stratum[>= {self.failure_min_count} failures]") + " "
                               f"[failures beyond the other class's {self.failure_quantile:g} quantile]")
         return out
 
