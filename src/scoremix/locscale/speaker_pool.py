@@ -68,6 +68,7 @@ from scipy.special import ndtr
 from scoremix.locscale.pooled import KAPPA_GRID, _weights
 
 __all__ = ["SpeakerPooling", "SpeakerPoolingError", "choose_speaker_pooling", "speaker_pooling_cv",
+           "speaker_pooling_crps_refit",
            "speaker_pooling_rates_cv", "with_speaker_pooling", "pooled_components", "point_mass_latent", "WEIGHTS",
            "CRITERIA"]
 
@@ -301,14 +302,20 @@ def _rocch_eer(pm: np.ndarray, pf: np.ndarray) -> np.ndarray:
 
 def _half_split(cell: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """``True`` for a random half of every cell (the larger half; a single trial: ``True``)."""
+    return _part_split(cell, rng, 2) == 0
+
+
+def _part_split(cell: np.ndarray, rng: np.random.Generator, n_parts: int) -> np.ndarray:
+    """Part (0 … ``n_parts``−1) of every trial: each cell dealt at random into ``n_parts``
+    nearly equal parts (part 0 the largest)."""
     u = rng.random(cell.size)
     order = np.lexsort((u, cell))
     cs = cell[order]
     start = np.r_[0, np.flatnonzero(np.diff(cs)) + 1]
     n = np.diff(np.r_[start, cs.size])
     rank = np.arange(cs.size) - np.repeat(start, n)
-    out = np.zeros(cell.size, bool)
-    out[order] = rank < np.repeat(np.ceil(n / 2.0), n)
+    out = np.zeros(cell.size, np.int64)
+    out[order] = rank % n_parts
     return out
 
 
@@ -420,8 +427,8 @@ def speaker_pooling_crps_refit(fit: Any, *, kappas: Sequence[float] = KAPPA_GRID
 
 def speaker_pooling_rates_cv(fit: Any, *, kappas: Sequence[float] = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0,
                                                                      1000.0, np.inf),
-                             n_splits: int = 1, seed: int = 0, p_target: float = 0.05, n_global: int = 256
-                             ) -> SpeakerPooling:
+                             n_splits: int = 1, seed: int = 0, p_target: float = 0.05, n_global: int = 256,
+                             n_parts: int = 2, rule: str = "min") -> SpeakerPooling:
     r"""Choose :math:`(\kappa_-, \kappa_+)` by within-speaker cross-validation of the
     per-speaker error rates (module docstring, ``criterion="error_rates"``): every speaker ×
     stratum cell of the fitted trials is halved at random; the model (``fit``'s
@@ -429,7 +436,11 @@ def speaker_pooling_rates_cv(fit: Any, *, kappas: Sequence[float] = (0.0, 1.0, 3
     (``p_target``) computed from that half, and compared with the speaker's empirical values
     on the other half (and the other way round; ``n_splits`` random halvings).  The score of a
     :math:`\kappa` pair is the sum over the two measures of the mean absolute error, each
-    relative to that of the speaker's own counts (:math:`\kappa = 0`)."""
+    relative to that of the speaker's own counts (:math:`\kappa = 0`).  The choice follows
+    the one-standard-error rule (Breiman et al. 1984; Hastie et al. 2009, §7.10): among the
+    pairs whose CV loss is within one standard error (over speakers) of the smallest, the one
+    pooling most toward the model (largest :math:`\kappa`'s) — the held-out halves are small,
+    so differences inside the noise do not move the fit toward the counts."""
     from scoremix.locscale.fit import LocScaleData, fit_locscale
 
     data = fit._data
@@ -441,13 +452,13 @@ def speaker_pooling_rates_cv(fit: Any, *, kappas: Sequence[float] = (0.0, 1.0, 3
     kap = np.asarray(kappas, np.float64)
     K = kap.size
     rng = np.random.default_rng(seed)
-    ae = {m: np.zeros((K, K)) for m in ("eer", "min_dcf")}
+    per: dict[str, list] = {"eer": [], "min_dcf": []}      # per speaker and half: (K, K) absolute errors
     n_sp = 0
     speakers = np.unique(spk)
     n_pass, n_nodes = fit.info.get("n_pass", 3), fit.info.get("n_nodes", 9)
     for _ in range(int(n_splits)):
-        half = _half_split(cell, rng)
-        for train in (half, ~half):
+        part = _part_split(cell, rng, n_parts)
+        for train in [part == k for k in range(n_parts)]:
             frame_t = frame.loc[train]
             fit_t = fit_locscale(LocScaleData(frame_t, spec), spec, n_pass=n_pass, n_nodes=n_nodes)
             for tau, m_fnr, m_fpr, e_fnr, e_fpr, n_pos, n_neg, e_te, d_te in _speaker_rate_parts(
@@ -460,14 +471,25 @@ def speaker_pooling_rates_cv(fit: Any, *, kappas: Sequence[float] = (0.0, 1.0, 3
                 PF = np.broadcast_to(fpr[:, None, :], (K, K, tau.size))
                 e = _rocch_eer(np.ascontiguousarray(PM), np.ascontiguousarray(PF))
                 d = np.minimum((p_target * PM + (1 - p_target) * PF).min(axis=2), p_target)
-                ae["eer"] += np.abs(e - e_te)
-                ae["min_dcf"] += np.abs(d - d_te)
+                per["eer"].append(np.abs(e - e_te))
+                per["min_dcf"].append(np.abs(d - d_te))
                 n_sp += 1
-    rel = np.zeros((K, K))
-    for m in ae:
-        base = ae[m][0, 0]
-        rel += ae[m] / base if base > 0 else ae[m]
-    i, j = np.unravel_index(int(np.argmin(rel)), rel.shape)
+    loss = np.zeros((max(n_sp, 1), K, K))
+    ae = {}
+    for m in per:
+        arr = np.asarray(per[m]) if per[m] else np.zeros((1, K, K))
+        ae[m] = arr.sum(axis=0)
+        base = arr[:, 0, 0].mean()
+        loss += arr / base if base > 0 else arr
+    rel = loss.mean(axis=0)
+    # one-standard-error rule (Breiman et al. 1984): the most pooled pair (largest κ's) whose
+    # CV loss is within one standard error of the minimum's
+    b0, b1 = np.unravel_index(int(np.argmin(rel)), rel.shape)
+    se = float(loss[:, b0, b1].std(ddof=1) / np.sqrt(loss.shape[0])) if loss.shape[0] > 1 else 0.0
+    ok = rel <= rel[b0, b1] + se
+    rank = np.add.outer(np.arange(K), np.arange(K)).astype(np.float64)     # more pooling toward the model
+    cand = np.where(ok, rank - 1e-9 * rel, -np.inf)
+    i, j = np.unravel_index(int(np.argmax(cand)), cand.shape) if rule == "1se" else (b0, b1)
     kappa = {0: float(kap[i]), 1: float(kap[j])}
     wtab = pd.DataFrame({"speaker": spk, "cls": y}).groupby(["speaker", "cls"], sort=True).size().rename("n").to_frame()
     wtab["omega"] = [_weights(float(n), kappa[int(c)]) for (_, c), n in wtab["n"].items()]
@@ -475,7 +497,8 @@ def speaker_pooling_rates_cv(fit: Any, *, kappas: Sequence[float] = (0.0, 1.0, 3
     table = pd.DataFrame({"kappa_negative": kk0.ravel(), "kappa_positive": kk1.ravel(),
                           "cv_mae_eer": ae["eer"].ravel() / max(n_sp, 1),
                           "cv_mae_min_dcf": ae["min_dcf"].ravel() / max(n_sp, 1),
-                          "cv_relative": rel.ravel() / 2.0})
+                          "cv_relative": rel.ravel() / 2.0,
+                          "within_1se": ok.ravel()})
     table["chosen"] = (table["kappa_negative"] == kappa[0]) & (table["kappa_positive"] == kappa[1])
     return SpeakerPooling(kappa=kappa, weights=wtab, table=table,
                           info=dict(criterion="error_rates", n_splits=n_splits, n_speaker_folds=n_sp,
@@ -569,7 +592,7 @@ def choose_speaker_pooling(fit: Any, *, criterion: str = "error_rates", seed: in
     if criterion not in CRITERIA:
         raise SpeakerPoolingError(f"speaker_pooling must be one of {CRITERIA} or None, got {criterion!r}")
     if criterion == "crps":
-        return speaker_pooling_cv(fit)
+        return speaker_pooling_crps_refit(fit, seed=seed)
     return speaker_pooling_rates_cv(fit, seed=seed)
 
 
