@@ -396,9 +396,9 @@ class LocScaleFit:
     def trial_components(self, trials: pd.DataFrame | None = None, marginal_over: Sequence[str] = ()) -> Any:
         """Every further per-trial component: the failure mixture (:meth:`trial_mixture`) and
         the per-speaker shape pooling (:mod:`scoremix.locscale.speaker_pool`; s6speaker)."""
-        from scoremix.locscale.speaker_pool import pooled_components
-
-        return pooled_components(self, trials, marginal_over)
+        if self.speaker_pooling is None:
+            return self.trial_mixture(trials, marginal_over=marginal_over)
+        return self.speaker_pooling.components(self, trials, marginal_over)
 
     def _xbeta(self, frame: pd.DataFrame, y: np.ndarray) -> np.ndarray | float:
         """:math:`x_t^\\top\\beta_{c(t)}` of the covariate location terms (0 without any)."""

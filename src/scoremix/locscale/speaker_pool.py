@@ -105,6 +105,10 @@ class SpeakerPooling:
         pos = self.weights.index.get_indexer(idx)
         return np.where(pos >= 0, self.weights["omega"].to_numpy()[np.maximum(pos, 0)], 0.0)
 
+    def components(self, fit: Any, trials: pd.DataFrame | None = None, marginal_over: Sequence[str] = ()) -> Any:
+        """:func:`pooled_components` of ``fit`` (the hook ``LocScaleFit.trial_components`` calls)."""
+        return pooled_components(fit, trials, marginal_over)
+
     @property
     def used(self) -> bool:
         return any(np.isfinite(k) for k in self.kappa.values())
