@@ -26,24 +26,35 @@ session) gets the same blend: on the fitted rows trial :math:`t` carries weight
 score, so any set of a speaker's trials has the blended distribution.
 
 Choice of :math:`\kappa_c` (per class) — the question is a speaker's *new* trials, so it is
-cross-validated *within* speakers: leave-one-trial-out.  For a held-out trial :math:`x_t` of
-cell :math:`j`, the empirical part is the cell without it,
-:math:`\hat F_{j,-t} = (n_j\hat F_j - 1\{x_t<\cdot\})/(n_j-1)`, with
-:math:`\omega=(n_{ic}-1)/(n_{ic}-1+\kappa_c)`, and the score is the threshold-weighted
-CRPS (Gneiting & Ranjan 2011)
+cross-validated *within* speakers (:func:`choose_speaker_pooling`):
 
-.. math::
+* ``"error_rates"`` (default, :func:`speaker_pooling_rates_cv`): every speaker × stratum cell
+  of the fitted trials is halved at random; the fit's specification is refitted on one half;
+  each speaker's pooled EER and minimum DCF (attainable thresholds, ROCCH) from that half are
+  compared with the speaker's empirical values on the other half; then the halves swap.  The
+  loss of a pair :math:`(\kappa_-, \kappa_+)` is the sum over the two measures of the mean
+  absolute error relative to that of the counts (:math:`\kappa = 0`).  The held-out halves are
+  small, so the pair is chosen by the one-standard-error rule (Breiman et al. 1984): the pair
+  pooling most toward the model among those within one standard error (over speakers) of the
+  smallest loss.
+* ``"crps"`` (:func:`speaker_pooling_crps_refit`): the same halves and refits, scored by the
+  threshold-weighted CRPS (Gneiting & Ranjan 2011), a proper scoring rule of the whole
+  distribution,
 
-    \mathrm{CRPS}_\nu(\tilde F, x_t) = \int \big(\tilde F(u) - 1\{x_t < u\}\big)^2\,d\nu(u),
+  .. math::
 
-a proper scoring rule; its weight measure :math:`\nu` is the equal mixture of the two
-classes' pooled fitted score distributions (``weight="both"``: every threshold where either
-class's scores lie — the thresholds at which error rates are read), approximated on
-``n_grid`` quantiles.  :math:`\tilde F` is linear in :math:`\omega`, so the score is a
-quadratic in :math:`\omega` per trial and the whole :math:`\kappa` grid (including
-:math:`\kappa = \infty`, the model alone) costs one pass.  The model part is the fit on all
-fitted trials (it has seen the held-out trial; its speaker effects are shrunken, so this
-favours the model, i.e. larger :math:`\kappa`, slightly).
+      \mathrm{CRPS}_\nu(\tilde F, x_t) = \int \big(\tilde F(u) - 1\{x_t < u\}\big)^2\,d\nu(u),
+
+  with weight measure :math:`\nu` the equal mixture of the two classes' pooled fitted score
+  distributions (``weight="both"``), on ``n_grid`` quantiles.  :math:`\tilde F` is linear in
+  :math:`\omega`, so the score is a quadratic in :math:`\omega` per trial and the whole
+  :math:`\kappa` grid costs one pass.  :func:`speaker_pooling_cv` is the cheap
+  leave-one-trial-out version without refits; the model has then seen the held-out trial,
+  which favours it (on a simulation with known truth it chose :math:`\kappa=\infty` where
+  :math:`\kappa = 30` was best; the refitted version chose 30).
+
+In both, :math:`\kappa = \infty` (the model alone) is a candidate, so the counts enter only
+when the cross-validation favours them.
 
 Representation.  A point mass at a fitted score :math:`v` of stratum :math:`s` is a Gaussian
 on the latent scale at the middle of :math:`v`'s latent cell
