@@ -260,7 +260,6 @@ def speaker_pooling_cv(fit: Any, *, kappas: Sequence[float] = KAPPA_GRID, n_grid
         rows = np.flatnonzero((y == c) & (n_cell > 1))
         if rows.size == 0 or u.size == 0:
             continue
-        A = np.zeros(0)
         for start in range(0, rows.size, 4000):
             r = rows[start:start + 4000]
             M = _model_cdf(fit, base, u, r)                                 # (R, G)
@@ -276,7 +275,6 @@ def speaker_pooling_cv(fit: Any, *, kappas: Sequence[float] = KAPPA_GRID, n_grid
             a, b, cc = np.mean(D * D, axis=1), np.mean(D * Dl, axis=1), np.mean(Dl * Dl, axis=1)
             w = np.array([[_weights(float(nu - 1), float(kk)) for kk in kap] for nu in n_unit[r]])   # (R, K)
             crps[c] += (a[:, None] + 2 * b[:, None] * w + cc[:, None] * w ** 2).sum(axis=0)
-            A = np.r_[A, a]
         best = int(np.argmin(crps[c]))
         rows_tab.append(pd.DataFrame({"class": "positive" if c else "negative", "kappa": kap, "cv_crps": crps[c],
                                       "delta": crps[c] - crps[c][best], "chosen": np.arange(kap.size) == best}))
@@ -405,8 +403,6 @@ def speaker_pooling_crps_refit(fit: Any, *, kappas: Sequence[float] = KAPPA_GRID
             te = np.flatnonzero(~train & (y == c))
             if te.size == 0 or u.size == 0:
                 continue
-            # one representative fitted row per cell for the model CDF: the cell's mixture
-            first = {}
             cells_te = np.unique(cell[te])
             Fm, Fe, nu = {}, {}, {}
             for k in cells_te:
@@ -417,7 +413,6 @@ def speaker_pooling_crps_refit(fit: Any, *, kappas: Sequence[float] = KAPPA_GRID
                 Fe[k] = np.mean(score[tr_idx[rows_k], None] < u[None, :], axis=0)
                 sp_k, = np.unique(spk[tr_idx[rows_k]])
                 nu[k] = float(n_unit_t.get((sp_k, c), 0))
-            del first
             for k in Fm:
                 xt = score[te[cell[te] == k]]
                 ind = (xt[:, None] < u[None, :]).astype(np.float64)
