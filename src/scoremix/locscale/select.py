@@ -242,7 +242,7 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
     if getattr(fit, "shape_pooling", None) is not None:
         _pooling_selection(fit.selection, fit.shape_pooling)
     # --- s6speaker: per-speaker shape pooling (locscale/speaker_pool.py), chosen by within-speaker CV
-    if speaker_pooling is not None and chosen.transform and n_spk >= 2:
+    if speaker_pooling is not None and chosen.transform and n_spk >= 4:
         from scoremix.locscale.speaker_pool import choose_speaker_pooling
 
         pool = choose_speaker_pooling(fit, criterion=speaker_pooling, seed=seed)
