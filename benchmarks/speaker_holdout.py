@@ -9,6 +9,7 @@ the best linear shrinkage of the counts (oracle λ).  Also gender × attack cell
     python3 benchmarks/speaker_holdout.py --quick          # 3 systems, share 0.2
     python3 benchmarks/speaker_holdout.py --shares 0.2 0.5 # all 10 systems
     python3 benchmarks/speaker_holdout.py --shares 0.2 --failure-quantile none   # without the failure mixture
+    python3 benchmarks/speaker_holdout.py --shares 0.2 --speaker-pooling none    # without speaker shape pooling
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--failure-quantile", default="0.99",
                     help="score_model's failure_quantile (per-speaker failure mixture); 'none' turns it off")
+    ap.add_argument("--speaker-pooling", default="error_rates",
+                    help="score_model's speaker_pooling ('error_rates', 'crps'; 'none' turns it off)")
     a = ap.parse_args()
     d = pd.read_csv(DATA)
     systems = a.systems or (QUICK if a.quick else sorted(d["system"].unique()))
@@ -72,10 +75,14 @@ def main() -> None:
             t0 = time.perf_counter()
             fq = None if a.failure_quantile.lower() == "none" else float(a.failure_quantile)
             r = one(t, share, a.seed, also_by=[dict(by="speaker_gender", negative_by="attack")] if a.gender else [],
-                    failure_quantile=fq)
+                    failure_quantile=fq,
+                    speaker_pooling=None if a.speaker_pooling.lower() == "none" else a.speaker_pooling)
             dt = time.perf_counter() - t0
             sel = r.info.get("selection")
             chosen = sel.chosen.name if sel is not None else ""
+            sp = getattr(sel, "speaker_pooling", None)
+            if sp is not None:
+                chosen += f" kappa-={sp.kappa[0]:g} kappa+={sp.kappa[1]:g}"
             for (cells, m), row in r.summary.iterrows():
                 rows.append(dict(system=sysname, share=share, seed=a.seed, cells=cells, measure=m, **row.to_dict(),
                                  seconds=dt, chosen=chosen))

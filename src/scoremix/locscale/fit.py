@@ -267,6 +267,7 @@ class LocScaleFit:
         self.varcorr = vc
         self.selection: Any = None
         self.failure: dict | None = None    # set by fit_locscale: {"cuts", "shares"}
+        self.speaker_pooling: Any = None    # s6speaker: set by score_model (locscale/speaker_pool.py)
         self.n_obs = len(frame)
         # s5trust-auto: per-class covariate location terms (``coef``: β per class)
         self.design = covariate_design(data, spec.covariates)[0] if spec.covariates else None
@@ -403,6 +404,13 @@ class LocScaleFit:
             w2 = np.where(has, w2, 0.0)
             strata2 = np.where(has, strata2, self._primary_strata(frame, y, fail))
         return w1, np.zeros(len(frame)), np.ones(len(frame)), strata2, w2
+
+    def trial_components(self, trials: pd.DataFrame | None = None, marginal_over: Sequence[str] = ()) -> Any:
+        """Every further per-trial component: the failure mixture (:meth:`trial_mixture`) and
+        the per-speaker shape pooling (:mod:`scoremix.locscale.speaker_pool`; s6speaker)."""
+        if self.speaker_pooling is None:
+            return self.trial_mixture(trials, marginal_over=marginal_over)
+        return self.speaker_pooling.components(self, trials, marginal_over)
 
     def _xbeta(self, frame: pd.DataFrame, y: np.ndarray) -> np.ndarray | float:
         """:math:`x_t^\\top\\beta_{c(t)}` of the covariate location terms (0 without any)."""

@@ -64,6 +64,7 @@ class Selection:
     predicted: list
     n_folds: int
     notes: list = field(default_factory=list)
+    speaker_pooling: Any = None   # s6speaker: the SpeakerPooling chosen (locscale/speaker_pool.py)
 
     def __repr__(self) -> str:
         return (f"Selection(chosen={self.chosen.name!r}: {self.chosen.describe()})\n"
@@ -134,7 +135,7 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
                 factors: Sequence[str] = (), covariates: Sequence[str] = (), positive: Any = None,
                 candidates: Sequence[LocScaleSpec] | None = None, n_folds: int = 4, seed: int = 0,
                 n_nodes: int = 9, n_pass: int = 3, pool_shapes: bool = False,
-                failure_quantile: float | None = 0.99) -> Any:
+                failure_quantile: float | None = 0.99, speaker_pooling: str | None = "error_rates") -> Any:
     r"""Fit a score model whose specification is chosen automatically (module docstring).
 
     Parameters
@@ -155,6 +156,13 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
     n_nodes, n_pass: passed to :func:`scoremix.locscale.fit_locscale`.
     failure_quantile: ``q`` of the per-speaker failure mixture (:mod:`scoremix.locscale.failure`)
         added to the chosen specification when its speaker-grouped CV wins; ``None``: never.
+    speaker_pooling: per-speaker shape pooling (:mod:`scoremix.locscale.speaker_pool`): every
+        speaker's distribution is the blend :math:`\omega F_{\text{own}} + (1-\omega)
+        F_{\text{model}}`, :math:`\omega = n/(n+\kappa_c)`, with :math:`\kappa_c` per class
+        chosen by within-speaker cross-validation (``"error_rates"``: of the speakers' EER and
+        minimum DCF on held-out halves, the model refitted on the other half; ``"crps"``:
+        leave-one-trial-out threshold-weighted CRPS); :math:`\kappa=\infty` (the model alone)
+        is a candidate.  ``None``: never.  The choice is ``fit.selection.speaker_pooling``.
     pool_shapes: also consider shapes between one transform per class and one per stratum:
         each stratum's distribution shrunk toward a shared class shape, the amount of pooling
         :math:`\kappa` chosen by speaker-grouped CV (:mod:`scoremix.locscale.pooled`; κ = 0 is
@@ -246,6 +254,20 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
                               predicted=predicted, n_folds=folds, notes=notes)
     if getattr(fit, "shape_pooling", None) is not None:
         _pooling_selection(fit.selection, fit.shape_pooling)
+    # --- s6speaker: per-speaker shape pooling (locscale/speaker_pool.py), chosen by within-speaker CV
+    if speaker_pooling is not None and chosen.transform and n_spk >= 4:
+        from scoremix.locscale.speaker_pool import choose_speaker_pooling
+
+        pool = choose_speaker_pooling(fit, criterion=speaker_pooling, seed=seed)
+        fit.selection.speaker_pooling = pool
+        k = ", ".join(f"{'positive' if c else 'negative'} {v:g}" for c, v in sorted(pool.kappa.items()))
+        fit.selection.notes.append(f"speaker shape pooling ({speaker_pooling} CV within speakers): kappa {k} "
+                                   f"({'used' if pool.used else 'model alone'})")
+        if pool.used:
+            fit.speaker_pooling = pool
+            fit.selection.predicted.append(f"{speaker} shape per class: own distribution blended with the model's, "
+                                           "weight n/(n + kappa)")
+    # --- end s6speaker
     return fit
 
 

@@ -205,7 +205,10 @@ def model_eer_interval(pred: Any, mask: Any, clusters: Any = None, n_boot: int =
     C = int(cl.max()) + 1
     wts = np.ones(idx.size) if pred.weight is None else pred.weight[idx]
     if pred.component2 is not None:   # per-trial mixtures (a failure mixture): both components
-        comp, cl, wts = np.r_[comp, pred.component2[idx]], np.r_[cl, cl], np.r_[wts, pred.weight2[idx]]
+        c2, w2 = pred.component2[idx], pred.weight2[idx]
+        K = 1 if c2.ndim == 1 else c2.shape[1]
+        comp = np.r_[comp, c2.reshape(idx.size, K).T.ravel()]
+        cl, wts = np.r_[cl, np.tile(cl, K)], np.r_[wts, w2.reshape(idx.size, K).T.ravel()]
     sel, comp_local = np.unique(comp, return_inverse=True)
     S = sparse.csr_matrix((wts, (comp_local, cl)), shape=(sel.size, C))
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)

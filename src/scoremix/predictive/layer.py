@@ -114,9 +114,10 @@ class Predictive:
     conditional: bool = field(default=True)
     axis: ThresholdAxis | None = None
     stratum: np.ndarray | None = None
-    #: per-trial mixtures (e.g. a failure mixture, :mod:`scoremix.locscale.failure`): trial
-    #: ``i`` carries weight ``weight[i]`` on ``component[i]`` and ``weight2[i]`` on
-    #: ``component2[i]``; ``None``: weight 1 on ``component`` only
+    #: per-trial mixtures (e.g. a failure mixture, :mod:`scoremix.locscale.failure`; speaker
+    #: shape pooling, :mod:`scoremix.locscale.speaker_pool`): trial ``i`` carries weight
+    #: ``weight[i]`` on ``component[i]`` and ``weight2[i]`` on ``component2[i]`` (``(n,)``, or
+    #: ``(n, K)`` for ``K`` further components per trial); ``None``: weight 1 on ``component`` only
     weight: np.ndarray | None = None
     component2: np.ndarray | None = None
     weight2: np.ndarray | None = None
@@ -164,7 +165,8 @@ class Predictive:
         w = None if self.weight is None else self.weight[m]
         out = np.bincount(self.component[m], weights=w, minlength=self.n_components).astype(np.float64)
         if self.component2 is not None:
-            out += np.bincount(self.component2[m], weights=self.weight2[m], minlength=self.n_components)
+            out += np.bincount(self.component2[m].ravel(), weights=self.weight2[m].ravel(),
+                               minlength=self.n_components)
         return out
 
     def population_weights(self, mem_trial: np.ndarray, mem_group: np.ndarray, n_groups: int) -> np.ndarray:
@@ -175,7 +177,8 @@ class Predictive:
         mt, mg = np.asarray(mem_trial), 1 + np.asarray(mem_group)
         np.add.at(W, (mg, self.component[mt]), 1.0 if self.weight is None else self.weight[mt])
         if self.component2 is not None:
-            np.add.at(W, (mg, self.component2[mt]), self.weight2[mt])
+            c2 = self.component2[mt]
+            np.add.at(W, (mg.reshape((-1,) + (1,) * (c2.ndim - 1)), c2), self.weight2[mt])
         return W
 
     def mixture(self, weights: np.ndarray) -> MixtureRates:
@@ -228,7 +231,13 @@ class Predictive:
         """
         if scale not in ("score", "latent"):
             raise PredictiveError(f"scale must be 'score' or 'latent', got {scale!r}")
-        mix = self.mixture(self.counts(mask)[None, :])
+        w = self.counts(mask)
+        keep = np.flatnonzero(w > 0)     # components outside the population add nothing
+        if 0 < keep.size < w.size:
+            mix = MixtureRates(self.mean[:, keep], self.sd[:, keep], self.positive[keep], w[None, keep],
+                               axis=self.axis, stratum=self.stratum[keep])
+        else:
+            mix = self.mixture(w[None, :])
         if scale == "score":
             lat = self.axis.from_score(np.atleast_1d(np.asarray(tau, dtype=np.float64)))  # (S, T)
             lat = np.broadcast_to(lat[:, None, None, :], (lat.shape[0], 1, self.n_draws, lat.shape[1]))
@@ -580,17 +589,29 @@ def _moments_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFram
     axis = threshold_axis(fit_transform(fit))
     codes = axis.codes(strata, len(rows)) if not axis.identity else np.zeros(len(rows), np.int64)
     key = np.c_[mean, sd, y.astype(float), codes.astype(float)]
-    mix = fit.trial_mixture(trials, marginal_over=marg) if callable(getattr(fit, "trial_mixture", None)) else None
+    if callable(getattr(fit, "trial_components", None)):   # further components per trial, (n, K)
+        mix = fit.trial_components(trials, marginal_over=marg)
+    else:
+        mix = fit.trial_mixture(trials, marginal_over=marg) if callable(getattr(fit, "trial_mixture", None)) else None
     n = len(rows)
-    if mix is not None:   # a second component per trial (failure mixture)
+    shape2 = (n,)
+    if mix is not None:   # further components per trial (failure mixture, speaker shape pooling)
         w1, mean2, sd2, strata2, w2 = mix
-        codes2 = axis.codes(strata2, n) if not axis.identity else np.zeros(n, np.int64)
-        key = np.r_[key, np.c_[mean2, sd2, y.astype(float), codes2.astype(float)]]
+        shape2 = np.shape(mean2)
+        K = 1 if len(shape2) == 1 else shape2[1]
+        st2 = np.asarray(strata2, dtype=object).reshape(n, K)
+        codes2 = (np.column_stack([axis.codes(st2[:, j], n) for j in range(K)]) if not axis.identity
+                  else np.zeros((n, K), np.int64))
+        key = np.r_[key, np.c_[np.asarray(mean2, np.float64).reshape(n, K).T.ravel(),
+                               np.asarray(sd2, np.float64).reshape(n, K).T.ravel(),
+                               np.tile(y.astype(float), K), codes2.T.ravel().astype(float)]]
     comp_key, comp = unique_rows(key)
     comp = np.asarray(comp).ravel().astype(np.int64)
     extra = {}
     if mix is not None:
-        extra = dict(weight=np.asarray(w1, np.float64), component2=comp[n:], weight2=np.asarray(w2, np.float64))
+        c2 = comp[n:].reshape(K, n).T
+        extra = dict(weight=np.asarray(w1, np.float64), component2=c2.reshape(shape2),
+                     weight2=np.asarray(w2, np.float64).reshape(shape2))
     return Predictive(mean=comp_key[:, 0][None, :], sd=comp_key[:, 1][None, :], positive=comp_key[:, 2] > 0.5,
                       component=comp[:n], y=y,
                       score=_observed_scores(fit, trials), frame=rows, transform=fit_transform(fit),
