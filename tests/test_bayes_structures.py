@@ -92,10 +92,10 @@ def test_seed_level_progress_convention_and_deprecated_names(small):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         a = sm.bayes_lmer("y ~ 1 + (1|spk)", small, seed=3, progress=False, **kw)
-    with pytest.warns(FutureWarning, match="random_seed= is deprecated"):
+    with pytest.warns(FutureWarning, match="random_seed= is renamed seed="):
         b = sm.bayes_lmer("y ~ 1 + (1|spk)", small, random_seed=3, progress=False, **kw)
     np.testing.assert_array_equal(a.draws("sigma"), b.draws("sigma"))
-    with pytest.warns(FutureWarning, match="progressbar= is deprecated"):
+    with pytest.warns(FutureWarning, match="progressbar= is renamed progress="):
         sm.bayes_lmer("y ~ 1 + (1|spk)", small, seed=3, progressbar=False, **kw)
     with pytest.raises(TypeError, match="seed= only"):
         sm.bayes_lmer("y ~ 1 + (1|spk)", small, seed=3, random_seed=3, **kw)
@@ -105,7 +105,7 @@ def test_seed_level_progress_convention_and_deprecated_names(small):
         g2 = sm.bayes_lmer("y ~ 1 + (1|spk)", small, seed=np.random.default_rng(9), progress=False, **kw)
     np.testing.assert_array_equal(g.draws("sigma"), g2.draws("sigma"))
     s1 = a.summary(level=0.9)
-    with pytest.warns(FutureWarning, match="hdi_prob= is deprecated"):
+    with pytest.warns(FutureWarning, match="hdi_prob= is renamed level="):
         s2 = a.summary(hdi_prob=0.9)
     pd.testing.assert_frame_equal(s1, s2)
     assert "hdi_5%" in s1.columns

@@ -17,7 +17,7 @@ import contextlib
 import importlib.util
 import os
 import time
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,9 @@ from scoremix.bayes.conventions import UNSET, resolve_progress, resolve_seed, se
 from scoremix.bayes.diagnostics import diagnose, gate
 from scoremix.bayes.priors import cor_name, resolve_priors, sd_name, sigma_names
 from scoremix.bayes.result import BayesLmerResult
+
+if TYPE_CHECKING:  # s6bayes-check
+    from scoremix.bayes.locscale import BayesLocScaleResult
 
 __all__ = ["bayes_lmer", "bayes_lmer_spec", "SamplerUnavailableError", "SamplingInterrupted", "IncompleteSamplingError",
            "SAMPLERS"]
@@ -363,7 +366,7 @@ def bayes_lmer(
     max_memory: Any = None,
     random_seed: Any = UNSET,
     progressbar: Any = UNSET,
-) -> BayesLmerResult:
+) -> BayesLmerResult | BayesLocScaleResult:
     r"""Fit a linear mixed model by NUTS with lme4 formula syntax.
 
     Parameters
@@ -395,6 +398,11 @@ def bayes_lmer(
         show the sampler's progress bar (default ``True``; ``progressbar=`` is deprecated).
     dispersion:
         class-specific residual SD, e.g. ``"~ label"`` (σ per level: ``sigma_<level>``).
+        With random effects, e.g. ``"~ label + diag(0 + label | speaker)"`` (a log-SD effect per
+        speaker and class), the model is the Gaussian location-scale model and the result a
+        :class:`~scoremix.bayes.locscale.BayesLocScaleResult` (see
+        :mod:`scoremix.bayes.dispersion_re` for the formulas accepted); other structures raise
+        :class:`~scoremix.bayes.dispersion_re.DispersionRandomEffectsError`.
     posterior_predictive:
         add ``posterior_predictive`` (replicated responses) to ``idata``: ``True`` for every
         draw, an int for that many evenly spaced draws per chain.  The array is checked
@@ -452,6 +460,14 @@ def bayes_lmer(
     for name, value, least in (("draws", draws, 1), ("tune", tune, 0), ("chains", chains, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise ValueError(f"bayes_lmer: {name} must be an integer >= {least}, got {value!r}")
+    # s6bayes-check: dispersion random effects -> the Bayesian location-scale model (or a named refusal)
+    from scoremix.bayes.dispersion_re import fit_dispersion_re, has_dispersion_random_effects
+
+    if has_dispersion_random_effects(dispersion):
+        return fit_dispersion_re(formula, data, dispersion, priors=priors, draws=draws, tune=tune, chains=chains,
+                                 sampler=sampler, method=method, seed=seed, progress=progress, cores=cores,
+                                 centred=centred, target_accept=target_accept, transform=transform, weights=weights,
+                                 posterior_predictive=posterior_predictive)
     if isinstance(formula, ModelSpec):
         spec = formula
     elif (adapter := adapter_for("bayes_spec", data)) is not None:
