@@ -14,7 +14,6 @@ with the auto-scaled priors of :mod:`scoremix.bayes.priors`.  ``method="collapse
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import time
 from typing import TYPE_CHECKING, Any, Mapping
@@ -35,11 +34,9 @@ if TYPE_CHECKING:  # s6bayes-check
 __all__ = ["bayes_lmer", "bayes_lmer_spec", "SamplerUnavailableError", "SamplingInterrupted", "IncompleteSamplingError",
            "SAMPLERS"]
 
-SAMPLERS = ("pymc", "nutpie", "numpyro")
-
-
-class SamplerUnavailableError(ImportError):
-    """The requested NUTS sampler's package is not installed."""
+# s6bayes-check: in scoremix.bayes.samplers (imported by locscale/glmer without importing this module)
+from scoremix.bayes.samplers import SAMPLERS, SamplerUnavailableError  # noqa: E402
+from scoremix.bayes.samplers import check_sampler as _check_sampler  # noqa: E402
 
 
 class IncompleteSamplingError(RuntimeError):
@@ -109,18 +106,6 @@ def _check_complete(raw, draws: int, chains: int) -> None:
             f"({nc} of {chains} chain(s) and {nd} of {draws} draw(s) per chain); no posterior is returned "
             f"(the truncated draws are on this exception's .partial)",
             partial=raw, draws_done=nd, draws_requested=draws, chains_done=nc, chains_requested=chains)
-
-
-def _check_sampler(sampler: str) -> None:
-    if sampler not in SAMPLERS:
-        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
-    need = {"nutpie": ["nutpie"], "numpyro": ["numpyro", "jax"]}.get(sampler, [])
-    missing = [p for p in need if importlib.util.find_spec(p) is None]
-    if missing:
-        raise SamplerUnavailableError(
-            f"sampler={sampler!r} needs the package(s) {missing}: pip install {' '.join(missing)} "
-            f"(or use sampler='pymc')"
-        )
 
 
 def _reset_xla_flags() -> None:

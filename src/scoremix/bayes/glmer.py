@@ -203,7 +203,7 @@ def build_glmm_model(md: GlmmModelData, ps: PriorSet, centred: bool = False):
 
 
 def _resolve_sampler(sampler: str) -> str:
-    from scoremix.bayes.api import _check_sampler
+    from scoremix.bayes.samplers import check_sampler as _check_sampler
 
     if sampler not in GLMER_SAMPLERS:
         raise ValueError(f"sampler must be one of {GLMER_SAMPLERS}, got {sampler!r}")
