@@ -26,12 +26,6 @@ import scoremix as sm  # noqa: E402
 from scoremix.bayes.dispersion_re import DispersionRandomEffectsError, locscale_spec_from_formulas  # noqa: E402
 from scoremix.lme.errors import FormulaError  # noqa: E402
 
-_SLOW_COMPILE = pytest.mark.skip(
-    reason="bayes_locscale with no correlated class (the only form bayes_lmer routes) spends minutes in PyTensor's "
-           "graph rewriting before sampling (>4 CPU-min vs 5 s with a correlated class); to be fixed in "
-           "scoremix.bayes.locscale_model, then remove this mark")
-
-
 LOC = "score ~ label + diag(0 + label | speaker)"
 KW = dict(draws=20, tune=20, chains=1, cores=1, progress=False)
 
@@ -87,7 +81,6 @@ def test_formulas_map_to_the_location_scale_specification(trials):
     assert s2.positive == "zz" and s2.speaker_scale == ("negative",)
 
 
-@_SLOW_COMPILE
 def test_routed_fit_is_bayes_locscale_on_that_specification(trials):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -99,7 +92,6 @@ def test_routed_fit_is_bayes_locscale_on_that_specification(trials):
     np.testing.assert_array_equal(a.draws["g"], b.draws["g"])
 
 
-@_SLOW_COMPILE
 @pytest.mark.slow
 def test_recovers_a_simulated_truth():
     """40 speakers × 25 trials per class from the model (μ, σ per class; speaker location SD

@@ -159,7 +159,9 @@ def build_locscale_model(cells: LocScaleCells, priors: LocScalePriors, centred: 
         tg = pt.ones((2,), dtype="float64")
         if ks.size:
             tg = pt.set_subtensor(tg[ks], pm.HalfNormal("tau_g", sigma=priors.tg_scale, shape=ks.size))
-        rho = pt.zeros((2,), dtype="float64")
+        # s6bayes-check: a symbolic zero (same value, zero gradient); a constant zeros((2,)) here sends
+        # PyMC's rewrite_pregrad into minutes of graph rewriting when no class is correlated
+        rho = 0.0 * tau_b
         kc = np.flatnonzero(cells.corr)
         if kc.size:
             r01 = pm.Beta("rho01", alpha=priors.lkj_eta, beta=priors.lkj_eta, shape=kc.size)
