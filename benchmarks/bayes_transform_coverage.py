@@ -39,7 +39,7 @@ def one(seed: int, n: int) -> dict[str, bool]:
         warnings.simplefilter("ignore")
         res = bayes_lmer("score ~ label * sex + (1 | speaker)", df, dispersion="~ label", transform=tr,
                          draws=300, tune=300, chains=1, cores=1, seed=seed, progress=False)
-        pe = model_eer(res, progress=False, n_boot=0, hdi_prob=0.95)
+        pe = model_eer(res, progress=False, n_boot=0, level=0.95)
         fair = posterior_subgroup_dcf(res, df, ["sex"], max_draws=150, n_boot=0, ci=0.95, random="marginal")
     sd = np.where(y, 0.8, 1.0)
     true_eer = mixture_eer(mean[~y], sd[~y], mean[y], sd[y])

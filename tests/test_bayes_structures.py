@@ -92,10 +92,10 @@ def test_seed_level_progress_convention_and_deprecated_names(small):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         a = sm.bayes_lmer("y ~ 1 + (1|spk)", small, seed=3, progress=False, **kw)
-    with pytest.warns(FutureWarning, match="random_seed= is deprecated"):
+    with pytest.warns(FutureWarning, match="random_seed= is renamed seed="):
         b = sm.bayes_lmer("y ~ 1 + (1|spk)", small, random_seed=3, progress=False, **kw)
     np.testing.assert_array_equal(a.draws("sigma"), b.draws("sigma"))
-    with pytest.warns(FutureWarning, match="progressbar= is deprecated"):
+    with pytest.warns(FutureWarning, match="progressbar= is renamed progress="):
         sm.bayes_lmer("y ~ 1 + (1|spk)", small, seed=3, progressbar=False, **kw)
     with pytest.raises(TypeError, match="seed= only"):
         sm.bayes_lmer("y ~ 1 + (1|spk)", small, seed=3, random_seed=3, **kw)
@@ -105,7 +105,7 @@ def test_seed_level_progress_convention_and_deprecated_names(small):
         g2 = sm.bayes_lmer("y ~ 1 + (1|spk)", small, seed=np.random.default_rng(9), progress=False, **kw)
     np.testing.assert_array_equal(g.draws("sigma"), g2.draws("sigma"))
     s1 = a.summary(level=0.9)
-    with pytest.warns(FutureWarning, match="hdi_prob= is deprecated"):
+    with pytest.warns(FutureWarning, match="hdi_prob= is renamed level="):
         s2 = a.summary(hdi_prob=0.9)
     pd.testing.assert_frame_equal(s1, s2)
     assert "hdi_5%" in s1.columns
@@ -134,3 +134,46 @@ def test_ctrl_c_never_returns_a_truncated_posterior(small, monkeypatch):
             sm.bayes_lmer("y ~ 1 + (1|spk)", small, draws=60, tune=20, chains=1, cores=1, seed=1, progress=False)
     assert isinstance(ei.value, KeyboardInterrupt)
     assert ei.value.draws_requested == 60 and ei.value.draws_done < 60
+
+
+# ---------------------------------------------------------------------------- s6bayes-check: the rest of lmer's structures
+@pytest.mark.slow
+def test_diag_structure_and_interaction_grouping_are_fitted():
+    """lme4 2.0's ``diag(1 + x | g)`` (independent variances, one term per column, as lmer
+    splits it) and an interaction grouping ``(1 | a:b)``: lmer's VarCorr names, REML inside."""
+    rng = np.random.default_rng(13)
+    n = 800
+    spk = rng.integers(0, 20, n)
+    a, b = rng.integers(0, 4, n), rng.integers(0, 3, n)
+    x = rng.normal(size=n)
+    y = (0.4 * x + rng.normal(0, 0.8, 20)[spk] + rng.normal(0, 0.5, 20)[spk] * x
+         + rng.normal(0, 0.6, (4, 3))[a, b] + rng.normal(0, 0.7, n))
+    df = pd.DataFrame({"y": y, "x": x, "spk": np.char.add("s", spk.astype(str)),
+                       "a": np.char.add("a", a.astype(str)), "b": np.char.add("b", b.astype(str))})
+    fit = _fit("y ~ x + diag(1 + x | spk) + (1 | a:b)", df, draws=300, tune=300, seed=4)
+    assert fit.cor_names == []  # diag(): no correlation parameters
+    assert len(fit.sd_names) == 3
+    _check_against_reml(fit, df)
+
+
+@pytest.mark.parametrize("term", ["cs(1 + x | spk)", "ar1(0 + f | spk)"])
+def test_glmer_only_structures_are_refused_by_name(small, term):
+    """cs() / ar1() are glmer's (lme4 2.0); lmer refuses them, and so does bayes_lmer, by name."""
+    from scoremix.lme.errors import FormulaError
+
+    df = small.assign(x=np.arange(len(small)) % 7 / 7.0, f=np.char.add("t", (np.arange(len(small)) % 3).astype(str)))
+    with pytest.raises(FormulaError, match="available in glmer only"):
+        sm.lmer(f"y ~ 1 + {term}", df)
+    with pytest.raises(FormulaError, match="available in glmer only"):
+        sm.bayes_lmer(f"y ~ 1 + {term}", df, draws=10, tune=10, chains=1, progress=False)
+
+
+@pytest.mark.parametrize("term", ["cs(1 + x | spk)", "ar1(0 + f | spk)"])
+def test_bayes_glmer_refuses_structured_covariances_by_name(small, term):
+    """glmer fits cs()/ar1(); bayes_glmer has no such prior and must not fit them as unstructured."""
+    from scoremix.glmm.errors import GlmmUnsupportedError
+
+    df = small.assign(x=np.arange(len(small)) % 7 / 7.0, f=np.char.add("t", (np.arange(len(small)) % 3).astype(str)),
+                      e=(small["y"] > 0).astype(int))
+    with pytest.raises(GlmmUnsupportedError, match=r"structured covariance (cs|ar1)\(\).*sm\.glmer"):
+        sm.bayes_glmer(f"e ~ 1 + {term}", df, draws=10, tune=10, chains=1, progress=False)

@@ -105,7 +105,7 @@ def test_posterior_eer_and_subgroup_ratios_cover_the_truth():
         warnings.simplefilter("ignore")
         res = bayes_lmer("score ~ label * sex + (1 | speaker)", df, dispersion="~ label", transform=tr,
                          draws=250, tune=300, chains=1, cores=1, seed=5, progress=False)
-        pe = model_eer(res, progress=False, n_boot=0, hdi_prob=0.99, thresholds="latent")  # truth: smooth crossing
+        pe = model_eer(res, progress=False, n_boot=0, level=0.99, thresholds="latent")  # truth: smooth crossing
         fair = posterior_subgroup_dcf(res, df, ["sex"], max_draws=125, n_boot=0, ci=0.99, random="marginal")
     assert res.transform is tr
     # truth: the class mixtures of the true per-trial latent Gaussians (realised speakers)

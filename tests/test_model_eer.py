@@ -379,7 +379,7 @@ def test_bayes_model_eer_is_per_draw_mixture_eer_of_known_draws():
     assert s["eer_sd"] == pytest.approx(e.std(ddof=1))
     assert s["eer_median"] == pytest.approx(np.median(e))
     lo, hi = pe.interval_columns
-    assert (lo, hi) == ("hdi_3%", "hdi_97%")
+    assert (lo, hi) == ("hdi_2.5%", "hdi_97.5%")  # level=0.95, as for every interval
     assert e.min() <= s[lo] <= s["eer_median"] <= s[hi] <= e.max()
     assert (s["n_neg"], s["n_pos"]) == (int((y == 0).sum()), int((y == 1).sum()))
     assert s["eer_empirical"] == pytest.approx(_eer(data["score"].to_numpy(), y))
@@ -391,8 +391,13 @@ def test_bayes_model_eer_moments_method_and_errors():
     pytest.importorskip("arviz")
     pytest.importorskip("xarray")
     res, data, y, x, spk, att, p = _posterior_fixture(n_chain=1, n_draw=3, seed=8)
-    pe = model_eer(res, method="moments", hdi_prob=0.9)
+    pe = model_eer(res, method="moments", level=0.9)
     assert pe.interval_columns == ("hdi_5%", "hdi_95%")
+    with pytest.warns(FutureWarning, match="hdi_prob= is renamed level="):
+        old = model_eer(res, method="moments", hdi_prob=0.9)
+    pd.testing.assert_frame_equal(old.summary, pe.summary)
+    with pytest.raises(TypeError, match="level= only"):
+        model_eer(res, method="moments", hdi_prob=0.9, level=0.9)
     for d in range(3):
         mean = (p["(Intercept)"][d] + p["labelbonafide"][d] * y + p["x"][d] * x + p["b_speaker"][d][spk]
                 + np.where(y == 0, p["b_attack"][d][np.maximum(att, 0)], 0.0))
@@ -404,8 +409,8 @@ def test_bayes_model_eer_moments_method_and_errors():
         assert pe.draws["eer"].iloc[d] == pytest.approx(norm.cdf(-(m1 - m0) / (s0 + s1)), abs=1e-10)
     with pytest.raises(ModelEERError, match="method"):
         model_eer(res, method="exact")
-    with pytest.raises(ModelEERError, match="hdi_prob"):
-        model_eer(res, hdi_prob=1.5)
+    with pytest.raises(ModelEERError, match="level"):
+        model_eer(res, level=1.5)
     with pytest.raises(ModelEERError, match="'nope'"):
         model_eer(res, by="nope")
 

@@ -192,6 +192,8 @@ from scoremix.bayes.locscale import (  # noqa: E402
 from scoremix.bayes.decision import BayesDecisionModelResult, bayes_decision_model  # noqa: E402
 from scoremix.bayes.glmer import bayes_glmer  # noqa: E402
 from scoremix.bayes.glmer_result import BayesGlmerResult  # noqa: E402
+# s6bayes-check: dispersion random effects in bayes_lmer (issue 25)
+from scoremix.bayes.dispersion_re import DispersionRandomEffectsError  # noqa: E402
 
 __all__ = [
     "ContrastResult", "EmmError", "EmmGrid", "contrast", "eer_contrast", "emmeans", "joint_tests", "ref_grid",
@@ -262,4 +264,5 @@ __all__ = [
     "BayesLocScaleError", "BayesLocScaleResult", "bayes_locscale", "bayes_score_model",
     # s5bayes-glmer (issue 25)
     "bayes_glmer", "BayesGlmerResult", "bayes_decision_model", "BayesDecisionModelResult",
+    "DispersionRandomEffectsError",  # s6bayes-check (issue 25)
 ]

@@ -277,7 +277,7 @@ def _bayes_model_eer(
     if method not in ("mixture", "moments"):
         raise ModelEERError(f"method must be 'mixture' or 'moments', got {method!r}")
     if not 0 < hdi_prob < 1:
-        raise ModelEERError(f"hdi_prob must lie in (0, 1), got {hdi_prob!r}")
+        raise ModelEERError(f"level (the credible interval's probability) must lie in (0, 1), got {hdi_prob!r}")
     spec = fit.spec
     if getattr(spec.data, "index", None) is not None and spec.data.index.has_duplicates:
         raise ModelEERError("the fitted model frame has duplicate index labels; refit on a frame "
@@ -369,6 +369,7 @@ def _model_interval_method(fit: Any, model_interval: str, by: Any, pred: Any) ->
     return how
 
 
+@renamed_kwargs(hdi_prob="level")  # s6bayes-check: one interval argument, level=, for every fit
 def model_eer(
     fit: Any,
     by: str | Sequence[str] | Any | None = None,
@@ -378,7 +379,6 @@ def model_eer(
     data: pd.DataFrame | None = None,
     *,
     method: str = "mixture",
-    hdi_prob: float = 0.94,
     max_draws: int | None = None,
     progress: bool = True,
     marginal_over: Sequence[str] | None = None,
@@ -436,8 +436,6 @@ def model_eer(
         merged into one weighted component), as for an ``LmerResult``; ``"moments"``: per
         draw one Gaussian per class with the mixture's mean and variance (the result's own
         ``model_eer``; faster, approximate when the trials' means differ a lot).
-    hdi_prob:
-        Bayesian fits only: probability of the highest-density credible interval.
     max_draws:
         Bayesian fits only: use at most this many posterior draws (evenly spaced); None
         uses all of them.
@@ -451,7 +449,9 @@ def model_eer(
         the intervals of tables (model and empirical): bootstrap replicates (0: none, and no check;
         for ``model_interval="parametric"`` the number of refits), cluster column (default:
         ``"speaker"`` if present, else the fit's first grouping factor, else trials), interval
-        level and seed.
+        level and seed.  For a Bayesian fit ``level`` is also the probability of the
+        highest-density credible interval of the model EER (``hdi_prob=`` is its deprecated
+        name, with a ``FutureWarning``).
     check_fit:
         warn (:class:`~scoremix.predictive.gof.ModelFitWarning`) on disagreement.
     n_refits:
@@ -518,8 +518,8 @@ def model_eer(
                                 "trials per negative level")
         if model_interval != "auto":
             raise ModelIntervalError(f"model_interval={model_interval!r} is for point fits: a posterior fit's "
-                                     "model interval is its credible interval (hdi_prob); use 'auto'")
-        return _bayes_model_eer(fit, by, conditional, label, positive, data, method, hdi_prob,
+                                     "model interval is its credible interval (level); use 'auto'")
+        return _bayes_model_eer(fit, by, conditional, label, positive, data, method, level,
                                 max_draws, progress, n_boot=n_boot, speaker=speaker, level=level, seed=seed,
                                 check_fit=check_fit, thresholds=thresholds)
     if by is None and negative_by is None:

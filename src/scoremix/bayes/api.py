@@ -14,10 +14,9 @@ with the auto-scaled priors of :mod:`scoremix.bayes.priors`.  ``method="collapse
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import time
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -29,14 +28,15 @@ from scoremix.bayes.diagnostics import diagnose, gate
 from scoremix.bayes.priors import cor_name, resolve_priors, sd_name, sigma_names
 from scoremix.bayes.result import BayesLmerResult
 
+if TYPE_CHECKING:  # s6bayes-check
+    from scoremix.bayes.locscale import BayesLocScaleResult
+
 __all__ = ["bayes_lmer", "bayes_lmer_spec", "SamplerUnavailableError", "SamplingInterrupted", "IncompleteSamplingError",
            "SAMPLERS"]
 
-SAMPLERS = ("pymc", "nutpie", "numpyro")
-
-
-class SamplerUnavailableError(ImportError):
-    """The requested NUTS sampler's package is not installed."""
+# s6bayes-check: in scoremix.bayes.samplers (imported by locscale/glmer without importing this module)
+from scoremix.bayes.samplers import SAMPLERS, SamplerUnavailableError  # noqa: E402
+from scoremix.bayes.samplers import check_sampler as _check_sampler  # noqa: E402
 
 
 class IncompleteSamplingError(RuntimeError):
@@ -106,18 +106,6 @@ def _check_complete(raw, draws: int, chains: int) -> None:
             f"({nc} of {chains} chain(s) and {nd} of {draws} draw(s) per chain); no posterior is returned "
             f"(the truncated draws are on this exception's .partial)",
             partial=raw, draws_done=nd, draws_requested=draws, chains_done=nc, chains_requested=chains)
-
-
-def _check_sampler(sampler: str) -> None:
-    if sampler not in SAMPLERS:
-        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
-    need = {"nutpie": ["nutpie"], "numpyro": ["numpyro", "jax"]}.get(sampler, [])
-    missing = [p for p in need if importlib.util.find_spec(p) is None]
-    if missing:
-        raise SamplerUnavailableError(
-            f"sampler={sampler!r} needs the package(s) {missing}: pip install {' '.join(missing)} "
-            f"(or use sampler='pymc')"
-        )
 
 
 def _reset_xla_flags() -> None:
@@ -363,7 +351,7 @@ def bayes_lmer(
     max_memory: Any = None,
     random_seed: Any = UNSET,
     progressbar: Any = UNSET,
-) -> BayesLmerResult:
+) -> BayesLmerResult | BayesLocScaleResult:
     r"""Fit a linear mixed model by NUTS with lme4 formula syntax.
 
     Parameters
@@ -395,6 +383,11 @@ def bayes_lmer(
         show the sampler's progress bar (default ``True``; ``progressbar=`` is deprecated).
     dispersion:
         class-specific residual SD, e.g. ``"~ label"`` (σ per level: ``sigma_<level>``).
+        With random effects, e.g. ``"~ label + diag(0 + label | speaker)"`` (a log-SD effect per
+        speaker and class), the model is the Gaussian location-scale model and the result a
+        :class:`~scoremix.bayes.locscale.BayesLocScaleResult` (see
+        :mod:`scoremix.bayes.dispersion_re` for the formulas accepted); other structures raise
+        :class:`~scoremix.bayes.dispersion_re.DispersionRandomEffectsError`.
     posterior_predictive:
         add ``posterior_predictive`` (replicated responses) to ``idata``: ``True`` for every
         draw, an int for that many evenly spaced draws per chain.  The array is checked
@@ -452,6 +445,14 @@ def bayes_lmer(
     for name, value, least in (("draws", draws, 1), ("tune", tune, 0), ("chains", chains, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise ValueError(f"bayes_lmer: {name} must be an integer >= {least}, got {value!r}")
+    # s6bayes-check: dispersion random effects -> the Bayesian location-scale model (or a named refusal)
+    from scoremix.bayes.dispersion_re import fit_dispersion_re, has_dispersion_random_effects
+
+    if has_dispersion_random_effects(dispersion):
+        return fit_dispersion_re(formula, data, dispersion, priors=priors, draws=draws, tune=tune, chains=chains,
+                                 sampler=sampler, method=method, seed=seed, progress=progress, cores=cores,
+                                 centred=centred, target_accept=target_accept, transform=transform, weights=weights,
+                                 posterior_predictive=posterior_predictive)
     if isinstance(formula, ModelSpec):
         spec = formula
     elif (adapter := adapter_for("bayes_spec", data)) is not None:

@@ -1,15 +1,17 @@
 """One argument convention for the Bayesian API: ``seed=``, ``level=``, ``progress=``.
 
 The older names (``random_seed=``, ``hdi_prob=``, ``progressbar=``) keep working for one
-release with a :class:`FutureWarning`; passing both spellings is an error.
+release with the :class:`FutureWarning` of :func:`scoremix._deprecate.warn_renamed`; passing
+both spellings is an error.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
+
+from scoremix._deprecate import warn_renamed
 
 __all__ = ["resolve_seed", "resolve_level", "resolve_progress", "seed_int", "UNSET"]
 
@@ -28,8 +30,7 @@ def _renamed(new: str, new_value: Any, old: str, old_value: Any, default: Any, w
         return default if new_value is UNSET else new_value
     if new_value is not UNSET:
         raise TypeError(f"{where}: pass {new}= only ({old}= is its deprecated spelling)")
-    warnings.warn(f"{where}: {old}= is deprecated and will be removed in the next release; use {new}=",
-                  FutureWarning, stacklevel=4)
+    warn_renamed(where, old, new, stacklevel=5)  # s6bayes-check: the project's one deprecation message
     return old_value
 
 

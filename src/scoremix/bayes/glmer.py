@@ -99,6 +99,15 @@ def glmm_model_data(formula: str, data: pd.DataFrame, family: str, link: str | N
     if not spec.terms:
         raise GlmmUnsupportedError("no random effects terms specified in formula (use a Bayesian GLM, "
                                    "e.g. bambi, for a model without them)")
+    # s6bayes-check: lme4 2.0's structured covariances are glmer's; never fit them as unstructured
+    odd = [t for t in spec.terms if getattr(t, "structure", "us") not in ("us", "diag")]
+    if odd:
+        t = odd[0]
+        raise GlmmUnsupportedError(
+            f"bayes_glmer: the structured covariance {t.structure.split('_')[0]}() of the term on {t.group!r} "
+            f"({', '.join(t.term_names)}) is not implemented in the Bayesian GLMM; fit it with sm.glmer, or write "
+            f"(... | {t.group}) for an unstructured covariance with an LKJ prior or diag(... | {t.group}) for "
+            "independent variances")
     off = np.zeros(spec.n) if spec.offset is None else np.asarray(spec.offset, float)
     y = np.asarray(spec.y, float) + off          # the Gaussian frame stores y - offset
     wt = np.ones(spec.n) if spec.weights is None else np.asarray(spec.weights, float)
@@ -196,7 +205,7 @@ def build_glmm_model(md: GlmmModelData, ps: PriorSet, centred: bool = False):
 
 
 def _resolve_sampler(sampler: str) -> str:
-    from scoremix.bayes.api import _check_sampler
+    from scoremix.bayes.samplers import check_sampler as _check_sampler
 
     if sampler not in GLMER_SAMPLERS:
         raise ValueError(f"sampler must be one of {GLMER_SAMPLERS}, got {sampler!r}")

@@ -138,7 +138,7 @@ def sample_locscale(cells: LocScaleCells, priors: LocScalePriors | None = None, 
         kw["target_accept"] = target_accept
     t0 = time.perf_counter()
     if sampler == "nutpie":
-        from scoremix.bayes.api import _check_sampler
+        from scoremix.bayes.samplers import check_sampler as _check_sampler  # s6bayes-check: no cycle via api
 
         _check_sampler("nutpie")
         import nutpie

@@ -39,6 +39,11 @@ def model_columns(cfg: StudyConfig) -> dict[str, list[str]]:
             out[f"models[{i}]"] = [cfg.data.speaker, *m.factors, *m.covariates]
             continue
         cols = list(_parse(m.formula, f"models[{i}].formula", cfg.source).columns)
+        if m.dispersion and "|" in m.dispersion:  # s6bayes-check: never a failure at fit time
+            raise StudyConfigError(f"models[{i}].dispersion", f"random effects in a dispersion formula "
+                                   f"({m.dispersion!r}) are not available in a study model; use a model with "
+                                   "auto = true (score_model's location-scale specification, speaker log-SD "
+                                   "effects per class) or scoremix.bayes_locscale in the API", cfg.source)
         if m.dispersion:
             # a one-sided formula: parse it with a placeholder response
             disp = _parse(f"dispersion_response {m.dispersion}", f"models[{i}].dispersion", cfg.source)
