@@ -17,7 +17,7 @@ import scipy.linalg as sla
 
 from scoremix.lme.crossprod import CrossProducts
 from scoremix.lme.factor import Factorization, factorize, inverse_upper
-from scoremix.lme.relcov import u_to_b
+from scoremix.lme.relcov import lambda_rest, u_to_b
 
 __all__ = ["ConditionalEstimates", "conditional_estimates", "conditional_variances",
            "estimates_at"]
@@ -140,16 +140,7 @@ def conditional_variances(ce: ConditionalEstimates, term_nlev: Sequence[int], si
         Zu = inverse_upper(Lzz)
         H = np.einsum("mlb,lbc->mlc", Lz1.reshape(qr, n1, p1), f.L11inv)
         V1 += _level_quadratic_forms(H, Zu)
-        pos = 0
-        for k in range(1, len(f.T)):
-            pk, nk = f.T[k].shape[0], term_nlev[k]
-            r = pos + np.arange(nk) * pk
-            Vk = np.empty((nk, pk, pk))
-            for a in range(pk):
-                for c in range(a, pk):
-                    Vk[:, a, c] = Vk[:, c, a] = Zu[r + a, r + c]
-            out.append(Vk)
-            pos += pk * nk
+        out.extend(_rest_level_blocks(Zu, f.T, term_nlev))
     else:
         H = np.einsum("mlb,lbc->mlc", Lz1.reshape(qr, n1, p1), f.L11inv).reshape(qr, n1 * p1)
         G = sla.solve_triangular(Lzz, H, lower=True).reshape(qr, n1, p1)
@@ -170,6 +161,24 @@ def conditional_variances(ce: ConditionalEstimates, term_nlev: Sequence[int], si
 #: conditional variances use the sparse route when ``Lz1`` has at least this many entries
 #: (and at most 10 % non-zero)
 _SPARSE_MIN_SIZE = 200_000
+
+
+def _rest_level_blocks(Zinv: Any, T: list[np.ndarray], term_nlev: Sequence[int]) -> list[np.ndarray]:
+    """The ``p_k × p_k`` diagonal blocks of each level of every term after the first, read
+    from the inverse ``Zinv`` of the rest block (anything indexable as ``Zinv[rows, cols]``
+    elementwise: a dense array or the sparse factor's selected inverse)."""
+    blocks = []
+    pos = 0
+    for k in range(1, len(T)):
+        pk, nk = T[k].shape[0], term_nlev[k]
+        r = pos + np.arange(nk) * pk
+        Vk = np.empty((nk, pk, pk))
+        for a in range(pk):
+            for c in range(a, pk):
+                Vk[:, a, c] = Vk[:, c, a] = Zinv[r + a, r + c]
+        blocks.append(Vk)
+        pos += pk * nk
+    return blocks
 
 
 def _level_quadratic_forms(H: np.ndarray, Zu: np.ndarray) -> np.ndarray:
@@ -212,7 +221,7 @@ def _estimates_sparse(cp: CrossProducts, f: Factorization, REML: bool) -> dict[s
     x_rest = f.rest_modes(mz)
     A = cp.ar1_sparse()[0]
     S11inv = np.einsum("lba,lbc->lac", f.L11inv, f.L11inv)       # (T1'A11_l T1 + I)^{-1}
-    lam_x = _lambda_rest_rows(x_rest, T, cp)
+    lam_x = lambda_rest(x_rest, T, cp.term_p, cp.term_nlev)
     z = np.zeros(m)
     z[:mz] = -lam_x
     z[-1] = 1.0
@@ -245,32 +254,12 @@ def _estimates_sparse(cp: CrossProducts, f: Factorization, REML: bool) -> dict[s
                                - Z.column_forms(Hb))
                 V[0][:, aa, bb] += cross
                 V[0][:, bb, aa] += cross
-        pos = 0
-        for k in range(1, len(T)):
-            pk, nk = T[k].shape[0], cp.term_nlev[k]
-            r = pos + np.arange(nk) * pk
-            Vk = np.empty((nk, pk, pk))
-            for aa in range(pk):
-                for cc in range(aa, pk):
-                    Vk[:, aa, cc] = Vk[:, cc, aa] = Z[r + aa, r + cc]
-            V.append(Vk)
-            pos += pk * nk
+        V.extend(_rest_level_blocks(Z, T, cp.term_nlev))
     else:
         V.extend(np.zeros((nk, Tk.shape[0], Tk.shape[0])) for Tk, nk in zip(T[1:], cp.term_nlev[1:]))
     condvar = [sigma2 * np.einsum("ab,lbc,dc->lad", Tk, Vk, Tk) for Vk, Tk in zip(V, T)]
     return dict(beta=beta, sigma=sigma, vcov=vcov, b=u_to_b(u, T, cp.term_nlev),
                 condvar=condvar, criterion=f.deviance(REML), T=T)
-
-
-def _lambda_rest_rows(x: np.ndarray, T: list[np.ndarray], cp: CrossProducts) -> np.ndarray:
-    """``Λ_r x`` on the ``[Z_2 … Z_K X]`` rows (``X`` rows unchanged)."""
-    out = np.array(x, dtype=float, copy=True)
-    pos = 0
-    for k in range(1, len(cp.term_p)):
-        pk, nk = cp.term_p[k], cp.term_nlev[k]
-        out[pos: pos + pk * nk] = (x[pos: pos + pk * nk].reshape(nk, pk) @ T[k].T).ravel()
-        pos += pk * nk
-    return out
 
 
 def estimates_at(cp: CrossProducts, theta: np.ndarray, REML: bool,

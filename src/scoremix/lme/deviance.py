@@ -11,7 +11,7 @@ import scipy.linalg as sla
 
 from scoremix.lme.crossprod import CrossProducts
 from scoremix.lme.factor import _solve_lower_t, factorize, inverse_upper
-from scoremix.lme.relcov import rest_scale, theta_to_T
+from scoremix.lme.relcov import lambda_rest, rest_scale, theta_to_T
 
 __all__ = ["profiled_deviance", "has_analytic_gradient", "profiled_deviance_grad"]
 
@@ -146,7 +146,7 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
     else:
         A = sparse[0]
         z = np.zeros(m)
-        z[:mz] = -_lambda_rest(x_rest, T, cp)
+        z[:mz] = -lambda_rest(x_rest, T, cp.term_p, cp.term_nlev)
         z[-1] = 1.0
         a = (A.T @ z).reshape(n1, p1) @ T[0]                         # T1' (Ar1_l' z)
         u1 = np.einsum("lab,lb->la", S11inv, a)
@@ -230,17 +230,6 @@ def _grad_vector(theta: np.ndarray, T: list[np.ndarray], cp: CrossProducts, reml
             for i in range(j, pk):
                 g.append(Gld[j, i] - Gr[i, j])
     return crit, np.asarray(g)
-
-
-def _lambda_rest(x: np.ndarray, T: list[np.ndarray], cp: CrossProducts) -> np.ndarray:
-    """``Λ_rest x`` on the ``[Z_2 … Z_K X]`` rows (``b = Λu`` per level; ``X`` rows unchanged)."""
-    out = np.array(x, dtype=float, copy=True)
-    pos = 0
-    for k in range(1, len(cp.term_p)):
-        pk, nk = cp.term_p[k], cp.term_nlev[k]
-        out[pos: pos + pk * nk] = (x[pos: pos + pk * nk].reshape(nk, pk) @ T[k].T).ravel()
-        pos += pk * nk
-    return out
 
 
 def _lambda_rest_sparse(T: list[np.ndarray], cp: CrossProducts, md: int):

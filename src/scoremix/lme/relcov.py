@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["psd_chol", "theta_to_T", "scale_rest_rows", "scale_rest_sym", "rest_scale", "u_to_b"]
+__all__ = ["psd_chol", "theta_to_T", "scale_rest_rows", "scale_rest_sym", "rest_scale", "u_to_b", "lambda_rest"]
 
 
 def psd_chol(R: np.ndarray) -> np.ndarray:
@@ -122,5 +122,18 @@ def u_to_b(u: np.ndarray, T: list[np.ndarray], term_nlev: Sequence[int]) -> list
         pk = Tk.shape[0]
         uk = u[pos: pos + pk * nk].reshape(nk, pk)
         out.append(uk @ Tk.T)
+        pos += pk * nk
+    return out
+
+
+def lambda_rest(x: np.ndarray, T: list[np.ndarray], term_p: Sequence[int],
+                term_nlev: Sequence[int]) -> np.ndarray:
+    """``Λ_rest x`` on the ``[Z_2 … Z_K X]`` rows: ``b = Λ u`` per level of every term after
+    the first (``x`` holds ``p_k`` consecutive entries per level); the ``X`` rows are unchanged."""
+    out = np.array(x, dtype=float, copy=True)
+    pos = 0
+    for k in range(1, len(term_p)):
+        pk, nk = term_p[k], term_nlev[k]
+        out[pos: pos + pk * nk] = (x[pos: pos + pk * nk].reshape(nk, pk) @ T[k].T).ravel()
         pos += pk * nk
     return out
