@@ -67,3 +67,23 @@ def test_fast_path_agrees_with_exact_cells():
         # within MC error, plus the points' approximation (cell widths ~1e-3 on the latent scale)
         assert abs(a.mean() - b.mean()) < 4 * se + 0.01, (name, a.mean(), b.mean(), se)
         assert a.std() == pytest.approx(b.std(), rel=0.15)
+
+
+def test_fast_path_tables_by_a_column_of_the_data():
+    """Regression (study with ``transform = "monotone"`` and ``by=``): the fitted frame keeps
+    the observed scores, so ``model_eer(fit, by=<a data column>, data=df)`` matches ``df`` and
+    its empirical column is the per-group ROCCH EER of the raw scores."""
+    import scoremix as sm
+
+    df = _data().assign(group=lambda d: np.where(d["speaker"] < "s06", "a", "b"))
+    f = "score ~ label + (1|speaker)"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.bayes_lmer(f, df, dispersion="~ label", transform="monotone", draws=100, tune=100, chains=1,
+                            cores=1, seed=3, progress=False)
+        tab = sm.model_eer(fit, by="group", data=df, progress=False).summary
+    np.testing.assert_array_equal(fit.spec.data["score"].to_numpy(), df["score"].to_numpy())
+    for g, part in df.groupby("group"):
+        want = sm.eer(part["score"].to_numpy(), (part["label"] == "target").to_numpy())
+        assert tab.loc[g, "eer_empirical"] == pytest.approx(want, abs=1e-12)
+        assert 0.0 < tab.loc[g, "eer_model"] < 0.5

@@ -65,5 +65,6 @@ def latent_point_spec(formula: Any, data: Any, spec: Any, transform: Any, disper
                                  "pass the fit of the same formula and data")
     tr = fit.transform
     cells = latent_cells(tr, spec.y)
-    data_z = spec.data.assign(**{spec.response: z}) if spec.response in spec.data.columns else spec.data
-    return replace(spec, y=z, data=data_z), tr, cells
+    # the model frame keeps the observed scores (as the exact-cell path does): tables that take
+    # data= match it by response, and the predictive layer maps scores through h itself
+    return replace(spec, y=z), tr, cells
