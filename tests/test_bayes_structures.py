@@ -157,23 +157,22 @@ def test_diag_structure_and_interaction_grouping_are_fitted():
 
 
 @pytest.mark.parametrize("term", ["cs(1 + x | spk)", "ar1(0 + f | spk)"])
-def test_glmer_only_structures_are_refused_by_name(small, term):
-    """cs() / ar1() are glmer's (lme4 2.0); lmer refuses them, and so does bayes_lmer, by name."""
-    from scoremix.lme.errors import FormulaError
+def test_structured_covariances_are_lmer_only_and_refused_by_bayes_lmer(small, term):
+    """cs() / ar1() (lme4 2.0) are fitted by lmer (tests/test_lmer_structured.py checks them
+    against glmmTMB); bayes_lmer has no prior for them and refuses them by name."""
+    from scoremix.lme.errors import UnsupportedModelError
 
     df = small.assign(x=np.arange(len(small)) % 7 / 7.0, f=np.char.add("t", (np.arange(len(small)) % 3).astype(str)))
-    with pytest.raises(FormulaError, match="available in glmer only"):
-        sm.lmer(f"y ~ 1 + {term}", df)
-    with pytest.raises(FormulaError, match="available in glmer only"):
+    with pytest.raises(UnsupportedModelError, match=r"cs\(\)/ar1\(\) random terms are fitted by lmer/glmer"):
         sm.bayes_lmer(f"y ~ 1 + {term}", df, draws=10, tune=10, chains=1, progress=False)
 
 
 @pytest.mark.parametrize("term", ["cs(1 + x | spk)", "ar1(0 + f | spk)"])
 def test_bayes_glmer_refuses_structured_covariances_by_name(small, term):
     """glmer fits cs()/ar1(); bayes_glmer has no such prior and must not fit them as unstructured."""
-    from scoremix.glmm.errors import GlmmUnsupportedError
+    from scoremix.lme.errors import UnsupportedModelError
 
     df = small.assign(x=np.arange(len(small)) % 7 / 7.0, f=np.char.add("t", (np.arange(len(small)) % 3).astype(str)),
                       e=(small["y"] > 0).astype(int))
-    with pytest.raises(GlmmUnsupportedError, match=r"structured covariance (cs|ar1)\(\).*sm\.glmer"):
+    with pytest.raises(UnsupportedModelError, match=r"cs\(\)/ar1\(\) random terms are fitted by lmer/glmer"):
         sm.bayes_glmer(f"e ~ 1 + {term}", df, draws=10, tune=10, chains=1, progress=False)

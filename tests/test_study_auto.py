@@ -134,4 +134,8 @@ def test_validation_split_that_cannot_run_is_a_note_not_a_failed_fit():
     assert "validation" not in out
     assert len(out["validation_notes"]) == 1
     assert out["validation_notes"][0].startswith("validation split 'speakers' could not run: LocScaleError: stratum")
-    assert len(out["selection"]) == 5 and out["selection"]["chosen"].sum() == 1
+    # the selection is kept: every candidate score_model tried (the fit's own record), one chosen
+    tab = fit.selection.table
+    assert out["selection"]["name"].tolist() == tab.index.tolist()
+    assert out["selection"]["chosen"].tolist() == tab["chosen"].tolist()
+    assert len(tab) >= 5 and out["selection"]["chosen"].sum() >= 1
