@@ -25,7 +25,7 @@ from scoremix.adapters import adapter_for
 from scoremix.bayes.checks import refuse_structured, warn_nested_factors
 from scoremix.bayes.conventions import UNSET, resolve_progress, resolve_seed, seed_int
 from scoremix.bayes.diagnostics import diagnose, gate
-from scoremix.bayes.priors import cor_name, resolve_priors, sd_name, sigma_names
+from scoremix.bayes.priors import re_sd_cor_vars, resolve_priors, sigma_names
 from scoremix.bayes.result import BayesLmerResult
 
 if TYPE_CHECKING:  # s6bayes-check
@@ -216,15 +216,7 @@ def _post_to_named(spec, method: str, ps, raw, ss, rng: np.random.Generator):
     data_vars: dict[str, Any] = {}
     for j, name in enumerate(spec.fixef_names):
         data_vars[name] = (("chain", "draw"), shape(beta[:, j]))
-    for k, t in enumerate(spec.terms):
-        for a, term in enumerate(t.term_names):
-            data_vars[sd_name(t.group, term)] = (("chain", "draw"), np.asarray(raw[f"sd__{k}__{a}"].values))
-        if t.p > 1:
-            R = np.asarray(raw[f"corrmat__{k}"].values)
-            for b in range(t.p):
-                for a in range(b + 1, t.p):
-                    data_vars[cor_name(t.group, t.term_names[b], t.term_names[a])] = (("chain", "draw"),
-                                                                                       R[..., a, b])
+    data_vars.update(re_sd_cor_vars(raw, spec.terms))
     snames = sigma_names(spec)
     for i, nm in enumerate(snames):
         data_vars[nm] = (("chain", "draw"), shape(sigma[:, i]))

@@ -47,7 +47,7 @@ import pandas as pd
 from scoremix.bayes.conventions import UNSET, resolve_progress, resolve_seed, seed_int
 from scoremix.bayes.glmm_cells import GlmmCells, aggregate_cells
 from scoremix.bayes.glmm_links import linkfun_np, loglik_graph
-from scoremix.bayes.priors import PriorError, PriorSet, cor_name, resolve_priors, sd_name
+from scoremix.bayes.priors import PriorError, PriorSet, re_sd_cor_vars, resolve_priors, sd_name
 
 __all__ = ["bayes_glmer", "GlmmModelData", "glmm_model_data", "glmm_priors", "build_glmm_model"]
 
@@ -234,14 +234,7 @@ def _named_posterior(md: GlmmModelData, raw) -> Any:
     dv: dict[str, Any] = {}
     for j, n in enumerate(spec.fixef_names):
         dv[n] = (("chain", "draw"), beta[..., j])
-    for k, t in enumerate(spec.terms):
-        for i, a in enumerate(t.term_names):
-            dv[sd_name(t.group, a)] = (("chain", "draw"), np.asarray(raw[f"sd__{k}__{i}"].values))
-        if t.p > 1:
-            R = np.asarray(raw[f"corrmat__{k}"].values)
-            for b in range(t.p):
-                for a in range(b + 1, t.p):
-                    dv[cor_name(t.group, t.term_names[b], t.term_names[a])] = (("chain", "draw"), R[..., a, b])
+    dv.update(re_sd_cor_vars(raw, spec.terms))
     for k, t in enumerate(spec.terms):
         dims = ("chain", "draw", f"{t.group}__level", f"{t.group}__term")
         bk = np.asarray(raw[f"b__{k}"].values).reshape(beta.shape[:2] + (t.n_levels, t.p))

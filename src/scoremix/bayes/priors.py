@@ -34,6 +34,7 @@ __all__ = [
     "resolve_priors",
     "sd_name",
     "cor_name",
+    "re_sd_cor_vars",
     "sigma_names",
 ]
 
@@ -175,6 +176,22 @@ def sd_name(group: str, term: str) -> str:
 def cor_name(group: str, t1: str, t2: str) -> str:
     """``cor_<grp>__<t1>.<t2>``."""
     return f"cor_{group}__{t1}.{t2}"
+
+
+def re_sd_cor_vars(raw: Any, terms: Any) -> dict[str, Any]:
+    """The random-effect SDs and correlations of a posterior, named as in the summaries: per term
+    ``k`` the sampled ``sd__<k>__<i>`` become ``sd_<grp>__<term>`` and the lower triangle of
+    ``corrmat__<k>`` becomes ``cor_<grp>__<t1>.<t2>``, each as ``(("chain", "draw"), array)``."""
+    out: dict[str, Any] = {}
+    for k, t in enumerate(terms):
+        for i, a in enumerate(t.term_names):
+            out[sd_name(t.group, a)] = (("chain", "draw"), np.asarray(raw[f"sd__{k}__{i}"].values))
+        if t.p > 1:
+            R = np.asarray(raw[f"corrmat__{k}"].values)
+            for b in range(t.p):
+                for a in range(b + 1, t.p):
+                    out[cor_name(t.group, t.term_names[b], t.term_names[a])] = (("chain", "draw"), R[..., a, b])
+    return out
 
 
 def sigma_names(spec) -> list[str]:

@@ -25,26 +25,15 @@ from typing import Sequence
 
 import numpy as np
 
-from scoremix.lme.confint import psi_to_theta
+from scoremix.lme.confint import psi_to_theta, theta_to_psi
 from scoremix.lme.covstruct import STRUCTURES, ThetaMap
-from scoremix.lme.relcov import theta_to_T
 
 __all__ = ["ThetaMap", "STRUCTURES", "theta_to_sdcor", "sdcor_to_theta", "sdcor_bounds"]
 
 def theta_to_sdcor(theta: np.ndarray, term_p: Sequence[int]) -> np.ndarray:
-    """``θ → ψ``: per term the SDs and correlations of ``T_k T_k'`` in θ's positions."""
-    out: list[float] = []
-    for T in theta_to_T(np.asarray(theta, float), term_p):
-        S = T @ T.T
-        sd = np.sqrt(np.diag(S))
-        p = T.shape[0]
-        for j in range(p):
-            for i in range(j, p):
-                if i == j:
-                    out.append(sd[i])
-                else:
-                    out.append(S[i, j] / (sd[i] * sd[j]) if sd[i] > 0 and sd[j] > 0 else 0.0)
-    return np.asarray(out)
+    """``θ → ψ``: per term the SDs and correlations of ``T_k T_k'`` in θ's positions: the LMM
+    map :func:`scoremix.lme.confint.theta_to_psi` with σ = 1 (a GLMM has no residual scale)."""
+    return theta_to_psi(theta, 1.0, term_p)[:-1]
 
 
 def sdcor_to_theta(psi: np.ndarray, term_p: Sequence[int]) -> np.ndarray:
