@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from scoremix.bayes.conventions import UNSET, resolve_level
+from scoremix.bayes.conventions import LEVEL, UNSET, resolve_level
 
 __all__ = ["ContrastError", "PosteriorContrasts", "posterior_contrasts"]
 
@@ -88,7 +88,7 @@ def posterior_contrasts(
     c_miss: float = 1.0,
     c_fa: float = 1.0,
     normalize: bool = False,
-    level: float = UNSET,
+    level: float = LEVEL,
     max_draws: int | None = 1000,
     n_grid: int = 256,
     hdi_prob: float = UNSET,

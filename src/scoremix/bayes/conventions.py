@@ -13,7 +13,7 @@ import numpy as np
 
 from scoremix._deprecate import warn_renamed
 
-__all__ = ["resolve_seed", "resolve_level", "resolve_progress", "seed_int", "UNSET"]
+__all__ = ["resolve_seed", "resolve_level", "resolve_progress", "seed_int", "UNSET", "LEVEL", "DEFAULT_LEVEL"]
 
 
 class _Unset:
@@ -24,11 +24,32 @@ class _Unset:
 #: sentinel of an argument that was not passed
 UNSET: Any = _Unset()
 
+#: the default probability of every Bayesian interval (s7bayes-api: 95 %, as every other interval
+#: of scoremix; ArviZ's own default is 0.94)
+DEFAULT_LEVEL = 0.95
+
+
+class _DefaultLevel(float):
+    """The default ``level=`` of a Bayesian call: a float equal to :data:`DEFAULT_LEVEL` (so
+    signatures show ``level=0.95``) that is still recognised as *not passed* (so that passing
+    the deprecated ``hdi_prob=`` alone works and passing both is an error)."""
+
+    def __repr__(self) -> str:
+        return repr(float(self))
+
+
+#: the ``level=`` default of every Bayesian call (``== 0.95``; identity marks "not passed")
+LEVEL: Any = _DefaultLevel(DEFAULT_LEVEL)
+
+
+def _passed(value: Any) -> bool:
+    return value is not UNSET and not isinstance(value, _DefaultLevel)
+
 
 def _renamed(new: str, new_value: Any, old: str, old_value: Any, default: Any, where: str) -> Any:
     if old_value is UNSET:
-        return default if new_value is UNSET else new_value
-    if new_value is not UNSET:
+        return new_value if _passed(new_value) else default
+    if _passed(new_value):
         raise TypeError(f"{where}: pass {new}= only ({old}= is its deprecated spelling)")
     warn_renamed(where, old, new, stacklevel=5)  # s6bayes-check: the project's one deprecation message
     return old_value
@@ -51,8 +72,9 @@ def seed_int(seed: Any) -> int | None:
     return int(seed)
 
 
-def resolve_level(level: Any, hdi_prob: Any = UNSET, default: float = 0.94, where: str = "") -> float:
-    """Interval probability from ``level=`` / ``hdi_prob=``; must lie in (0, 1)."""
+def resolve_level(level: Any, hdi_prob: Any = UNSET, default: float = DEFAULT_LEVEL, where: str = "") -> float:
+    """Interval probability from ``level=`` / ``hdi_prob=`` (``default`` when neither is
+    passed, 0.95 unless a fit sets its own); must lie in (0, 1)."""
     v = _renamed("level", level, "hdi_prob", hdi_prob, default, where or "BayesLmerResult")
     try:
         v = float(v)

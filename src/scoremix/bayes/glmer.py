@@ -44,7 +44,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from scoremix.bayes.conventions import UNSET, resolve_progress, resolve_seed, seed_int
+from scoremix.bayes.conventions import LEVEL, UNSET, resolve_progress, resolve_seed, seed_int
 from scoremix.bayes.glmm_cells import GlmmCells, aggregate_cells
 from scoremix.bayes.glmm_links import linkfun_np, loglik_graph
 from scoremix.bayes.priors import PriorError, PriorSet, re_sd_cor_vars, resolve_priors, sd_name
@@ -359,7 +359,7 @@ def bayes_glmer(
     chains: int = 4,
     sampler: str = "auto",
     seed: Any = UNSET,
-    level: float = 0.94,
+    level: float = LEVEL,
     progress: bool = UNSET,
     cores: int | None = None,
     centred: bool = False,
@@ -396,7 +396,8 @@ def bayes_glmer(
     seed:
         int or ``numpy.random.Generator`` (reproducible draws).
     level:
-        default interval probability of the result's summaries.
+        default interval probability of the result's summaries (0.95; it was ArviZ's 0.94
+        before s7).
     progress:
         the sampler's progress bar (default ``True``).
     cores:
@@ -431,7 +432,7 @@ def bayes_glmer(
 
     seed = resolve_seed(seed, UNSET, "bayes_glmer")
     progress = resolve_progress(progress, UNSET, True, "bayes_glmer")
-    level = resolve_level(level, UNSET, 0.94, "bayes_glmer")
+    level = resolve_level(level, UNSET, 0.95, "bayes_glmer")
     for name, value, least in (("draws", draws, 1), ("tune", tune, 0), ("chains", chains, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise ValueError(f"bayes_glmer: {name} must be an integer >= {least}, got {value!r}")

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from scoremix.bayes.conventions import UNSET, resolve_level, seed_int
+from scoremix.bayes.conventions import LEVEL, UNSET, resolve_level, seed_int
 from scoremix.bayes.glmm_links import linkinv_np, loglik_np
 from scoremix.bayes.memory import check_budget, chunk_size
 from scoremix.bayes.result import BayesLmerResult, ClassMomentsError
@@ -41,7 +41,7 @@ class BayesGlmerResult(BayesLmerResult):
     family: str = "binomial"
     link: str = "logit"
     formula: str = ""
-    level: float = 0.94
+    level: float = 0.95
     model_data: Any = None
 
     # ------------------------------------------------------------------ names
@@ -51,7 +51,7 @@ class BayesGlmerResult(BayesLmerResult):
 
     @property
     def varcorr(self) -> pd.DataFrame:
-        """``grp, var1, var2, vcov, sdcor`` (posterior means) and the 94 % HDI of ``sdcor``;
+        """``grp, var1, var2, vcov, sdcor`` (posterior means) and the ``level`` (95 %) HDI of ``sdcor``;
         no residual row (a GLMM has none)."""
         return self._varcorr_table(residual=False)
 
@@ -91,7 +91,7 @@ class BayesGlmerResult(BayesLmerResult):
         return X, off, design
 
     def predict(self, newdata: pd.DataFrame | None = None, *, type: str = "response", random: bool = True,
-                level: float = UNSET, summary: bool = True, max_draws: int | None = None,
+                level: float = LEVEL, summary: bool = True, max_draws: int | None = None,
                 max_memory: Any = None) -> pd.DataFrame | np.ndarray:
         r"""Posterior of the linear predictor (``type="link"``) or of the mean response
         :math:`\mu = g^{-1}(\eta)` (``type="response"``) per row.

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scoremix.bayes.conventions import UNSET, resolve_progress, resolve_seed, seed_int
+from scoremix.bayes.conventions import LEVEL, UNSET, resolve_level, resolve_progress, resolve_seed, seed_int
 from scoremix.bayes.locscale_model import (
     CLASSES,
     LocScaleCells,
@@ -251,7 +251,8 @@ class BayesLocScaleResult:
         ``rho``, ``om2``, ``nu`` (per class, ``[negative, positive]``), ``g``, ``b`` (per
         speaker × class unit), ``u`` (per cell).
     idata: ArviZ ``InferenceData`` (scalar parameters under readable names + sample stats).
-    diagnostics: ``DataFrame`` of ``az.summary`` (mean, sd, HDI, ESS, R-hat).
+    diagnostics: ``DataFrame`` of ``az.summary`` (mean, sd, 95 % HDI, ESS, R-hat) made at fit
+        time; :meth:`summary` recomputes it at any ``level``.
     wall_time: sampling seconds.
     """
 
@@ -279,11 +280,17 @@ class BayesLocScaleResult:
         r = self.diagnostics["r_hat"].to_numpy(dtype=float)
         return float(np.nanmax(r)) if np.isfinite(r).any() else float("nan")
 
-    def summary(self) -> pd.DataFrame:
-        return self.diagnostics
+    def summary(self, *, level: float = LEVEL) -> pd.DataFrame:
+        """``arviz.summary`` of the scalar parameters (mean, sd, the ``level`` HDI, MCSE, ESS,
+        R-hat), computed from the stored draws (default 0.95; before s7 this table was fixed
+        at fit time with ArviZ's 94 % HDI)."""
+        import arviz as az
+
+        lev = resolve_level(level, UNSET, 0.95, "BayesLocScaleResult.summary")
+        return az.summary(self.idata, kind="all", hdi_prob=lev, round_to="none")
 
     # ---------------------------------------------------------------- predictive layer
-    def predictive(self, by: str | Sequence[str] | None = None, max_draws: int | None = 200,
+    def predictive(self, by: str | Sequence[str] | None = None, *, max_draws: int | None = 200,
                    ) -> tuple[Any, np.ndarray, list]:
         """The posterior predictive layer object and population weights.
 
@@ -450,7 +457,7 @@ class BayesLocScaleResult:
         return labels, np.vstack(M), info, at
 
     def posterior_dcf(self, by: str | Sequence[str] | None = None, *, p_target: float = 0.05, c_miss: float = 1.0,
-                      c_fa: float = 1.0, level: float = 0.95, max_draws: int | None = 200,
+                      c_fa: float = 1.0, level: float = LEVEL, max_draws: int | None = 200,
                       max_thresholds: int | None = 2000, transform_uncertainty: str | None = None,
                       n_transform: int = 10, seed: Any = None, progress: bool = False) -> pd.DataFrame:
         """Posterior minimum DCF (unnormalised, :math:`c_{miss} p P_{miss} + c_{fa}(1-p) P_{fa}`) at
@@ -583,7 +590,7 @@ def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: Lo
     sc = scalar_draws(cells, d)
     post = xr.Dataset({k: (("chain", "draw"), v.reshape(nc, -1)) for k, v in sc.items()})
     idata = az.InferenceData(posterior=post, sample_stats=d["raw"].sample_stats)
-    diag = az.summary(idata, kind="all", round_to="none")
+    diag = az.summary(idata, kind="all", hdi_prob=0.95, round_to="none")
     notes = []
     n_out = int((maps["trial_cell"] < 0).sum())
     if n_out:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from scoremix._deprecate import renamed_kwargs
-from scoremix.bayes.conventions import UNSET, resolve_level, resolve_seed
+from scoremix.bayes.conventions import LEVEL, UNSET, resolve_level, resolve_seed
 from scoremix.bayes.diagnostics import Diagnostics
 from scoremix.bayes.memory import chunk_size
 from scoremix.bayes.priors import PriorSet, cor_name, sd_name, sigma_names
@@ -113,13 +113,19 @@ class BayesLmerResult:
             raise KeyError(f"no posterior variable {name!r}; available: {list(post.data_vars)}")
         return np.asarray(post[name].values)
 
-    def summary(self, var_names: Sequence[str] | None = None, *, level: float = UNSET, hdi_prob: float = UNSET,
+    def _default_level(self) -> float:
+        """The default interval probability of this fit's tables (0.95; a
+        ``bayes_glmer(level=)`` fit keeps its own)."""
+        return float(getattr(self, "level", 0.95))
+
+    def summary(self, var_names: Sequence[str] | None = None, *, level: float = LEVEL, hdi_prob: float = UNSET,
                 **kwargs) -> pd.DataFrame:
         """``arviz.summary`` over the named scalar parameters (R names, see module docstring);
-        ``level``: HDI probability (default 0.94; ``hdi_prob=`` is its deprecated name)."""
+        ``level``: HDI probability (default 0.95 — it was ArviZ's 0.94 before s7; ``hdi_prob=``
+        is its deprecated name)."""
         import arviz as az
 
-        lev = resolve_level(level, hdi_prob, 0.94, "BayesLmerResult.summary")
+        lev = resolve_level(level, hdi_prob, self._default_level(), "BayesLmerResult.summary")
         names = list(var_names) if var_names is not None else self.param_names
         return az.summary(self.idata, var_names=names, hdi_prob=lev, **kwargs)
 
@@ -136,14 +142,14 @@ class BayesLmerResult:
 
     @property
     def fixef(self) -> pd.DataFrame:
-        """Posterior mean, SD and 94 % HDI of every fixed effect (index: R names)."""
-        return self._scalar_table(self.fixef_names, 0.94)
+        """Posterior mean, SD and 95 % HDI of every fixed effect (index: R names)."""
+        return self._scalar_table(self.fixef_names, self._default_level())
 
     @property
     def varcorr(self) -> pd.DataFrame:
         """Like ``as.data.frame(VarCorr(m))``: ``grp, var1, var2, vcov, sdcor`` as posterior
         means (``vcov`` = E[variance or covariance], ``sdcor`` = E[SD or correlation]), plus
-        the 94 % HDI of ``sdcor``."""
+        the 95 % HDI of ``sdcor`` (columns ``sdcor_hdi_2.5%``, ``sdcor_hdi_97.5%``)."""
         return self._varcorr_table(residual=True)
 
     def _varcorr_table(self, residual: bool) -> pd.DataFrame:
@@ -151,9 +157,11 @@ class BayesLmerResult:
         import arviz as az
 
         rows = []
+        lev = self._default_level()
+        lo, hi = _hdi_cols(lev)
 
         def add(grp, v1, v2, vc, sc):
-            h = np.asarray(az.hdi(np.ravel(sc), hdi_prob=0.94)).ravel()
+            h = np.asarray(az.hdi(np.ravel(sc), hdi_prob=lev)).ravel()
             rows.append((grp, v1, v2, float(vc.mean()), float(sc.mean()), float(h[0]), float(h[1])))
 
         for t in self.spec.terms:
@@ -167,8 +175,7 @@ class BayesLmerResult:
         if residual:
             s = self.draws("sigma")
             add("Residual", None, None, s**2, s)
-        return pd.DataFrame(rows, columns=["grp", "var1", "var2", "vcov", "sdcor", "sdcor_hdi_3%",
-                                           "sdcor_hdi_97%"])
+        return pd.DataFrame(rows, columns=["grp", "var1", "var2", "vcov", "sdcor", f"sdcor_{lo}", f"sdcor_{hi}"])
 
     def ranef(self, group: str) -> pd.DataFrame:
         """Posterior means of the random effects of ``group`` (rows = levels, columns = terms)."""
@@ -214,14 +221,15 @@ class BayesLmerResult:
                 out[f"sigma_{lvl}"] = (float(v), np.nan)
         return out
 
-    def compare(self, lmer_result: Any, *, level: float = UNSET, hdi_prob: float = UNSET) -> pd.DataFrame:
+    def compare(self, lmer_result: Any, *, level: float = LEVEL, hdi_prob: float = UNSET) -> pd.DataFrame:
         """Side-by-side table of a frequentist fit and this posterior.
 
         Columns: ``estimate``, ``se`` (frequentist; SE only for fixed effects), ``mean``,
         ``sd``, the HDI bounds, and ``z = (mean - estimate) / sd`` (distance in posterior
-        SDs).  ``lmer_result`` is an ``LmerResult`` or its ``to_dict()``.
+        SDs).  ``lmer_result`` is an ``LmerResult`` or its ``to_dict()``.  ``level``: HDI
+        probability (default 0.95).
         """
-        lev = resolve_level(level, hdi_prob, 0.94, "BayesLmerResult.compare")
+        lev = resolve_level(level, hdi_prob, self._default_level(), "BayesLmerResult.compare")
         freq = self._freq_values(lmer_result)
         post = self._scalar_table(self.param_names, lev)
         est = pd.DataFrame([(n, *freq.get(n, (np.nan, np.nan))) for n in post.index],
@@ -408,26 +416,27 @@ class BayesLmerResult:
         self,
         by: str | Sequence[str] | None = None,
         data: pd.DataFrame | None = None,
+        *,
         label: str | None = None,
         positive: Any = None,
         random: str = "conditional",
         summary: bool = False,
-        hdi_prob: float = UNSET,
         max_draws: int | None = None,
-        *,
-        level: float = UNSET,
+        level: float = LEVEL,
+        hdi_prob: float = UNSET,
     ) -> pd.DataFrame:
         r"""Model-based EER per posterior draw (and subgroup):
         :math:`\Phi(-(\mu_1-\mu_0)/(\sigma_0+\sigma_1))` from :meth:`class_moments`.
 
         Returns the draws (``groups`` columns, ``draw``, ``eer``) or, with ``summary=True``,
         per subgroup ``mean``, ``sd`` and the HDI bounds (probability ``level``, default
-        0.94; ``hdi_prob=`` is its deprecated name) of the EER.
+        0.95; ``hdi_prob=`` is its deprecated name) of the EER.  Options after ``data`` are
+        keyword-only.
         """
         groups = by  # the body's name for by= (renamed API argument)
         from scoremix.predictive.mixture import gaussian_eer
 
-        hdi_prob = resolve_level(level, hdi_prob, 0.94, "BayesLmerResult.model_eer")
+        hdi_prob = resolve_level(level, hdi_prob, self._default_level(), "BayesLmerResult.model_eer")
         gcols = [groups] if isinstance(groups, str) else list(groups or [])
         mom = self.class_moments(by=gcols, data=data, label=label, positive=positive,
                                  random=random, max_draws=max_draws)

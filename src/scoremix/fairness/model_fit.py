@@ -43,7 +43,7 @@ def _score_column(fit: Any, trials: pd.DataFrame, score: str | None) -> str | No
 
 def empirical_beside(fit: Any, tab: pd.DataFrame, trials: pd.DataFrame, groups: Sequence[str], score: str | None,
                      n_boot: int, random_state: Any, check_fit: bool, thresholds: str = "attainable",
-                     negative_by: str | None = None, **sveva_kw: Any) -> dict[str, float]:
+                     negative_by: str | None = None, progress: bool = False, **sveva_kw: Any) -> dict[str, float]:
     """Add the empirical SVEva measures (with speaker-bootstrap intervals) beside the model
     columns of ``tab`` (in place) and check every one of them: ``fit_ok_<measure>`` is False
     exactly when the model value lies outside the printed interval
@@ -59,7 +59,7 @@ def empirical_beside(fit: Any, tab: pd.DataFrame, trials: pd.DataFrame, groups: 
     if col is None:
         return {}
     emp = subgroup_dcf(trials.assign(**{col: order_preserving_finite(trials[col])}), groups, score=col,
-                       n_boot=n_boot, seed=random_state, progress=False, **sveva_kw)
+                       n_boot=n_boot, seed=random_state, progress=progress, **sveva_kw)
     et = emp.table
     if list(et["subgroup"].astype(str)) != list(tab["subgroup"].astype(str)):  # pragma: no cover - same cells
         raise SubgroupError("empirical and model subgroup tables disagree on the subgroups")

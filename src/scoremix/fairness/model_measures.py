@@ -79,7 +79,8 @@ def _minimise(mix: MixtureRates, cost: CostSpec, n_grid: int, n_iter: int = 60) 
 def gaussian_mixture_measures(mu: np.ndarray, sd: np.ndarray, is_pos: np.ndarray, weights: np.ndarray,
                               p_target: float = 0.05, c_miss: float = 1.0, c_fa: float = 1.0,
                               normalize: bool = False, n_grid: int = 512, axis: Any = None,
-                              stratum: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                              stratum: np.ndarray | None = None, progress: bool = False,
+                              desc: str = "posterior draws") -> dict[str, np.ndarray]:
     """All SVEva measures when each population's class scores are normal mixtures.
 
     Parameters
@@ -91,6 +92,8 @@ def gaussian_mixture_measures(mu: np.ndarray, sd: np.ndarray, is_pos: np.ndarray
     weights:
         ``(1 + G, m)`` non-negative component weights; row 0 is the overall population,
         rows ``1..G`` the subgroups (normalised within class and row).
+    progress, desc:
+        a tqdm bar over the draws (computed in memory-bounded chunks), labelled ``desc``.
     p_target, c_miss, c_fa, normalize:
         detection-cost parameters.
     n_grid:
@@ -113,6 +116,9 @@ def gaussian_mixture_measures(mu: np.ndarray, sd: np.ndarray, is_pos: np.ndarray
     # chunk over draws to bound memory
     per = max(1, int(4e6 // max(1, mix.mu.shape[1] * n_grid * mix.P)))
     parts = []
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=D, desc=desc, unit="draw", disable=not progress, leave=False)
     for s0 in range(0, D, per):
         sub = mix.subset_draws(slice(s0, s0 + per))
         mins, taus = _minimise(sub, cost, n_grid)
@@ -121,6 +127,8 @@ def gaussian_mixture_measures(mu: np.ndarray, sd: np.ndarray, is_pos: np.ndarray
         pm, pf = sub.rates(np.broadcast_to(t_star[None, :, None], (sub.P, t_star.size, 1)))
         pm, pf = pm[..., 0], pf[..., 0]
         parts.append((mins, taus, eer, pm, pf))
+        bar.update(sub.mu.shape[0])
+    bar.close()
     mins, taus, eer, pm, pf = (np.concatenate([p[i] for p in parts], axis=1) for i in range(5))
     with np.errstate(invalid="ignore", divide="ignore"):
         dcf_at = a * pm + b * pf
@@ -181,7 +189,7 @@ class PosteriorFairness:
 @renamed_kwargs(ci="level")
 def posterior_subgroup_measures(mu_neg: np.ndarray, sd_neg: np.ndarray, mu_pos: np.ndarray, sd_pos: np.ndarray,
                                 n_neg: np.ndarray | None = None, n_pos: np.ndarray | None = None,
-                                names: Sequence[str] | None = None, p_target: float = 0.05,
+                                names: Sequence[str] | None = None, *, p_target: float = 0.05,
                                 c_miss: float = 1.0, c_fa: float = 1.0, normalize: bool = False,
                                 level: float = 0.95, n_grid: int = 256) -> PosteriorFairness:
     """SVEva measures per posterior draw from per-subgroup class-conditional normals.

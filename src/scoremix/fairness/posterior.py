@@ -64,7 +64,7 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, by: Seq
                            membership: str = "enrol", test_speaker: str | None = None,
                            test_groups: Sequence[str] | None = None, speaker_table: pd.DataFrame | None = None,
                            n_grid: int = 256, score: str | None = None, n_boot: int = 200,
-                           seed: Any = 0, check_fit: bool = True) -> PosteriorFairness:
+                           seed: Any = 0, check_fit: bool = True, progress: bool = False) -> PosteriorFairness:
     """Posterior medians, credible intervals, ``P(ratio_overall > 1)`` and the FI distribution.
 
     Parameters
@@ -103,6 +103,9 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, by: Seq
     score, n_boot, seed, check_fit:
         the empirical measures beside the posterior ones (as in
         :func:`scoremix.fairness.model_subgroup_dcf`).
+    progress:
+        tqdm bars over the posterior draws and over the empirical speaker bootstrap
+        (default ``False``).
 
     Returns
     -------
@@ -147,7 +150,8 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, by: Seq
     W = pred.population_weights(sg.mem_trial, sg.mem_group, G)
     res = gaussian_mixture_measures(pred.mean, pred.sd, pred.positive, W, p_target=p_target,
                                     c_miss=c_miss, c_fa=c_fa, normalize=normalize, n_grid=n_grid,
-                                    axis=pred.axis, stratum=pred.stratum)
+                                    axis=pred.axis, stratum=pred.stratum, progress=progress,
+                                    desc="posterior subgroup DCF")
     res["all_threshold"] = pred.to_score(res["all_threshold"])
     res["threshold_own"] = pred.to_score(res["threshold_own"])
     tab = sg.cells.copy()
@@ -164,7 +168,7 @@ def posterior_subgroup_dcf(fit: Any, trials: pd.DataFrame | None = None, by: Seq
             fit, t, data, groups, score, n_boot, random_state, check_fit, label=label, speaker=speaker,
             positive=positive, p_target=p_target, c_miss=c_miss, c_fa=c_fa, normalize=normalize,
             membership=membership, test_speaker=test_speaker, test_groups=test_groups,
-            speaker_table=speaker_table, min_speakers=min_speakers)
+            speaker_table=speaker_table, min_speakers=min_speakers, progress=progress)
     note = subgroup_term_note(fit, list(groups))
     out.notes = [note] if note else []
     return out

@@ -253,14 +253,14 @@ def _model_sections(res: StudyResult) -> list[rh.Section]:
             vc.insert(0, "system", f["system"])
             vc_rows.append(vc)
         fe_all = pd.concat(fe_rows, ignore_index=True)
-        blocks.append(rh.Table(fe_all, caption="Fixed effects" + (" (posterior mean, SD, 94 % HDI)"
+        blocks.append(rh.Table(fe_all, caption="Fixed effects" + (" (posterior mean, SD, 95 % HDI)"
                                                                    if cfg.backend == "bayes" else
                                                                    " (estimate, SE, Wald 95 % interval)")))
         series = pd.concat(series_rows, ignore_index=True)
         if len(series["series"].unique()) <= 12:
             blocks.append(rh.Figure(png_of(forest_figure(series, f"Fixed effects of {cfg.name}")),
                                     caption="Forest plot of the fixed effects"
-                                    + (" — Bayesian (posterior mean, 94 % HDI) and frequentist (estimate ± 1.96 SE) "
+                                    + (" — Bayesian (posterior mean, 95 % HDI) and frequentist (estimate ± 1.96 SE) "
                                        "side by side" if cfg.backend == "bayes" else ""), alt="forest plot"))
         for f in fits:
             if f.get("compare") is not None:
