@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from scoremix.bayes.conventions import LEVEL, UNSET, resolve_level, resolve_progress, resolve_seed, seed_int
+from scoremix.bayes.locscale_mix import component_notes, further_components, mixture_dcf_draws, mixture_eer_draws
 from scoremix.bayes.locscale_model import (
     CLASSES,
     LocScaleCells,
@@ -80,6 +81,7 @@ def locscale_cells(fit: Any) -> tuple[LocScaleCells, dict[str, Any]]:
         ez, ez2, info = cell_moments(data.cells, fit._edges, fit.trial_mean, fit.trial_sd)
     else:
         ez, ez2, info = data.score, data.score ** 2, np.isfinite(data.score)
+    info = np.asarray(info, bool) & ~np.asarray(data.failure, bool)   # s7: failures enter through their own part
     st, unit_ids, cell_ids, trial_cell = _stats(data, ez, ez2, info)
     scale, corr, omega, tail = _flags(spec, st)
     cells = LocScaleCells(unit=st.unit, stratum=st.stratum, n=st.n, sz=st.sz, szz=st.szz, unit_class=st.unit_class,
@@ -359,6 +361,11 @@ class BayesLocScaleResult:
 
         if thresholds not in ("attainable", "latent"):
             raise BayesLocScaleError(f"thresholds must be 'attainable' or 'latent', got {thresholds!r}")
+        if further_components(self.fit) is not None:   # s7: failure mixture / speaker shape pooling
+            if thresholds != "attainable":
+                raise BayesLocScaleError("thresholds='latent' is not defined for a fit with a failure mixture or "
+                                         "speaker shape pooling (point masses at the scores); use 'attainable'")
+            return mixture_eer_draws(self, by, max_draws, max_thresholds)
         pred, W, labels = self.predictive(by, max_draws=max_draws)
         d_ = self.draws
         if "w" in d_:
@@ -433,6 +440,11 @@ class BayesLocScaleResult:
         if "w" in self.draws:
             raise BayesLocScaleError("posterior_dcf is not implemented for transform='sampled' (use posterior_eer, "
                                      "or transform='fixed' with transform_uncertainty='bootstrap')")
+        if further_components(self.fit) is not None:   # s7: failure mixture / speaker shape pooling
+            labels, M, at, members = mixture_dcf_draws(self, by, p_target=p_target, c_miss=c_miss, c_fa=c_fa,
+                                                       max_draws=max_draws, max_thresholds=max_thresholds)
+            info = [(int(yy.size), _empirical_dcf(yy, sc, p_target, c_miss, c_fa)) for yy, sc in members]
+            return labels, M, info, at
         pred, W, labels = self.predictive(by, max_draws=max_draws)
         W = W if W.shape[0] > 1 else np.vstack([W, W])
         m = attainable_measures(pred, W, p_target=p_target, c_miss=c_miss, c_fa=c_fa,
@@ -443,16 +455,7 @@ class BayesLocScaleResult:
             M.append(100 * np.asarray(m["all_min_dcf"] if k == 0 else m["min_dcf"][k - 1], dtype=np.float64))
             members = np.ones(comp.size, bool) if k == 0 else W[k][comp] > 0
             y, sc = pred.y[members], pred.score[members]
-            emp = np.nan
-            if 0 < y.sum() < y.size:
-                thr = np.r_[np.unique(sc), np.inf]
-                ss, yy = np.sort(sc), y[np.argsort(sc)]
-                npos = np.r_[0, np.cumsum(yy)][np.searchsorted(ss, thr, side="left")]
-                nneg = np.r_[0, np.cumsum(1 - yy)][np.searchsorted(ss, thr, side="left")]
-                pmiss = npos / y.sum()
-                pfa = 1 - nneg / (y.size - y.sum())
-                emp = 100 * float(np.min(c_miss * p_target * pmiss + c_fa * (1 - p_target) * pfa))
-            info.append((int(members.sum()), emp))
+            info.append((int(members.sum()), _empirical_dcf(y, sc, p_target, c_miss, c_fa)))
         at = 100 * np.atleast_2d(np.asarray(m["dcf_at_overall"], dtype=np.float64))[: len(labels) - 1]
         return labels, np.vstack(M), info, at
 
@@ -473,6 +476,19 @@ class BayesLocScaleResult:
             return self._pool(transform_uncertainty, n_transform, seed, progress).posterior_dcf(by, level=level, **kw)
         labels, M, info, at = self.dcf_draws(by, **kw)
         return summarise_dcf(labels, M, info, at, level)
+
+
+def _empirical_dcf(y: np.ndarray, sc: np.ndarray, p_target: float, c_miss: float, c_fa: float) -> float:
+    """Empirical minimum DCF (percent, unnormalised) over the observed scores and reject-all."""
+    if not 0 < y.sum() < y.size:
+        return np.nan
+    thr = np.r_[np.unique(sc), np.inf]
+    ss, yy = np.sort(sc), y[np.argsort(sc)]
+    npos = np.r_[0, np.cumsum(yy)][np.searchsorted(ss, thr, side="left")]
+    nneg = np.r_[0, np.cumsum(1 - yy)][np.searchsorted(ss, thr, side="left")]
+    pmiss = npos / y.sum()
+    pfa = 1 - nneg / (y.size - y.sum())
+    return 100 * float(np.min(c_miss * p_target * pmiss + c_fa * (1 - p_target) * pfa))
 
 
 def summarise_draws(labels: list, E: np.ndarray, info: list, level: float) -> pd.DataFrame:
@@ -573,6 +589,12 @@ def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: Lo
         raise BayesLocScaleError(f"order (the Bernstein order of a sampled transform) must be an integer in 2..30, "
                                  f"got {order!r}")
     fit = _as_fit(model, trials)
+    parts = component_notes(fit)
+    if transform == "sampled" and parts:
+        raise BayesLocScaleError("transform='sampled' does not carry the fit's "
+                                 + " and ".join(p.split(" carried")[0] for p in parts)
+                                 + "; use transform='fixed' (they are then carried, fixed at their ML values) or fit "
+                                 "without them: score_model(..., failure_quantile=None, speaker_pooling=None)")
     cells, maps = locscale_cells(fit)
     tdata = None
     if transform == "sampled":
@@ -588,11 +610,15 @@ def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: Lo
                         cores=cores, target_accept=target_accept, centred=centred, sampler=sampler, tdata=tdata)
     nc = d["n_chains"]
     sc = scalar_draws(cells, d)
+    empty = [lv for k, lv in enumerate(cells.strata_levels) if not (cells.stratum == k).any()]
+    for lv in empty:   # s7: strata without sampled trials (failure strata): prior draws only, not reported
+        sc.pop(f"mu[{lv}]", None)
+        sc.pop(f"sigma[{lv}]", None)
     post = xr.Dataset({k: (("chain", "draw"), v.reshape(nc, -1)) for k, v in sc.items()})
     idata = az.InferenceData(posterior=post, sample_stats=d["raw"].sample_stats)
     diag = az.summary(idata, kind="all", hdi_prob=0.95, round_to="none")
-    notes = []
-    n_out = int((maps["trial_cell"] < 0).sum())
+    notes = list(parts)
+    n_out = int(((maps["trial_cell"] < 0) & ~np.asarray(fit._data.failure, bool)).sum())
     if n_out:
         notes.append(f"{n_out} trials of strata with one distinct score carry no latent information and are left out")
     keys = ("mu", "lam", "tau_b", "tau_g", "rho", "om2", "nu", "g", "b", "u") + (("w", "tau_h") if tdata else ())

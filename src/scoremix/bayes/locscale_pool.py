@@ -174,6 +174,11 @@ def transform_pool(result: Any, n_transform: int = 10, *, seed: Any = None, prog
             rng = np.random.default_rng(child)
             frame = bootstrap_scores(fit, rng)
             fb = fit_locscale(frame, fit.locscale_spec)
+            pool = getattr(fit, "speaker_pooling", None)
+            if pool is not None and pool.used:   # s7: the replicate carries the same speaker pooling (fixed kappa)
+                from scoremix.locscale.speaker_pool import with_speaker_pooling
+
+                with_speaker_pooling(fb, pool.kappa)
             cells, maps = locscale_cells(fb)
             same = (cells.unit.size == base.unit.size and np.array_equal(cells.unit, base.unit)
                     and np.array_equal(cells.stratum, base.stratum) and cells.strata_levels == base.strata_levels
