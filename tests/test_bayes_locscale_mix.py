@@ -158,3 +158,5 @@ def test_sampled_transform_and_latent_thresholds_are_refused_by_name(mixed):
         sm.bayes_locscale(fit, transform="sampled", draws=5, tune=5, chains=1)
     with pytest.raises(BayesLocScaleError, match="thresholds='latent' is not defined"):
         res.posterior_eer("speaker", thresholds="latent")
+    with pytest.raises(BayesLocScaleError, match="by column 'nope'"):
+        res.posterior_dcf("nope")

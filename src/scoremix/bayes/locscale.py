@@ -23,6 +23,15 @@ parametric-bootstrap replicates (``docs/bayes-locscale.md``).
 ML transform jointly with the model (:mod:`scoremix.bayes.locscale_sampled`); measured in
 ``docs/bayes-locscale.md`` (it does not widen the EER intervals, so it is off by default).
 
+What else ``score_model`` chose.  Per-factor shape pooling (:mod:`scoremix.locscale.pooled`)
+lives in the ML transforms, so a fixed-transform fit carries it.  A failure mixture
+(:mod:`scoremix.locscale.failure`) and a per-speaker shape pooling
+(:mod:`scoremix.locscale.speaker_pool`) are carried into every draw's error rates with their
+shares, failure distributions and :math:`\kappa_c` fixed at the frequentist values; the failure
+trials are left out of the sampled likelihood, as in the ML fit
+(:mod:`scoremix.bayes.locscale_mix`; ``result.notes`` says so).  ``transform="sampled"``
+refuses such a fit by name.
+
 Posterior error rates.  For every posterior draw the trials' latent predictive distributions
 (conditional on the fitted speakers' effects) go through the predictive layer
 (:class:`scoremix.predictive.Predictive`): the EER at the *attainable* thresholds (the
@@ -300,7 +309,11 @@ class BayesLocScaleResult:
         component per cell × ``by`` level and ``max_draws`` evenly spaced posterior draws
         (conditional on the fitted speakers' effects); ``W`` ``(1 + G, m)`` trial counts of
         everyone and of every ``by`` level; ``labels`` ``["all", level…]``.  Trials of a
-        stratum with one distinct score (no latent information) are left out (``notes``)."""
+        stratum with one distinct score (no latent information) are left out (``notes``).
+        This is the sampled model part only: for a fit with a failure mixture or speaker shape
+        pooling (``score_model``'s choices) the failure trials are not in it and
+        :meth:`eer_draws` / :meth:`dcf_draws` add both parts
+        (:mod:`scoremix.bayes.locscale_mix`)."""
         from scoremix.predictive.axis import threshold_axis
         from scoremix.predictive.layer import Predictive
 
@@ -350,6 +363,12 @@ class BayesLocScaleResult:
             W.append(w)
         return pred, np.vstack(W), ["all", *[str(v) for v in glevels]]
 
+    def _check_by(self, by: str | Sequence[str] | None) -> None:
+        cols = self.fit._data.frame.columns
+        for c in [by] if isinstance(by, str) else list(by or []):
+            if c not in cols:
+                raise BayesLocScaleError(f"by column {c!r} is not in the trial table (columns: {list(cols)})")
+
     def eer_draws(self, by: str | Sequence[str] | None = None, *, max_draws: int | None = 200,
                   thresholds: str = "attainable", max_thresholds: int | None = 2000
                   ) -> tuple[list, np.ndarray, list]:
@@ -365,6 +384,7 @@ class BayesLocScaleResult:
             if thresholds != "attainable":
                 raise BayesLocScaleError("thresholds='latent' is not defined for a fit with a failure mixture or "
                                          "speaker shape pooling (point masses at the scores); use 'attainable'")
+            self._check_by(by)
             return mixture_eer_draws(self, by, max_draws, max_thresholds)
         pred, W, labels = self.predictive(by, max_draws=max_draws)
         d_ = self.draws
@@ -441,6 +461,7 @@ class BayesLocScaleResult:
             raise BayesLocScaleError("posterior_dcf is not implemented for transform='sampled' (use posterior_eer, "
                                      "or transform='fixed' with transform_uncertainty='bootstrap')")
         if further_components(self.fit) is not None:   # s7: failure mixture / speaker shape pooling
+            self._check_by(by)
             labels, M, at, members = mixture_dcf_draws(self, by, p_target=p_target, c_miss=c_miss, c_fa=c_fa,
                                                        max_draws=max_draws, max_thresholds=max_thresholds)
             info = [(int(yy.size), _empirical_dcf(yy, sc, p_target, c_miss, c_fa)) for yy, sc in members]

@@ -122,8 +122,7 @@ class MixturePopulations:
 
 def mixture_populations(result: Any, by: str | Sequence[str] | None, max_draws: int | None) -> MixturePopulations:
     """Build :class:`MixturePopulations` of a :class:`~scoremix.bayes.locscale.BayesLocScaleResult`
-    whose fit has further components (module docstring)."""
-    from scoremix.bayes.locscale import BayesLocScaleError
+    whose fit has further components (module docstring); ``by`` columns must exist."""
     from scoremix.predictive.axis import threshold_axis
     from scoremix.predictive.layer import unique_rows
 
@@ -190,10 +189,7 @@ def mixture_populations(result: Any, by: str | Sequence[str] | None, max_draws: 
         ukey, comp = np.zeros((0, 4)), np.zeros(0, np.int64)
     fixed = _Comps(ukey[:, 0][None, :], ukey[:, 1][None, :], ukey[:, 2] > 0.5, ukey[:, 3].astype(np.int64), axis)
     # populations
-    cols = [by] if isinstance(by, str) else list(by or [])
-    for c in cols:
-        if c not in frame.columns:
-            raise BayesLocScaleError(f"by column {c!r} is not in the trial table (columns: {list(frame.columns)})")
+    cols = [by] if isinstance(by, str) else list(by or [])   # checked by the caller (BayesLocScaleError)
     masks = [np.ones(nk, bool)]
     labels = ["all"]
     if cols:

@@ -1,0 +1,138 @@
+"""Per-speaker posterior EER intervals of the Bayesian fit of what score_model chose, against
+held-out trials (issue 25 / issue 19's split protocol; s7bayes-api).
+
+Protocol (``benchmarks/speaker_holdout.py``, ``scoremix.validation``): speakers with both
+classes; every speaker × class × attack cell split at random into a fitted share A and a
+held-out share B (``--share``, default 0.5).  ``sm.score_model`` is fitted on A (failure
+mixture and speaker shape pooling chosen by its CVs), then ``sm.bayes_score_model`` on the
+same fit.  Per speaker: the posterior EER (median, 95 % interval; attainable thresholds),
+whether the interval covers the speaker's empirical EER on B, beside the frequentist model EER
+(``validation.model_group_measures``) and the speaker's own counts on A.  The same posterior
+draws are also summarised without the speaker pooling (kappa = inf: the model part alone).
+
+    nice -n 5 python3 benchmarks/bayes_speaker_holdout.py --system rawgat_st_mul --share 0.5 --seed 1
+
+Writes ``docs/data/bayes_speaker_holdout.json`` (one key per system/share/seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent.parent / "shared" / "data" / "asvspoof2019_la_eval" / "asvspoof2019_la_eval_multisystem_long.csv.gz"
+OUT = HERE.parent / "docs" / "data" / "bayes_speaker_holdout.json"
+PROB = {"rawnet2_transferfiles", "rawnet2_robeval", "air_softmax", "air_amsoftmax", "aasist_junjul"}
+
+
+def system_table(system: str) -> pd.DataFrame:
+    """One system's trials as ``benchmarks/speaker_holdout.py`` prepares them."""
+    d = pd.read_csv(DATA)
+    t = d[d["system"] == system].reset_index(drop=True)
+    s = t["score"].to_numpy(float)
+    if system == "air_ocsoftmax":
+        s = -s
+    if system in PROB:
+        p = np.clip(s, 1e-12, 1 - 1e-12)
+        s = np.log(p) - np.log1p(-p)
+    return t.assign(score=s)[["speaker", "attack", "label", "score"]]
+
+
+def load_avg() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def summarise(tab: pd.DataFrame, held: pd.Series, freq: pd.Series, count: pd.Series) -> dict:
+    t = tab.drop(index="all").copy()
+    t["heldout"] = 100 * held.reindex(t.index).to_numpy()
+    t = t[np.isfinite(t["heldout"])]
+    cov = ((t["lo"] <= t["heldout"]) & (t["heldout"] <= t["hi"])).to_numpy()
+    return dict(n_speakers=int(len(t)), coverage=float(cov.mean()),
+                mae_posterior_median=float(np.mean(np.abs(t["median"] - t["heldout"]))),
+                mae_frequentist=float(np.mean(np.abs(100 * freq.reindex(t.index) - t["heldout"]))),
+                mae_counts=float(np.mean(np.abs(100 * count.reindex(t.index) - t["heldout"]))),
+                median_width=float(np.median(t["hi"] - t["lo"])),
+                below=int((t["heldout"] < t["lo"]).sum()), above=int((t["heldout"] > t["hi"]).sum()))
+
+
+def main() -> None:
+    import scoremix as sm
+    from scoremix.locscale.speaker_pool import with_speaker_pooling
+    from scoremix.trials import label_to_binary
+    from scoremix.validation import empirical_group_measures, model_group_measures, split_cells
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--system", default="rawgat_st_mul")
+    ap.add_argument("--share", type=float, default=0.5)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--draws", type=int, default=500)
+    ap.add_argument("--max-draws", type=int, default=200)
+    a = ap.parse_args()
+    t = system_table(a.system)
+    y = np.asarray(label_to_binary(t["label"], positive="bonafide"), np.int8)
+    both = pd.Series(y).groupby(t["speaker"].to_numpy()).agg(lambda v: 0 < v.mean() < 1)
+    keep = t["speaker"].map(both).to_numpy(bool)
+    t, y = t.loc[keep].reset_index(drop=True), y[keep]
+    in_a = split_cells(t.assign(__y=y), a.share, ["speaker", "__y", "attack"], seed=a.seed)
+    A, B = t.loc[in_a].reset_index(drop=True), t.loc[~in_a].reset_index(drop=True)
+    out: dict = dict(system=a.system, share=a.share, seed=a.seed, n_fit=len(A), n_heldout=len(B),
+                     draws=f"2 x ({a.draws} + {a.draws})", max_draws=a.max_draws)
+    la = [load_avg()]
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.score_model(A, score="score", label="label", speaker="speaker", factors=["attack"],
+                             positive="bonafide", seed=a.seed)
+    out["score_model_s"] = time.perf_counter() - t0
+    sel = fit.selection
+    pool = getattr(fit, "speaker_pooling", None)
+    out["chosen"] = sel.chosen.name
+    out["kappa"] = {("positive" if c else "negative"): v for c, v in (pool.kappa.items() if pool else [])}
+    out["failure_mixture"] = fit.failure is not None
+    print(out, flush=True)
+    held = empirical_group_measures(B, ["speaker"], score="score", y=y[~in_a])["eer"]
+    count = empirical_group_measures(A, ["speaker"], score="score", y=y[in_a])["eer"]
+    freq = model_group_measures(fit, ["speaker"], label="label", positive="bonafide")["eer"]
+    la.append(load_avg())
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        post = sm.bayes_score_model(fit, draws=a.draws, tune=a.draws, chains=2, cores=1, seed=a.seed)
+    out["bayes_s"] = time.perf_counter() - t0
+    out["min_ess_bulk"], out["max_rhat"] = post.min_ess, post.max_rhat
+    out["notes"] = post.notes
+    la.append(load_avg())
+    t0 = time.perf_counter()
+    tab = post.posterior_eer("speaker", max_draws=a.max_draws)
+    out["posterior_eer_s"] = time.perf_counter() - t0
+    out["carried"] = summarise(tab, held, freq, count)
+    out["all"] = tab.loc["all"].to_dict()
+    print("carried", out["carried"], flush=True)
+    if pool is not None:
+        with_speaker_pooling(fit, np.inf)       # the same draws, the model part alone
+        tab0 = post.posterior_eer("speaker", max_draws=a.max_draws)
+        freq0 = model_group_measures(fit, ["speaker"], label="label", positive="bonafide")["eer"]
+        out["without_speaker_pooling"] = summarise(tab0, held, freq0, count)
+        with_speaker_pooling(fit, pool.kappa)
+        print("without pooling", out["without_speaker_pooling"], flush=True)
+    la.append(load_avg())
+    out["load_avg"] = la
+    OUT.parent.mkdir(exist_ok=True)
+    res = json.loads(OUT.read_text()) if OUT.exists() else {}
+    res[f"{a.system}/share{a.share:g}/seed{a.seed}"] = out
+    OUT.write_text(json.dumps(res, indent=1, default=float))
+    print(json.dumps(out, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()
