@@ -65,6 +65,94 @@ def summarise(tab: pd.DataFrame, held: pd.Series, freq: pd.Series, count: pd.Ser
                 below=int((t["heldout"] < t["lo"]).sum()), above=int((t["heldout"] > t["hi"]).sum()))
 
 
+def predictive_intervals(fit, post, B: pd.DataFrame, yB: np.ndarray, n_sim: int, level: float, seed: int
+                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per speaker, the (posterior) predictive interval of the *empirical* EER of a held-out
+    sample of B's size and class × attack mix: for every posterior draw (Bayes) or ``n_sim``
+    times from the ML fit (frequentist plug-in), every B row's score is drawn from its A cell's
+    distribution — the core Gaussian (of the draw / of the ML fit) mapped by the cell's stratum
+    transform, the failure distribution G (N(0, 1) on the failure stratum), and the point masses
+    at the cell's A scores, with the fit's weights (failure shares, omega) — and the speaker's
+    ROCCH EER of the simulated scores against B's labels is taken.  Returns ``(bayes, freq)``
+    tables of ``lo``, ``hi`` (percent)."""
+    from scoremix.metrics import eer
+
+    rng = np.random.default_rng(seed)
+    data = fit._data
+    spec = fit.locscale_spec
+    spkA = np.asarray(data.speakers, dtype=object)[data.speaker_codes]
+    keyA = data.core_key
+    tr = fit.transform
+    pool = getattr(fit, "speaker_pooling", None)
+    omega = pool.omega(spkA, data.y) if pool is not None and pool.used else np.zeros(spkA.size)
+    mix = fit.trial_mixture()
+    if mix is None:
+        w1f, w2f, st2f = np.ones(spkA.size), np.zeros(spkA.size), np.full(spkA.size, None, object)
+    else:
+        w1f, _, _, st2f, w2f = mix
+        w1f, w2f, st2f = np.asarray(w1f, float), np.asarray(w2f, float), np.asarray(st2f, object)
+    strata = fit.strata.to_numpy(dtype=object)
+    tc = post.maps["trial_cell"]
+    cells, d = post.cells, post.draws
+    D = d["mu"].shape[0]
+    idx = np.unique(np.round(np.linspace(0, D - 1, min(D, n_sim))).astype(np.int64))
+    labB = np.where(yB == 1, "+", "-").astype(object)
+    keyB = (pd.Series(labB) + ":" + B[spec.strata[0]].astype(str).to_numpy()).to_numpy(object)
+    spkB = B[spec.speaker].astype(str).to_numpy(object)
+    groupsA = pd.Series(np.arange(spkA.size)).groupby([spkA, keyA]).apply(np.asarray)
+    out_b, out_f = [], []
+    a = (1 - level) / 2
+    for sp in np.unique(spkB):
+        rowsB = np.flatnonzero(spkB == sp)
+        sims_b = np.empty((idx.size, rowsB.size))
+        sims_f = np.empty((n_sim, rowsB.size))
+        for key in np.unique(keyB[rowsB]):
+            rb = np.flatnonzero(keyB[rowsB] == key)
+            rA = groupsA[(sp, key)]
+            core = rA[tc[rA] >= 0]
+            wc = float(np.sum((1 - omega[rA]) * w1f[rA] * (tc[rA] >= 0)))
+            wg = float(np.sum((1 - omega[rA]) * (w2f[rA] + w1f[rA] * (tc[rA] < 0))))
+            wp = float(np.sum(omega[rA]))
+            gst = st2f[rA][0] if mix is not None else None
+            if mix is not None and wc == 0 and wg > 0:
+                gst = strata[rA[0]]
+            p = np.array([wc, wg, wp]) / (wc + wg + wp)
+            for sims, n_rep, draw in ((sims_b, idx.size, True), (sims_f, n_sim, False)):
+                part = np.array([rng.choice(3, size=rb.size, p=p) for _ in range(n_rep)])     # (R, n)
+                z = rng.standard_normal(part.shape)
+                sc = np.empty(part.shape)
+                if core.size:
+                    k = tc[core[0]]
+                    if draw:
+                        m = (d["mu"][idx, cells.stratum[k]] + d["b"][idx, cells.unit[k]] + d["u"][idx, k])[:, None]
+                        s = np.exp(d["lam"][idx, cells.stratum[k]] + d["g"][idx, cells.unit[k]])[:, None]
+                    else:
+                        m, s = fit.trial_mean[core[0]], fit.trial_sd[core[0]]
+                    zc = m + s * z
+                    sc[part == 0] = tr.inverse(zc[part == 0], np.full(int((part == 0).sum()), strata[core[0]], object))
+                if (part == 1).any():
+                    sc[part == 1] = tr.inverse(z[part == 1], np.full(int((part == 1).sum()), gst, object))
+                if (part == 2).any():
+                    sc[part == 2] = rng.choice(data.score[rA], size=int((part == 2).sum()))
+                sims[:, rb] = sc
+        yy = yB[rowsB]
+        eb = np.array([eer(sims_b[r], yy) for r in range(idx.size)])
+        ef = np.array([eer(sims_f[r], yy) for r in range(n_sim)])
+        out_b.append((sp, 100 * np.quantile(eb, a), 100 * np.quantile(eb, 1 - a)))
+        out_f.append((sp, 100 * np.quantile(ef, a), 100 * np.quantile(ef, 1 - a)))
+    cols = ["speaker", "lo", "hi"]
+    return (pd.DataFrame(out_b, columns=cols).set_index("speaker"),
+            pd.DataFrame(out_f, columns=cols).set_index("speaker"))
+
+
+def coverage(iv: pd.DataFrame, held: pd.Series) -> dict:
+    h = 100 * held.reindex(iv.index)
+    ok = np.isfinite(h)
+    inside = ((iv["lo"] <= h) & (h <= iv["hi"]))[ok]
+    return dict(n_speakers=int(ok.sum()), coverage=float(inside.mean()), median_width=float((iv["hi"] - iv["lo"]).median()),
+                below=int((h < iv["lo"])[ok].sum()), above=int((h > iv["hi"])[ok].sum()))
+
+
 def main() -> None:
     import scoremix as sm
     from scoremix.locscale.speaker_pool import with_speaker_pooling
@@ -116,6 +204,14 @@ def main() -> None:
     tab = post.posterior_eer("speaker", max_draws=a.max_draws)
     out["posterior_eer_s"] = time.perf_counter() - t0
     out["carried"] = summarise(tab, held, freq, count)
+    pd.concat([tab, (100 * held).rename("heldout"), (100 * freq).rename("frequentist"),
+               (100 * count).rename("counts")], axis=1).to_csv(f"/tmp/bayes_speaker_holdout_{a.system}_{a.seed}.csv")
+    t0 = time.perf_counter()
+    ivb, ivf = predictive_intervals(fit, post, B, y[~in_a], a.max_draws, 0.95, a.seed)
+    out["predictive_s"] = time.perf_counter() - t0
+    out["predictive_bayes"] = coverage(ivb, held)
+    out["predictive_frequentist_plugin"] = coverage(ivf, held)
+    print("predictive", out["predictive_bayes"], out["predictive_frequentist_plugin"], flush=True)
     out["all"] = tab.loc["all"].to_dict()
     print("carried", out["carried"], flush=True)
     if pool is not None:
