@@ -134,6 +134,10 @@ def predictive_intervals(fit, post, B: pd.DataFrame, yB: np.ndarray, n_sim: int,
                     sc[part == 1] = tr.inverse(z[part == 1], np.full(int((part == 1).sum()), gst, object))
                 if (part == 2).any():
                     sc[part == 2] = rng.choice(data.score[rA], size=int((part == 2).sum()))
+                bad = np.isnan(sc)
+                if bad.any():   # a stratum with one distinct score has no inverse: its point mass
+                    lv = np.where(part == 1, gst, strata[core[0]] if core.size else gst)[bad]
+                    sc[bad] = [data.score[strata == v][0] for v in lv]
                 sims[:, rb] = sc
         yy = yB[rowsB]
         eb = np.array([eer(sims_b[r], yy) for r in range(idx.size)])

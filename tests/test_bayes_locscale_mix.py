@@ -101,7 +101,7 @@ def _independent_eer(fit, res, spk: str, kappa: float) -> np.ndarray:
     strata = fit.strata.to_numpy(dtype=object)[rows]
     tc = res.maps["trial_cell"][rows]
     cells, d = res.cells, res.draws
-    tau = np.unique(score)
+    tau = np.unique(data.score)          # everyone's observed scores (max_thresholds=None)
     tr = fit.transform
 
     def lat(level, t):

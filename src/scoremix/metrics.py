@@ -468,7 +468,8 @@ def rates_at(scores: Any, labels: Any, thresholds: Any) -> Rates:
 
 # ----------------------------------------------------------------------------- EER
 def _lower_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Indices of the lower convex hull of points sorted by x (ties: y descending).
+    """Indices of the lower convex hull of points sorted by x (ties: y descending); of
+    repeated (identical, consecutive) points the first.
 
     Exact in integer arithmetic (the metrics' error counts); the model side
     (:mod:`scoremix.predictive.attainable`) calls it on rates. Repeatedly removes, all at once, every interior point that
@@ -478,6 +479,10 @@ def _lower_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """
     if x.shape[0] <= 2:
         return np.arange(x.shape[0])
+    dup = (x[1:] == x[:-1]) & (y[1:] == y[:-1])
+    if dup.any():   # s7bayes-api: repeated points (model rates at a superset of thresholds) are one point;
+        first = np.flatnonzero(np.concatenate(([True], ~dup)))   # else both copies of a vertex drop at once
+        return first[_lower_hull(x[first], y[first])]
     # first pass on views (no gathers): most points of a long curve go here
     cross = (x[1:-1] - x[:-2]) * (y[2:] - y[:-2]) - (y[1:-1] - y[:-2]) * (x[2:] - x[:-2])
     idx = np.flatnonzero(np.concatenate(([True], cross > 0, [True])))

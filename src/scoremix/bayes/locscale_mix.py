@@ -26,8 +26,8 @@ distributions :math:`G` and the point masses are **fixed at the frequentist fit'
 
 likewise :math:`\mathrm{FPR}_d`; the draw part and the fixed part are computed separately
 (the fixed part once) and added.  EER and minimum DCF are those of the population's model
-ROC at the population's own observed scores (the thresholds at which its empirical rates
-change, thinned to ``max_thresholds``), the convention of the empirical values, so that with
+ROC at everyone's observed scores (thinned to ``max_thresholds``) together with all of the
+population's own (the thresholds at which its empirical rates change), so that with
 :math:`\kappa_c = 0` a speaker's posterior EER equals its empirical EER in every draw.
 """
 
@@ -216,9 +216,15 @@ def mixture_populations(result: Any, by: str | Sequence[str] | None, max_draws: 
 
 
 def _thresholds(mp: MixturePopulations, k: int, max_thresholds: int | None) -> np.ndarray:
+    """Everyone's observed scores (thinned to ``max_thresholds``) and all of population
+    ``k``'s own (the thresholds at which its empirical rates change)."""
     from scoremix.predictive.attainable import attainable_scores
 
-    return attainable_scores(mp.score[mp.rows[k]], max_thresholds)
+    tau = attainable_scores(mp.score, max_thresholds)
+    if k == 0:
+        return tau
+    own = mp.score[mp.rows[k]]
+    return np.union1d(tau, np.unique(own[~np.isnan(own)]))
 
 
 def _empirical(mp: MixturePopulations, k: int) -> float:
@@ -232,7 +238,7 @@ def mixture_eer_draws(result: Any, by: str | Sequence[str] | None, max_draws: in
                       max_thresholds: int | None) -> tuple[list, np.ndarray, list]:
     """``(labels, E, rows)`` of :meth:`~scoremix.bayes.locscale.BayesLocScaleResult.eer_draws`
     for a fit with further components: ROCCH EER (percent) of every population's model ROC at
-    its own observed scores, per draw."""
+    everyone's observed scores (thinned) and all of its own, per draw."""
     from scoremix.predictive.attainable import _eer_rows
 
     mp = mixture_populations(result, by, max_draws)
