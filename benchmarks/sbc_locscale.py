@@ -21,6 +21,11 @@ Classes (``--model``):
   "ML" transform.  The EER is read at a common threshold on the base (score) scale, each
   stratum's latent threshold ``h_s(t)``; ranks also of ``tau_h``, ``w[s, 1]``, ``w[s, M]``
   and two ``gamma`` components.
+* ``sampled_datarange``: the same data sets (same seeds), fitted as ``bayes_locscale`` fits
+  real data, on every stratum's range of the data instead of the fixed range of the
+  simulator.  The model's parameters then mean something else (the Bernstein map and so
+  ``mu_s``, ``sigma_s``, ``w`` live on another interval), so only the parameterisation-free
+  EER and subgroup ratio are ranked: a check of the data-dependent range, not an SBC.
 
 Per replicate: parameters from the prior, data from the model (8 speakers, 12 trials per
 cell), NUTS (nutpie when installed, else PyMC, on the same graph; 1 chain, 500 tuning + 990 draws,
@@ -70,14 +75,14 @@ from scoremix.predictive.mixture import MixtureRates, batch_eer
 
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "data")
 N_SPK, N_CELL, THIN, L = 8, 12, 10, 99
-MODELS = ("ls_gauss", "ls_transform", "stratified", "sampled")
+MODELS = ("ls_gauss", "ls_transform", "stratified", "sampled", "sampled_datarange")
 ORDER, TAU_H_SCALE, HALF_RANGE = 6, 1.0, 2.5   # the sampled class's Bernstein order, prior scale, range
 
 
 def design(model: str) -> tuple[LocScaleCells, LocScalePriors, np.ndarray]:
     """The fixed design (cells, units) and the prior of a class; returns a template
     ``LocScaleCells`` (statistics filled per replicate) and the speaker of every unit."""
-    if model in ("stratified", "sampled"):
+    if model in ("stratified", "sampled", "sampled_datarange"):
         strata = ["+:bonafide", "-:A1", "-:A2"]
         sclass = np.array([1, 0, 0])
     else:
@@ -92,7 +97,7 @@ def design(model: str) -> tuple[LocScaleCells, LocScalePriors, np.ndarray]:
     unit, stratum = np.array(unit), np.array(stratum)
     ucls = np.tile([0, 1], N_SPK)
     C = unit.size
-    omega = np.array([model in ("stratified", "sampled"), False])
+    omega = np.array([model in ("stratified", "sampled", "sampled_datarange"), False])
     cells = LocScaleCells(unit=unit, stratum=stratum, n=np.full(C, float(N_CELL)), sz=np.zeros(C),
                           szz=np.full(C, float(N_CELL)), unit_class=ucls, stratum_class=sclass,
                           scale=np.array([True, True]), corr=np.array([False, True]), omega=omega,
@@ -192,9 +197,10 @@ def h_inverse(z: np.ndarray, s: np.ndarray, w: np.ndarray, lo: np.ndarray, hi: n
 
 
 def simulate_sampled(cells: LocScaleCells, t: dict, lo: np.ndarray, hi: np.ndarray,
-                     rng: np.random.Generator) -> tuple[LocScaleCells, SampledTransformData]:
+                     rng: np.random.Generator, data_range: bool = False) -> tuple[LocScaleCells, SampledTransformData]:
     """Latent data of the stratified model observed on the base scale, ``x = h_s^{-1}(z)``; the
-    cells (base-scale statistics) and the sampled-transform statistics on the fixed range."""
+    cells (base-scale statistics) and the sampled-transform statistics on the fixed range (or,
+    ``data_range``, on every stratum's range of the data, as ``bayes_locscale`` does)."""
     C = cells.unit.size
     m = t["mu"][cells.stratum] + t["b"][cells.unit] + t["u"]
     sd = np.exp(t["lam"][cells.stratum] + t["g"][cells.unit])
@@ -205,7 +211,8 @@ def simulate_sampled(cells: LocScaleCells, t: dict, lo: np.ndarray, hi: np.ndarr
                          szz=np.bincount(tc, x * x, C), unit_class=cells.unit_class,
                          stratum_class=cells.stratum_class, scale=cells.scale, corr=cells.corr, omega=cells.omega,
                          tail=cells.tail, strata_levels=cells.strata_levels)
-    td = sampled_transform_data(base, x, x * x, tc, order=ORDER, tau_h_scale=TAU_H_SCALE, lo=lo, hi=hi)
+    td = sampled_transform_data(base, x, x * x, tc, order=ORDER, tau_h_scale=TAU_H_SCALE,
+                                lo=None if data_range else lo, hi=None if data_range else hi)
     return base, td
 
 
@@ -247,7 +254,8 @@ def run(model: str, reps: int, seed: int, start: int = 0, sampler: str | None = 
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, f"sbc_{model}.csv")
     cells, pri, spk = design(model)
-    sampled = model == "sampled"
+    sampled = model in ("sampled", "sampled_datarange")
+    datarange = model == "sampled_datarange"
     lo, hi = transform_range(pri)
     if sampled:   # a template of the right shapes; every replicate sets its own data
         t0_ = {**draw_truth(cells, pri, np.random.default_rng(0)), **draw_transforms(cells.n_strata, np.random.default_rng(0))}
@@ -275,7 +283,7 @@ def run(model: str, reps: int, seed: int, start: int = 0, sampler: str | None = 
         tdata = None
         if sampled:
             truth.update(draw_transforms(cells.n_strata, rng))
-            data, tdata = simulate_sampled(cells, truth, lo, hi, rng)
+            data, tdata = simulate_sampled(cells, truth, lo, hi, rng, data_range=datarange)
         else:
             data = simulate_stats(model, cells, truth, rng)
         t0 = time.perf_counter()
@@ -288,28 +296,33 @@ def run(model: str, reps: int, seed: int, start: int = 0, sampler: str | None = 
         keep = np.arange(THIN - 1, L * THIN, THIN)
         dk = {k: (v[keep] if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == L * THIN else v)
               for k, v in d.items()}
-        post = scalar_draws(data, dk)
+        post = {} if datarange else scalar_draws(data, dk)
         tru = scalar_draws(data, {k: (np.atleast_1d(v)[None] if isinstance(v, (np.ndarray, float)) else v)
                                   for k, v in truth.items()})
         row: dict = dict(rep=r, seconds=wall, sampler=sampler, divergences=int(d["raw"].sample_stats["diverging"].values.sum()))
         for k in post:
             row[f"rank:{k}"] = int(np.sum(post[k] < tru[k][0]))
-        row["rank:b[0]"] = int(np.sum(dk["b"][:, 0] < truth["b"][0]))
-        row["rank:g[0]"] = int(np.sum(dk["g"][:, 0] < truth["g"][0]))
+        if not datarange:
+            row["rank:b[0]"] = int(np.sum(dk["b"][:, 0] < truth["b"][0]))
+            row["rank:g[0]"] = int(np.sum(dk["g"][:, 0] < truth["g"][0]))
         if sampled:
             import arviz as az
 
             gam = np.asarray(d["raw"].posterior["gamma_raw"].values, float).reshape(L * THIN, cells.n_strata, ORDER)
             for si, lv in enumerate(cells.strata_levels):
                 for k in (0, ORDER - 1):
-                    row[f"rank:w[{lv},{k + 1}]"] = int(np.sum(dk["w"][:, si, k] < truth["w"][si, k]))
+                    if not datarange:
+                        row[f"rank:w[{lv},{k + 1}]"] = int(np.sum(dk["w"][:, si, k] < truth["w"][si, k]))
             for si, k in ((0, 0), (1, 2)):
-                row[f"rank:gamma[{cells.strata_levels[si]},{k + 1}]"] = int(np.sum(gam[keep, si, k] < truth["gamma"][si, k]))
+                if not datarange:
+                    row[f"rank:gamma[{cells.strata_levels[si]},{k + 1}]"] = int(np.sum(gam[keep, si, k] < truth["gamma"][si, k]))
             row["ess:tau_h"] = float(az.ess(d["tau_h"][None]))
             row["true:tau_h"] = float(truth["tau_h"])
+            row["mean:tau_h"] = float(d["tau_h"].mean())
 
             def eer_fn(dd: dict) -> tuple[np.ndarray, np.ndarray]:
-                return eer_and_ratio_sampled(data, spk, dd["mu"], dd["lam"], dd["b"], dd["g"], dd["u"], dd["w"], lo, hi)
+                a, b = (lo, hi) if dd is truth else (tdata.lo, tdata.hi)   # the truth's map is on the fixed range
+                return eer_and_ratio_sampled(data, spk, dd["mu"], dd["lam"], dd["b"], dd["g"], dd["u"], dd["w"], a, b)
         else:
             def eer_fn(dd: dict) -> tuple[np.ndarray, np.ndarray]:
                 return eer_and_ratio(data, spk, dd["mu"], dd["lam"], dd["b"], dd["g"], dd["u"])
