@@ -231,7 +231,7 @@ def eer_and_ratio_sampled(cells: LocScaleCells, spk: np.ndarray, mu, lam, b, g, 
     odd = spk[cells.unit] % 2 == 1
     out = []
     for wt in (cells.n, cells.n * odd, cells.n * ~odd):
-        def rates(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        def rates(t: np.ndarray, wt: np.ndarray = wt) -> tuple[np.ndarray, np.ndarray]:
             hs = lo + (hi - lo) * np.sum(basis_F((t[:, None] - lo) / (hi - lo), ORDER) * w, axis=-1)   # (D, S)
             zc = (hs[:, cells.stratum] - m) / sd
             fnr = (ndtr(zc[:, pos]) @ wt[pos]) / wt[pos].sum()
@@ -320,11 +320,12 @@ def run(model: str, reps: int, seed: int, start: int = 0, sampler: str | None = 
             row["true:tau_h"] = float(truth["tau_h"])
             row["mean:tau_h"] = float(d["tau_h"].mean())
 
-            def eer_fn(dd: dict) -> tuple[np.ndarray, np.ndarray]:
+            def eer_fn(dd: dict, data: LocScaleCells = data, truth: dict = truth,
+                       tdata: SampledTransformData = tdata) -> tuple[np.ndarray, np.ndarray]:
                 a, b = (lo, hi) if dd is truth else (tdata.lo, tdata.hi)   # the truth's map is on the fixed range
                 return eer_and_ratio_sampled(data, spk, dd["mu"], dd["lam"], dd["b"], dd["g"], dd["u"], dd["w"], a, b)
         else:
-            def eer_fn(dd: dict) -> tuple[np.ndarray, np.ndarray]:
+            def eer_fn(dd: dict, data: LocScaleCells = data) -> tuple[np.ndarray, np.ndarray]:
                 return eer_and_ratio(data, spk, dd["mu"], dd["lam"], dd["b"], dd["g"], dd["u"])
         e_true, r_true = eer_fn(truth)
         e_d, r_d = eer_fn(dk)
