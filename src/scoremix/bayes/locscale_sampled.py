@@ -33,6 +33,12 @@ their cell statistics, which are linear / quadratic in :math:`w`:
 (:math:`V_c`: the E-step variances of tied scores' latent values, taken at the ML transform).
 So one gradient costs :math:`O(\#\text{cells}\cdot M^2 + \#\text{trials}\cdot M)`.
 
+The data of the model are ``pm.Data`` (:func:`sampled_model_data`), so one built (or
+nutpie-compiled) model refits new data of the same structure; a fixed range
+(``sampled_transform_data(..., lo=, hi=)``, values beyond it through the linear tails of
+:func:`basis_F`) is what the simulation-based calibration (``benchmarks/sbc_locscale.py
+--model sampled``) uses, since a generating map cannot depend on the data's range.
+
 Posterior error rates: for every draw the thresholds' ML latent values are mapped by that
 draw's :math:`h_s` (:func:`warp`) and the model rates computed as in
 :mod:`scoremix.predictive.attainable`.
