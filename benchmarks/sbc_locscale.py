@@ -45,6 +45,7 @@ printed by ``--summary`` and in ``docs/bayes-locscale.md``.
 
     nice -n 5 python3 benchmarks/sbc_locscale.py --model ls_gauss --reps 200
     python3 benchmarks/sbc_locscale.py --summary
+    nice -n 5 python3 benchmarks/sbc_locscale.py --refit-divergent 0.95   # the sampled class's divergent replicates
 """
 
 from __future__ import annotations
@@ -355,6 +356,36 @@ def run(model: str, reps: int, seed: int, start: int = 0, sampler: str | None = 
         print(model, r, f"{wall:.1f}s", flush=True)
 
 
+def refit_divergent(target_accept: float, seed: int = 2026) -> None:
+    """Refit the replicates of ``sbc_sampled.csv`` that had divergences with a higher
+    ``target_accept`` (same data and sampler seed) and print their divergences before / after."""
+    import nutpie
+
+    d = pd.read_csv(os.path.join(OUT, "sbc_sampled.csv")).set_index("rep")
+    cells, pri, _ = design("sampled")
+    lo, hi = transform_range(pri)
+    t0_ = {**draw_truth(cells, pri, np.random.default_rng(0)), **draw_transforms(cells.n_strata, np.random.default_rng(0))}
+    pm_model = build_sampled_model(cells, simulate_sampled(cells, t0_, lo, hi, np.random.default_rng(0))[1], pri,
+                                   centred=False)
+    compiled = nutpie.compile_pymc_model(pm_model, freeze_model=False)
+    before = after = still = 0
+    for r in d.index[d["divergences"] > 0]:
+        rng = np.random.default_rng([seed, r])
+        truth = draw_truth(cells, pri, rng)
+        truth.update(draw_transforms(cells.n_strata, rng))
+        data, tdata = simulate_sampled(cells, truth, lo, hi, rng)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dd = sample_locscale(data, pri, draws=L * THIN, tune=500, chains=1, cores=1, seed=int(rng.integers(2**31)),
+                                 centred=False, model=pm_model, sampler="nutpie", compiled=compiled, tdata=tdata,
+                                 target_accept=target_accept)
+        nd = int(dd["raw"].sample_stats["diverging"].values.sum())
+        before, after, still = before + int(d.loc[r, "divergences"]), after + nd, still + (nd > 0)
+        print(r, int(d.loc[r, "divergences"]), nd, f"{time.perf_counter() - t0:.1f}s", flush=True)
+    print(f"divergences at 0.9: {before}; at {target_accept}: {after}, in {still} replicates")
+
+
 def summary(model: str) -> pd.DataFrame | None:
     path = os.path.join(OUT, f"sbc_{model}.csv")
     if not os.path.exists(path):
@@ -387,6 +418,7 @@ if __name__ == "__main__":
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--summary", action="store_true")
     ap.add_argument("--sampler", choices=("nutpie", "pymc"), default=None)
+    ap.add_argument("--refit-divergent", type=float, default=None, metavar="TARGET_ACCEPT")
     a = ap.parse_args()
     if a.summary:
         for m in MODELS:
@@ -399,5 +431,8 @@ if __name__ == "__main__":
             for _, r in t.iterrows():
                 print(f"| {r.parameter} | {r.n} | {r.chi2_p:.3f} | {r.ks_p:.3f} | {'yes' if r.uniform else 'NO'} |")
             print({k: v for k, v in t.attrs.items() if k.startswith("coverage")})
+        sys.exit(0)
+    if a.refit_divergent is not None:
+        refit_divergent(a.refit_divergent, a.seed)
         sys.exit(0)
     run(a.model, a.reps, a.seed, a.start, a.sampler)
