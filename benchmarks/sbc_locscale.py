@@ -10,6 +10,25 @@ Classes (``--model``):
 * ``stratified``: a stratum per class × attack (1 bona fide + 2 attacks, own μ and σ each),
   speaker location and log-SD per class and a speaker × attack location effect (ω) in the
   negative class.
+* ``sampled``: the stratified class with sampled transforms
+  (``bayes_locscale(..., transform="sampled")``, :mod:`scoremix.bayes.locscale_sampled`): per
+  stratum a Bernstein deformation (order 6) ``h_s`` of a fixed base (ML) scale on the fixed
+  range ``[m_s - 2.5, m_s + 2.5]`` (``m_s`` the prior mean of ``mu_s``; linear beyond),
+  ``w_s = softmax(tau_h gamma_s)``, ``gamma_s`` zero-sum N(0, I), ``tau_h ~ N+(0, 1)``, all drawn
+  from the prior; the latent values ``z`` of the stratified model are observed on the base
+  scale as ``h_s^{-1}(z)`` (continuous scores: a score ``expit(x / 2)`` of base value ``x``
+  has its base value back exactly), and the model is fitted given that base scale as the
+  "ML" transform.  The EER is read at a common threshold on the base (score) scale, each
+  stratum's latent threshold ``h_s(t)``; ranks also of ``tau_h``, ``w[s, 1]``, ``w[s, M]``
+  and two ``gamma`` components.
+* ``sampled_datarange``: the same data sets (same seeds), fitted as ``bayes_locscale`` fits
+  real data, on every stratum's range of the data instead of the fixed range of the
+  simulator.  The model's parameters then mean something else (the Bernstein map and so
+  ``mu_s``, ``sigma_s``, ``w`` live on another interval), so only the parameterisation-free
+  EER and subgroup ratio are ranked: a check of the data-dependent range, not an SBC.  Not
+  usable with this simulator (docs/bayes-locscale.md): where an end increment of the true map
+  is small its linear tail throws base values far out, the data range is set by those
+  outliers and the order-6 map on it is a different, misspecified model.
 
 Per replicate: parameters from the prior, data from the model (8 speakers, 12 trials per
 cell), NUTS (nutpie when installed, else PyMC, on the same graph; 1 chain, 500 tuning + 990 draws,
@@ -26,6 +45,7 @@ printed by ``--summary`` and in ``docs/bayes-locscale.md``.
 
     nice -n 5 python3 benchmarks/sbc_locscale.py --model ls_gauss --reps 200
     python3 benchmarks/sbc_locscale.py --summary
+    nice -n 5 python3 benchmarks/sbc_locscale.py --refit-divergent 0.95   # the sampled class's divergent replicates
 """
 
 from __future__ import annotations
@@ -41,7 +61,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 import pandas as pd
 from scipy import stats
-from scipy.special import expit, logit
+from scipy.special import expit, logit, ndtr
 
 from scoremix.bayes.locscale import sample_locscale, scalar_draws
 from scoremix.bayes.locscale_model import (
@@ -49,17 +69,24 @@ from scoremix.bayes.locscale_model import (
     LocScalePriors,
     build_locscale_model,
 )
+from scoremix.bayes.locscale_sampled import (
+    SampledTransformData,
+    basis_F,
+    build_sampled_model,
+    sampled_transform_data,
+)
 from scoremix.predictive.mixture import MixtureRates, batch_eer
 
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "data")
 N_SPK, N_CELL, THIN, L = 8, 12, 10, 99
-MODELS = ("ls_gauss", "ls_transform", "stratified")
+MODELS = ("ls_gauss", "ls_transform", "stratified", "sampled", "sampled_datarange")
+ORDER, TAU_H_SCALE, HALF_RANGE = 6, 1.0, 2.5   # the sampled class's Bernstein order, prior scale, range
 
 
 def design(model: str) -> tuple[LocScaleCells, LocScalePriors, np.ndarray]:
     """The fixed design (cells, units) and the prior of a class; returns a template
     ``LocScaleCells`` (statistics filled per replicate) and the speaker of every unit."""
-    if model == "stratified":
+    if model in ("stratified", "sampled", "sampled_datarange"):
         strata = ["+:bonafide", "-:A1", "-:A2"]
         sclass = np.array([1, 0, 0])
     else:
@@ -74,7 +101,7 @@ def design(model: str) -> tuple[LocScaleCells, LocScalePriors, np.ndarray]:
     unit, stratum = np.array(unit), np.array(stratum)
     ucls = np.tile([0, 1], N_SPK)
     C = unit.size
-    omega = np.array([model == "stratified", False])
+    omega = np.array([model in ("stratified", "sampled", "sampled_datarange"), False])
     cells = LocScaleCells(unit=unit, stratum=stratum, n=np.full(C, float(N_CELL)), sz=np.zeros(C),
                           szz=np.full(C, float(N_CELL)), unit_class=ucls, stratum_class=sclass,
                           scale=np.array([True, True]), corr=np.array([False, True]), omega=omega,
@@ -133,14 +160,123 @@ def eer_and_ratio(cells: LocScaleCells, spk: np.ndarray, mu, lam, b, g, u) -> tu
     return E[0], E[1] / E[2]
 
 
-def run(model: str, reps: int, seed: int, start: int = 0) -> None:
+def transform_range(pri: LocScalePriors) -> tuple[np.ndarray, np.ndarray]:
+    """The fixed Bernstein range ``[l_s, r_s]`` of the sampled class (prior mean of ``mu_s`` ± 2.5)."""
+    m = np.asarray(pri.mu_loc, float)
+    return m - HALF_RANGE, m + HALF_RANGE
+
+
+def draw_transforms(S: int, rng: np.random.Generator) -> dict:
+    """``tau_h ~ N+(0, s_h²)``, ``gamma_s`` zero-sum N(0, I) (an iid normal minus its mean: the
+    covariance ``I - 11ᵀ/M`` of PyMC's ``ZeroSumNormal``), ``w_s = softmax(tau_h gamma_s)``."""
+    tau_h = abs(rng.normal(0.0, TAU_H_SCALE))
+    x = rng.standard_normal((S, ORDER))
+    gamma = x - x.mean(axis=1, keepdims=True)
+    e = np.exp(tau_h * gamma - (tau_h * gamma).max(axis=1, keepdims=True))
+    return dict(tau_h=tau_h, gamma=gamma, w=e / e.sum(axis=1, keepdims=True))
+
+
+def h_map(x: np.ndarray, s: np.ndarray, w: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``h_s(x)`` of base values ``x`` in strata ``s`` (same shape), one draw's increments ``w``
+    ``(S, M)``; linear beyond the range."""
+    span = (hi - lo)[s]
+    return lo[s] + span * np.sum(basis_F((x - lo[s]) / span, ORDER) * w[s], axis=-1)
+
+
+def h_inverse(z: np.ndarray, s: np.ndarray, w: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The base value ``x`` with ``h_s(x) = z`` (one draw's ``w``; bisection inside the range, to 1e-13)."""
+    span = (hi - lo)[s]
+    below, above = z < lo[s], z > hi[s]
+    x = np.where(below, lo[s] + (z - lo[s]) / (ORDER * w[s, 0]),
+                 np.where(above, hi[s] + (z - hi[s]) / (ORDER * w[s, -1]), np.nan))
+    inside = ~(below | above)
+    a, b = lo[s][inside], hi[s][inside]
+    zi, si = z[inside], s[inside]
+    for _ in range(int(np.ceil(np.log2(span.max() / 1e-13)))):
+        mid = 0.5 * (a + b)
+        up = h_map(mid, si, w, lo, hi) < zi
+        a, b = np.where(up, mid, a), np.where(up, b, mid)
+    x[inside] = 0.5 * (a + b)
+    return x
+
+
+def simulate_sampled(cells: LocScaleCells, t: dict, lo: np.ndarray, hi: np.ndarray,
+                     rng: np.random.Generator, data_range: bool = False) -> tuple[LocScaleCells, SampledTransformData]:
+    """Latent data of the stratified model observed on the base scale, ``x = h_s^{-1}(z)``; the
+    cells (base-scale statistics) and the sampled-transform statistics on the fixed range (or,
+    ``data_range``, on every stratum's range of the data, as ``bayes_locscale`` does)."""
+    C = cells.unit.size
+    m = t["mu"][cells.stratum] + t["b"][cells.unit] + t["u"]
+    sd = np.exp(t["lam"][cells.stratum] + t["g"][cells.unit])
+    z = (m[:, None] + sd[:, None] * rng.standard_normal((C, N_CELL))).ravel()
+    tc = np.repeat(np.arange(C), N_CELL)
+    x = h_inverse(z, cells.stratum[tc], t["w"], lo, hi)
+    base = LocScaleCells(unit=cells.unit, stratum=cells.stratum, n=cells.n, sz=np.bincount(tc, x, C),
+                         szz=np.bincount(tc, x * x, C), unit_class=cells.unit_class,
+                         stratum_class=cells.stratum_class, scale=cells.scale, corr=cells.corr, omega=cells.omega,
+                         tail=cells.tail, strata_levels=cells.strata_levels)
+    td = sampled_transform_data(base, x, x * x, tc, order=ORDER, tau_h_scale=TAU_H_SCALE,
+                                lo=None if data_range else lo, hi=None if data_range else hi)
+    return base, td
+
+
+def eer_and_ratio_sampled(cells: LocScaleCells, spk: np.ndarray, mu, lam, b, g, u, w, lo: np.ndarray,
+                          hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """As :func:`eer_and_ratio`, at a common threshold ``t`` on the base (score) scale: stratum
+    ``s``'s latent threshold is ``h_s(t)`` (draws' ``w`` ``(D, S, M)``).  FNR(t) − FPR(t) is
+    increasing, so the crossing is found by bisection from [−200, 200] (widened tenfold where it
+    lies beyond; to 1e-10 on the base scale); the EER is the rates' mean there."""
+    mu, lam, b, g, u = (np.atleast_2d(x) for x in (mu, lam, b, g, u))
+    w = w if w.ndim == 3 else w[None]
+    D = mu.shape[0]
+    m = mu[:, cells.stratum] + b[:, cells.unit] + u
+    sd = np.exp(lam[:, cells.stratum] + g[:, cells.unit])
+    pos = cells.stratum_class[cells.stratum] == 1
+    odd = spk[cells.unit] % 2 == 1
+    out = []
+    for wt in (cells.n, cells.n * odd, cells.n * ~odd):
+        def rates(t: np.ndarray, wt: np.ndarray = wt) -> tuple[np.ndarray, np.ndarray]:
+            hs = lo + (hi - lo) * np.sum(basis_F((t[:, None] - lo) / (hi - lo), ORDER) * w, axis=-1)   # (D, S)
+            zc = (hs[:, cells.stratum] - m) / sd
+            fnr = (ndtr(zc[:, pos]) @ wt[pos]) / wt[pos].sum()
+            fpr = (ndtr(-zc[:, ~pos]) @ wt[~pos]) / wt[~pos].sum()
+            return fnr, fpr
+        a, c = np.full(D, -200.0), np.full(D, 200.0)
+        for _ in range(12):   # widen where the crossing lies beyond ±200 (flat end slopes); else unchanged
+            fa, pa = rates(a)
+            fc, pc = rates(c)
+            out_lo, out_hi = fa > pa, fc < pc
+            if not (out_lo.any() or out_hi.any()):
+                break
+            a, c = np.where(out_lo, 10 * a, a), np.where(out_hi, 10 * c, c)
+        for _ in range(52 + int(np.ceil(np.log2(max(c.max(), -a.min()) / 200.0)))):
+            mid = 0.5 * (a + c)
+            fnr, fpr = rates(mid)
+            up = fnr < fpr
+            a, c = np.where(up, mid, a), np.where(up, c, mid)
+        fnr, fpr = rates(0.5 * (a + c))
+        out.append(0.5 * (fnr + fpr))
+    return out[0], out[1] / out[2]
+
+
+def run(model: str, reps: int, seed: int, start: int = 0, sampler: str | None = None) -> None:
     import pymc as pm
 
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, f"sbc_{model}.csv")
     cells, pri, spk = design(model)
-    pm_model = build_locscale_model(cells, pri, centred=False)
+    sampled = model in ("sampled", "sampled_datarange")
+    datarange = model == "sampled_datarange"
+    lo, hi = transform_range(pri)
+    if sampled:   # a template of the right shapes; every replicate sets its own data
+        t0_ = {**draw_truth(cells, pri, np.random.default_rng(0)), **draw_transforms(cells.n_strata, np.random.default_rng(0))}
+        pm_model = build_sampled_model(cells, simulate_sampled(cells, t0_, lo, hi, np.random.default_rng(0))[1], pri,
+                                       centred=False)
+    else:
+        pm_model = build_locscale_model(cells, pri, centred=False)
     try:
+        if sampler == "pymc":
+            raise ImportError
         import nutpie
 
         sampler, step = "nutpie", None
@@ -155,38 +291,99 @@ def run(model: str, reps: int, seed: int, start: int = 0) -> None:
             continue
         rng = np.random.default_rng([seed, r])
         truth = draw_truth(cells, pri, rng)
-        data = simulate_stats(model, cells, truth, rng)
+        tdata = None
+        if sampled:
+            truth.update(draw_transforms(cells.n_strata, rng))
+            data, tdata = simulate_sampled(cells, truth, lo, hi, rng, data_range=datarange)
+        else:
+            data = simulate_stats(model, cells, truth, rng)
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             d = sample_locscale(data, pri, draws=L * THIN, tune=500, chains=1, cores=1, seed=int(rng.integers(2**31)),
-                                centred=False, model=pm_model, step=step, sampler=sampler, compiled=compiled)
+                                centred=False, model=pm_model, step=step, sampler=sampler, compiled=compiled,
+                                tdata=tdata)
         wall = time.perf_counter() - t0
         keep = np.arange(THIN - 1, L * THIN, THIN)
         dk = {k: (v[keep] if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == L * THIN else v)
               for k, v in d.items()}
-        post = scalar_draws(data, dk)
-        tru = scalar_draws(data, {k: (np.atleast_1d(v)[None] if isinstance(v, np.ndarray) else v)
+        post = {} if datarange else scalar_draws(data, dk)
+        tru = scalar_draws(data, {k: (np.atleast_1d(v)[None] if isinstance(v, (np.ndarray, float)) else v)
                                   for k, v in truth.items()})
         row: dict = dict(rep=r, seconds=wall, sampler=sampler, divergences=int(d["raw"].sample_stats["diverging"].values.sum()))
         for k in post:
             row[f"rank:{k}"] = int(np.sum(post[k] < tru[k][0]))
-        row["rank:b[0]"] = int(np.sum(dk["b"][:, 0] < truth["b"][0]))
-        row["rank:g[0]"] = int(np.sum(dk["g"][:, 0] < truth["g"][0]))
-        e_true, r_true = eer_and_ratio(data, spk, truth["mu"], truth["lam"], truth["b"], truth["g"], truth["u"])
-        e_d, r_d = eer_and_ratio(data, spk, dk["mu"], dk["lam"], dk["b"], dk["g"], dk["u"])
+        if not datarange:
+            row["rank:b[0]"] = int(np.sum(dk["b"][:, 0] < truth["b"][0]))
+            row["rank:g[0]"] = int(np.sum(dk["g"][:, 0] < truth["g"][0]))
+        if sampled:
+            import arviz as az
+
+            gam = np.asarray(d["raw"].posterior["gamma_raw"].values, float).reshape(L * THIN, cells.n_strata, ORDER)
+            for si, lv in enumerate(cells.strata_levels):
+                for k in (0, ORDER - 1):
+                    if not datarange:
+                        row[f"rank:w[{lv},{k + 1}]"] = int(np.sum(dk["w"][:, si, k] < truth["w"][si, k]))
+            for si, k in ((0, 0), (1, 2)):
+                if not datarange:
+                    row[f"rank:gamma[{cells.strata_levels[si]},{k + 1}]"] = int(np.sum(gam[keep, si, k] < truth["gamma"][si, k]))
+            row["ess:tau_h"] = float(az.ess(d["tau_h"][None]))
+            row["true:tau_h"] = float(truth["tau_h"])
+            row["mean:tau_h"] = float(d["tau_h"].mean())
+
+            def eer_fn(dd: dict, data: LocScaleCells = data, truth: dict = truth,
+                       tdata: SampledTransformData = tdata) -> tuple[np.ndarray, np.ndarray]:
+                a, b = (lo, hi) if dd is truth else (tdata.lo, tdata.hi)   # the truth's map is on the fixed range
+                return eer_and_ratio_sampled(data, spk, dd["mu"], dd["lam"], dd["b"], dd["g"], dd["u"], dd["w"], a, b)
+        else:
+            def eer_fn(dd: dict, data: LocScaleCells = data) -> tuple[np.ndarray, np.ndarray]:
+                return eer_and_ratio(data, spk, dd["mu"], dd["lam"], dd["b"], dd["g"], dd["u"])
+        e_true, r_true = eer_fn(truth)
+        e_d, r_d = eer_fn(dk)
         row["rank:eer"] = int(np.sum(e_d < e_true[0]))
         row["rank:eer_ratio"] = int(np.sum(r_d < r_true[0]))
         # 95 % intervals from all (unthinned) draws
-        e_all, r_all = eer_and_ratio(data, spk, d["mu"], d["lam"], d["b"], d["g"], d["u"])
+        e_all, r_all = eer_fn(d)
         for nm, tv, dv in (("eer", e_true[0], e_all), ("eer_ratio", r_true[0], r_all)):
-            lo, hi = np.nanquantile(dv, [0.025, 0.975])
+            lo_, hi_ = np.nanquantile(dv, [0.025, 0.975])
             row[f"true:{nm}"] = tv
-            row[f"cover95:{nm}"] = bool(lo <= tv <= hi)
-            lo, hi = np.nanquantile(dv, [0.05, 0.95])
-            row[f"cover90:{nm}"] = bool(lo <= tv <= hi)
+            row[f"cover95:{nm}"] = bool(lo_ <= tv <= hi_)
+            lo_, hi_ = np.nanquantile(dv, [0.05, 0.95])
+            row[f"cover90:{nm}"] = bool(lo_ <= tv <= hi_)
+        if sampled:
+            row["seconds_total"] = time.perf_counter() - t0
         pd.DataFrame([row]).to_csv(path, mode="a", header=not os.path.exists(path), index=False)
         print(model, r, f"{wall:.1f}s", flush=True)
+
+
+def refit_divergent(target_accept: float, seed: int = 2026) -> None:
+    """Refit the replicates of ``sbc_sampled.csv`` that had divergences with a higher
+    ``target_accept`` (same data and sampler seed) and print their divergences before / after."""
+    import nutpie
+
+    d = pd.read_csv(os.path.join(OUT, "sbc_sampled.csv")).set_index("rep")
+    cells, pri, _ = design("sampled")
+    lo, hi = transform_range(pri)
+    t0_ = {**draw_truth(cells, pri, np.random.default_rng(0)), **draw_transforms(cells.n_strata, np.random.default_rng(0))}
+    pm_model = build_sampled_model(cells, simulate_sampled(cells, t0_, lo, hi, np.random.default_rng(0))[1], pri,
+                                   centred=False)
+    compiled = nutpie.compile_pymc_model(pm_model, freeze_model=False)
+    before = after = still = 0
+    for r in d.index[d["divergences"] > 0]:
+        rng = np.random.default_rng([seed, r])
+        truth = draw_truth(cells, pri, rng)
+        truth.update(draw_transforms(cells.n_strata, rng))
+        data, tdata = simulate_sampled(cells, truth, lo, hi, rng)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dd = sample_locscale(data, pri, draws=L * THIN, tune=500, chains=1, cores=1, seed=int(rng.integers(2**31)),
+                                 centred=False, model=pm_model, sampler="nutpie", compiled=compiled, tdata=tdata,
+                                 target_accept=target_accept)
+        nd = int(dd["raw"].sample_stats["diverging"].values.sum())
+        before, after, still = before + int(d.loc[r, "divergences"]), after + nd, still + (nd > 0)
+        print(r, int(d.loc[r, "divergences"]), nd, f"{time.perf_counter() - t0:.1f}s", flush=True)
+    print(f"divergences at 0.9: {before}; at {target_accept}: {after}, in {still} replicates")
 
 
 def summary(model: str) -> pd.DataFrame | None:
@@ -220,6 +417,8 @@ if __name__ == "__main__":
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--sampler", choices=("nutpie", "pymc"), default=None)
+    ap.add_argument("--refit-divergent", type=float, default=None, metavar="TARGET_ACCEPT")
     a = ap.parse_args()
     if a.summary:
         for m in MODELS:
@@ -233,4 +432,7 @@ if __name__ == "__main__":
                 print(f"| {r.parameter} | {r.n} | {r.chi2_p:.3f} | {r.ks_p:.3f} | {'yes' if r.uniform else 'NO'} |")
             print({k: v for k, v in t.attrs.items() if k.startswith("coverage")})
         sys.exit(0)
-    run(a.model, a.reps, a.seed, a.start)
+    if a.refit_divergent is not None:
+        refit_divergent(a.refit_divergent, a.seed)
+        sys.exit(0)
+    run(a.model, a.reps, a.seed, a.start, a.sampler)

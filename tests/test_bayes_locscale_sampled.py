@@ -7,6 +7,10 @@
 * the model's likelihood term at random increments equals the collapsed likelihood of the
   directly mapped latent values plus the log-Jacobian, and at equal increments the
   fixed-transform model's;
+* with a fixed range narrower than the data (the simulation-based calibration's design) the
+  values beyond it enter through the linear tails: basis and Jacobian agree with ``warp`` and
+  its finite-difference derivative, and a built model given the new data by ``pm.set_data``
+  has the collapsed likelihood of the mapped values plus the log-Jacobian;
 * with the identity map the posterior EER equals the fixed-transform computation exactly;
 * a sampled fit runs end to end; errors are named.
 """
@@ -31,6 +35,7 @@ from scoremix.bayes.locscale_sampled import (
     build_sampled_model,
     cell_zbar,
     sampled_eer_draws,
+    sampled_model_data,
     sampled_transform_data,
     warp,
 )
@@ -138,6 +143,60 @@ def test_model_likelihood_is_the_collapsed_likelihood_of_mapped_values_plus_jaco
     p0["gamma_raw_zerosum__"] = np.zeros_like(point["gamma_raw_zerosum__"])
     fp = {k: p0[k] for k in fixed.initial_point()}
     assert float(pot(p0)) == pytest.approx(float(fpot(fp)), rel=1e-9)
+
+
+def test_fixed_narrow_range_uses_linear_tails_in_basis_and_likelihood(setup):
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    from scoremix.bayes.locscale_model import default_locscale_priors, unit_loglik_graph
+
+    _, cells, maps, td = setup
+    S, M = cells.n_strata, td.order
+    span = td.hi - td.lo
+    lo2, hi2 = td.lo + 0.3 * span, td.hi - 0.25 * span          # about half of every stratum's trials outside
+    td2 = sampled_transform_data(cells, maps["ez"], maps["ez2"], maps["trial_cell"], order=M, lo=lo2, hi=hi2)
+    np.testing.assert_array_equal(td2.lo, lo2)
+    np.testing.assert_allclose(td2.hi, hi2, rtol=1e-14)
+    w = _random_w(np.random.default_rng(5), S, M)
+    lat = np.linspace(td.lo.min() - 2, td.hi.max() + 2, 401)
+    for s in range(S):
+        x = (lat - lo2[s]) / (hi2[s] - lo2[s])
+        assert (x < 0).any() and (x > 1).any()
+        h = lo2[s] + (hi2[s] - lo2[s]) * basis_F(x, M) @ w[s]
+        np.testing.assert_allclose(h, warp(np.tile(lat, (S, 1)), td2, w)[s], rtol=0, atol=1e-12)
+        eps = 1e-6
+        num = (warp(np.tile(lat + eps, (S, 1)), td2, w)[s] - warp(np.tile(lat - eps, (S, 1)), td2, w)[s]) / (2 * eps)
+        np.testing.assert_allclose(num, basis_J(x, M) @ w[s], rtol=1e-6)
+    # a model built on the data range, given the narrow-range statistics as new data
+    pri = default_locscale_priors(cells)
+    model = build_sampled_model(cells, td, pri, centred=False)
+    pm.set_data(sampled_model_data(cells, td2), model=model)
+    vals = model.replace_rvs_by_values([model.potentials[0], model["w"], model["mu"], model["lam"], model["tau_b"],
+                                        model["tau_g"], model["g"]])
+    pot = model.compile_fn(vals[0], inputs=model.value_vars)
+    outs = model.compile_fn(vals[1:], inputs=model.value_vars)
+    rng = np.random.default_rng(6)
+    point = {k: v + rng.normal(0, 0.3, np.shape(v)) for k, v in model.initial_point().items()}
+    w, mu, lam, tau_b, tau_g, g = outs(point)
+    tc = maps["trial_cell"]
+    keep = tc >= 0
+    st = cells.stratum[tc[keep]]
+    ez = maps["ez"][keep]
+    z = warp(np.tile(ez, (S, 1)), td2, w)[st, np.arange(st.size)]
+    eps = 1e-6
+    dz = (warp(np.tile(ez + eps, (S, 1)), td2, w) - warp(np.tile(ez - eps, (S, 1)), td2, w))[st, np.arange(st.size)]
+    C = cells.unit.size
+    n = np.bincount(tc[keep], minlength=C).astype(float)
+    zbar = np.bincount(tc[keep], weights=z, minlength=C) / n
+    ssw = np.bincount(tc[keep], weights=(z - zbar[tc[keep]]) ** 2, minlength=C) + td2.sV
+    tg = np.ones(2)
+    tg[np.flatnonzero(cells.scale)] = tau_g
+    ll = unit_loglik_graph(cells, pt.constant(n), pt.constant(zbar), pt.constant(ssw), pt.constant(mu),
+                           pt.constant(lam), pt.constant(tau_b), pt.constant(tg), pt.constant(np.zeros(2)),
+                           pt.constant(np.zeros(2)), pt.constant(g)).eval().sum()
+    jac = np.log(dz / (2 * eps)).sum()
+    assert float(pot(point)) == pytest.approx(ll + jac, rel=1e-7)
 
 
 def test_identity_map_gives_the_fixed_transform_eer_and_a_sampled_fit_runs(setup):

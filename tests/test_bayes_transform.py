@@ -1,6 +1,6 @@
-"""bayes_lmer(..., transform=...): the exact cell likelihood with a fixed transform, and a
-seeded simulation from a known transformation model whose posterior intervals of the EER
-and of the subgroup ratios cover the truth."""
+"""bayes_lmer(..., transform=...): the exact cell likelihood with a fixed transform, and
+seeded simulations from a known transformation model whose posterior intervals of the EER
+and of the subgroup ratios cover the truth as often as a binomial bound allows."""
 
 from __future__ import annotations
 
@@ -93,39 +93,57 @@ def test_cell_loglik_graph_equals_scipy():
     assert got == pytest.approx(want, rel=1e-10)
 
 
+#: data sets of the coverage test and the most misses allowed per quantity: under nominal 95 %
+#: coverage P(Bin(5, 0.05) >= 3) = 0.00116, so the chance that any of the three quantities fails
+#: is at most 3 x 0.00116 = 0.0035 (union bound: whatever their correlation within a data set)
+COVER_SEEDS, MAX_MISSES = range(5), 2
+
+
 @pytest.mark.slow
 def test_posterior_eer_and_subgroup_ratios_cover_the_truth():
+    """Five seeded data sets from the known transformation model (400 trials, 16 speakers; h
+    fixed at the true cells): the 95 % posterior intervals of the conditional EER and of both
+    sexes' ``ratio_overall`` (new speakers) miss their truth in at most ``MAX_MISSES`` of the
+    five data sets per quantity; the latent residual SD is on the true scale.  (A single seed
+    at 99 % failed or passed with the BLAS build — the truth sat at an interval edge; the
+    repeated-sampling coverage at more seeds is measured by
+    ``benchmarks/bayes_transform_coverage.py``.)"""
+    from scipy.stats import binom
+
     from scoremix.bayes import bayes_lmer
     from scoremix.fairness import posterior_subgroup_dcf
     from scoremix.fairness.model_measures import gaussian_mixture_measures
     from scoremix.model_eer import model_eer
 
-    df, tr, mean, y, sex = simulate(3, n=800, n_spk=16)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = bayes_lmer("score ~ label * sex + (1 | speaker)", df, dispersion="~ label", transform=tr,
-                         draws=250, tune=300, chains=1, cores=1, seed=5, progress=False)
-        pe = model_eer(res, progress=False, n_boot=0, level=0.99, thresholds="latent")  # truth: smooth crossing
-        fair = posterior_subgroup_dcf(res, df, ["sex"], max_draws=125, n_boot=0, ci=0.99, random="marginal")
-    assert res.transform is tr
-    # truth: the class mixtures of the true per-trial latent Gaussians (realised speakers)
-    sd = np.where(y, 0.8, 1.0)
-    true_eer = mixture_eer(mean[~y], sd[~y], mean[y], sd[y])
-    # one seeded data set, 99 % intervals (the repeated-sampling coverage at 95 % is measured
-    # in benchmarks/bayes_transform_coverage.py)
-    lo, hi = pe.interval_columns
-    s = pe.summary.loc["all"]
-    assert s[lo] <= true_eer <= s[hi]
-    # the latent intercept and residual SDs are on the true scale (h fixed at the truth)
-    assert float(np.mean(res.draws("sigma_target"))) == pytest.approx(0.8, abs=0.15)
-    comp_pos = y.astype(bool)
-    W = np.zeros((3, len(df)))
-    W[0] = 1
-    W[1] = sex == "f"
-    W[2] = sex == "m"
-    # subgroup ratios for new speakers: class distributions N(fixed_i, σ_y² + 0.5²) (population truth)
-    sdm = np.sqrt(sd ** 2 + 0.25)
-    truth = gaussian_mixture_measures(df["fixed"].to_numpy()[None, :], sdm[None, :], comp_pos, W)
-    t = fair.table.set_index("subgroup")
-    for k, g in enumerate(["f", "m"]):
-        assert t.loc[g, "ratio_overall_lo"] <= truth["ratio_overall"][k, 0] <= t.loc[g, "ratio_overall_hi"]
+    assert 3 * binom.sf(MAX_MISSES, len(COVER_SEEDS), 0.05) < 0.005
+    misses = {"eer": [], "f": [], "m": []}
+    sigma = []
+    for seed in COVER_SEEDS:
+        df, tr, mean, y, sex = simulate(seed, n=400, n_spk=16)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = bayes_lmer("score ~ label * sex + (1 | speaker)", df, dispersion="~ label", transform=tr,
+                             draws=200, tune=200, chains=1, cores=1, seed=seed, progress=False)
+            pe = model_eer(res, progress=False, n_boot=0, level=0.95, thresholds="latent")  # truth: smooth crossing
+            fair = posterior_subgroup_dcf(res, df, ["sex"], max_draws=100, n_boot=0, ci=0.95, random="marginal")
+        assert res.transform is tr
+        # truth: the class mixtures of the true per-trial latent Gaussians (realised speakers)
+        sd = np.where(y, 0.8, 1.0)
+        true_eer = mixture_eer(mean[~y], sd[~y], mean[y], sd[y])
+        lo, hi = pe.interval_columns
+        s = pe.summary.loc["all"]
+        if not s[lo] <= true_eer <= s[hi]:
+            misses["eer"].append(seed)
+        sigma.append(float(np.mean(res.draws("sigma_target"))))
+        # subgroup ratios for new speakers: class distributions N(fixed_i, σ_y² + 0.5²) (population truth)
+        W = np.vstack([np.ones(len(df)), sex == "f", sex == "m"]).astype(float)
+        truth = gaussian_mixture_measures(df["fixed"].to_numpy()[None, :], np.sqrt(sd ** 2 + 0.25)[None, :],
+                                          y.astype(bool), W)
+        t = fair.table.set_index("subgroup")
+        for k, g in enumerate(["f", "m"]):
+            if not t.loc[g, "ratio_overall_lo"] <= truth["ratio_overall"][k, 0] <= t.loc[g, "ratio_overall_hi"]:
+                misses[g].append(seed)
+    assert all(len(v) <= MAX_MISSES for v in misses.values()), misses
+    # the latent residual SD of targets is on the true scale (h fixed at the truth): the mean of five
+    # posterior means (each with a sampling SD of about 0.04 at 400 trials) within 0.08 of 0.8
+    assert float(np.mean(sigma)) == pytest.approx(0.8, abs=0.08), sigma

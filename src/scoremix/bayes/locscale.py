@@ -119,7 +119,8 @@ def sample_locscale(cells: LocScaleCells, priors: LocScalePriors | None = None, 
     recompiling).  ``sampler="nutpie"``: nutpie's NUTS on the same graph (``compiled``: a
     ``nutpie.compile_pymc_model`` of a model of this structure, given new data with
     ``with_data``).  ``tdata``: sample the transforms too
-    (:class:`~scoremix.bayes.locscale_sampled.SampledTransformData`; ``model`` then unused)."""
+    (:class:`~scoremix.bayes.locscale_sampled.SampledTransformData`; ``model``/``compiled``
+    then of :func:`~scoremix.bayes.locscale_sampled.build_sampled_model`)."""
     import pymc as pm
 
     if sampler not in ("pymc", "nutpie"):
@@ -127,14 +128,15 @@ def sample_locscale(cells: LocScaleCells, priors: LocScalePriors | None = None, 
 
     pri = priors or default_locscale_priors(cells)
     cen = _auto_centred(cells) if centred is None else bool(centred)
-    if tdata is not None:
-        from scoremix.bayes.locscale_sampled import build_sampled_model
+    data = {"n": cells.n, "zbar": cells.zbar, "ssw": cells.ssw}
+    if tdata is not None:  # s7bayes-sbc: a built sampled model / compiled nutpie model is re-used too
+        from scoremix.bayes.locscale_sampled import build_sampled_model, sampled_model_data
 
-        model = build_sampled_model(cells, tdata, pri, cen)
-    elif model is None:
-        model = build_locscale_model(cells, pri, cen)
+        data = sampled_model_data(cells, tdata)
+    if model is None:
+        model = build_sampled_model(cells, tdata, pri, cen) if tdata is not None else build_locscale_model(cells, pri, cen)
     else:
-        pm.set_data({"n": cells.n, "zbar": cells.zbar, "ssw": cells.ssw}, model=model)
+        pm.set_data(data, model=model)
     rs = seed_int(seed)
     seq = np.random.SeedSequence(rs)
     pm_seed = int(seq.generate_state(1)[0] % (2 ** 31 - 1))
@@ -157,7 +159,7 @@ def sample_locscale(cells: LocScaleCells, priors: LocScalePriors | None = None, 
         if compiled is None:
             compiled = nutpie.compile_pymc_model(model, freeze_model=False)
         else:
-            compiled = compiled.with_data(n=cells.n, zbar=cells.zbar, ssw=cells.ssw)
+            compiled = compiled.with_data(**data)
         nkw: dict[str, Any] = dict(draws=draws, tune=tune, chains=chains, seed=pm_seed, progress_bar=progress,
                                    target_accept=target_accept)
         if cores is not None:

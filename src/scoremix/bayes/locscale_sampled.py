@@ -33,6 +33,12 @@ their cell statistics, which are linear / quadratic in :math:`w`:
 (:math:`V_c`: the E-step variances of tied scores' latent values, taken at the ML transform).
 So one gradient costs :math:`O(\#\text{cells}\cdot M^2 + \#\text{trials}\cdot M)`.
 
+The data of the model are ``pm.Data`` (:func:`sampled_model_data`), so one built (or
+nutpie-compiled) model refits new data of the same structure; a fixed range
+(``sampled_transform_data(..., lo=, hi=)``, values beyond it through the linear tails of
+:func:`basis_F`) is what the simulation-based calibration (``benchmarks/sbc_locscale.py
+--model sampled``) uses, since a generating map cannot depend on the data's range.
+
 Posterior error rates: for every draw the thresholds' ML latent values are mapped by that
 draw's :math:`h_s` (:func:`warp`) and the model rates computed as in
 :mod:`scoremix.predictive.attainable`.
@@ -60,6 +66,7 @@ __all__ = [
     "SampledTransformData",
     "build_sampled_model",
     "sampled_eer_draws",
+    "sampled_model_data",
     "sampled_transform_data",
     "warp",
 ]
@@ -87,31 +94,46 @@ class SampledTransformData:
 
 
 def basis_F(x: np.ndarray, order: int) -> np.ndarray:
-    """``(…, M)`` cumulative Bernstein basis :math:`F_{k,M}(x) = P(\\mathrm{Bin}(M, x) \\ge k)`, k = 1..M."""
+    """``(…, M)`` cumulative Bernstein basis :math:`F_{k,M}(x) = P(\\mathrm{Bin}(M, x) \\ge k)`, k = 1..M,
+    continued linearly beyond ``[0, 1]`` with the end slopes (:math:`F_{1} = Mx` below 0,
+    :math:`F_{M} = 1 + M(x - 1)` above 1, the others constant), so that
+    :math:`h = l + (r - l)\\, F w` is the map of :func:`warp` on the whole line."""
     k = np.arange(1, order + 1)
-    return binom.sf(k - 1, order, np.clip(np.asarray(x, float), 0.0, 1.0)[..., None])
+    x = np.asarray(x, float)
+    F = binom.sf(k - 1, order, np.clip(x, 0.0, 1.0)[..., None])
+    F[..., 0] = np.where(x < 0, order * x, F[..., 0])
+    F[..., -1] = np.where(x > 1, 1.0 + order * (x - 1.0), F[..., -1])
+    return F
 
 
 def basis_J(x: np.ndarray, order: int) -> np.ndarray:
-    """``(…, M)`` :math:`M B_{k-1,M-1}(x)` (so that :math:`h'(\\hat h) = J \\cdot w`)."""
+    """``(…, M)`` :math:`M B_{k-1,M-1}(x)` (so that :math:`h'(\\hat h) = J \\cdot w`); beyond ``[0, 1]``
+    the end values :math:`M e_1`, :math:`M e_M` (the derivative of :func:`basis_F`'s linear tails)."""
     k = np.arange(1, order + 1)
     return order * binom.pmf(k - 1, order - 1, np.clip(np.asarray(x, float), 0.0, 1.0)[..., None])
 
 
 def sampled_transform_data(cells: LocScaleCells, ez: np.ndarray, ez2: np.ndarray, trial_cell: np.ndarray,
-                           order: int = DEFAULT_ORDER, tau_h_scale: float = 1.0) -> SampledTransformData:
+                           order: int = DEFAULT_ORDER, tau_h_scale: float = 1.0, lo: np.ndarray | None = None,
+                           hi: np.ndarray | None = None) -> SampledTransformData:
     """The statistics of the sampled-transform likelihood from every trial's ML latent moments
-    ``ez``, ``ez2`` and its cell index ``trial_cell`` (−1: left out)."""
+    ``ez``, ``ez2`` and its cell index ``trial_cell`` (−1: left out).  ``lo``, ``hi`` ``(S,)``:
+    a fixed range :math:`[l_s, r_s]` of the Bernstein polynomials (default: each stratum's
+    range of ``ez``); values outside it enter through the linear tails (:func:`basis_F`),
+    as in the simulation-based calibration, whose data-generating map must not depend on the
+    data."""
     keep = trial_cell >= 0
     tc = trial_cell[keep]
     z = np.asarray(ez, float)[keep]
     var = np.maximum(np.asarray(ez2, float)[keep] - z ** 2, 0.0)
     st = cells.stratum[tc]
     S, C = cells.n_strata, cells.unit.size
-    lo = np.full(S, np.inf)
-    hi = np.full(S, -np.inf)
-    np.minimum.at(lo, st, z)
-    np.maximum.at(hi, st, z)
+    if lo is None or hi is None:
+        lo = np.full(S, np.inf)
+        hi = np.full(S, -np.inf)
+        np.minimum.at(lo, st, z)
+        np.maximum.at(hi, st, z)
+    lo, hi = np.asarray(lo, float).reshape(S), np.asarray(hi, float).reshape(S)
     span = np.where(hi > lo, hi - lo, 1.0)
     x = (z - lo[st]) / span[st]
     F = basis_F(x, order)
@@ -126,26 +148,36 @@ def sampled_transform_data(cells: LocScaleCells, ez: np.ndarray, ez2: np.ndarray
                                 order=int(order), tau_h_scale=float(tau_h_scale))
 
 
+def sampled_model_data(cells: LocScaleCells, tdata: SampledTransformData) -> dict[str, np.ndarray]:
+    """The ``pm.Data`` of :func:`build_sampled_model` (names → arrays): set them with
+    ``pm.set_data`` or nutpie's ``with_data`` to refit a built model to new data of the same
+    structure (same cells, trials per stratum and order; simulation-based calibration)."""
+    return dict(n=cells.n, lo=tdata.lo, span=tdata.hi - tdata.lo, sF=tdata.sF, sFFc=tdata.sFFc, sV=tdata.sV,
+                J=tdata.J)
+
+
 def build_sampled_model(cells: LocScaleCells, tdata: SampledTransformData, priors: LocScalePriors,
                         centred: bool):
-    """The PyMC model of the location-scale model with sampled transforms (module docstring)."""
+    """The PyMC model of the location-scale model with sampled transforms (module docstring);
+    the data are ``pm.Data`` (:func:`sampled_model_data`)."""
     import pymc as pm
     import pytensor.tensor as pt
 
     S, M = cells.n_strata, tdata.order
     st = cells.stratum
-    span = tdata.hi - tdata.lo
     with pm.Model() as model:
+        dat = {k: pm.Data(k, v) for k, v in sampled_model_data(cells, tdata).items()}
+        n, lo, span = dat["n"], dat["lo"], dat["span"]
         mu, lam, tau_b, tg, rho, om2, g = locscale_effects(cells, priors, centred)
         tau_h = pm.HalfNormal("tau_h", sigma=tdata.tau_h_scale)
         graw = pm.ZeroSumNormal("gamma_raw", sigma=1.0, shape=(S, M))
         w = pm.Deterministic("w", pt.special.softmax(tau_h * graw, axis=-1))
         wc = w[st]                                                           # (C, M)
-        zbar = tdata.lo[st] + span[st] * pt.sum(wc * tdata.sF, axis=1) / cells.n
-        quad = pt.sum(wc[:, :, None] * tdata.sFFc * wc[:, None, :], axis=(1, 2))
-        ssw = span[st] ** 2 * quad + tdata.sV
-        jac = pt.sum(pt.log(pt.sum(tdata.J * w[tdata.jstratum], axis=1)))
-        ll = unit_loglik_graph(cells, cells.n, zbar, ssw, mu, lam, tau_b, tg, rho, om2, g).sum()
+        zbar = lo[st] + span[st] * pt.sum(wc * dat["sF"], axis=1) / n
+        quad = pt.sum(wc[:, :, None] * dat["sFFc"] * wc[:, None, :], axis=(1, 2))
+        ssw = span[st] ** 2 * quad + dat["sV"]
+        jac = pt.sum(pt.log(pt.sum(dat["J"] * w[tdata.jstratum], axis=1)))
+        ll = unit_loglik_graph(cells, n, zbar, ssw, mu, lam, tau_b, tg, rho, om2, g).sum()
         pm.Potential("loglik", ll + jac)
     return model
 
