@@ -35,6 +35,7 @@ The kernels are compiled with numba (``@njit(cache=True)``).  Without numba
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -419,11 +420,10 @@ def assemble(W: np.ndarray, sym: RestSymbolic, T: list, term_p, term_nlev) -> np
 
 
 @_njit(cache=True)
-def _assemble_pattern_kernel(m, sn_start, sn_ptr, sn_rows, ei, ej, eptr, widx, ta, tb, Wv,
+def _assemble_pattern_kernel(Lp, sn_start, sn_ptr, sn_rows, ei, ej, eptr, widx, ta, tb, Wv,
                              Tflat, qz):
-    """Zero the lower triangle of ``Lp`` on the supernodal pattern of ``L``, then set the
-    entries of ``Λ'WΛ + diag(I_qz, 0)`` from the contribution lists."""
-    Lp = np.empty((m, m))
+    """Zero the lower triangle of the ``m × m`` ``Lp`` on the supernodal pattern of ``L``,
+    then set the entries of ``Λ'WΛ + diag(I_qz, 0)`` from the contribution lists."""
     for J in range(sn_start.size - 1):
         c0 = sn_start[J]
         c1 = sn_start[J + 1]
@@ -631,9 +631,9 @@ class PatternAssembler:
             Wv[-1] = math.fsum(np.concatenate([[self.W0[-1]], -c[cols] * vals]))
         Tflat = np.concatenate([[1.0]] + [np.ravel(Tk) for Tk in T[1:]])
         sym = self.sym
-        return _assemble_pattern_kernel(sym.m, sym.sn_start, sym.sn_ptr, sym.sn_rows, self.ei,
-                                        self.ej, self.eptr, self.widx, self.ta, self.tb, Wv,
-                                        Tflat, sym.qz)
+        return _assemble_pattern_kernel(workspace(sym, "L"), sym.sn_start, sym.sn_ptr,
+                                        sym.sn_rows, self.ei, self.ej, self.eptr, self.widx,
+                                        self.ta, self.tb, Wv, Tflat, sym.qz)
 
     def _yy_terms(self):
         """Columns ``s`` with a ``(y, y)`` pair and its products ``A_ys²`` (cached)."""
@@ -688,6 +688,59 @@ def _layout(sym: RestSymbolic, term_p, term_nlev):
     return layout
 
 
+def workspace(sym: RestSymbolic, name: str) -> np.ndarray:
+    """An ``m × m`` work array of ``sym`` (``name``: ``"L"`` for the factor, ``"Z"`` for the
+    selected inverse), reused from the previous evaluation when nothing else refers to it
+    any more (a factor or selected inverse still held by a caller keeps its array, and a
+    new one is made): a fresh 40 MB array costs its page faults again at every
+    evaluation."""
+    key = "work_" + name
+    buf = sym.extra.get(key)
+    # references: the dict, ``buf`` and getrefcount's argument; a caller's view adds one
+    if buf is None or sys.getrefcount(buf) > 3:
+        buf = sym.extra[key] = np.empty((sym.m, sym.m))
+    return buf
+
+
+_LAPACK: dict = {}
+
+
+def _lapack_inplace(name: str, A: np.ndarray, c0: int, n: int) -> int | None:
+    """LAPACK ``name`` (``dpotrf`` or ``dpotri``, ``uplo = "U"``) on the block
+    ``A[c0:n, c0:n]`` of the C-ordered square ``A`` in place: read in Fortran order with
+    leading dimension ``A.shape[0]`` that block is its transpose, so LAPACK's upper
+    triangle is ``A``'s lower one.  Through scipy's Cython LAPACK entry points (no copy);
+    returns LAPACK's ``info``, or ``None`` where those entry points cannot be reached."""
+    fn = _LAPACK.get(name)
+    if fn is None:
+        try:
+            import ctypes
+            from scipy.linalg import cython_lapack
+            cap = cython_lapack.__pyx_capi__[name]
+            get_name = ctypes.pythonapi.PyCapsule_GetName
+            get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+            get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+            get_ptr.restype = ctypes.c_void_p
+            get_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
+            ip = ctypes.POINTER(ctypes.c_int)
+            proto = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ip, ctypes.c_void_p, ip, ip)
+            fn = proto(get_ptr(cap, get_name(cap)))
+        except Exception:  # pragma: no cover - scipy without the Cython LAPACK capsules
+            fn = False
+        _LAPACK[name] = fn
+    if fn is False or not (A.flags.c_contiguous and A.dtype == np.float64):
+        return None
+    import ctypes
+    m = A.shape[0]
+    k = n - c0
+    if k <= 0:
+        return 0
+    info = ctypes.c_int(0)
+    fn(b"U", ctypes.byref(ctypes.c_int(k)), A.ctypes.data + (c0 * m + c0) * 8,
+       ctypes.byref(ctypes.c_int(m)), ctypes.byref(info))
+    return int(info.value)
+
+
 def factor_numeric(S: np.ndarray, sym: RestSymbolic, assembled: bool = False) -> np.ndarray:
     """The supernodal Cholesky factor of the symmetric ``m × m`` ``S`` (original order;
     only read) in the permuted order of ``sym``: a C-ordered array whose lower triangle on
@@ -708,13 +761,16 @@ def factor_numeric(S: np.ndarray, sym: RestSymbolic, assembled: bool = False) ->
     if bad >= 0:
         raise np.linalg.LinAlgError(f"rest block not positive definite (column {bad})")
     c0 = int(sym.sn_start[ns - 1])
-    blk = Lp[c0:, c0:]
-    # the trailing block is C-ordered: its transpose is Fortran-ordered with the lower
-    # triangle as its upper one
-    U, info = sla.lapack.dpotrf(np.asfortranarray(blk.T), lower=0, overwrite_a=1, clean=1)
+    # the trailing block of the C-ordered Lp is, read in Fortran order with leading
+    # dimension m, its transpose: LAPACK's upper triangle is Lp's lower one
+    info = _lapack_inplace("dpotrf", Lp, c0, m)
+    if info is None:     # no direct LAPACK entry point: through a Fortran-ordered copy
+        blk = Lp[c0:, c0:]
+        U, info = sla.lapack.dpotrf(np.asfortranarray(blk.T), lower=0, overwrite_a=1, clean=1)
+        if info == 0:
+            Lp[c0:, c0:] = U.T
     if info != 0:
         raise np.linalg.LinAlgError(f"rest block not positive definite (dpotrf info={info})")
-    Lp[c0:, c0:] = U.T
     # r_θ² = (y'y)_Λ − Σ_j L_yj²: one exactly rounded sum instead of the factorisation's
     # running subtraction (the criterion's rounding noise is n·δr²/r²)
     r2 = yy - math.fsum(Lp[m - 1, : m - 1] ** 2)
@@ -894,20 +950,23 @@ def selected_inverse(Lp: np.ndarray, sym: RestSymbolic, n: int) -> SelectedInver
     (``n ≥ sym.qz``: the ``Z`` rows, with or without ``X``), read in the original order
     through a :class:`SelectedInverse`; entries off the pattern of ``L + L'`` are not the
     inverse's values."""
-    m = sym.m
     ns = sym.n_supernodes
-    Z = np.empty((m, m))
+    Z = workspace(sym, "Z")
     # the trailing dense supernode (clipped to n rows) by LAPACK dpotri
     last = ns - 1
     while last > 0 and sym.sn_start[last] >= n:
         last -= 1
     c0 = int(sym.sn_start[last])
-    blk = Lp[c0:n, c0:n]
-    if blk.shape[0]:
-        Zb, info = sla.lapack.dpotri(np.array(blk.T, order="F"), lower=0, overwrite_c=1)
+    if n > c0:
+        # only the lower triangle of Z is ever read: LAPACK's upper one in Fortran order
+        Z[c0:n, c0:n] = Lp[c0:n, c0:n]
+        info = _lapack_inplace("dpotri", Z, c0, n)
+        if info is None:
+            Zb, info = sla.lapack.dpotri(np.array(Lp[c0:n, c0:n].T, order="F"), lower=0,
+                                         overwrite_c=1)
+            if info == 0:
+                Z[c0:n, c0:n] = Zb.T
         if info != 0:
             raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
-        # only the lower triangle of Z is ever read: Zb's upper triangle, transposed
-        Z[c0:n, c0:n] = Zb.T
     _selinv_kernel(Lp, Z, sym.sn_start, sym.sn_ptr, sym.sn_rows, n, last)
     return SelectedInverse(Z, sym, n)
