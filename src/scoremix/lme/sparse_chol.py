@@ -89,6 +89,17 @@ class RestSymbolic:
     #: per-model caches (layout of Λ, CSC copies of A_r1) filled by the callers
     extra: dict = field(default_factory=dict, repr=False)
 
+    def __getstate__(self) -> dict:
+        # the m × m work arrays (see :func:`workspace`) are scratch, not state
+        state = dict(self.__dict__)
+        state["extra"] = {k: v for k, v in self.extra.items() if not k.startswith("work_")}
+        return state
+
+    def release_workspaces(self) -> None:
+        """Drop the ``m × m`` work arrays of :func:`workspace` (made again when needed)."""
+        for k in [k for k in self.extra if k.startswith("work_")]:
+            del self.extra[k]
+
     @property
     def n_supernodes(self) -> int:
         return int(self.sn_start.size - 1)
