@@ -355,9 +355,15 @@ def crossproducts(spec: ModelSpec, weights: np.ndarray | None = None) -> CrossPr
         Arr.append(_rest_cross_fast(cols, X, y, wu))
     return CrossProducts(
         n=spec.n, p=spec.p, term_p=[t.p for t in spec.terms], term_nlev=nlev,
-        A11=np.stack(A11), Ar1=np.stack(Ar1), Arr=np.stack(Arr), n_by=np.asarray(n_by),
+        A11=_stack(A11), Ar1=_stack(Ar1), Arr=_stack(Arr), n_by=np.asarray(n_by),
         sum_log_w=sum_log_w, _codes=codes, _tX=tX, _X=X, _wd=wd,
     )
+
+
+def _stack(blocks: list[np.ndarray]) -> np.ndarray:
+    """``np.stack(blocks)``; one block (a homoscedastic model) as a view with a leading axis
+    of 1 instead of a copy (InstEval's dense ``A_r1`` and ``A_rr`` are 54 and 41 MB)."""
+    return blocks[0][None] if len(blocks) == 1 else np.stack(blocks)
 
 
 def _rest_cross_fast(cols: list[tuple], X: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> np.ndarray:
