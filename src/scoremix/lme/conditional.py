@@ -282,7 +282,10 @@ def estimates_at(cp: CrossProducts, theta: np.ndarray, REML: bool,
     if cp.n_disp == 1 and cp.ar1_sparse() is not None:
         from scoremix.lme.factor import rest_symbolic
         if rest_symbolic(cp) is not None:
-            f = factorize(theta, cp, rho, need_lr1=False, sparse_ok=True)
+            from scoremix.lme.factor import last_factor
+            f = last_factor(theta, cp, rho)   # the optimiser's last evaluation, if at θ
+            if f is None:
+                f = factorize(theta, cp, rho, need_lr1=False, sparse_ok=True)
             if f.sparse is not None:
                 return _estimates_sparse(cp, f, REML, condvar=condvar)
     ce = conditional_estimates(theta, cp, rho)

@@ -41,7 +41,7 @@ from scoremix.lme.pairs import PairStructure
 from scoremix.lme.relcov import rest_scale, scale_rest_rows, scale_rest_sym, theta_to_T
 
 __all__ = ["Factorization", "factorize", "combine_dispersion", "batched_cholesky_inverse",
-           "inverse_upper"]
+           "inverse_upper", "last_factor"]
 
 
 @dataclass
@@ -244,7 +244,12 @@ def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = Non
     if sparse_ok and not need_lr1:
         sym = rest_symbolic(cp)
         if sym is not None:
-            return _factorize_supernodal(T, cp, rho, sym)
+            # the factor at the last θ is kept: the estimates at the optimum re-use the
+            # optimiser's last evaluation there (see :func:`last_factor`)
+            key = (theta.tobytes(), None if rho is None else np.asarray(rho, float).tobytes())
+            f = _factorize_supernodal(T, cp, rho, sym)
+            sym.extra["last_factor"] = (key, f)
+            return f
     ps = cp.pair_structure()
     if ps is not None:
         return _factorize_pairs(theta, T, cp, ps, rho, need_lr1)
@@ -283,6 +288,20 @@ def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = Non
     return Factorization(T=T, L11=L11, L11inv=L11inv, Lr1=Lr1, Lrr=Lrr, q_rest=qr, p=cp.p,
                          n=cp.n, ldW=ldW)
 
+
+
+def last_factor(theta: np.ndarray, cp: CrossProducts,
+                rho: np.ndarray | None = None) -> "Factorization | None":
+    """The supernodal factor of the last :func:`factorize` call on ``cp`` (with
+    ``sparse_ok=True, need_lr1=False``) when it was at exactly this ``θ`` (and ``ρ``), else
+    ``None``."""
+    sym = cp._rest_sym
+    if not sym:
+        return None
+    hit = sym.extra.get("last_factor")
+    theta = np.atleast_1d(np.asarray(theta, dtype=float))
+    key = (theta.tobytes(), None if rho is None else np.asarray(rho, float).tobytes())
+    return hit[1] if hit is not None and hit[0] == key else None
 
 
 def rest_symbolic(cp: CrossProducts):

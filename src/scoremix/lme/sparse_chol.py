@@ -92,12 +92,13 @@ class RestSymbolic:
     def __getstate__(self) -> dict:
         # the m × m work arrays (see :func:`workspace`) are scratch, not state
         state = dict(self.__dict__)
-        state["extra"] = {k: v for k, v in self.extra.items() if not k.startswith("work_")}
+        state["extra"] = {k: v for k, v in self.extra.items() if not _scratch(k)}
         return state
 
     def release_workspaces(self) -> None:
-        """Drop the ``m × m`` work arrays of :func:`workspace` (made again when needed)."""
-        for k in [k for k in self.extra if k.startswith("work_")]:
+        """Drop the ``m × m`` work arrays of :func:`workspace` and the last factor kept by
+        :func:`scoremix.lme.factor.factorize` (made again when needed)."""
+        for k in [k for k in self.extra if _scratch(k)]:
             del self.extra[k]
 
     @property
@@ -106,6 +107,11 @@ class RestSymbolic:
 
     def dense_flops(self) -> float:
         return self.m ** 3 / 3.0
+
+
+def _scratch(key: str) -> bool:
+    """Whether ``RestSymbolic.extra[key]`` is scratch (work arrays, the last factor)."""
+    return key.startswith("work_") or key == "last_factor"
 
 
 # --------------------------------------------------------------------------- symbolic phase
@@ -701,17 +707,24 @@ def _layout(sym: RestSymbolic, term_p, term_nlev):
 
 def workspace(sym: RestSymbolic, name: str) -> np.ndarray:
     """An ``m × m`` work array of ``sym`` (``name``: ``"L"`` for the factor, ``"Z"`` for the
-    selected inverse), reused from the previous evaluation when nothing else refers to it
-    any more (a factor or selected inverse still held by a caller keeps its array, and a
-    new one is made): a fresh 40 MB array costs its page faults again at every
-    evaluation."""
-    key = "work_" + name
-    buf = sym.extra.get(key)
-    # references: the dict, ``buf`` and getrefcount's argument; a caller's view adds one
-    if buf is None or sys.getrefcount(buf) > 3:
-        buf = sym.extra[key] = np.empty((sym.m, sym.m))
+    selected inverse), reused from an earlier evaluation when nothing else refers to it
+    any more (a factor or selected inverse still held by a caller keeps its array; up to
+    :data:`WORK_POOL` arrays per name are kept): a fresh 40 MB array costs its page faults
+    again at every evaluation."""
+    pool = sym.extra.setdefault("work_" + name, [])
+    for buf in pool:
+        # references: the pool, ``buf`` and getrefcount's argument; a caller's view adds one
+        if sys.getrefcount(buf) <= 3:
+            return buf
+    buf = np.empty((sym.m, sym.m))
+    if len(pool) < WORK_POOL:
+        pool.append(buf)
     return buf
 
+
+#: work arrays kept per name by :func:`workspace` (two: the factor of the last evaluation,
+#: kept for the estimates at the optimum, and the one being computed)
+WORK_POOL = 2
 
 _LAPACK: dict = {}
 
