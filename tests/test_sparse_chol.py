@@ -425,3 +425,55 @@ def test_lazy_conditional_variances_equal_eager_ones(force_sparse):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=0)
     m.condvar = None                                    # an explicit value wins
     assert m.condvar is None
+
+
+def _data_with_empty_slopes(seed: int) -> pd.DataFrame:
+    """Students × lecturers where 40 % of the lecturers have only level "a" of ``x`` (an
+    empty slope column: that row of ``Λ'WΛ`` is zero but for the identity) and ``x3`` has
+    three levels, some lecturers lacking "c"."""
+    d = _crossed_data(seed, n_s=700, n_d=240, per_s=7)
+    rng = np.random.default_rng(seed)
+    lect = d["d"].astype(int).to_numpy()
+    only_a = lect < 96
+    d.loc[only_a, "x"] = "a"
+    x3 = rng.choice(["a", "b", "c"], size=len(d))
+    x3[(lect >= 96) & (lect < 160) & (x3 == "c")] = "b"
+    d["x3"] = x3
+    d["y"] = d["y"] + np.where(d["x3"] == "c", 0.4, 0.0)
+    return d
+
+
+@pytest.mark.parametrize("formula,theta", [
+    ("y ~ x + (1 | s) + (x | d)", [0.5, 0.6, 0.1, 0.3]),
+    ("y ~ x3 + (1 | s) + (x3 | d)", [0.5, 0.6, 0.1, -0.2, 0.4, 0.05, 0.3]),
+])
+def test_empty_slope_rows_keep_their_own_pattern(force_sparse, formula, theta):
+    """Λ_k = I ⊗ T_k is lower triangular, so a level's last columns keep their own
+    pattern (an empty slope row costs no fill): the criterion, gradient, estimates and
+    conditional variances (which read the within-level blocks of S⁻¹) still equal the
+    dense factor's."""
+    cps, cpd = _cp_pair(formula, _data_with_empty_slopes(17))
+    sym = rest_symbolic(cps)
+    assert sym is not None
+    th = np.asarray(theta)
+    for reml in (True, False):
+        assert profiled_deviance(th, cps, reml) == pytest.approx(profiled_deviance(th, cpd, reml),
+                                                                 rel=1e-12)
+        cs, gs = profiled_deviance_grad(th, cps, reml)
+        cd, gd = profiled_deviance_grad(th, cpd, reml)
+        assert cs == pytest.approx(cd, rel=1e-12)
+        np.testing.assert_allclose(gs, gd, rtol=1e-8, atol=1e-8)
+        es, ed = estimates_at(cps, th, reml), estimates_at(cpd, th, reml)
+        for key in ("beta", "vcov"):
+            np.testing.assert_allclose(es[key], ed[key], rtol=1e-9, atol=1e-12)
+        for a, b in zip(es["condvar"] + es["b"], ed["condvar"] + ed["b"]):
+            np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
+    # the lower-triangular closure is smaller than the full per-level one
+    qr = cps.q_rest
+    pk, nk = cps.term_p[1], cps.term_nlev[1]
+    full = sp.kron(sp.identity(nk), np.ones((pk, pk)))
+    pat = sp.csr_matrix(cps.Arr[:, :qr, :qr].any(axis=0))
+    Az = abs(sp.csr_matrix(cps.ar1_sparse()[0][:qr]))
+    pat = ((pat + Az @ Az.T) != 0).astype(float)
+    old = sparse_chol.analyse(((full @ pat @ full) != 0).astype(float).tocsr(), cps.Arr.shape[1])
+    assert sym.nnz < old.nnz

@@ -313,7 +313,9 @@ def rest_symbolic(cp: CrossProducts):
 
     The pattern of the ``Z`` rows of the Schur complement is that of ``A_rr`` (every
     dispersion level) and of ``A_r1 A_r1'``, closed over the levels of each vector-valued
-    term (``Λ_k`` mixes a level's columns); the analysis runs once per cross-products."""
+    term as ``Λ_k = I ⊗ T_k`` mixes a level's columns (``T_k`` lower triangular: column
+    ``a`` of a level collects the columns ``a' ≥ a``), plus every within-level block; the
+    analysis runs once per cross-products."""
     cached = cp._rest_sym
     if cached is not None:
         return cached or None
@@ -329,10 +331,17 @@ def rest_symbolic(cp: CrossProducts):
         Az = sum(abs(sp.csr_matrix(A[:qr])) for A in cp.ar1_sparse()).tocsr()
         Az.data = np.ones_like(Az.data)
         pat = pat + Az @ Az.T
-        blocks = [sp.kron(sp.identity(nk, format="csr"), np.ones((pk, pk)), format="csr")
-                  for pk, nk in zip(cp.term_p[1:], cp.term_nlev[1:])]
-        Bl = sp.block_diag(blocks, format="csr")
-        pat = (Bl @ pat @ Bl).tocsr()
+        # Λ_k = I ⊗ T_k with T_k lower triangular: row a of a level in Λ'WΛ collects the
+        # rows a' ≥ a of W only (a level's last column keeps its own pattern: InstEval's
+        # lecturers without service = 1 ratings have an empty slope row, which then costs
+        # no fill); plus every within-level block, whose entries of S⁻¹ the gradient and
+        # the conditional variances read
+        tri = [sp.kron(sp.identity(nk, format="csr"), np.tril(np.ones((pk, pk))), format="csr")
+               for pk, nk in zip(cp.term_p[1:], cp.term_nlev[1:])]
+        full = [sp.kron(sp.identity(nk, format="csr"), np.ones((pk, pk)), format="csr")
+                for pk, nk in zip(cp.term_p[1:], cp.term_nlev[1:])]
+        Bl = sp.block_diag(tri, format="csr")
+        pat = (Bl.T @ pat @ Bl + sp.block_diag(full, format="csr")).tocsr()
         cand = sparse_chol.analyse(pat, cp.Arr.shape[1])
         if cand.flops <= sparse_chol.MAX_FLOP_SHARE * cand.dense_flops():
             sym = cand
