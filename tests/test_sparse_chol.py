@@ -477,3 +477,34 @@ def test_empty_slope_rows_keep_their_own_pattern(force_sparse, formula, theta):
     pat = ((pat + Az @ Az.T) != 0).astype(float)
     old = sparse_chol.analyse(((full @ pat @ full) != 0).astype(float).tocsr(), cps.Arr.shape[1])
     assert sym.nnz < old.nnz
+
+
+def test_trace_from_the_assembly_pass_equals_its_own_pass(force_sparse):
+    """``P c2`` formed in the assembly's pass over the pairs (for the gradient's trace)
+    equals ``A diag(c2) A'`` on the pattern, and the trace read from it equals the trace
+    with its own pass; other weights are not mistaken for the kept ones."""
+    cps, _ = _cp_pair("y ~ x + (1 | s) + (x | d)", _crossed_data(12))
+    sym = rest_symbolic(cps)
+    th = np.array([0.5, 0.6, -0.2, 0.3])
+    T = theta_to_T(th, cps.term_p)
+    A = sp.csc_matrix(cps.ar1_sparse()[0])
+    A.sort_indices()
+    asm = sparse_chol.PatternAssembler(A, cps.Arr[0], sym, cps.term_p, cps.term_nlev)
+    rng = np.random.default_rng(1)
+    c, c2 = rng.uniform(0, 0.2, A.shape[1]), rng.uniform(0, 0.05, A.shape[1])
+    Lp = sparse_chol.factor_numeric(asm(c, T, c2=c2), sym, assembled=True)
+    kept_c2, Pc2 = asm._pc2
+    dense = (A @ sp.diags(c2) @ A.T).toarray()
+    W0 = asm.W0
+    m = cps.Arr.shape[1]
+    # the lower-triangle entries w of W in the assembler's order: rows/cols from W0's map
+    tri = np.tril(np.ones((m, m), bool)) & ((cps.Arr[0] != 0) | (dense != 0) | np.eye(m, dtype=bool))
+    np.testing.assert_allclose(np.sort(Pc2), np.sort(dense[tri]), rtol=1e-12, atol=1e-15)
+    assert W0.size == Pc2.size
+    Z = sparse_chol.selected_inverse(Lp, sym, cps.q_rest + cps.p)
+    t_kept = asm.trace_downdate(Z, c2, T)
+    asm._pc2 = None
+    t_own = asm.trace_downdate(Z, c2, T)
+    assert t_kept == pytest.approx(t_own, rel=1e-13)
+    Lp = sparse_chol.factor_numeric(asm(c, T, c2=c2), sym, assembled=True)
+    assert asm.trace_downdate(Z, c2 * 1.5, T) == pytest.approx(1.5 * t_own, rel=1e-12)

@@ -377,7 +377,10 @@ def _factorize_supernodal(T: list[np.ndarray], cp: CrossProducts, rho: np.ndarra
             Ac.sort_indices()
             asm = sym.extra["assembler"] = sparse_chol.PatternAssembler(
                 Ac, Arr, sym, cp.term_p, cp.term_nlev)
-        Lp = asm(t * t / dd, T)
+        # the gradient's trace weights (t·S11_l^{-1})², computed as deviance._grad_vector
+        # computes them, formed in the same pass over A_r1's row pairs
+        s11 = L11inv[:, 0, 0] * L11inv[:, 0, 0]
+        Lp = asm(t * t / dd, T, c2=(t * s11) ** 2)
     else:
         W, L11, L11inv = _downdate_sparse(cp, rho, T1, A11)
         W *= -1.0

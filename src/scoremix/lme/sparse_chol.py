@@ -597,6 +597,22 @@ def _pairs_apply(W0, pptr, pw, pv, c):
 
 
 @_njit(cache=True)
+def _pairs_apply2(W0, pptr, pw, pv, c, c2):
+    """``(W0 − P c, P c2)`` in one pass over the pairs (which is what costs)."""
+    Wv = W0.copy()
+    Pc2 = np.zeros(W0.size)
+    for s in range(pptr.size - 1):
+        cs = c[s]
+        c2s = c2[s]
+        for k in range(pptr[s], pptr[s + 1]):
+            w = pw[k]
+            v = pv[k]
+            Wv[w] -= cs * v
+            Pc2[w] += c2s * v
+    return Wv, Pc2
+
+
+@_njit(cache=True)
 def _pairs_dot(Zt, pptr, pw, pv, c):
     """``Zt'(P c)``."""
     tot = 0.0
@@ -636,11 +652,28 @@ class PatternAssembler:
         Tflat = np.concatenate([[1.0]] + [np.ravel(Tk) for Tk in T[1:]])
         Zt = _adjoint_kernel(Z.Zp, self.ei, self.ej, self.eptr, self.widx, self.ta, self.tb,
                              Tflat, self.W0.size, Z.n)
-        return float(_pairs_dot(Zt, self.pptr, self.pw, self.pv, np.asarray(c, float)))
-
-    def __call__(self, c: np.ndarray, T: list) -> np.ndarray:
         c = np.asarray(c, float)
-        Wv = _pairs_apply(self.W0, self.pptr, self.pw, self.pv, c)
+        kept = self._pc2
+        if kept is not None and np.array_equal(kept[0], c):
+            # P c from the assembly's pass over the pairs (:meth:`__call__` with ``c2 = c``)
+            return float(np.dot(Zt, kept[1]))
+        return float(_pairs_dot(Zt, self.pptr, self.pw, self.pv, c))
+
+    #: ``(c2, P c2)`` of the last :meth:`__call__` given a ``c2``
+    _pc2: tuple | None = None
+
+    def __call__(self, c: np.ndarray, T: list, c2: np.ndarray | None = None) -> np.ndarray:
+        """The permuted lower triangle of ``Λ_r'(A_rr − A diag(c) A')Λ_r + diag(I_q, 0)``
+        (in a :func:`workspace` array).  ``c2``: also form ``P c2`` in the same pass over
+        the pairs and keep it for :meth:`trace_downdate` with the same weights (the
+        gradient's trace), which then skips its own pass."""
+        c = np.asarray(c, float)
+        if c2 is None:
+            Wv = _pairs_apply(self.W0, self.pptr, self.pw, self.pv, c)
+        else:
+            c2 = np.array(c2, dtype=float, copy=True)
+            Wv, Pc2 = _pairs_apply2(self.W0, self.pptr, self.pw, self.pv, c, c2)
+            self._pc2 = (c2, Pc2)
         # the y'y entry (the last W entry) summed exactly: r_θ² = y'y − … cancels
         yy = self._yy_terms()
         if yy is not None:
