@@ -417,6 +417,7 @@ def test_lazy_conditional_variances_equal_eager_ones(force_sparse):
     assert not any(k.startswith("work_") for k in fn.args[0]._rest_sym.extra)
     for a, b in zip(m.condvar, eager):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+    assert not any(k.startswith("work_") for k in sym.extra)   # not kept with the result
     sds = m.ranef_condsd
     for t, V in zip(spec.terms, eager):
         np.testing.assert_allclose(sds[t.group_factor][t.term_names].to_numpy(),

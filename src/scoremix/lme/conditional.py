@@ -305,5 +305,10 @@ def estimates_at(cp: CrossProducts, theta: np.ndarray, REML: bool,
 def condvar_at(cp: CrossProducts, theta: np.ndarray, REML: bool,
                rho: np.ndarray | None = None) -> list[np.ndarray]:
     """The conditional covariances ``(n_k, p_k, p_k)`` per term at ``θ`` (the ``condvar`` of
-    :func:`estimates_at`), for results that computed them lazily."""
-    return estimates_at(cp, theta, REML, rho)["condvar"]
+    :func:`estimates_at`), for results that computed them lazily; the supernodal factor's
+    work arrays are not kept afterwards."""
+    out = estimates_at(cp, theta, REML, rho)["condvar"]
+    sym = cp._rest_sym
+    if sym:
+        sym.release_workspaces()
+    return out
