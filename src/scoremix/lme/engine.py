@@ -105,7 +105,9 @@ def fit_native(spec: ModelSpec, REML: bool = True, control: NativeControl | dict
             and ctl.analytic_gradient):
         # a large rest block: each exact-gradient evaluation costs three dense Cholesky-sized
         # operations; start L-BFGS-B at the best scaling of lme4's start instead
-        start, n_ray = ray_start(lambda th: profiled_deviance(th, cp, REML), start)
+        # (L-BFGS-B's first evaluation, with the gradient, is at the parabola's vertex)
+        start, n_ray = ray_start(lambda th: profiled_deviance(th, cp, REML), start,
+                                 evaluate_vertex=False)
     if not tmap.structured:
         opt = optimize_theta(cp, REML, spec.theta_lower(), start, ctl, n_rho=n_rho,
                              theta_scale=scale)

@@ -486,8 +486,8 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
                        optimizer_message=opt_msg)
 
 
-def ray_start(f, x0: np.ndarray, factors: tuple[float, ...] = (0.3, 0.1, 0.03, 0.01)
-              ) -> tuple[np.ndarray, int]:
+def ray_start(f, x0: np.ndarray, factors: tuple[float, ...] = (0.3, 0.1, 0.03, 0.01),
+              evaluate_vertex: bool = True) -> tuple[np.ndarray, int]:
     """A better start on the ray ``c·x0`` (``c > 0``): the minimiser of a parabola in
     ``log c`` through the best evaluated factor and its neighbours.
 
@@ -500,6 +500,11 @@ def ray_start(f, x0: np.ndarray, factors: tuple[float, ...] = (0.3, 0.1, 0.03, 0
     L-BFGS-B's first steps (on the bounds) cost several exact-gradient evaluations, each
     three dense Cholesky-sized operations; a few criterion evaluations (one each) on the
     ray save them.
+
+    ``evaluate_vertex=False``: the vertex is returned without evaluating it (the caller's
+    optimiser evaluates its start anyway, with the gradient): one evaluation fewer, and
+    the start differs from the evaluated variant's only where the vertex is not below
+    the best evaluated factor.
     """
     x0 = np.asarray(x0, float)
     cs = [1.0]
@@ -524,6 +529,8 @@ def ray_start(f, x0: np.ndarray, factors: tuple[float, ...] = (0.3, 0.1, 0.03, 0
             v = -b / (2 * a)
             if xs.min() < v < xs.max():
                 cv = float(np.exp(v))
+                if not evaluate_vertex:
+                    return cv * x0, n
                 fv = f(cv * x0)
                 n += 1
                 if fv < best_f:
