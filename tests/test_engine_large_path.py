@@ -86,6 +86,11 @@ def test_ray_start_finds_the_vertex_of_a_parabola_in_log_c():
     np.testing.assert_allclose(x, 0.2 * x0, rtol=1e-12)
     # c = 1, 0.3, 0.1 (higher than 0.3: stop), then the vertex
     assert n == 4 and calls[:3] == pytest.approx([1.0, 0.3, 0.1])
+    # the vertex returned without evaluating it (the optimiser's first evaluation)
+    calls.clear()
+    x, n = optimizer.ray_start(f, x0, evaluate_vertex=False)
+    np.testing.assert_allclose(x, 0.2 * x0, rtol=1e-12)
+    assert n == 3 and calls == pytest.approx([1.0, 0.3, 0.1])
 
 
 def test_ray_start_keeps_the_start_when_smaller_factors_are_worse():

@@ -323,3 +323,189 @@ def test_scalar_terms_without_pair_structure_match_dense(force_sparse, monkeypat
         cd, gd = profiled_deviance_grad(th, cpd, reml)
         assert cs == pytest.approx(cd, rel=1e-12)
         np.testing.assert_allclose(gs, gd, rtol=1e-8, atol=1e-8)
+
+
+# ------------------------------------------------ in-place LAPACK, work arrays, lazy results
+def test_inplace_lapack_matches_copy_path_and_dense(monkeypatch):
+    """The trailing block's dpotrf/dpotri through scipy's Cython LAPACK in place (leading
+    dimension m) against the copying f2py path and numpy's dense inverse."""
+    rng = np.random.default_rng(31)
+    pat = _crossed_pattern(rng, 300, 120, 5, 2)
+    S = _spd_with_pattern(rng, pat, 3)
+    m, q = S.shape[0], pat.shape[0]
+    sym = sparse_chol.analyse(pat, m)
+    assert sym.m - sym.sn_start[-2] > 10      # a real dense trailing block
+    Lp = sparse_chol.factor_numeric(S, sym).copy()
+    Z = sparse_chol.selected_inverse(Lp, sym, m - 1).dense()
+    monkeypatch.setattr(sparse_chol, "_LAPACK", {"dpotrf": False, "dpotri": False})
+    Lc = sparse_chol.factor_numeric(S, sym)
+    Zc = sparse_chol.selected_inverse(Lc, sym, m - 1).dense()
+    low = np.tril(np.ones((m, m), bool))
+    np.testing.assert_allclose(Lp[low], Lc[low], rtol=0, atol=1e-12 * np.abs(Lc).max())
+    np.testing.assert_allclose(Z, Zc, rtol=0, atol=1e-12 * np.abs(Zc).max())
+    # the in-place trailing block is the dense factor's and inverse's
+    Sp = S[np.ix_(sym.perm, sym.perm)]
+    c0 = int(sym.sn_start[-2])
+    Ld = np.linalg.cholesky(Sp)
+    np.testing.assert_allclose(np.tril(Lp[c0:, c0:]), Ld[c0:, c0:], rtol=0,
+                               atol=1e-10 * np.abs(Ld).max())
+    inv = np.linalg.inv(Sp[:m - 1, :m - 1])
+    back = np.argsort(sym.perm[:m - 1])
+    np.testing.assert_allclose(Z[np.ix_(sym.perm[c0:m - 1], sym.perm[c0:m - 1])],
+                               inv[c0:, c0:], rtol=0, atol=1e-10 * np.abs(inv).max())
+    assert back.size == m - 1 and q < m
+
+
+def test_work_arrays_are_not_shared_with_a_held_factor(force_sparse):
+    """A factor (or selected inverse) still held by the caller keeps its array: later
+    evaluations on the same model write elsewhere."""
+    cps, cpd = _cp_pair("y ~ x + (1 | s) + (x | d)", _crossed_data(4))
+    th1, th2 = np.array([0.5, 0.6, 0.1, 0.3]), np.array([0.9, 0.2, -0.3, 0.7])
+    f1 = factorize(th1, cps, need_lr1=False, sparse_ok=True)
+    Z1 = f1.rest_inverse(cps.q_rest)
+    d1 = (f1.ldL2, f1.pwrss, Z1.diagonal())
+    for th in (th2, th1 * 1.1, th2 * 0.9):       # more evaluations than pooled arrays
+        f = factorize(th, cps, need_lr1=False, sparse_ok=True)
+        f.rest_inverse(cps.q_rest)
+        assert f.sparse[0] is not f1.sparse[0]
+    assert (f1.ldL2, f1.pwrss) == d1[:2]
+    np.testing.assert_array_equal(Z1.diagonal(), d1[2])
+    fd = factorize(th1, cpd, need_lr1=False, sparse_ok=True)
+    assert f1.ldL2 == pytest.approx(fd.ldL2, rel=1e-11)
+    # once released, an array is reused (no new 40 MB array per evaluation of a big model)
+    del f, Z1
+    sym = rest_symbolic(cps)
+    pool = list(sym.extra["work_L"])
+    for th in (th2, th1 * 1.1):
+        factorize(th, cps, need_lr1=False, sparse_ok=True)
+    assert all(any(b is p for p in pool) for b in sym.extra["work_L"])
+
+
+def test_last_factor_is_reused_only_at_the_same_theta(force_sparse):
+    from scoremix.lme.factor import last_factor
+    cps, cpd = _cp_pair("y ~ x + (1 | s) + (x | d)", _crossed_data(6))
+    th = np.array([0.5, 0.6, 0.1, 0.3])
+    f = factorize(th, cps, need_lr1=False, sparse_ok=True)
+    assert last_factor(th.copy(), cps) is f
+    assert last_factor(th + 1e-12, cps) is None
+    es = estimates_at(cps, th, True)                  # from the kept factor
+    ed = estimates_at(cpd, th, True)
+    for key in ("beta", "vcov"):
+        np.testing.assert_allclose(es[key], ed[key], rtol=1e-9, atol=1e-12)
+    for a, b in zip(es["condvar"], ed["condvar"]):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
+
+
+def test_lazy_conditional_variances_equal_eager_ones(force_sparse):
+    """A supernodal fit leaves the conditional variances to first use (as lme4's lmer
+    leaves them to ranef(condVar = TRUE)); they equal the eager ones, and the result and
+    the lazy computation (with its cross-products) pickles without the work arrays."""
+    import pickle
+    from scoremix.lme.engine import fit_native
+    from scoremix.lme.result import LmerResult
+    data = _crossed_data(9)
+    spec = build_model_spec("y ~ x + (1 | s) + (x | d)", data)
+    cps, _ = _cp_pair("y ~ x + (1 | s) + (x | d)", data)
+    nf = fit_native(spec, cp=cps, control={"warn": False})
+    assert "condvar" not in nf.estimates
+    sym = rest_symbolic(cps)
+    assert not any(k.startswith("work_") or k == "last_factor" for k in sym.extra)
+    m = LmerResult.from_native(nf)
+    assert m._condvar_fn is not None
+    eager = estimates_at(cps, m.theta.to_numpy(), True)["condvar"]
+    fn = pickle.loads(pickle.dumps(m._condvar_fn))
+    assert not any(k.startswith("work_") for k in fn.args[0]._rest_sym.extra)
+    for a, b in zip(m.condvar, eager):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+    assert not any(k.startswith("work_") for k in sym.extra)   # not kept with the result
+    sds = m.ranef_condsd
+    for t, V in zip(spec.terms, eager):
+        np.testing.assert_allclose(sds[t.group_factor][t.term_names].to_numpy(),
+                                   np.sqrt(np.einsum("lii->li", V)), rtol=1e-12)
+    for a, b in zip(fn(), eager):                      # computed after unpickling
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=0)
+    m.condvar = None                                    # an explicit value wins
+    assert m.condvar is None
+
+
+def _data_with_empty_slopes(seed: int) -> pd.DataFrame:
+    """Students × lecturers where 40 % of the lecturers have only level "a" of ``x`` (an
+    empty slope column: that row of ``Λ'WΛ`` is zero but for the identity) and ``x3`` has
+    three levels, some lecturers lacking "c"."""
+    d = _crossed_data(seed, n_s=700, n_d=240, per_s=7)
+    rng = np.random.default_rng(seed)
+    lect = d["d"].astype(int).to_numpy()
+    only_a = lect < 96
+    d.loc[only_a, "x"] = "a"
+    x3 = rng.choice(["a", "b", "c"], size=len(d))
+    x3[(lect >= 96) & (lect < 160) & (x3 == "c")] = "b"
+    d["x3"] = x3
+    d["y"] = d["y"] + np.where(d["x3"] == "c", 0.4, 0.0)
+    return d
+
+
+@pytest.mark.parametrize("formula,theta", [
+    ("y ~ x + (1 | s) + (x | d)", [0.5, 0.6, 0.1, 0.3]),
+    ("y ~ x3 + (1 | s) + (x3 | d)", [0.5, 0.6, 0.1, -0.2, 0.4, 0.05, 0.3]),
+])
+def test_empty_slope_rows_keep_their_own_pattern(force_sparse, formula, theta):
+    """Λ_k = I ⊗ T_k is lower triangular, so a level's last columns keep their own
+    pattern (an empty slope row costs no fill): the criterion, gradient, estimates and
+    conditional variances (which read the within-level blocks of S⁻¹) still equal the
+    dense factor's."""
+    cps, cpd = _cp_pair(formula, _data_with_empty_slopes(17))
+    sym = rest_symbolic(cps)
+    assert sym is not None
+    th = np.asarray(theta)
+    for reml in (True, False):
+        assert profiled_deviance(th, cps, reml) == pytest.approx(profiled_deviance(th, cpd, reml),
+                                                                 rel=1e-12)
+        cs, gs = profiled_deviance_grad(th, cps, reml)
+        cd, gd = profiled_deviance_grad(th, cpd, reml)
+        assert cs == pytest.approx(cd, rel=1e-12)
+        np.testing.assert_allclose(gs, gd, rtol=1e-8, atol=1e-8)
+        es, ed = estimates_at(cps, th, reml), estimates_at(cpd, th, reml)
+        for key in ("beta", "vcov"):
+            np.testing.assert_allclose(es[key], ed[key], rtol=1e-9, atol=1e-12)
+        for a, b in zip(es["condvar"] + es["b"], ed["condvar"] + ed["b"]):
+            np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
+    # the lower-triangular closure is smaller than the full per-level one
+    qr = cps.q_rest
+    pk, nk = cps.term_p[1], cps.term_nlev[1]
+    full = sp.kron(sp.identity(nk), np.ones((pk, pk)))
+    pat = sp.csr_matrix(cps.Arr[:, :qr, :qr].any(axis=0))
+    Az = abs(sp.csr_matrix(cps.ar1_sparse()[0][:qr]))
+    pat = ((pat + Az @ Az.T) != 0).astype(float)
+    old = sparse_chol.analyse(((full @ pat @ full) != 0).astype(float).tocsr(), cps.Arr.shape[1])
+    assert sym.nnz < old.nnz
+
+
+def test_trace_from_the_assembly_pass_equals_its_own_pass(force_sparse):
+    """``P c2`` formed in the assembly's pass over the pairs (for the gradient's trace)
+    equals ``A diag(c2) A'`` on the pattern, and the trace read from it equals the trace
+    with its own pass; other weights are not mistaken for the kept ones."""
+    cps, _ = _cp_pair("y ~ x + (1 | s) + (x | d)", _crossed_data(12))
+    sym = rest_symbolic(cps)
+    th = np.array([0.5, 0.6, -0.2, 0.3])
+    T = theta_to_T(th, cps.term_p)
+    A = sp.csc_matrix(cps.ar1_sparse()[0])
+    A.sort_indices()
+    asm = sparse_chol.PatternAssembler(A, cps.Arr[0], sym, cps.term_p, cps.term_nlev)
+    rng = np.random.default_rng(1)
+    c, c2 = rng.uniform(0, 0.2, A.shape[1]), rng.uniform(0, 0.05, A.shape[1])
+    Lp = sparse_chol.factor_numeric(asm(c, T, c2=c2), sym, assembled=True)
+    kept_c2, Pc2 = asm._pc2
+    dense = (A @ sp.diags(c2) @ A.T).toarray()
+    W0 = asm.W0
+    m = cps.Arr.shape[1]
+    # the lower-triangle entries w of W in the assembler's order: rows/cols from W0's map
+    tri = np.tril(np.ones((m, m), bool)) & ((cps.Arr[0] != 0) | (dense != 0) | np.eye(m, dtype=bool))
+    np.testing.assert_allclose(np.sort(Pc2), np.sort(dense[tri]), rtol=1e-12, atol=1e-15)
+    assert W0.size == Pc2.size
+    Z = sparse_chol.selected_inverse(Lp, sym, cps.q_rest + cps.p)
+    t_kept = asm.trace_downdate(Z, c2, T)
+    asm._pc2 = None
+    t_own = asm.trace_downdate(Z, c2, T)
+    assert t_kept == pytest.approx(t_own, rel=1e-13)
+    Lp = sparse_chol.factor_numeric(asm(c, T, c2=c2), sym, assembled=True)
+    assert asm.trace_downdate(Z, c2 * 1.5, T) == pytest.approx(1.5 * t_own, rel=1e-12)

@@ -20,7 +20,7 @@ from scoremix.lme.factor import Factorization, factorize, inverse_upper
 from scoremix.lme.relcov import lambda_rest, u_to_b
 
 __all__ = ["ConditionalEstimates", "conditional_estimates", "conditional_variances",
-           "estimates_at"]
+           "estimates_at", "condvar_at"]
 
 
 @dataclass
@@ -203,7 +203,8 @@ def _level_quadratic_forms(H: np.ndarray, Zu: np.ndarray) -> np.ndarray:
     return out
 
 
-def _estimates_sparse(cp: CrossProducts, f: Factorization, REML: bool) -> dict[str, Any]:
+def _estimates_sparse(cp: CrossProducts, f: Factorization, REML: bool,
+                      condvar: bool = True) -> dict[str, Any]:
     """:func:`estimates_at` from the supernodal factor of the rest block
     (:mod:`scoremix.lme.sparse_chol`, homoscedastic model): the conditional modes of the
     rest rows ``[u_2 … u_K, β]`` by one sparse triangular solve, term 1's by
@@ -235,6 +236,10 @@ def _estimates_sparse(cp: CrossProducts, f: Factorization, REML: bool) -> dict[s
     RX = np.tril(Lp[qr:mz, qr:mz])
     RXinv = sla.solve_triangular(RX, np.eye(p), lower=True)
     vcov = sigma2 * RXinv.T @ RXinv
+    out = dict(beta=beta, sigma=sigma, vcov=vcov, b=u_to_b(u, T, cp.term_nlev),
+               criterion=f.deviance(REML), T=T)
+    if not condvar:
+        return out
     V = [S11inv.copy()]
     if qr:
         Z = f.rest_inverse(qr)
@@ -257,25 +262,32 @@ def _estimates_sparse(cp: CrossProducts, f: Factorization, REML: bool) -> dict[s
         V.extend(_rest_level_blocks(Z, T, cp.term_nlev))
     else:
         V.extend(np.zeros((nk, Tk.shape[0], Tk.shape[0])) for Tk, nk in zip(T[1:], cp.term_nlev[1:]))
-    condvar = [sigma2 * np.einsum("ab,lbc,dc->lad", Tk, Vk, Tk) for Vk, Tk in zip(V, T)]
-    return dict(beta=beta, sigma=sigma, vcov=vcov, b=u_to_b(u, T, cp.term_nlev),
-                condvar=condvar, criterion=f.deviance(REML), T=T)
+    out["condvar"] = [sigma2 * np.einsum("ab,lbc,dc->lad", Tk, Vk, Tk) for Vk, Tk in zip(V, T)]
+    return out
 
 
 def estimates_at(cp: CrossProducts, theta: np.ndarray, REML: bool,
-                 rho: np.ndarray | None = None) -> dict[str, Any]:
+                 rho: np.ndarray | None = None, condvar: bool = True) -> dict[str, Any]:
     """All estimates at a given ``θ`` (and ``ρ``): ``beta``, ``sigma``, ``vcov``, ``b`` (per
     term), ``condvar`` (per term), ``criterion`` and the relative factors ``T``.
 
     A homoscedastic model whose rest block has a supernodal sparse factor
     (:func:`scoremix.lme.factor.rest_symbolic`) is evaluated from it
-    (:func:`_estimates_sparse`); otherwise from the dense blocked factor."""
+    (:func:`_estimates_sparse`); otherwise from the dense blocked factor.
+
+    ``condvar=False``: there (the supernodal factor) the conditional variances, whose
+    selected inverse costs more than the rest together, are left out (no ``condvar``
+    key; :func:`condvar_at` computes them when asked for, as lme4 computes them in
+    ``ranef(condVar = TRUE)`` and not in ``lmer``); the dense factor always includes them."""
     if cp.n_disp == 1 and cp.ar1_sparse() is not None:
         from scoremix.lme.factor import rest_symbolic
         if rest_symbolic(cp) is not None:
-            f = factorize(theta, cp, rho, need_lr1=False, sparse_ok=True)
+            from scoremix.lme.factor import last_factor
+            f = last_factor(theta, cp, rho)   # the optimiser's last evaluation, if at θ
+            if f is None:
+                f = factorize(theta, cp, rho, need_lr1=False, sparse_ok=True)
             if f.sparse is not None:
-                return _estimates_sparse(cp, f, REML)
+                return _estimates_sparse(cp, f, REML, condvar=condvar)
     ce = conditional_estimates(theta, cp, rho)
     f = ce.factor
     n, p = cp.n, cp.p
@@ -288,3 +300,15 @@ def estimates_at(cp: CrossProducts, theta: np.ndarray, REML: bool,
     condvar = conditional_variances(ce, cp.term_nlev, sigma)
     return dict(beta=ce.beta, sigma=sigma, vcov=vcov, b=ce.b, condvar=condvar,
                 criterion=f.deviance(REML), T=f.T)
+
+
+def condvar_at(cp: CrossProducts, theta: np.ndarray, REML: bool,
+               rho: np.ndarray | None = None) -> list[np.ndarray]:
+    """The conditional covariances ``(n_k, p_k, p_k)`` per term at ``θ`` (the ``condvar`` of
+    :func:`estimates_at`), for results that computed them lazily; the supernodal factor's
+    work arrays are not kept afterwards."""
+    out = estimates_at(cp, theta, REML, rho)["condvar"]
+    sym = cp._rest_sym
+    if sym:
+        sym.release_workspaces()
+    return out

@@ -294,11 +294,28 @@ def _cross_term1(codes1: np.ndarray, X1: np.ndarray, n1: int, cols: list[tuple],
     p1 = X1.shape[1]
     out = np.zeros((m, n1 * p1))
     t1 = _term_columns(codes1, X1, n1)
+    pairs = None
     for ia, ca in enumerate(cols):
         for a, cb in enumerate(t1):
+            if ca[0] == "z" and ca[3] * n1 >= _TRIPLET_MIN:
+                # two large crossed factors: sum over the distinct (level, level) pairs
+                # of the rows only, and write those (no dense n_a × n_1 temporary)
+                if pairs is None or pairs[0] is not ca[1]:
+                    key = ca[1] * n1 + codes1
+                    uniq, inv = np.unique(key, return_inverse=True)
+                    pairs = (ca[1], uniq // n1, uniq % n1, inv)
+                _, la, l1, inv = pairs
+                v = _bincount(inv, _mul(w, ca[2], cb[2]), la.size)
+                out[rows[ia][la], l1 * p1 + a] = v
+                continue
             blk = _cross_block(ca, cb, w)  # (len(rows[ia]), n1)
             out[np.ix_(rows[ia], np.arange(n1) * p1 + a)] = blk
     return out
+
+
+#: ``[Z_k]' W Z_1`` is summed over the distinct level pairs of the rows (``np.unique``)
+#: instead of a dense ``bincount`` when ``n_k · n_1`` is at least this
+_TRIPLET_MIN = 1_000_000
 
 
 def crossproducts(spec: ModelSpec, weights: np.ndarray | None = None) -> CrossProducts:
@@ -355,9 +372,15 @@ def crossproducts(spec: ModelSpec, weights: np.ndarray | None = None) -> CrossPr
         Arr.append(_rest_cross_fast(cols, X, y, wu))
     return CrossProducts(
         n=spec.n, p=spec.p, term_p=[t.p for t in spec.terms], term_nlev=nlev,
-        A11=np.stack(A11), Ar1=np.stack(Ar1), Arr=np.stack(Arr), n_by=np.asarray(n_by),
+        A11=_stack(A11), Ar1=_stack(Ar1), Arr=_stack(Arr), n_by=np.asarray(n_by),
         sum_log_w=sum_log_w, _codes=codes, _tX=tX, _X=X, _wd=wd,
     )
+
+
+def _stack(blocks: list[np.ndarray]) -> np.ndarray:
+    """``np.stack(blocks)``; one block (a homoscedastic model) as a view with a leading axis
+    of 1 instead of a copy (InstEval's dense ``A_r1`` and ``A_rr`` are 54 and 41 MB)."""
+    return blocks[0][None] if len(blocks) == 1 else np.stack(blocks)
 
 
 def _rest_cross_fast(cols: list[tuple], X: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> np.ndarray:

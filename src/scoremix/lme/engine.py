@@ -46,7 +46,8 @@ class NativeFit:
         the optimiser's :class:`~scoremix.lme.optimizer.OptimResult` (``θ̂``, ``ρ̂``,
         criterion, convergence messages).
     estimates:
-        :func:`~scoremix.lme.conditional.estimates_at` at the optimum.
+        :func:`~scoremix.lme.conditional.estimates_at` at the optimum (without
+        ``condvar`` where that is left to :func:`~scoremix.lme.conditional.condvar_at`).
     info:
         timings (``time_crossproducts``, ``time_optimize``, ``time_finalize``), ``n_eval``,
         ``optimizer_message`` and ``messages``.
@@ -104,13 +105,19 @@ def fit_native(spec: ModelSpec, REML: bool = True, control: NativeControl | dict
             and ctl.analytic_gradient):
         # a large rest block: each exact-gradient evaluation costs three dense Cholesky-sized
         # operations; start L-BFGS-B at the best scaling of lme4's start instead
-        start, n_ray = ray_start(lambda th: profiled_deviance(th, cp, REML), start)
+        # (L-BFGS-B's first evaluation, with the gradient, is at the parabola's vertex)
+        start, n_ray = ray_start(lambda th: profiled_deviance(th, cp, REML), start,
+                                 evaluate_vertex=False)
     if not tmap.structured:
         opt = optimize_theta(cp, REML, spec.theta_lower(), start, ctl, n_rho=n_rho,
                              theta_scale=scale)
     opt.n_eval += n_ray
     t2 = time.perf_counter()
-    est = estimates_at(cp, opt.theta, REML, opt.rho)
+    # the conditional variances only when asked for (LmerResult computes them on first use)
+    est = estimates_at(cp, opt.theta, REML, opt.rho, condvar=False)
+    sym = cp._rest_sym
+    if sym:   # the supernodal factor's work arrays are not kept with the result
+        sym.release_workspaces()
     t3 = time.perf_counter()
     info = dict(time_crossproducts=t1 - t0, time_optimize=t2 - t1, time_finalize=t3 - t2,
                 n_eval=opt.n_eval, optimizer_message=opt.optimizer_message,

@@ -41,7 +41,7 @@ from scoremix.lme.pairs import PairStructure
 from scoremix.lme.relcov import rest_scale, scale_rest_rows, scale_rest_sym, theta_to_T
 
 __all__ = ["Factorization", "factorize", "combine_dispersion", "batched_cholesky_inverse",
-           "inverse_upper"]
+           "inverse_upper", "last_factor"]
 
 
 @dataclass
@@ -244,7 +244,12 @@ def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = Non
     if sparse_ok and not need_lr1:
         sym = rest_symbolic(cp)
         if sym is not None:
-            return _factorize_supernodal(T, cp, rho, sym)
+            # the factor at the last θ is kept: the estimates at the optimum re-use the
+            # optimiser's last evaluation there (see :func:`last_factor`)
+            key = (theta.tobytes(), None if rho is None else np.asarray(rho, float).tobytes())
+            f = _factorize_supernodal(T, cp, rho, sym)
+            sym.extra["last_factor"] = (key, f)
+            return f
     ps = cp.pair_structure()
     if ps is not None:
         return _factorize_pairs(theta, T, cp, ps, rho, need_lr1)
@@ -285,6 +290,20 @@ def factorize(theta: np.ndarray, cp: CrossProducts, rho: np.ndarray | None = Non
 
 
 
+def last_factor(theta: np.ndarray, cp: CrossProducts,
+                rho: np.ndarray | None = None) -> "Factorization | None":
+    """The supernodal factor of the last :func:`factorize` call on ``cp`` (with
+    ``sparse_ok=True, need_lr1=False``) when it was at exactly this ``θ`` (and ``ρ``), else
+    ``None``."""
+    sym = cp._rest_sym
+    if not sym:
+        return None
+    hit = sym.extra.get("last_factor")
+    theta = np.atleast_1d(np.asarray(theta, dtype=float))
+    key = (theta.tobytes(), None if rho is None else np.asarray(rho, float).tobytes())
+    return hit[1] if hit is not None and hit[0] == key else None
+
+
 def rest_symbolic(cp: CrossProducts):
     """The cached :class:`~scoremix.lme.sparse_chol.RestSymbolic` of ``cp``'s rest block, or
     ``None`` when the dense factor is used: numba missing, a dense ``A_r1`` (no
@@ -294,7 +313,9 @@ def rest_symbolic(cp: CrossProducts):
 
     The pattern of the ``Z`` rows of the Schur complement is that of ``A_rr`` (every
     dispersion level) and of ``A_r1 A_r1'``, closed over the levels of each vector-valued
-    term (``Λ_k`` mixes a level's columns); the analysis runs once per cross-products."""
+    term as ``Λ_k = I ⊗ T_k`` mixes a level's columns (``T_k`` lower triangular: column
+    ``a`` of a level collects the columns ``a' ≥ a``), plus every within-level block; the
+    analysis runs once per cross-products."""
     cached = cp._rest_sym
     if cached is not None:
         return cached or None
@@ -310,10 +331,17 @@ def rest_symbolic(cp: CrossProducts):
         Az = sum(abs(sp.csr_matrix(A[:qr])) for A in cp.ar1_sparse()).tocsr()
         Az.data = np.ones_like(Az.data)
         pat = pat + Az @ Az.T
-        blocks = [sp.kron(sp.identity(nk, format="csr"), np.ones((pk, pk)), format="csr")
-                  for pk, nk in zip(cp.term_p[1:], cp.term_nlev[1:])]
-        Bl = sp.block_diag(blocks, format="csr")
-        pat = (Bl @ pat @ Bl).tocsr()
+        # Λ_k = I ⊗ T_k with T_k lower triangular: row a of a level in Λ'WΛ collects the
+        # rows a' ≥ a of W only (a level's last column keeps its own pattern: InstEval's
+        # lecturers without service = 1 ratings have an empty slope row, which then costs
+        # no fill); plus every within-level block, whose entries of S⁻¹ the gradient and
+        # the conditional variances read
+        tri = [sp.kron(sp.identity(nk, format="csr"), np.tril(np.ones((pk, pk))), format="csr")
+               for pk, nk in zip(cp.term_p[1:], cp.term_nlev[1:])]
+        full = [sp.kron(sp.identity(nk, format="csr"), np.ones((pk, pk)), format="csr")
+                for pk, nk in zip(cp.term_p[1:], cp.term_nlev[1:])]
+        Bl = sp.block_diag(tri, format="csr")
+        pat = (Bl.T @ pat @ Bl + sp.block_diag(full, format="csr")).tocsr()
         cand = sparse_chol.analyse(pat, cp.Arr.shape[1])
         if cand.flops <= sparse_chol.MAX_FLOP_SHARE * cand.dense_flops():
             sym = cand
@@ -349,7 +377,10 @@ def _factorize_supernodal(T: list[np.ndarray], cp: CrossProducts, rho: np.ndarra
             Ac.sort_indices()
             asm = sym.extra["assembler"] = sparse_chol.PatternAssembler(
                 Ac, Arr, sym, cp.term_p, cp.term_nlev)
-        Lp = asm(t * t / dd, T)
+        # the gradient's trace weights (t·S11_l^{-1})², computed as deviance._grad_vector
+        # computes them, formed in the same pass over A_r1's row pairs
+        s11 = L11inv[:, 0, 0] * L11inv[:, 0, 0]
+        Lp = asm(t * t / dd, T, c2=(t * s11) ** 2)
     else:
         W, L11, L11inv = _downdate_sparse(cp, rho, T1, A11)
         W *= -1.0

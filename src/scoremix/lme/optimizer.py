@@ -343,7 +343,11 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
             """One L-BFGS-B run from ``x_start`` with lower bounds ``lo`` (θ units), in the
             scaled coordinates ``x / D`` and, with the exact gradient, with the
             superlinear-convergence stop of :class:`SuperlinearStop`."""
-            stop = SuperlinearStop(rtol_now[0]) if analytic and rtol_now[0] > 0 else None
+            stop = None
+            if analytic and rtol_now[0] > 0:
+                # the loose stop (a Newton step follows) also accepts a larger last decrease
+                stop = SuperlinearStop(rtol_now[0], LARGE_STOP_DEC_RTOL
+                                       if rtol_now[0] > ctl.stop_rtol else 1e-9)
             return _lbfgsb_scaled(fg, x_start, lo, ubf, D, ctl.maxiter, ftol, gtol, stop,
                                   newton_follows=ctl.newton_polish)
         near_bound = False
@@ -482,8 +486,8 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
                        optimizer_message=opt_msg)
 
 
-def ray_start(f, x0: np.ndarray, factors: tuple[float, ...] = (0.3, 0.1, 0.03, 0.01)
-              ) -> tuple[np.ndarray, int]:
+def ray_start(f, x0: np.ndarray, factors: tuple[float, ...] = (0.3, 0.1, 0.03, 0.01),
+              evaluate_vertex: bool = True) -> tuple[np.ndarray, int]:
     """A better start on the ray ``c·x0`` (``c > 0``): the minimiser of a parabola in
     ``log c`` through the best evaluated factor and its neighbours.
 
@@ -496,6 +500,11 @@ def ray_start(f, x0: np.ndarray, factors: tuple[float, ...] = (0.3, 0.1, 0.03, 0
     L-BFGS-B's first steps (on the bounds) cost several exact-gradient evaluations, each
     three dense Cholesky-sized operations; a few criterion evaluations (one each) on the
     ray save them.
+
+    ``evaluate_vertex=False``: the vertex is returned without evaluating it (the caller's
+    optimiser evaluates its start anyway, with the gradient): one evaluation fewer, and
+    the start differs from the evaluated variant's only where the vertex is not below
+    the best evaluated factor.
     """
     x0 = np.asarray(x0, float)
     cs = [1.0]
@@ -520,6 +529,8 @@ def ray_start(f, x0: np.ndarray, factors: tuple[float, ...] = (0.3, 0.1, 0.03, 0
             v = -b / (2 * a)
             if xs.min() < v < xs.max():
                 cv = float(np.exp(v))
+                if not evaluate_vertex:
+                    return cv * x0, n
                 fv = f(cv * x0)
                 n += 1
                 if fv < best_f:
@@ -576,8 +587,9 @@ class SuperlinearStop:
     stop is reported as abnormal, which the caller checks as L-BFGS-B's own).
     """
 
-    def __init__(self, rtol: float):
+    def __init__(self, rtol: float, dec_rtol: float = 1e-9):
         self.rtol = rtol
+        self.dec_rtol = dec_rtol
         self.prev: float | None = None
         self.decs: list[float] = []
         self.stopped = False
@@ -590,7 +602,8 @@ class SuperlinearStop:
         if len(self.decs) < 2 or self.prev is None:
             return np.inf
         d1, d0 = self.decs[-1], self.decs[-2]
-        if not (d0 > 0 and 0 <= d1 <= 0.5 * d0 and d1 <= 1e-9 * max(1.0, abs(self.prev))):
+        if not (d0 > 0 and 0 <= d1 <= 0.5 * d0
+                and d1 <= self.dec_rtol * max(1.0, abs(self.prev))):
             return np.inf
         r = d1 / d0
         return d1 * r / (1 - r)
@@ -764,7 +777,13 @@ LARGE_REST = 1000
 #: with a rest block of at least :data:`LARGE_REST` rows and the Newton polish on, L-BFGS-B
 #: stops once the gap estimate of :class:`SuperlinearStop` is at most this (relative); the
 #: Newton step then squares the remaining error
-LARGE_STOP_RTOL = 1e-10
+LARGE_STOP_RTOL = 1e-9
+
+#: with the loose stop of :data:`LARGE_STOP_RTOL`, the last decrease of the criterion may be
+#: up to this (relative; the strict stop: ``1e-9``): near the optimum the Newton step of
+#: :func:`newton_polish` squares the remaining error, and one more quasi-Newton iteration
+#: costs as much as that step
+LARGE_STOP_DEC_RTOL = 1e-8
 
 
 def _abnormal(message: str) -> bool:

@@ -162,15 +162,54 @@ class LmerResult:
             levels = list(spec.dispersion_levels or [str(i) for i in range(len(opt.rho))])
             sigma_by = pd.Series(sigma * np.sqrt(opt.rho), index=levels, name="sigma")
         varcorr = _varcorr_frame(spec_terms_info(spec), est["T"], sigma)
-        condsd = [np.sqrt(np.einsum("lii->li", V)) for V in est["condvar"]]
+        condvar = est.get("condvar")
+        condsd = None if condvar is None else _condsd_of(condvar)
         crit = float(opt.criterion)
         res = cls(spec, backend="native", REML=REML, fixef=fixef, vcov=vcov, theta=theta,
                   sigma=sigma, loglik=-crit / 2, varcorr=varcorr, ranef_values=est["b"],
                   ranef_condsd=condsd, converged=opt.converged, singular=opt.singular,
                   sigma_by=sigma_by,
                   fit_info=dict(rho=None if opt.rho is None else opt.rho.tolist(), **nf.info),
-                  condvar=est["condvar"], cp=nf.cp)
+                  condvar=condvar, cp=nf.cp)
+        if condvar is None:   # computed on first use (lme4: ranef(condVar = TRUE))
+            from functools import partial
+
+            from scoremix.lme.conditional import condvar_at
+            res._condvar_fn = partial(condvar_at, nf.cp, np.asarray(opt.theta, float).copy(),
+                                      REML, opt.rho)
         return res
+
+    # ------------------------------------------------------------------ lazy condvar
+    _condvar_fn = None
+    _condvar_store = None
+    _condsd_store = None
+
+    @property
+    def condvar(self) -> list[np.ndarray] | None:
+        """Native fits: the conditional covariances ``(n_k, p_k, p_k)`` per term (lme4's
+        ``postVar``), computed on first access where the fit left them out."""
+        if self._condvar_store is None and self._condvar_fn is not None:
+            fn, self._condvar_fn = self._condvar_fn, None
+            self._condvar_store = fn()
+        return self._condvar_store
+
+    @condvar.setter
+    def condvar(self, value: list[np.ndarray] | None) -> None:
+        self._condvar_store = value
+        self._condvar_fn = None
+
+    @property
+    def _condsd(self) -> list[np.ndarray]:
+        """Conditional SDs per term (from :attr:`condvar` where those are lazy)."""
+        if self._condsd_store is None:
+            cv = self.condvar
+            if cv is not None:
+                self._condsd_store = _condsd_of(cv)
+        return self._condsd_store
+
+    @_condsd.setter
+    def _condsd(self, value: list[np.ndarray] | None) -> None:
+        self._condsd_store = value
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], spec: ModelSpec | None = None) -> "LmerResult":
@@ -608,3 +647,8 @@ def _varcorr_columns(grp, var1, var2, vcov, sdcor) -> pd.DataFrame:
         "vcov": np.asarray(vcov, dtype=float),
         "sdcor": np.asarray(sdcor, dtype=float),
     })
+
+
+def _condsd_of(condvar: list[np.ndarray]) -> list[np.ndarray]:
+    """Conditional SDs ``(n_k, p_k)`` from the conditional covariances ``(n_k, p_k, p_k)``."""
+    return [np.sqrt(np.einsum("lii->li", V)) for V in condvar]

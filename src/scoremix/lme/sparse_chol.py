@@ -35,6 +35,7 @@ The kernels are compiled with numba (``@njit(cache=True)``).  Without numba
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -88,12 +89,29 @@ class RestSymbolic:
     #: per-model caches (layout of Λ, CSC copies of A_r1) filled by the callers
     extra: dict = field(default_factory=dict, repr=False)
 
+    def __getstate__(self) -> dict:
+        # the m × m work arrays (see :func:`workspace`) are scratch, not state
+        state = dict(self.__dict__)
+        state["extra"] = {k: v for k, v in self.extra.items() if not _scratch(k)}
+        return state
+
+    def release_workspaces(self) -> None:
+        """Drop the ``m × m`` work arrays of :func:`workspace` and the last factor kept by
+        :func:`scoremix.lme.factor.factorize` (made again when needed)."""
+        for k in [k for k in self.extra if _scratch(k)]:
+            del self.extra[k]
+
     @property
     def n_supernodes(self) -> int:
         return int(self.sn_start.size - 1)
 
     def dense_flops(self) -> float:
         return self.m ** 3 / 3.0
+
+
+def _scratch(key: str) -> bool:
+    """Whether ``RestSymbolic.extra[key]`` is scratch (work arrays, the last factor)."""
+    return key.startswith("work_") or key == "last_factor"
 
 
 # --------------------------------------------------------------------------- symbolic phase
@@ -419,11 +437,10 @@ def assemble(W: np.ndarray, sym: RestSymbolic, T: list, term_p, term_nlev) -> np
 
 
 @_njit(cache=True)
-def _assemble_pattern_kernel(m, sn_start, sn_ptr, sn_rows, ei, ej, eptr, widx, ta, tb, Wv,
+def _assemble_pattern_kernel(Lp, sn_start, sn_ptr, sn_rows, ei, ej, eptr, widx, ta, tb, Wv,
                              Tflat, qz):
-    """Zero the lower triangle of ``Lp`` on the supernodal pattern of ``L``, then set the
-    entries of ``Λ'WΛ + diag(I_qz, 0)`` from the contribution lists."""
-    Lp = np.empty((m, m))
+    """Zero the lower triangle of the ``m × m`` ``Lp`` on the supernodal pattern of ``L``,
+    then set the entries of ``Λ'WΛ + diag(I_qz, 0)`` from the contribution lists."""
     for J in range(sn_start.size - 1):
         c0 = sn_start[J]
         c1 = sn_start[J + 1]
@@ -580,6 +597,22 @@ def _pairs_apply(W0, pptr, pw, pv, c):
 
 
 @_njit(cache=True)
+def _pairs_apply2(W0, pptr, pw, pv, c, c2):
+    """``(W0 − P c, P c2)`` in one pass over the pairs (which is what costs)."""
+    Wv = W0.copy()
+    Pc2 = np.zeros(W0.size)
+    for s in range(pptr.size - 1):
+        cs = c[s]
+        c2s = c2[s]
+        for k in range(pptr[s], pptr[s + 1]):
+            w = pw[k]
+            v = pv[k]
+            Wv[w] -= cs * v
+            Pc2[w] += c2s * v
+    return Wv, Pc2
+
+
+@_njit(cache=True)
 def _pairs_dot(Zt, pptr, pw, pv, c):
     """``Zt'(P c)``."""
     tot = 0.0
@@ -619,11 +652,28 @@ class PatternAssembler:
         Tflat = np.concatenate([[1.0]] + [np.ravel(Tk) for Tk in T[1:]])
         Zt = _adjoint_kernel(Z.Zp, self.ei, self.ej, self.eptr, self.widx, self.ta, self.tb,
                              Tflat, self.W0.size, Z.n)
-        return float(_pairs_dot(Zt, self.pptr, self.pw, self.pv, np.asarray(c, float)))
-
-    def __call__(self, c: np.ndarray, T: list) -> np.ndarray:
         c = np.asarray(c, float)
-        Wv = _pairs_apply(self.W0, self.pptr, self.pw, self.pv, c)
+        kept = self._pc2
+        if kept is not None and np.array_equal(kept[0], c):
+            # P c from the assembly's pass over the pairs (:meth:`__call__` with ``c2 = c``)
+            return float(np.dot(Zt, kept[1]))
+        return float(_pairs_dot(Zt, self.pptr, self.pw, self.pv, c))
+
+    #: ``(c2, P c2)`` of the last :meth:`__call__` given a ``c2``
+    _pc2: tuple | None = None
+
+    def __call__(self, c: np.ndarray, T: list, c2: np.ndarray | None = None) -> np.ndarray:
+        """The permuted lower triangle of ``Λ_r'(A_rr − A diag(c) A')Λ_r + diag(I_q, 0)``
+        (in a :func:`workspace` array).  ``c2``: also form ``P c2`` in the same pass over
+        the pairs and keep it for :meth:`trace_downdate` with the same weights (the
+        gradient's trace), which then skips its own pass."""
+        c = np.asarray(c, float)
+        if c2 is None:
+            Wv = _pairs_apply(self.W0, self.pptr, self.pw, self.pv, c)
+        else:
+            c2 = np.array(c2, dtype=float, copy=True)
+            Wv, Pc2 = _pairs_apply2(self.W0, self.pptr, self.pw, self.pv, c, c2)
+            self._pc2 = (c2, Pc2)
         # the y'y entry (the last W entry) summed exactly: r_θ² = y'y − … cancels
         yy = self._yy_terms()
         if yy is not None:
@@ -631,9 +681,9 @@ class PatternAssembler:
             Wv[-1] = math.fsum(np.concatenate([[self.W0[-1]], -c[cols] * vals]))
         Tflat = np.concatenate([[1.0]] + [np.ravel(Tk) for Tk in T[1:]])
         sym = self.sym
-        return _assemble_pattern_kernel(sym.m, sym.sn_start, sym.sn_ptr, sym.sn_rows, self.ei,
-                                        self.ej, self.eptr, self.widx, self.ta, self.tb, Wv,
-                                        Tflat, sym.qz)
+        return _assemble_pattern_kernel(workspace(sym, "L"), sym.sn_start, sym.sn_ptr,
+                                        sym.sn_rows, self.ei, self.ej, self.eptr, self.widx,
+                                        self.ta, self.tb, Wv, Tflat, sym.qz)
 
     def _yy_terms(self):
         """Columns ``s`` with a ``(y, y)`` pair and its products ``A_ys²`` (cached)."""
@@ -688,6 +738,66 @@ def _layout(sym: RestSymbolic, term_p, term_nlev):
     return layout
 
 
+def workspace(sym: RestSymbolic, name: str) -> np.ndarray:
+    """An ``m × m`` work array of ``sym`` (``name``: ``"L"`` for the factor, ``"Z"`` for the
+    selected inverse), reused from an earlier evaluation when nothing else refers to it
+    any more (a factor or selected inverse still held by a caller keeps its array; up to
+    :data:`WORK_POOL` arrays per name are kept): a fresh 40 MB array costs its page faults
+    again at every evaluation."""
+    pool = sym.extra.setdefault("work_" + name, [])
+    for buf in pool:
+        # references: the pool, ``buf`` and getrefcount's argument; a caller's view adds one
+        if sys.getrefcount(buf) <= 3:
+            return buf
+    buf = np.empty((sym.m, sym.m))
+    if len(pool) < WORK_POOL:
+        pool.append(buf)
+    return buf
+
+
+#: work arrays kept per name by :func:`workspace` (two: the factor of the last evaluation,
+#: kept for the estimates at the optimum, and the one being computed)
+WORK_POOL = 2
+
+_LAPACK: dict = {}
+
+
+def _lapack_inplace(name: str, A: np.ndarray, c0: int, n: int) -> int | None:
+    """LAPACK ``name`` (``dpotrf`` or ``dpotri``, ``uplo = "U"``) on the block
+    ``A[c0:n, c0:n]`` of the C-ordered square ``A`` in place: read in Fortran order with
+    leading dimension ``A.shape[0]`` that block is its transpose, so LAPACK's upper
+    triangle is ``A``'s lower one.  Through scipy's Cython LAPACK entry points (no copy);
+    returns LAPACK's ``info``, or ``None`` where those entry points cannot be reached."""
+    fn = _LAPACK.get(name)
+    if fn is None:
+        try:
+            import ctypes
+            from scipy.linalg import cython_lapack
+            cap = cython_lapack.__pyx_capi__[name]
+            get_name = ctypes.pythonapi.PyCapsule_GetName
+            get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+            get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+            get_ptr.restype = ctypes.c_void_p
+            get_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
+            ip = ctypes.POINTER(ctypes.c_int)
+            proto = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ip, ctypes.c_void_p, ip, ip)
+            fn = proto(get_ptr(cap, get_name(cap)))
+        except Exception:  # pragma: no cover - scipy without the Cython LAPACK capsules
+            fn = False
+        _LAPACK[name] = fn
+    if fn is False or not (A.flags.c_contiguous and A.dtype == np.float64):
+        return None
+    import ctypes
+    m = A.shape[0]
+    k = n - c0
+    if k <= 0:
+        return 0
+    info = ctypes.c_int(0)
+    fn(b"U", ctypes.byref(ctypes.c_int(k)), A.ctypes.data + (c0 * m + c0) * 8,
+       ctypes.byref(ctypes.c_int(m)), ctypes.byref(info))
+    return int(info.value)
+
+
 def factor_numeric(S: np.ndarray, sym: RestSymbolic, assembled: bool = False) -> np.ndarray:
     """The supernodal Cholesky factor of the symmetric ``m × m`` ``S`` (original order;
     only read) in the permuted order of ``sym``: a C-ordered array whose lower triangle on
@@ -708,13 +818,16 @@ def factor_numeric(S: np.ndarray, sym: RestSymbolic, assembled: bool = False) ->
     if bad >= 0:
         raise np.linalg.LinAlgError(f"rest block not positive definite (column {bad})")
     c0 = int(sym.sn_start[ns - 1])
-    blk = Lp[c0:, c0:]
-    # the trailing block is C-ordered: its transpose is Fortran-ordered with the lower
-    # triangle as its upper one
-    U, info = sla.lapack.dpotrf(np.asfortranarray(blk.T), lower=0, overwrite_a=1, clean=1)
+    # the trailing block of the C-ordered Lp is, read in Fortran order with leading
+    # dimension m, its transpose: LAPACK's upper triangle is Lp's lower one
+    info = _lapack_inplace("dpotrf", Lp, c0, m)
+    if info is None:     # no direct LAPACK entry point: through a Fortran-ordered copy
+        blk = Lp[c0:, c0:]
+        U, info = sla.lapack.dpotrf(np.asfortranarray(blk.T), lower=0, overwrite_a=1, clean=1)
+        if info == 0:
+            Lp[c0:, c0:] = U.T
     if info != 0:
         raise np.linalg.LinAlgError(f"rest block not positive definite (dpotrf info={info})")
-    Lp[c0:, c0:] = U.T
     # r_θ² = (y'y)_Λ − Σ_j L_yj²: one exactly rounded sum instead of the factorisation's
     # running subtraction (the criterion's rounding noise is n·δr²/r²)
     r2 = yy - math.fsum(Lp[m - 1, : m - 1] ** 2)
@@ -894,20 +1007,23 @@ def selected_inverse(Lp: np.ndarray, sym: RestSymbolic, n: int) -> SelectedInver
     (``n ≥ sym.qz``: the ``Z`` rows, with or without ``X``), read in the original order
     through a :class:`SelectedInverse`; entries off the pattern of ``L + L'`` are not the
     inverse's values."""
-    m = sym.m
     ns = sym.n_supernodes
-    Z = np.empty((m, m))
+    Z = workspace(sym, "Z")
     # the trailing dense supernode (clipped to n rows) by LAPACK dpotri
     last = ns - 1
     while last > 0 and sym.sn_start[last] >= n:
         last -= 1
     c0 = int(sym.sn_start[last])
-    blk = Lp[c0:n, c0:n]
-    if blk.shape[0]:
-        Zb, info = sla.lapack.dpotri(np.array(blk.T, order="F"), lower=0, overwrite_c=1)
+    if n > c0:
+        # only the lower triangle of Z is ever read: LAPACK's upper one in Fortran order
+        Z[c0:n, c0:n] = Lp[c0:n, c0:n]
+        info = _lapack_inplace("dpotri", Z, c0, n)
+        if info is None:
+            Zb, info = sla.lapack.dpotri(np.array(Lp[c0:n, c0:n].T, order="F"), lower=0,
+                                         overwrite_c=1)
+            if info == 0:
+                Z[c0:n, c0:n] = Zb.T
         if info != 0:
             raise np.linalg.LinAlgError(f"dpotri failed (info={info})")
-        # only the lower triangle of Z is ever read: Zb's upper triangle, transposed
-        Z[c0:n, c0:n] = Zb.T
     _selinv_kernel(Lp, Z, sym.sn_start, sym.sn_ptr, sym.sn_rows, n, last)
     return SelectedInverse(Z, sym, n)
