@@ -191,7 +191,8 @@ class Predictive:
         """Model EER of the trials in ``mask`` (all by default), one value per draw.
 
         ``thresholds="attainable"`` (default): the ROCCH EER of the model ROC at the observed
-        distinct scores of the rows in ``mask`` (tie cells as steps, :mod:`scoremix.predictive.attainable`),
+        distinct scores of all the evaluated rows — a detector's threshold is not limited to the
+        scores of the subgroup in ``mask`` (tie cells as steps, :mod:`scoremix.predictive.attainable`),
         the convention of :func:`scoremix.metrics.eer`.  ``"latent"``: the exact root of
         :math:`\\mathrm{FNR}(t) = \\mathrm{FPR}(t)` of the two class mixtures over every real latent
         threshold (:func:`~scoremix.predictive.mixture.mixture_eer`; for a stratified transform
@@ -208,8 +209,8 @@ class Predictive:
         e = np.full(self.n_draws, np.nan)
         t = np.full(self.n_draws, np.nan)
         if neg.any() and pos.any() and thresholds == "attainable":
-            sc = self.score if mask is None else self.score[np.asarray(mask, bool)]
-            e, t = attainable_eer(self, w[None, :], max_thresholds, scores=sc)
+            # s7heldout: every evaluated trial's distinct score is a threshold, also for a subgroup
+            e, t = attainable_eer(self, w[None, :], max_thresholds)
             e, t = e[0], t[0]
             return (e, t) if return_threshold else e
         if neg.any() and pos.any() and not self.axis.identity:

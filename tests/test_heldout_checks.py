@@ -1,0 +1,114 @@
+"""Held-out checks on other tables (issue 19, session 7): fixes found by the split-half protocol.
+
+Independent values:
+(a) a Gaussian model ``score ~ label + (1|speaker)`` with dispersion per class shifts both
+    classes of a speaker by the same random intercept, so every speaker's model EER is the
+    closed form Φ(−Δ/(σ₀+σ₁)) and its minimum DCF the closed-form minimum over the threshold
+    of p·Φ((t−μ₁)/σ₁) + (1−p)·Φ(−(t−μ₀)/σ₀) (scipy) — also for a speaker with 8 trials,
+    because a detector's threshold may be any of the evaluated trials' distinct scores;
+(b) on the LA dev table (skipped when absent) ``score_model`` + ``model_eer(by="speaker")``
+    structural invariants against ``sm.eer`` of each speaker's trials.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.optimize import minimize_scalar
+from scipy.special import ndtr
+
+import scoremix as sm
+from scoremix.predictive import predictive
+
+def _quiet(fn, *a, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*a, **kw)
+
+
+@pytest.fixture(scope="module")
+def gaussian_fit():
+    rng = np.random.default_rng(3)
+    n_spk, n = 40, 20000
+    spk = rng.integers(0, n_spk, n)
+    spk[:8] = n_spk                                   # a speaker with 8 trials: 4 per class
+    lab = rng.random(n) < 0.5
+    lab[:8] = [True, False] * 4
+    b = rng.normal(0, 0.7, n_spk + 1)[spk]
+    s = b + np.where(lab, rng.normal(2.0, 1.0, n), rng.normal(0.0, 1.5, n))
+    d = pd.DataFrame(dict(score=s, label=np.where(lab, "t", "n"), speaker=spk))
+    fit = _quiet(sm.lmer, "score ~ label + (1|speaker)", d, dispersion="~ label")
+    pred = predictive(fit, positive="t", conditional=False)
+    neg, pos = np.flatnonzero(~pred.positive)[0], np.flatnonzero(pred.positive)[0]
+    m0, m1 = pred.mean[0, neg], pred.mean[0, pos]
+    sd = np.sqrt(pred.sd[0] ** 2 - float(fit.varcorr.set_index("grp").loc["speaker", "vcov"]))   # the residual SDs
+    return d, fit, (m0, m1, sd[neg], sd[pos])
+
+
+def test_subgroup_model_eer_uses_every_evaluated_threshold(gaussian_fit):
+    d, fit, (m0, m1, s0, s1) = gaussian_fit
+    closed = float(ndtr(-(m1 - m0) / (s0 + s1)))
+    tab = _quiet(sm.model_eer, fit, by="speaker", positive="t", n_boot=0)
+    # every speaker, the 8-trial one included: its own 8 scores would give a coarse ROC (0.25 steps)
+    np.testing.assert_allclose(tab["eer_model"].to_numpy(), closed, atol=3e-4, rtol=0)
+    assert tab.loc[40, "n_pos"] == 4 and tab.loc[40, "n_neg"] == 4
+
+
+def test_subgroup_model_min_dcf_uses_every_evaluated_threshold(gaussian_fit):
+    d, fit, (m0, m1, s0, s1) = gaussian_fit
+    p = 0.05
+    res = _quiet(sm.model_subgroup_dcf, fit, d, ["speaker"], positive="t", p_target=p, n_boot=0)
+    tab = res.table.set_index("speaker")
+    tt = predictive(fit, positive="t").trial_table()
+    for sp in (0, 17, 40):
+        rows = tt[d["speaker"].to_numpy() == sp]
+        shift = float(rows.loc[rows["y"] == 0, "mean"].iloc[0] - m0)      # the speaker's intercept
+        cost = lambda t: p * ndtr((t - m1 - shift) / s1) + (1 - p) * ndtr(-(t - m0 - shift) / s0)
+        r = minimize_scalar(cost, bounds=(m0 + shift - 3, m1 + shift + 6), method="bounded",
+                            options=dict(xatol=1e-10))
+        assert tab.loc[sp, "min_dcf"] == pytest.approx(min(float(r.fun), p), abs=2e-4), sp
+
+
+# --------------------------------------------------------------------------- LA dev end to end
+LA_DEV = "asvspoof2019_la_dev/asvspoof2019_la_dev_lfcc_gmm.csv.gz"
+
+
+@pytest.fixture(scope="module")
+def la_dev_fit(shared_data):
+    path = shared_data / LA_DEV
+    if not path.is_file():
+        pytest.skip(f"real data absent: {path}")
+    d = pd.read_csv(path)
+    # a small, fixed subset keeps the test fast: 6 speakers with both classes, 4 bona-fide-only
+    spk = sorted(d["speaker"].unique())
+    both = [s for s in spk if d.loc[d["speaker"] == s, "label"].nunique() == 2][:6]
+    one = [s for s in spk if d.loc[d["speaker"] == s, "label"].nunique() == 1][:4]
+    t = d[d["speaker"].isin(both + one)]
+    t = pd.concat([g.iloc[::4] for _, g in t.groupby(["speaker", "label", "attack"])]).reset_index(drop=True)
+    fit = _quiet(sm.score_model, t, score="score", label="label", speaker="speaker", factors=["attack"],
+                 positive="bonafide")
+    tab = _quiet(sm.model_eer, fit, by="speaker", positive="bonafide", n_boot=0)
+    return t, fit, tab, both, one
+
+
+@pytest.mark.shared_data
+@pytest.mark.slow
+def test_la_dev_score_model_speaker_table(la_dev_fit):
+    t, fit, tab, both, one = la_dev_fit
+    assert sorted(tab.index) == sorted(both + one)
+    for sp in both + one:
+        g = t[t["speaker"] == sp]
+        y = (g["label"] == "bonafide").to_numpy()
+        assert tab.loc[sp, "n_pos"] == y.sum() and tab.loc[sp, "n_neg"] == (~y).sum()
+        if y.all():                       # a speaker with one class has no EER, model or empirical
+            assert np.isnan(tab.loc[sp, "eer_model"]) and np.isnan(tab.loc[sp, "eer_empirical"])
+            continue
+        assert abs(tab.loc[sp, "eer_empirical"] - sm.eer(g["score"].to_numpy(), y)) < 1e-12
+        assert 0.0 <= tab.loc[sp, "eer_model"] <= 0.5
+    # the model's overall value against sm.eer of all trials (strata fitted freely): exact
+    est = _quiet(sm.model_eer, fit, positive="bonafide", n_boot=0)
+    y = (t["label"] == "bonafide").to_numpy()
+    assert abs(est.empirical - sm.eer(t["score"].to_numpy(), y)) < 1e-12
