@@ -112,3 +112,33 @@ def test_la_dev_score_model_speaker_table(la_dev_fit):
     est = _quiet(sm.model_eer, fit, positive="bonafide", n_boot=0)
     y = (t["label"] == "bonafide").to_numpy()
     assert abs(est.empirical - sm.eer(t["score"].to_numpy(), y)) < 1e-12
+
+
+# --------------------------------------------------------------------------- input shapes
+def _small(seed=21, n_spk=8):
+    rng = np.random.default_rng(seed)
+    spk = np.repeat(np.arange(n_spk), 30)
+    lab = np.tile(np.r_[np.ones(10, bool), np.zeros(20, bool)], n_spk)
+    s = rng.normal(0, 0.5, n_spk)[spk] + np.where(lab, rng.normal(2, 1, spk.size), rng.normal(0, 1, spk.size))
+    return pd.DataFrame(dict(score=s, label=np.where(lab, "target", "nontarget"), speaker=spk,
+                             attack=np.where(lab, "bona", np.where(rng.random(spk.size) < 0.5, "A1", "A2"))))
+
+
+def test_model_eer_table_with_mixed_type_speaker_ids():
+    d = _small()
+    # ids of two types in one object column (e.g. read from a spreadsheet): "s0".."s3" and 4..7
+    d["speaker"] = pd.Series([f"s{v}" if v < 4 else int(v) for v in d["speaker"]], dtype=object)
+    fit = _quiet(sm.lmer, "score ~ label + (1|speaker)", d)
+    tab = _quiet(sm.model_eer, fit, by="speaker", positive="target", n_boot=0)
+    assert sorted(map(str, tab.index)) == sorted(map(str, d["speaker"].unique()))
+    for sp, g in d.groupby(d["speaker"].map(str)):
+        row = tab.loc[[i for i in tab.index if str(i) == sp][0]]
+        assert row["eer_empirical"] == pytest.approx(sm.eer(g["score"].to_numpy(), (g["label"] == "target").to_numpy()),
+                                                     abs=1e-12)
+
+
+def test_score_model_names_a_factor_with_missing_levels():
+    d = _small()
+    d.loc[d["label"] == "target", "attack"] = np.nan          # bona fide trials without an attack
+    with pytest.raises(sm.LocScaleError, match=r"column 'attack' has 80 missing value\(s\) \(first at row 0\); fill"):
+        sm.score_model(d, label="label", speaker="speaker", factors=["attack"], positive="target")
