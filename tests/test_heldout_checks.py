@@ -142,3 +142,45 @@ def test_score_model_names_a_factor_with_missing_levels():
     d.loc[d["label"] == "target", "attack"] = np.nan          # bona fide trials without an attack
     with pytest.raises(sm.LocScaleError, match=r"column 'attack' has 80 missing value\(s\) \(first at row 0\); fill"):
         sm.score_model(d, label="label", speaker="speaker", factors=["attack"], positive="target")
+
+
+# --------------------------------------------------------------------------- repeated operating points
+def _dual_eer(pf, pm):
+    """max_w min_k [w·pm_k + (1−w)·pf_k] over the points plus accept-all (1, 0) and reject-all (0, 1)
+    (brute force over a fine grid of w; exact breakpoints do not matter at the tolerance used)."""
+    pf = np.r_[1.0, pf, 0.0]
+    pm = np.r_[0.0, pm, 1.0]
+    w = np.linspace(0, 1, 200001)
+    return float(np.max(np.min(w[:, None] * pm[None, :] + (1 - w[:, None]) * pf[None, :], axis=1)))
+
+
+def test_hull_eer_with_repeated_operating_points():
+    from scoremix.predictive.attainable import hull_eer
+
+    # a model whose rates are constant over several thresholds (point masses): the corner (0, 0)
+    # appears four times; it is a hull vertex, so the EER is 0 (it was 0.5)
+    pf = np.array([1.0, 1.0, 2 / 3, 1 / 3, 0.0, 0.0, 0.0, 0.0])
+    pm = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 1.0])
+    assert hull_eer(pf, pm)[0] == 0.0
+    rng = np.random.default_rng(8)
+    for _ in range(30):
+        k = 12
+        pf_ = np.sort(rng.choice(np.linspace(0, 1, 7), k))[::-1]
+        pm_ = np.sort(rng.choice(np.linspace(0, 1, 7), k))
+        rep = rng.integers(1, 4, k)                          # every point repeated 1-3 times
+        pf_, pm_ = np.repeat(pf_, rep), np.repeat(pm_, rep)
+        assert hull_eer(pf_, pm_)[0] == pytest.approx(_dual_eer(pf_, pm_), abs=2e-5)
+
+
+def test_speaker_pooling_kappa_zero_gives_each_speakers_empirical_eer():
+    from scoremix.locscale.speaker_pool import with_speaker_pooling
+
+    d = _small(seed=5)
+    fit = _quiet(sm.score_model, d, label="label", speaker="speaker", factors=["attack"], positive="target",
+                 speaker_pooling=None, failure_quantile=None)
+    with_speaker_pooling(fit, 0.0)       # every speaker's own distribution (module docs of speaker_pool)
+    tab = _quiet(sm.model_eer, fit, by="speaker", positive="target", n_boot=0)
+    for sp, g in d.groupby("speaker"):
+        e = sm.eer(g["score"].to_numpy(), (g["label"] == "target").to_numpy())
+        assert tab.loc[sp, "eer_model"] == pytest.approx(e, abs=1e-6)
+        assert tab.loc[sp, "eer_empirical"] == pytest.approx(e, abs=1e-12)
