@@ -8,9 +8,10 @@ B.  Ratio = model MAE / MAE of the speaker's own counts on A (below 1: the model
 beside it the oracle best linear shrinkage of the counts.  With ``--gender`` also
 gender × factor cells (all positives of a gender against one factor level's negatives).
 
-With ``--check-model-eer`` the model column is also recomputed by the public call the issue
-names, ``sm.model_eer(fit, by=speaker)``, and the largest difference is printed (it must be 0
-up to the ROCCH optimiser's tolerance).
+With ``--check-model-eer`` the per-speaker model values are also recomputed by the public calls,
+``sm.model_eer(fit, by=speaker)`` and ``sm.model_subgroup_dcf(fit, A, by=[speaker])``: columns
+``ratio_public`` (the ratio with those values) and ``max_diff_public`` (largest difference from
+``validate_model``'s model column; it must be ~1e-8, the tolerance of the ROCCH optimiser).
 
 Examples (from the repository root)::
 
