@@ -184,3 +184,22 @@ def test_speaker_pooling_kappa_zero_gives_each_speakers_empirical_eer():
         e = sm.eer(g["score"].to_numpy(), (g["label"] == "target").to_numpy())
         assert tab.loc[sp, "eer_model"] == pytest.approx(e, abs=1e-6)
         assert tab.loc[sp, "eer_empirical"] == pytest.approx(e, abs=1e-12)
+
+
+def test_score_model_fit_supplies_its_class_column_and_positive_value():
+    d = _small(seed=9).rename(columns={"label": "key", "speaker": "spk", "score": "llr"})
+    d["key"] = d["key"].map({"target": "tgt", "nontarget": "imp"})       # no known vocabulary
+    fit = _quiet(sm.score_model, d, score="llr", label="key", speaker="spk", positive="tgt",
+                 speaker_pooling=None, failure_quantile=None)
+    tab = _quiet(sm.model_eer, fit, by="spk", n_boot=0)                  # the call, as written
+    ref = _quiet(sm.model_eer, fit, by="spk", label="key", positive="tgt", n_boot=0)
+    pd.testing.assert_frame_equal(tab, ref)
+    for sp, g in d.groupby("spk"):
+        y = (g["key"] == "tgt").to_numpy()
+        assert tab.loc[sp, "eer_empirical"] == pytest.approx(sm.eer(g["llr"].to_numpy(), y), abs=1e-12)
+        assert tab.loc[sp, "n_pos"] == y.sum()
+    r = _quiet(sm.model_subgroup_dcf, fit, d, ["spk"], n_boot=0, p_target=0.05)
+    r_ref = _quiet(sm.model_subgroup_dcf, fit, d, ["spk"], label="key", positive="tgt", speaker="spk",
+                   n_boot=0, p_target=0.05)
+    np.testing.assert_array_equal(r.table["min_dcf"].to_numpy(), r_ref.table["min_dcf"].to_numpy())
+    assert (r.table["n_speakers"] == 1).all()

@@ -50,7 +50,7 @@ from scoremix._deprecate import renamed_kwargs
 from scoremix.predictive.axis import ThresholdAxis, is_stratified_transform, threshold_axis
 from scoremix.predictive.mixture import MixtureRates, ModelEERError, PredictiveError, batch_eer, mixture_eer
 
-__all__ = ["Predictive", "predictive", "is_bayes_fit", "model_frame_with", "term_covariance",
+__all__ = ["Predictive", "predictive", "fit_class_defaults", "is_bayes_fit", "model_frame_with", "term_covariance",
            "fit_transform", "check_same_response"]
 
 _CELL = "__predictive_cell__"
@@ -695,6 +695,21 @@ def _bayes_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame 
 
 
 @renamed_kwargs(split="by")
+def fit_class_defaults(fit: Any, label: str, positive: Any) -> tuple[str, Any]:
+    """The class column and positive value of a fit that records them (``sm.score_model`` /
+    location-scale fits: ``fit.locscale_spec``) where the caller left the defaults
+    (``label="label"``, ``positive=None``); otherwise the arguments unchanged (s7heldout:
+    ``sm.model_eer(fit, by="speaker")`` on a table whose class column is not called ``label``)."""
+    spec = getattr(fit, "locscale_spec", None)
+    if spec is None:
+        return label, positive
+    if label == "label":
+        label = getattr(spec, "label", label)
+    if positive is None:
+        positive = getattr(spec, "positive", None)
+    return label, positive
+
+
 def predictive(
     fit: Any,
     trials: pd.DataFrame | None = None,
@@ -740,6 +755,7 @@ def predictive(
     Predictive
     """
     split = by  # the body's name for by= (renamed API argument)
+    label, positive = fit_class_defaults(fit, label, positive)
     if is_bayes_fit(fit):
         if marginal_over is not None:
             groups = _group_factors(fit)
