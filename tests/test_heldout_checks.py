@@ -203,3 +203,28 @@ def test_score_model_fit_supplies_its_class_column_and_positive_value():
                    n_boot=0, p_target=0.05)
     np.testing.assert_array_equal(r.table["min_dcf"].to_numpy(), r_ref.table["min_dcf"].to_numpy())
     assert (r.table["n_speakers"] == 1).all()
+
+
+def test_model_subgroup_dcf_on_the_fitted_rows_uses_their_pooled_masses():
+    from scoremix.locscale.speaker_pool import with_speaker_pooling
+
+    rng = np.random.default_rng(12)
+    n_spk, n_pos, n_neg = 6, 40, 600            # negative cells above the 256-quantile cap of new rows
+    spk = np.repeat(np.arange(n_spk), n_pos + n_neg)
+    lab = np.tile(np.r_[np.ones(n_pos, bool), np.zeros(n_neg, bool)], n_spk)
+    s = rng.normal(0, 0.4, n_spk)[spk] + np.where(lab, rng.normal(2, 1, spk.size), rng.standard_t(4, spk.size))
+    d = pd.DataFrame(dict(score=s, label=np.where(lab, "target", "nontarget"), speaker=spk))
+    fit = _quiet(sm.score_model, d, label="label", speaker="speaker", positive="target",
+                 speaker_pooling=None, failure_quantile=None)
+    with_speaker_pooling(fit, 10.0)
+    # reference: the fitted rows' model rates at every distinct score, minimum cost by brute force
+    pred = predictive(fit)
+    tau = np.unique(pred.score)
+    ref = {}
+    for sp in range(n_spk):
+        fnr, fpr = pred.rates_at(tau, mask=(d["speaker"] == sp).to_numpy())
+        ref[sp] = min(float(np.min(0.05 * fnr[0] + 0.95 * fpr[0])), 0.05)
+    for trials in (d, d.copy()):               # the fitted frame itself and an equal copy
+        tab = _quiet(sm.model_subgroup_dcf, fit, trials, ["speaker"], n_boot=0).table.set_index("speaker")
+        for sp in range(n_spk):
+            assert tab.loc[sp, "min_dcf"] == pytest.approx(ref[sp], abs=1e-12)

@@ -695,6 +695,23 @@ def _bayes_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame 
 
 
 @renamed_kwargs(split="by")
+def _is_fitted_frame(fit: Any, trials: pd.DataFrame) -> bool:
+    """Whether ``trials`` are the rows ``fit`` was fitted on (the same object, or the same index
+    and the same score, class, speaker and factor values): a location-scale fit then predicts
+    them as fitted rows (with speaker shape pooling each row's pooled mass sits at its own
+    score; as new rows it is spread over at most 256 quantiles of its cell)."""
+    fr = getattr(getattr(fit, "_data", None), "frame", None)
+    spec = getattr(fit, "locscale_spec", None)
+    if fr is None or spec is None or not isinstance(trials, pd.DataFrame):
+        return False
+    if fr is trials:
+        return True
+    if len(fr) != len(trials) or not fr.index.equals(trials.index):
+        return False
+    cols = [spec.score, spec.label, spec.speaker, *spec.strata]
+    return all(c in trials.columns and fr[c].equals(trials[c]) for c in cols)
+
+
 def fit_class_defaults(fit: Any, label: str, positive: Any) -> tuple[str, Any]:
     """The class column and positive value of a fit that records them (``sm.score_model`` /
     location-scale fits: ``fit.locscale_spec``) where the caller left the defaults
@@ -769,5 +786,7 @@ def predictive(
         raise PredictiveError("pass trials=: the fit carries no model frame")
     marg = _marginal_set(fit, conditional, marginal_over)
     if callable(getattr(fit, "latent_moments", None)):   # fits that give their own per-trial moments
+        if trials is not None and _is_fitted_frame(fit, trials):
+            trials = None   # s7heldout: the fitted rows themselves (their own pooled point masses, not new rows')
         return _moments_predictive(fit, trials, data, label, positive, marg, list(split))
     return _point_predictive(fit, trials, data, label, positive, marg, conditional, list(split))
