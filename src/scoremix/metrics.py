@@ -475,14 +475,17 @@ def _lower_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     (:mod:`scoremix.predictive.attainable`) calls it on rates. Repeatedly removes, all at once, every interior point that
     is not a strict left turn (cross product <= 0) with its current neighbours; each such
     point lies on or above a chord between two points of the set, so it is never a hull
-    vertex. Stops when the chain is locally, hence globally, convex.
+    vertex. Stops when the chain is locally, hence globally, convex. Consecutive repeated
+    points are merged first (the chord argument needs distinct neighbours).
     """
     if x.shape[0] <= 2:
         return np.arange(x.shape[0])
+    # repeated points (a model's rates constant over several thresholds) would each justify
+    # dropping the other (cross product 0) and take a hull vertex with them: keep the first
     dup = (x[1:] == x[:-1]) & (y[1:] == y[:-1])
-    if dup.any():   # s7bayes-api: repeated points (model rates at a superset of thresholds) are one point;
-        first = np.flatnonzero(np.concatenate(([True], ~dup)))   # else both copies of a vertex drop at once
-        return first[_lower_hull(x[first], y[first])]
+    if dup.any():
+        keep = np.flatnonzero(np.concatenate(([True], ~dup)))
+        return keep[_lower_hull(x[keep], y[keep])]
     # first pass on views (no gathers): most points of a long curve go here
     cross = (x[1:-1] - x[:-2]) * (y[2:] - y[:-2]) - (y[1:-1] - y[:-2]) * (x[2:] - x[:-2])
     idx = np.flatnonzero(np.concatenate(([True], cross > 0, [True])))

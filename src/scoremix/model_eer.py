@@ -576,6 +576,15 @@ def _overall_estimate(fit: Any, *, conditional: bool, label: str, positive: Any,
     return est
 
 
+def _sorted(tab: pd.DataFrame) -> pd.DataFrame:
+    """``tab.sort_index()``; a level whose values do not compare (e.g. str and int speaker ids
+    in one object column) is sorted by its values' text (s7heldout)."""
+    try:
+        return tab.sort_index()
+    except TypeError:
+        return tab.sort_index(key=lambda ix: ix.map(str))
+
+
 def _is_names(by: Any) -> bool:
     return isinstance(by, str) or (isinstance(by, (list, tuple)) and all(isinstance(b, str) for b in by))
 
@@ -704,7 +713,7 @@ def _point_table(fit: Any, pred: Any, by: Any, names: list[str], clusters: np.nd
     cols = [*names, "n_neg", "n_pos", "eer_model", "eer_model_lo", "eer_model_hi", "eer_model_reweight_lo",
             "eer_model_reweight_hi", "eer_empirical", "eer_empirical_lo", "eer_empirical_hi", "se_logit",
             "_hint", "_point_mass"]
-    out = pd.DataFrame(rows, columns=cols).set_index(names).sort_index()
+    out = _sorted(pd.DataFrame(rows, columns=cols).set_index(names))
     hints = out.pop("_hint").tolist()
     point_mass = out.pop("_point_mass").to_numpy(bool)
     if how is None:

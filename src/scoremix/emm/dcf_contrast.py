@@ -109,7 +109,7 @@ def cell_dcf(pred: Any, mask: np.ndarray, *, measure: str = "min_dcf", p_target:
         return a * pm[:, 0] + b * pf[:, 0]
     if thresholds == "latent":
         return _latent_min(pred, mask, a, b)
-    tau = attainable_scores(np.asarray(pred.score, float)[mask], 2 ** 62)
+    tau = attainable_scores(np.asarray(pred.score, float), 2 ** 62)   # s7heldout: every evaluated score
     pm, pf = score_rates(pred, w[None, :], tau)                  # (1, D, T)
     cost = a * pm[0] + b * pf[0]
     return np.minimum(np.nanmin(cost, axis=1), a)               # + reject all (cost a)

@@ -41,7 +41,7 @@ from scoremix.fairness.posterior import posterior_subgroup_dcf
 from scoremix.fairness.subgroups import SubgroupError, define_subgroups
 from scoremix.predictive.attainable import attainable_measures, check_thresholds
 from scoremix.predictive.gof import subgroup_term_note
-from scoremix.predictive.layer import is_bayes_fit, predictive
+from scoremix.predictive.layer import fit_class_defaults, is_bayes_fit, predictive
 
 __all__ = ["gaussian_mixture_measures", "model_subgroup_dcf", "posterior_subgroup_measures",
            "summarise_draws", "ModelSubgroupDCFResult", "PosteriorFairness"]
@@ -163,6 +163,10 @@ def model_subgroup_dcf(fit: Any, trials: pd.DataFrame, by: Sequence[str], *, lab
                                       **posterior_kw)
     if posterior_kw:
         raise TypeError(f"unexpected keyword arguments for an LmerResult fit: {sorted(posterior_kw)}")
+    label, positive = fit_class_defaults(fit, label, positive)   # s7heldout: a score_model fit's own columns
+    spec_ = getattr(fit, "locscale_spec", None)
+    if spec_ is not None and speaker == "speaker" and speaker not in trials.columns:
+        speaker = spec_.speaker
     if negative_by is not None:
         return _by_negative_level(fit, trials, groups, negative_by, dict(
             label=label, speaker=speaker, positive=positive, p_target=p_target, c_miss=c_miss, c_fa=c_fa,

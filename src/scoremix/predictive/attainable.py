@@ -321,18 +321,18 @@ def _exact_measures(pred: Any, weights: np.ndarray, a: float, b: float, members:
     W = np.atleast_2d(np.asarray(weights, dtype=np.float64))
     P = W.shape[0]
     mins, taus, eer = np.full((P, 1), np.nan), np.full((P, 1), np.nan), np.full((P, 1), np.nan)
+    sc = np.asarray(pred.score, dtype=np.float64)   # s7heldout: everyone's scores, for every subgroup
+    tg = attainable_scores(sc, 2 ** 62) if sc.size and not np.isnan(sc).all() else None
     for g in range(P):
-        sc = pred.score if (members is None or g == 0) else pred.score[np.asarray(members[g], dtype=np.int64)]
-        sc = np.asarray(sc, dtype=np.float64)
-        if sc.size == 0 or np.isnan(sc).all() or not (W[g] > 0).any():
+        empty = members is not None and g > 0 and np.asarray(members[g]).size == 0
+        if tg is None or empty or not (W[g] > 0).any():
             continue
-        tg = attainable_scores(sc, 2 ** 62)
         Wg = W[g:g + 1]
         has = [(Wg[0] > 0) & pred.positive, (Wg[0] > 0) & ~pred.positive]
         if not (has[0].any() and has[1].any()):
             continue
         mins[g, 0], taus[g, 0] = _refined_min_cost(pred, Wg, tg, a, b)
-        e, _ = attainable_eer(pred, Wg, scores=sc)
+        e, _ = attainable_eer(pred, Wg, scores=sc)   # the same thresholds tg
         eer[g, 0] = e[0, 0]
     t0 = taus[0, 0]
     if np.isposinf(t0):
@@ -371,9 +371,12 @@ def attainable_measures(pred: Any, weights: np.ndarray, p_target: float = 0.05, 
     ``min_dcf`` / ``threshold_own`` of a subgroup its own minimum over the same thresholds;
     ``fpr``/``fnr`` the subgroup's model rates at ``τ*``; ``eer`` the ROCCH EER.
 
-    ``members``: the trial indices of every row (row 0 all trials); a subgroup's own EER and
-    minimum DCF are then taken over *its* observed scores (the thresholds its empirical rates
-    change at), τ* and the rates at τ* over everyone's.
+    ``members``: the trial indices of every row (row 0 all trials); a row without members gets
+    NaN.  Every row's EER and minimum DCF are taken over *all* the evaluated trials' distinct
+    scores: a detector's threshold is not limited to a subgroup's own scores, and a model that
+    reproduces a subgroup's distribution has no mass between its scores, so the extra thresholds
+    leave the empirical value exact (s7heldout; until session 7 a subgroup used only its own
+    scores, which made its model values coarser and worse predictors of held-out data).
     """
     a, b = _cost_weights(p_target, c_miss, c_fa, normalize)
     if pred.n_draws == 1 and max_thresholds is None:
@@ -392,18 +395,10 @@ def attainable_measures(pred: Any, weights: np.ndarray, p_target: float = 0.05, 
     taus = thr[k]
     taus = np.where(np.isnan(mins), np.nan, taus)
     eer, _ = _eer_rows(pm, pf, tau)
-    if members is not None:
+    if members is not None:   # s7heldout: empty rows only (thresholds are everyone's scores)
         for g in range(1, P):
-            idx = np.asarray(members[g], dtype=np.int64)
-            if idx.size == 0 or not np.isfinite(mins[g]).all():
-                continue
-            tg = attainable_scores(pred.score[idx], max_thresholds)
-            pmg, pfg = score_rates(pred, W_row(weights, g), tg)
-            eer[g] = _eer_rows(pmg, pfg, tg)[0][0]
-            cg = np.concatenate((a * pmg + b * pfg, np.full((1, D, 1), a)), axis=2)[0]   # + reject all
-            kg = np.argmin(cg, axis=1)
-            mins[g] = cg[np.arange(D), kg]
-            taus[g] = np.append(tg, np.inf)[kg]
+            if np.asarray(members[g]).size == 0:
+                mins[g], taus[g], eer[g] = np.nan, np.nan, np.nan
     k0 = k[0]                                               # (D,) overall minimiser
     pm_at = np.take_along_axis(pm_x, np.broadcast_to(k0[None, :, None], (P, D, 1)), 2)[..., 0]
     pf_at = np.take_along_axis(pf_x, np.broadcast_to(k0[None, :, None], (P, D, 1)), 2)[..., 0]

@@ -220,7 +220,7 @@ def model_eer_interval(pred: Any, mask: Any, clusters: Any = None, n_boot: int =
             from scoremix.predictive.attainable import attainable_eer
             Wf = np.zeros((W.shape[0], pred.n_components))
             Wf[:, sel] = W
-            e[b0:b0 + W.shape[0]] = attainable_eer(pred, Wf, max_thresholds, scores=pred.score[idx])[0][:, 0]
+            e[b0:b0 + W.shape[0]] = attainable_eer(pred, Wf, max_thresholds)[0][:, 0]   # s7heldout: as the point value
             continue
         mix = MixtureRates(pred.mean[:, sel], pred.sd[:, sel], pred.positive[sel], W, axis=pred.axis,
                            stratum=pred.stratum[sel])  # a stratified transform: its common threshold axis

@@ -50,7 +50,7 @@ from scoremix._deprecate import renamed_kwargs
 from scoremix.predictive.axis import ThresholdAxis, is_stratified_transform, threshold_axis
 from scoremix.predictive.mixture import MixtureRates, ModelEERError, PredictiveError, batch_eer, mixture_eer
 
-__all__ = ["Predictive", "predictive", "is_bayes_fit", "model_frame_with", "term_covariance",
+__all__ = ["Predictive", "predictive", "fit_class_defaults", "is_bayes_fit", "model_frame_with", "term_covariance",
            "fit_transform", "check_same_response"]
 
 _CELL = "__predictive_cell__"
@@ -191,7 +191,8 @@ class Predictive:
         """Model EER of the trials in ``mask`` (all by default), one value per draw.
 
         ``thresholds="attainable"`` (default): the ROCCH EER of the model ROC at the observed
-        distinct scores of the rows in ``mask`` (tie cells as steps, :mod:`scoremix.predictive.attainable`),
+        distinct scores of all the evaluated rows — a detector's threshold is not limited to the
+        scores of the subgroup in ``mask`` (tie cells as steps, :mod:`scoremix.predictive.attainable`),
         the convention of :func:`scoremix.metrics.eer`.  ``"latent"``: the exact root of
         :math:`\\mathrm{FNR}(t) = \\mathrm{FPR}(t)` of the two class mixtures over every real latent
         threshold (:func:`~scoremix.predictive.mixture.mixture_eer`; for a stratified transform
@@ -208,8 +209,8 @@ class Predictive:
         e = np.full(self.n_draws, np.nan)
         t = np.full(self.n_draws, np.nan)
         if neg.any() and pos.any() and thresholds == "attainable":
-            sc = self.score if mask is None else self.score[np.asarray(mask, bool)]
-            e, t = attainable_eer(self, w[None, :], max_thresholds, scores=sc)
+            # s7heldout: every evaluated trial's distinct score is a threshold, also for a subgroup
+            e, t = attainable_eer(self, w[None, :], max_thresholds)
             e, t = e[0], t[0]
             return (e, t) if return_threshold else e
         if neg.any() and pos.any() and not self.axis.identity:
@@ -694,6 +695,38 @@ def _bayes_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame 
 
 
 @renamed_kwargs(split="by")
+def _is_fitted_frame(fit: Any, trials: pd.DataFrame) -> bool:
+    """Whether ``trials`` are the rows ``fit`` was fitted on (the same object, or the same index
+    and the same score, class, speaker and factor values): a location-scale fit then predicts
+    them as fitted rows (with speaker shape pooling each row's pooled mass sits at its own
+    score; as new rows it is spread over at most 256 quantiles of its cell)."""
+    fr = getattr(getattr(fit, "_data", None), "frame", None)
+    spec = getattr(fit, "locscale_spec", None)
+    if fr is None or spec is None or not isinstance(trials, pd.DataFrame):
+        return False
+    if fr is trials:
+        return True
+    if len(fr) != len(trials) or not fr.index.equals(trials.index):
+        return False
+    cols = [spec.score, spec.label, spec.speaker, *spec.strata]
+    return all(c in trials.columns and fr[c].equals(trials[c]) for c in cols)
+
+
+def fit_class_defaults(fit: Any, label: str, positive: Any) -> tuple[str, Any]:
+    """The class column and positive value of a fit that records them (``sm.score_model`` /
+    location-scale fits: ``fit.locscale_spec``) where the caller left the defaults
+    (``label="label"``, ``positive=None``); otherwise the arguments unchanged (s7heldout:
+    ``sm.model_eer(fit, by="speaker")`` on a table whose class column is not called ``label``)."""
+    spec = getattr(fit, "locscale_spec", None)
+    if spec is None:
+        return label, positive
+    if label == "label":
+        label = getattr(spec, "label", label)
+    if positive is None:
+        positive = getattr(spec, "positive", None)
+    return label, positive
+
+
 def predictive(
     fit: Any,
     trials: pd.DataFrame | None = None,
@@ -739,6 +772,7 @@ def predictive(
     Predictive
     """
     split = by  # the body's name for by= (renamed API argument)
+    label, positive = fit_class_defaults(fit, label, positive)
     if is_bayes_fit(fit):
         if marginal_over is not None:
             groups = _group_factors(fit)
@@ -752,5 +786,7 @@ def predictive(
         raise PredictiveError("pass trials=: the fit carries no model frame")
     marg = _marginal_set(fit, conditional, marginal_over)
     if callable(getattr(fit, "latent_moments", None)):   # fits that give their own per-trial moments
+        if trials is not None and _is_fitted_frame(fit, trials):
+            trials = None   # s7heldout: the fitted rows themselves (their own pooled point masses, not new rows')
         return _moments_predictive(fit, trials, data, label, positive, marg, list(split))
     return _point_predictive(fit, trials, data, label, positive, marg, conditional, list(split))
