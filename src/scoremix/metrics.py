@@ -478,6 +478,13 @@ def _lower_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """
     if x.shape[0] <= 2:
         return np.arange(x.shape[0])
+    # a repeated point (rates that do not change between thresholds: counts between a group's
+    # scores, saturated model rates) enters once — the removal below drops every point with a
+    # zero cross product, both twins of a repeated point included (s7speaker)
+    twin = (x[1:] == x[:-1]) & (y[1:] == y[:-1])
+    if twin.any():
+        keep = np.flatnonzero(np.concatenate(([True], ~twin)))
+        return keep[_lower_hull(x[keep], y[keep])]
     # first pass on views (no gathers): most points of a long curve go here
     cross = (x[1:-1] - x[:-2]) * (y[2:] - y[:-2]) - (y[1:-1] - y[:-2]) * (x[2:] - x[:-2])
     idx = np.flatnonzero(np.concatenate(([True], cross > 0, [True])))
