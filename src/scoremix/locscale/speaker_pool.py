@@ -35,8 +35,9 @@ cross-validated *within* speakers (:func:`choose_speaker_pooling`):
   loss of a pair :math:`(\kappa_-, \kappa_+)` is the sum over the two measures of the mean
   absolute error relative to that of the counts (:math:`\kappa = 0`).  The held-out halves are
   small, so the pair is chosen by the one-standard-error rule (Breiman et al. 1984): the pair
-  pooling most toward the model among those within one standard error (over speakers) of the
-  smallest loss.
+  pooling most toward the model among those within one standard error (over speakers: each
+  speaker's losses averaged over its halves first) of the smallest loss.  Operating points
+  repeat between a speaker's scores; the ROCCH takes each once (``metrics._lower_hull``).
 * ``"crps"`` (:func:`speaker_pooling_crps_refit`): the same halves and refits, scored by the
   threshold-weighted CRPS (Gneiting & Ranjan 2011), a proper scoring rule of the whole
   distribution,
