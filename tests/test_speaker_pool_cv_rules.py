@@ -113,21 +113,22 @@ def test_rules_on_known_losses(small):
 
 
 def test_speaker_averaging_of_repeated_entries(small):
-    """Two entries of one speaker count as one unit: the relative loss is the mean over
-    speakers of their mean entry (not over entries)."""
+    """``se_over="speaker"``: two entries of one speaker count as one unit (the relative loss
+    is the mean over speakers of their mean entry); the default counts entries."""
     _, fit = small
     kap = (0.0, np.inf)
     a = np.array([[1.0, 2.0], [2.0, 2.0]])
     b = np.array([[1.0, 4.0], [4.0, 4.0]])
     c = np.array([[1.0, 0.5], [0.5, 0.5]])
     ent = _entries([a, b, c], [a, b, c], ["s1", "s1", "s2"])
-    p = speaker_pooling_rates_cv(fit, kappas=kap, rule="min", _entries=ent)
+    p = speaker_pooling_rates_cv(fit, kappas=kap, rule="min", se_over="speaker", _entries=ent)
     t = p.table.set_index(["kappa_negative", "kappa_positive"])
     # per measure: base = mean over entries of the (0,0) error = 1; speaker s1 mean loss at (inf, inf)
     # = (2 + 4)/2 · 2 measures, s2 = 0.5 · 2; mean over speakers / 2 measures = (3 + 0.5)/2
     assert t.loc[(np.inf, np.inf), "cv_relative"] == pytest.approx((3.0 + 0.5) / 2, abs=1e-12)
     assert p.info["n_units"] == 2
-    p_fold = speaker_pooling_rates_cv(fit, kappas=kap, rule="min", se_over="fold", _entries=ent)
+    p_fold = speaker_pooling_rates_cv(fit, kappas=kap, rule="min", _entries=ent)     # default: over entries
+    assert p_fold.info["n_units"] == 3
     assert p_fold.table.set_index(["kappa_negative", "kappa_positive"]).loc[(np.inf, np.inf), "cv_relative"] \
         == pytest.approx((2 + 4 + 0.5) / 3, abs=1e-12)
     with pytest.raises(SpeakerPoolingError, match="rule must be one of"):

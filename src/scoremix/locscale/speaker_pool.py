@@ -35,9 +35,10 @@ cross-validated *within* speakers (:func:`choose_speaker_pooling`):
   loss of a pair :math:`(\kappa_-, \kappa_+)` is the sum over the two measures of the mean
   absolute error relative to that of the counts (:math:`\kappa = 0`).  The held-out halves are
   small, so the pair is chosen by the one-standard-error rule (Breiman et al. 1984): the pair
-  pooling most toward the model among those within one standard error (over speakers: each
-  speaker's losses averaged over its halves first) of the smallest loss.  Operating points
-  repeat between a speaker's scores; the ROCCH takes each once (``metrics._lower_hull``).
+  pooling most toward the model among those within one standard error (over speaker × half
+  entries) of the smallest loss.  Operating points repeat between a speaker's scores; the
+  ROCCH takes each once (``metrics._lower_hull``; before session 7 both copies were dropped
+  and counting's CV EER came out as 0.5).
 * ``"crps"`` (:func:`speaker_pooling_crps_refit`): the same halves and refits, scored by the
   threshold-weighted CRPS (Gneiting & Ranjan 2011), a proper scoring rule of the whole
   distribution,
@@ -492,7 +493,7 @@ def rates_cv_entries(fit: Any, *, kappas: Sequence[float], n_splits: int = 1, se
 def speaker_pooling_rates_cv(fit: Any, *, kappas: Sequence[float] = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0,
                                                                      1000.0, np.inf),
                              n_splits: int = 1, seed: int = 0, p_target: float = 0.05, n_global: int = 256,
-                             n_parts: int = 2, rule: str = "1se", se_over: str = "speaker",
+                             n_parts: int = 2, rule: str = "1se", se_over: str = "fold",
                              _entries: dict | None = None) -> SpeakerPooling:
     r"""Choose :math:`(\kappa_-, \kappa_+)` by within-speaker cross-validation of the
     per-speaker error rates (module docstring, ``criterion="error_rates"``): every speaker ×
@@ -507,9 +508,12 @@ def speaker_pooling_rates_cv(fit: Any, *, kappas: Sequence[float] = (0.0, 1.0, 3
     pooling most toward the model (largest :math:`\kappa`'s) — the held-out halves are small,
     so differences inside the noise do not move the fit toward the counts.
 
-    Losses are averaged per speaker over the halves and the ``n_splits`` halvings first
-    (``se_over="speaker"``; the speakers are the independent units, so the standard error is
-    taken over them; ``"fold"``: over speaker × half entries, as before session 7).  ``rule``:
+    ``se_over``: the standard error over speaker × half entries (``"fold"``, the default) or
+    over speakers, each speaker's losses averaged over its halves and the ``n_splits``
+    halvings first (``"speaker"``: the speakers are the independent units, so this SE is the
+    honest one, and larger — it leans further toward the model; on LA at a 50 % fitted share
+    it kept the model for RawGAT-ST-add, 1.85 against counting, where ``"fold"`` chose the
+    counts for the bona fide class, 0.97; docs/score-models.md, *Session 7*).  ``rule``:
     ``"1se"`` (standard error of the best pair's loss), ``"1se-paired"`` (a pair qualifies when
     its mean loss exceeds the best pair's by at most the standard error of the per-speaker
     *difference* — the noise of the comparison itself, smaller than that of the loss level,
