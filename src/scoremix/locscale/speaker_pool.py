@@ -35,8 +35,10 @@ cross-validated *within* speakers (:func:`choose_speaker_pooling`):
   loss of a pair :math:`(\kappa_-, \kappa_+)` is the sum over the two measures of the mean
   absolute error relative to that of the counts (:math:`\kappa = 0`).  The held-out halves are
   small, so the pair is chosen by the one-standard-error rule (Breiman et al. 1984): the pair
-  pooling most toward the model among those within one standard error (over speakers) of the
-  smallest loss.
+  pooling most toward the model among those within one standard error (over speaker × half
+  entries) of the smallest loss.  Operating points repeat between a speaker's scores; the
+  ROCCH takes each once (``metrics._lower_hull``; before session 7 both copies were dropped
+  and counting's CV EER came out as 0.5).
 * ``"crps"`` (:func:`speaker_pooling_crps_refit`): the same halves and refits, scored by the
   threshold-weighted CRPS (Gneiting & Ranjan 2011), a proper scoring rule of the whole
   distribution,
@@ -81,11 +83,13 @@ from scoremix.locscale.pooled import KAPPA_GRID, _weights
 
 __all__ = ["SpeakerPooling", "SpeakerPoolingError", "choose_speaker_pooling", "speaker_pooling_cv",
            "speaker_pooling_crps_refit",
-           "speaker_pooling_rates_cv", "with_speaker_pooling", "pooled_components", "point_mass_latent", "WEIGHTS",
+           "speaker_pooling_rates_cv", "rates_cv_entries", "with_speaker_pooling", "pooled_components", "point_mass_latent", "WEIGHTS",
            "CRITERIA"]
 
 #: criteria of :func:`choose_speaker_pooling`
 CRITERIA = ("error_rates", "crps")
+#: choice rules of :func:`speaker_pooling_rates_cv`
+RULES = ("1se", "1se-paired", "min")
 #: weight measures of the CV CRPS
 WEIGHTS = ("both", "own", "other")
 #: most fitted scores a new row's empirical part is spread over (quantiles beyond)
@@ -335,9 +339,10 @@ def _part_split(cell: np.ndarray, rng: np.random.Generator, n_parts: int) -> np.
 
 def _speaker_rate_parts(fit_t: Any, frame_t: pd.DataFrame, score_all: np.ndarray, spk_all: np.ndarray,
                         y_all: np.ndarray, train: np.ndarray, speakers: np.ndarray, n_global: int,
-                        p_target: float = 0.05) -> list[tuple]:
+                        p_target: float = 0.05, with_speaker: bool = False) -> list[tuple]:
     """Per speaker: thresholds, the model's and the empirical FNR/FPR of the training part,
-    the training counts, and the held-out empirical EER and minimum DCF."""
+    the training counts, and the held-out empirical EER and minimum DCF (with
+    ``with_speaker``: ``(speaker, tuple)`` pairs)."""
     from scoremix.metrics import eer, min_dcf
 
     base = base_components(fit_t, None)
@@ -364,8 +369,9 @@ def _speaker_rate_parts(fit_t: Any, frame_t: pd.DataFrame, score_all: np.ndarray
         s_te, y_te = score_all[te], y_all[te]
         with warnings.catch_warnings():      # a goat's held-out half may look reversed
             warnings.simplefilter("ignore")
-            out.append((tau, m_fnr, m_fpr, e_fnr, e_fpr, sp_.size, sn_.size, float(eer(s_te, y_te)),
-                        float(min_dcf(s_te, y_te, p_target=p_target).value)))
+            item = (tau, m_fnr, m_fpr, e_fnr, e_fpr, sp_.size, sn_.size, float(eer(s_te, y_te)),
+                    float(min_dcf(s_te, y_te, p_target=p_target).value))
+            out.append((sp, item) if with_speaker else item)
     return out
 
 
@@ -438,22 +444,12 @@ def speaker_pooling_crps_refit(fit: Any, *, kappas: Sequence[float] = KAPPA_GRID
                                     speaker_column=spec.speaker))
 
 
-def speaker_pooling_rates_cv(fit: Any, *, kappas: Sequence[float] = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0,
-                                                                     1000.0, np.inf),
-                             n_splits: int = 1, seed: int = 0, p_target: float = 0.05, n_global: int = 256,
-                             n_parts: int = 2, rule: str = "1se") -> SpeakerPooling:
-    r"""Choose :math:`(\kappa_-, \kappa_+)` by within-speaker cross-validation of the
-    per-speaker error rates (module docstring, ``criterion="error_rates"``): every speaker ×
-    stratum cell of the fitted trials is halved at random; the model (``fit``'s
-    specification) is refitted on one half, each speaker's pooled EER and minimum DCF
-    (``p_target``) computed from that half, and compared with the speaker's empirical values
-    on the other half (and the other way round; ``n_splits`` random halvings).  The score of a
-    :math:`\kappa` pair is the sum over the two measures of the mean absolute error, each
-    relative to that of the speaker's own counts (:math:`\kappa = 0`).  The choice follows
-    the one-standard-error rule (Breiman et al. 1984; Hastie et al. 2009, §7.10): among the
-    pairs whose CV loss is within one standard error (over speakers) of the smallest, the one
-    pooling most toward the model (largest :math:`\kappa`'s) — the held-out halves are small,
-    so differences inside the noise do not move the fit toward the counts."""
+def rates_cv_entries(fit: Any, *, kappas: Sequence[float], n_splits: int = 1, seed: int = 0, p_target: float = 0.05,
+                     n_global: int = 256, n_parts: int = 2) -> dict:
+    """The per-speaker held-out absolute errors of :func:`speaker_pooling_rates_cv`:
+    ``{"per": {"eer": [(K, K)…], "min_dcf": […]}, "who": [speaker…], "split": [halving…]}``
+    (one entry per speaker and held-out part; the first ``k`` halvings are those of
+    ``n_splits = k`` under the same seed)."""
     from scoremix.locscale.fit import LocScaleData, fit_locscale
 
     data = fit._data
@@ -466,16 +462,18 @@ def speaker_pooling_rates_cv(fit: Any, *, kappas: Sequence[float] = (0.0, 1.0, 3
     K = kap.size
     rng = np.random.default_rng(seed)
     per: dict[str, list] = {"eer": [], "min_dcf": []}      # per speaker and half: (K, K) absolute errors
+    who: list = []                                          # the speaker of each entry
+    split: list = []
     n_sp = 0
     speakers = np.unique(spk)
     n_pass, n_nodes = fit.info.get("n_pass", 3), fit.info.get("n_nodes", 9)
-    for _ in range(int(n_splits)):
+    for h in range(int(n_splits)):
         part = _part_split(cell, rng, n_parts)
         for train in [part == k for k in range(n_parts)]:
             frame_t = frame.loc[train]
             fit_t = fit_locscale(LocScaleData(frame_t, spec), spec, n_pass=n_pass, n_nodes=n_nodes)
-            for tau, m_fnr, m_fpr, e_fnr, e_fpr, n_pos, n_neg, e_te, d_te in _speaker_rate_parts(
-                    fit_t, frame_t, score, spk, y, train, speakers, n_global, p_target):
+            for sp_id, (tau, m_fnr, m_fpr, e_fnr, e_fpr, n_pos, n_neg, e_te, d_te) in _speaker_rate_parts(
+                    fit_t, frame_t, score, spk, y, train, speakers, n_global, p_target, with_speaker=True):
                 wn = np.array([_weights(float(n_neg), k) for k in kap])    # κ_- → ω_-
                 wp = np.array([_weights(float(n_pos), k) for k in kap])
                 fpr = wn[:, None] * e_fpr[None, :] + (1 - wn[:, None]) * m_fpr[None, :]       # (K, T)
@@ -486,7 +484,54 @@ def speaker_pooling_rates_cv(fit: Any, *, kappas: Sequence[float] = (0.0, 1.0, 3
                 d = np.minimum((p_target * PM + (1 - p_target) * PF).min(axis=2), p_target)
                 per["eer"].append(np.abs(e - e_te))
                 per["min_dcf"].append(np.abs(d - d_te))
+                who.append(sp_id)
+                split.append(h)
                 n_sp += 1
+    return {"per": per, "who": who, "split": split}
+
+
+def speaker_pooling_rates_cv(fit: Any, *, kappas: Sequence[float] = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0,
+                                                                     1000.0, np.inf),
+                             n_splits: int = 1, seed: int = 0, p_target: float = 0.05, n_global: int = 256,
+                             n_parts: int = 2, rule: str = "1se", se_over: str = "fold",
+                             _entries: dict | None = None) -> SpeakerPooling:
+    r"""Choose :math:`(\kappa_-, \kappa_+)` by within-speaker cross-validation of the
+    per-speaker error rates (module docstring, ``criterion="error_rates"``): every speaker ×
+    stratum cell of the fitted trials is halved at random; the model (``fit``'s
+    specification) is refitted on one half, each speaker's pooled EER and minimum DCF
+    (``p_target``) computed from that half, and compared with the speaker's empirical values
+    on the other half (and the other way round; ``n_splits`` random halvings).  The score of a
+    :math:`\kappa` pair is the sum over the two measures of the mean absolute error, each
+    relative to that of the speaker's own counts (:math:`\kappa = 0`).  The choice follows
+    the one-standard-error rule (Breiman et al. 1984; Hastie et al. 2009, §7.10): among the
+    pairs whose CV loss is within one standard error (over speakers) of the smallest, the one
+    pooling most toward the model (largest :math:`\kappa`'s) — the held-out halves are small,
+    so differences inside the noise do not move the fit toward the counts.
+
+    ``se_over``: the standard error over speaker × half entries (``"fold"``, the default) or
+    over speakers, each speaker's losses averaged over its halves and the ``n_splits``
+    halvings first (``"speaker"``: the speakers are the independent units, so this SE is the
+    honest one, and larger — it leans further toward the model; on LA at a 50 % fitted share
+    it kept the model for RawGAT-ST-add, 1.85 against counting, where ``"fold"`` chose the
+    counts for the bona fide class, 0.97; docs/score-models.md, *Session 7*).  ``rule``:
+    ``"1se"`` (standard error of the best pair's loss), ``"1se-paired"`` (a pair qualifies when
+    its mean loss exceeds the best pair's by at most the standard error of the per-speaker
+    *difference* — the noise of the comparison itself, smaller than that of the loss level,
+    which includes how hard the speakers are), ``"min"`` (the smallest loss)."""
+    if rule not in RULES:
+        raise SpeakerPoolingError(f"rule must be one of {RULES}, got {rule!r}")
+    if se_over not in ("speaker", "fold"):
+        raise SpeakerPoolingError(f"se_over must be 'speaker' or 'fold', got {se_over!r}")
+    data = fit._data
+    spec = fit.locscale_spec
+    spk = np.asarray(data.speakers, dtype=object)[data.speaker_codes]
+    y = data.y
+    kap = np.asarray(kappas, np.float64)
+    K = kap.size
+    if _entries is None:
+        _entries = rates_cv_entries(fit, kappas=kappas, n_splits=n_splits, seed=seed, p_target=p_target,
+                                    n_global=n_global, n_parts=n_parts)
+    per, who, n_sp = _entries["per"], _entries["who"], len(_entries["who"])
     loss = np.zeros((max(n_sp, 1), K, K))
     ae = {}
     for m in per:
@@ -494,15 +539,28 @@ def speaker_pooling_rates_cv(fit: Any, *, kappas: Sequence[float] = (0.0, 1.0, 3
         ae[m] = arr.sum(axis=0)
         base = arr[:, 0, 0].mean()
         loss += arr / base if base > 0 else arr
+    if se_over == "speaker" and who:     # the speakers are the independent units
+        codes, uniq = pd.factorize(np.asarray(who, dtype=object))
+        cnt = np.bincount(codes, minlength=uniq.size).astype(np.float64)
+        acc = np.zeros((uniq.size, K, K))
+        np.add.at(acc, codes, loss)
+        loss = acc / cnt[:, None, None]
     rel = loss.mean(axis=0)
     # one-standard-error rule (Breiman et al. 1984): the most pooled pair (largest κ's) whose
     # CV loss is within one standard error of the minimum's
     b0, b1 = np.unravel_index(int(np.argmin(rel)), rel.shape)
-    se = float(loss[:, b0, b1].std(ddof=1) / np.sqrt(loss.shape[0])) if loss.shape[0] > 1 else 0.0
-    ok = rel <= rel[b0, b1] + se
+    n_u = loss.shape[0]
+    if rule == "1se-paired" and n_u > 1:
+        diff = loss - loss[:, b0:b0 + 1, b1:b1 + 1]
+        se_pair = diff.std(axis=0, ddof=1) / np.sqrt(n_u)
+        ok = rel - rel[b0, b1] <= se_pair
+        se = float("nan")
+    else:
+        se = float(loss[:, b0, b1].std(ddof=1) / np.sqrt(n_u)) if n_u > 1 else 0.0
+        ok = rel <= rel[b0, b1] + se
     rank = np.add.outer(np.arange(K), np.arange(K)).astype(np.float64)     # more pooling toward the model
     cand = np.where(ok, rank - 1e-9 * rel, -np.inf)
-    i, j = np.unravel_index(int(np.argmax(cand)), cand.shape) if rule == "1se" else (b0, b1)
+    i, j = np.unravel_index(int(np.argmax(cand)), cand.shape) if rule != "min" else (b0, b1)
     kappa = {0: float(kap[i]), 1: float(kap[j])}
     wtab = pd.DataFrame({"speaker": spk, "cls": y}).groupby(["speaker", "cls"], sort=True).size().rename("n").to_frame()
     wtab["omega"] = [_weights(float(n), kappa[int(c)]) for (_, c), n in wtab["n"].items()]
@@ -514,7 +572,8 @@ def speaker_pooling_rates_cv(fit: Any, *, kappas: Sequence[float] = (0.0, 1.0, 3
                           "within_1se": ok.ravel()})
     table["chosen"] = (table["kappa_negative"] == kappa[0]) & (table["kappa_positive"] == kappa[1])
     return SpeakerPooling(kappa=kappa, weights=wtab, table=table,
-                          info=dict(criterion="error_rates", n_splits=n_splits, n_speaker_folds=n_sp,
+                          info=dict(criterion="error_rates", n_splits=n_splits, n_speaker_folds=n_sp, rule=rule,
+                                    se_over=se_over, n_units=int(n_u), se=se,
                                     p_target=p_target, speaker_column=spec.speaker))
 
 
