@@ -28,24 +28,16 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 import pandas as pd
+from speaker_holdout import system_table as speaker_system_table  # benchmarks/ is sys.path[0]
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data" / "asvspoof2019_la_eval" / "asvspoof2019_la_eval_multisystem_long.csv.gz"
 OUT = HERE.parent / "docs" / "data" / "bayes_speaker_holdout.json"
-PROB = {"rawnet2_transferfiles", "rawnet2_robeval", "air_softmax", "air_amsoftmax", "aasist_junjul"}
 
 
 def system_table(system: str) -> pd.DataFrame:
     """One system's trials as ``benchmarks/speaker_holdout.py`` prepares them."""
-    d = pd.read_csv(DATA)
-    t = d[d["system"] == system].reset_index(drop=True)
-    s = t["score"].to_numpy(float)
-    if system == "air_ocsoftmax":
-        s = -s
-    if system in PROB:
-        p = np.clip(s, 1e-12, 1 - 1e-12)
-        s = np.log(p) - np.log1p(-p)
-    return t.assign(score=s)[["speaker", "attack", "label", "score"]]
+    return speaker_system_table(pd.read_csv(DATA), system)[["speaker", "attack", "label", "score"]]
 
 
 def load_avg() -> str:

@@ -53,6 +53,16 @@ def one(t: pd.DataFrame, share: float, seed: int, by=None, **kw):
     return r
 
 
+def print_summary(out: pd.DataFrame, note: str = "") -> None:
+    """Per cells × measure: the ratios per system and share (mean over any seeds), median and max."""
+    pd.set_option("display.width", 200)
+    for (cells, m), g in out.groupby(["cells", "measure"]):
+        print(f"\n== {cells}, {m}{note}")
+        print(g.pivot_table(index="system", columns="share", values=["ratio_model", "ratio_shrunk"]).round(3))
+        print("median:", g.groupby("share")["ratio_model"].median().round(3).to_dict(),
+              "max:", g.groupby("share")["ratio_model"].max().round(3).to_dict())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -89,12 +99,7 @@ def main() -> None:
             print(pd.DataFrame(rows[-len(r.summary):])[["system", "share", "cells", "measure", "ratio_model",
                   "ratio_shrunk", "n_groups", "seconds"]].round(3).to_string(header=False), chosen, flush=True)
     out = pd.DataFrame(rows)
-    pd.set_option("display.width", 200)
-    for (cells, m), g in out.groupby(["cells", "measure"]):
-        print(f"\n== {cells}, {m}")
-        print(g.pivot_table(index="system", columns="share", values=["ratio_model", "ratio_shrunk"]).round(3))
-        print("median:", g.groupby("share")["ratio_model"].median().round(3).to_dict(),
-              "max:", g.groupby("share")["ratio_model"].max().round(3).to_dict())
+    print_summary(out)
     if a.out:
         out.to_csv(a.out, index=False)
 

@@ -35,6 +35,7 @@ import pandas as pd
 
 import scoremix as sm
 from scoremix.validation import validate_model
+from speaker_holdout import print_summary  # benchmarks/ is sys.path[0]
 
 
 def load(a: argparse.Namespace) -> pd.DataFrame:
@@ -151,12 +152,7 @@ def main() -> None:
                       "ratio_model", "ratio_shrunk", "n_groups", "seconds", *(["ratio_public", "max_diff_public"] if a.check_model_eer else [])]]
                       .round(4).to_string(header=False), chosen, flush=True)
     out = pd.DataFrame(rows)
-    pd.set_option("display.width", 200)
-    for (cells, m), g in out.groupby(["cells", "measure"]):
-        print(f"\n== {cells}, {m}  (ratio = model MAE / counting MAE; mean over seeds)")
-        print(g.pivot_table(index="system", columns="share", values=["ratio_model", "ratio_shrunk"]).round(3))
-        print("median:", g.groupby("share")["ratio_model"].median().round(3).to_dict(),
-              "max:", g.groupby("share")["ratio_model"].max().round(3).to_dict())
+    print_summary(out, "  (ratio = model MAE / counting MAE; mean over seeds)")
     print("\nfit+validate seconds (median per share):", out.groupby("share")["seconds"].median().round(1).to_dict())
     if a.out:
         out.to_csv(a.out, index=False)
