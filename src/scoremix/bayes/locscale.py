@@ -655,7 +655,7 @@ def bayes_locscale(model: Any, trials: pd.DataFrame | None = None, *, priors: Lo
 
 
 def bayes_score_model(fit: Any, **kwargs: Any) -> BayesLocScaleResult:
-    """The Bayesian fit of what a :func:`scoremix.score_model` fit chose: its ``LocScaleSpec``
+    r"""The Bayesian fit of what a :func:`scoremix.score_model` fit chose: its ``LocScaleSpec``
     and ML transforms (which hold any per-factor shape pooling) are sampled around, and its
     failure mixture and per-speaker shape pooling are carried into every posterior draw's error
     rates with their shares and :math:`\kappa_c` fixed at the frequentist values
