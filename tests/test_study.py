@@ -488,12 +488,14 @@ def test_model_eer_filters_evaluate_the_subset(tmp_path):
     for (by, cell), sel in [(("overall", "all"), rows), *((("sex", s), rows & (df["sex"] == s)) for s in ("f", "m"))]:
         m = mom[sel.to_numpy()]
         neg, pos = m[m["y"] == 0], m[m["y"] == 1]
-        # the model EER at the kept rows' observed scores (attainable definition): rates of the
-        # hand-restricted mixtures at every distinct kept score, then the ROCCH EER
+        # the model EER at attainable thresholds: rates of the hand-restricted mixtures at every
+        # distinct score of the rows the model is evaluated for — a cell's thresholds are every
+        # evaluated trial's score (docs/predictive.md), and the filter is a cell of the table of
+        # all rows — then the ROCCH EER
         from scipy.special import ndtr
 
         from scoremix.predictive.attainable import hull_eer
-        v = np.unique(df.loc[sel, "score"].to_numpy(float))
+        v = np.unique(df["score"].to_numpy(float))
         fnr = ndtr((v[None, :] - pos["mean"].to_numpy()[:, None]) / pos["sd"].to_numpy()[:, None]).mean(axis=0)
         fpr = ndtr((neg["mean"].to_numpy()[:, None] - v[None, :]) / neg["sd"].to_numpy()[:, None]).mean(axis=0)
         want = hull_eer(fpr, fnr)[0]

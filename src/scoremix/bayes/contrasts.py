@@ -138,7 +138,7 @@ def posterior_contrasts(
         for p in pair_list:
             if len(p) != 2 or any(x not in levels for x in p):
                 raise ContrastError(f"pair {p!r} is not two levels of {by!r}: {levels}")
-    pred = predictive(fit, data=frame, label=label, positive=positive, conditional=conditional, split=[by],
+    pred = predictive(fit, data=frame, label=label, positive=positive, conditional=conditional, by=[by],
                       max_draws=max_draws)
     vals = pred.frame[by].to_numpy()
     W = np.zeros((1 + len(levels), pred.n_components))

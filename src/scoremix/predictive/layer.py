@@ -574,14 +574,19 @@ def _point_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame 
 
 
 def _moments_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame | None, label: str,
-                        positive: Any, marg: tuple[str, ...], split: Sequence[str]) -> Predictive:
+                        positive: Any, marg: tuple[str, ...], split: Sequence[str],
+                        fitted_rows: bool = False) -> Predictive:
     """Predictive of a fit that computes its own per-trial latent moments
     (``fit.latent_moments(trials, marginal_over=) -> (mean, sd, strata)``, e.g. a
-    :class:`scoremix.locscale.LocScaleFit`)."""
-    if trials is None:
+    :class:`scoremix.locscale.LocScaleFit`); ``fitted_rows``: ``trials`` are the fitted rows
+    (:func:`_is_fitted_frame`), predicted as such (the fit's methods get ``None``)."""
+    rows_in = trials
+    if fitted_rows:
+        trials = None
+    if rows_in is None:
         rows = model_frame_with(fit, data, [label, *split])
     else:
-        rows = trials
+        rows = rows_in
         if label not in rows.columns:
             raise PredictiveError(f"class column {label!r} not in the trial table")
     mean, sd, strata = fit.latent_moments(trials, marginal_over=marg)
@@ -694,7 +699,6 @@ def _bayes_predictive(fit: Any, trials: pd.DataFrame | None, data: pd.DataFrame 
                       draws=wide_mu.index.to_numpy(), conditional=conditional)
 
 
-@renamed_kwargs(split="by")
 def _is_fitted_frame(fit: Any, trials: pd.DataFrame) -> bool:
     """Whether ``trials`` are the rows ``fit`` was fitted on (the same object, or the same index
     and the same score, class, speaker and factor values): a location-scale fit then predicts
@@ -727,6 +731,7 @@ def fit_class_defaults(fit: Any, label: str, positive: Any) -> tuple[str, Any]:
     return label, positive
 
 
+@renamed_kwargs(split="by")
 def predictive(
     fit: Any,
     trials: pd.DataFrame | None = None,
@@ -786,7 +791,8 @@ def predictive(
         raise PredictiveError("pass trials=: the fit carries no model frame")
     marg = _marginal_set(fit, conditional, marginal_over)
     if callable(getattr(fit, "latent_moments", None)):   # fits that give their own per-trial moments
-        if trials is not None and _is_fitted_frame(fit, trials):
-            trials = None   # s7heldout: the fitted rows themselves (their own pooled point masses, not new rows')
-        return _moments_predictive(fit, trials, data, label, positive, marg, list(split))
+        # the fitted rows themselves are predicted as fitted rows (their own pooled point masses,
+        # not new rows'), and keep their columns (by=, label)
+        fitted = trials is not None and _is_fitted_frame(fit, trials)
+        return _moments_predictive(fit, trials, data, label, positive, marg, list(split), fitted_rows=fitted)
     return _point_predictive(fit, trials, data, label, positive, marg, conditional, list(split))
