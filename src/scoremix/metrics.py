@@ -30,6 +30,7 @@ from scoremix.adapters import adapter_for
 from scoremix.trials import NonFiniteScoreError, SingleClassError, TrialTableError, label_to_binary
 
 __all__ = [
+    "hull_eer",
     "MetricInputError",
     "BootstrapSizeError",
     "min_boot",
@@ -507,6 +508,38 @@ def _pav(p: _Points) -> Any:
     neg_in = np.diff(np.append(p.neg_below, p.n_neg)).astype(np.float64)
     w = pos_in + neg_in
     return isotonic_regression(pos_in / w, weights=w, increasing=True), pos_in, neg_in
+
+
+def hull_eer(pfa: Any, pmiss: Any) -> tuple[float, int, float]:
+    """ROCCH EER of operating points ordered by *increasing* threshold (``pfa``
+    non-increasing, ``pmiss`` non-decreasing), the accept-all point ``(1, 0)`` and the
+    reject-all point ``(0, 1)`` added.
+
+    Returns ``(eer, k, t)``: the EER lies at fraction ``t`` between hull vertices whose
+    threshold indices are ``k`` and the next vertex (indices into the input points, ``-1``
+    = accept all, ``len`` = reject all); see :func:`scoremix.predictive.attainable.hull_eer_threshold_index`.
+
+    The ROCCH EER of real-valued rates (a model's expected rates at attainable thresholds, the
+    speaker-pooling CV's blends): :func:`eer` (``method="rocch"``) for counts is the same
+    definition.
+    """
+    pf = np.concatenate(([1.0], np.asarray(pfa, float), [0.0]))[::-1]
+    pm = np.concatenate(([0.0], np.asarray(pmiss, float), [1.0]))[::-1]
+    ok = np.isfinite(pf) & np.isfinite(pm)
+    if not ok.all():
+        return float("nan"), -1, float("nan")
+    h = _lower_hull(pf, pm)
+    x, y = pf[h], pm[h]
+    d = y - x
+    k = int(np.flatnonzero(d <= 0)[0])
+    n = pf.shape[0]
+    to_thr = lambda i: n - 2 - int(h[i])  # position in the input order (−1: accept all)
+    if d[k] == 0:
+        return float(x[k]), to_thr(k), 0.0
+    t = d[k - 1] / (d[k - 1] - d[k])
+    e = float(x[k - 1] + t * (x[k] - x[k - 1]))
+    # nearer vertex
+    return e, (to_thr(k - 1) if t <= 0.5 else to_thr(k)), float(t)
 
 
 def _rocch_vertices(p: _Points) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -294,28 +294,13 @@ def speaker_pooling_cv(fit: Any, *, kappas: Sequence[float] = KAPPA_GRID, n_grid
 
 
 def _rocch_eer(pm: np.ndarray, pf: np.ndarray) -> np.ndarray:
-    """ROCCH EER of operating points ``(…, T)`` ordered by increasing threshold (``pf``
-    non-increasing, ``pm`` non-decreasing); accept-all and reject-all added.  The same
-    definition as :func:`scoremix.metrics.eer` (``method="rocch"``) and the model side's
-    :func:`scoremix.predictive.attainable.hull_eer` (which this layer cannot import)."""
-    from scoremix.metrics import _lower_hull
+    """ROCCH EER (:func:`scoremix.metrics.hull_eer`) of every leading row of operating points
+    ``(…, T)`` ordered by increasing threshold (``pf`` non-increasing, ``pm`` non-decreasing)."""
+    from scoremix.metrics import hull_eer
 
     shp = pm.shape[:-1]
     pm2, pf2 = pm.reshape(-1, pm.shape[-1]), pf.reshape(-1, pf.shape[-1])
-    out = np.empty(pm2.shape[0])
-    for r in range(pm2.shape[0]):
-        x = np.concatenate(([1.0], pf2[r], [0.0]))[::-1]
-        y = np.concatenate(([0.0], pm2[r], [1.0]))[::-1]
-        h = _lower_hull(x, y)
-        xh, yh = x[h], y[h]
-        d = yh - xh
-        k = int(np.flatnonzero(d <= 0)[0])
-        if d[k] == 0 or k == 0:
-            out[r] = xh[k]
-        else:
-            t = d[k - 1] / (d[k - 1] - d[k])
-            out[r] = xh[k - 1] + t * (xh[k] - xh[k - 1])
-    return out.reshape(shp)
+    return np.array([hull_eer(pf2[r], pm2[r])[0] for r in range(pm2.shape[0])]).reshape(shp)
 
 
 def _half_split(cell: np.ndarray, rng: np.random.Generator) -> np.ndarray:

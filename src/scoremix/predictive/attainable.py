@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr
 
-from scoremix.metrics import _lower_hull
+from scoremix.metrics import _lower_hull, hull_eer   # hull_eer re-exported here
 from scoremix.predictive.mixture import PredictiveError
 
 __all__ = ["THRESHOLDS", "check_thresholds", "hull_eer", "attainable_scores", "score_rates",
@@ -66,34 +66,6 @@ def check_thresholds(thresholds: str) -> str:
     if thresholds not in THRESHOLDS:
         raise PredictiveError(f"thresholds must be one of {THRESHOLDS}, got {thresholds!r}")
     return thresholds
-
-
-def hull_eer(pfa: Any, pmiss: Any) -> tuple[float, int, float]:
-    """ROCCH EER of operating points ordered by *increasing* threshold (``pfa``
-    non-increasing, ``pmiss`` non-decreasing), the accept-all point ``(1, 0)`` and the
-    reject-all point ``(0, 1)`` added.
-
-    Returns ``(eer, k, t)``: the EER lies at fraction ``t`` between hull vertices whose
-    threshold indices are ``k`` and the next vertex (indices into the input points, ``-1``
-    = accept all, ``len`` = reject all); see :func:`hull_eer_threshold_index`.
-    """
-    pf = np.concatenate(([1.0], np.asarray(pfa, float), [0.0]))[::-1]
-    pm = np.concatenate(([0.0], np.asarray(pmiss, float), [1.0]))[::-1]
-    ok = np.isfinite(pf) & np.isfinite(pm)
-    if not ok.all():
-        return float("nan"), -1, float("nan")
-    h = _lower_hull(pf, pm)
-    x, y = pf[h], pm[h]
-    d = y - x
-    k = int(np.flatnonzero(d <= 0)[0])
-    n = pf.shape[0]
-    to_thr = lambda i: n - 2 - int(h[i])  # position in the input order (−1: accept all)
-    if d[k] == 0:
-        return float(x[k]), to_thr(k), 0.0
-    t = d[k - 1] / (d[k - 1] - d[k])
-    e = float(x[k - 1] + t * (x[k] - x[k - 1]))
-    # nearer vertex
-    return e, (to_thr(k - 1) if t <= 0.5 else to_thr(k)), float(t)
 
 
 def attainable_scores(score: Any, max_thresholds: int | None = None) -> np.ndarray:
