@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from scoremix.metrics import eer, min_dcf
+from scoremix.metrics import eer, hull_eer, min_dcf
 from scoremix.predictive.layer import predictive
 
 __all__ = ["ValidationError", "split_cells", "group_masks", "rocch_eer", "model_group_measures", "empirical_group_measures", "shrinkage_mae",
@@ -115,16 +115,15 @@ def model_group_measures(fit: Any, by: Sequence[str], *, label: str, positive: A
 
 def rocch_eer(pmiss: np.ndarray, pfa: np.ndarray) -> float:
     r"""ROCCH EER of operating points :math:`(P_{fa,k}, P_{miss,k})` (any real-valued rates,
-    e.g. a model's expected rates at attainable thresholds):
-    :math:`\max_{w\in[0,1]}\min_k\,[w P_{miss,k} + (1-w) P_{fa,k}]` — the same definition as
-    :func:`scoremix.metrics.eer` (``method="rocch"``) for counts; the end points (0, 1) and
-    (1, 0) must be included."""
-    from scipy.optimize import minimize_scalar
-
-    pm, pf = np.asarray(pmiss, np.float64), np.asarray(pfa, np.float64)
-    res = minimize_scalar(lambda w: -float(np.min(w * pm + (1 - w) * pf)), bounds=(0.0, 1.0), method="bounded",
-                          options=dict(xatol=1e-12))
-    return float(-res.fun)
+    e.g. a model's expected rates at attainable thresholds, in any order):
+    :math:`\max_{w\in[0,1]}\min_k\,[w P_{miss,k} + (1-w) P_{fa,k}]`, the EER of the lower
+    convex hull of the points with (1, 0) and (0, 1) — the same definition as
+    :func:`scoremix.metrics.eer` (``method="rocch"``) for counts.  Computed exactly by
+    :func:`scoremix.metrics.hull_eer` on the points sorted by :math:`P_{fa}` (descending; ties:
+    :math:`P_{miss}` ascending); NaN when any rate is NaN."""
+    pm, pf = np.asarray(pmiss, np.float64).ravel(), np.asarray(pfa, np.float64).ravel()
+    order = np.lexsort((pm, -pf))
+    return hull_eer(pf[order], pm[order])[0]
 
 
 def empirical_group_measures(frame: pd.DataFrame, by: Sequence[str], *, score: str, y: np.ndarray,
