@@ -1,0 +1,346 @@
+"""Score-informed estimators of LA's gender cells on the split-half protocol (issue 20).
+
+Same splits, threshold and metric as ``decision_model_split_half.py`` (every speaker × class ×
+attack cell split into a fitted share A and a held-out B; τ* = SVEva's threshold of the full
+table; reference = B's counted value; metric = MAE against B, ratio to counting on A, per
+system over both seeds' cells, then the median over the 10 systems and systems below 1).
+Cells: gender FNR, FPR and SVEva's three ratios.
+
+Estimators (besides counting):
+
+* ``ord_*``: a cumulative-link model of the scores of A binned at ``K`` cuts around τ*
+  (τ* one of them; the others at the pooled-A class quantiles whose tail rates are
+  ``p*·m``, ``m`` in a geometric window ``[1/W, W]``), per class,
+
+  .. math::  P(s < t_k \\mid i) = F(\\theta_k - \\eta_i),
+
+  ``η`` = a free gender location (positives); gender + attack (``add``), or per-attack
+  cuts ``θ_{k,l}`` with one gender shift (``cut``), for the negatives; ``F`` the link's
+  cdf.  The gender's rate at τ* is the B-weighted mean of its cells' fitted rates.  The
+  location of a gender is estimated from every trial in the window, not only those past τ*;
+  the price is the assumption that the genders' score distributions differ by a shift on the
+  link scale within the window.  Fitted by maximum likelihood on the aggregated counts.
+* ``score``: ``sm.score_model(A, factors=["attack"], covariates=["speaker_gender"])`` and
+  the fit's predictive rates of B's trials at τ* (conditional on A's speakers), with
+  ``--score-model`` (slow: minutes per fit).
+
+Usage: ``OPENBLAS_NUM_THREADS=1 nice -n 5 python benchmarks/decision_score_informed.py
+[--seeds 1 2] [--systems ...] [--score-model] [--out cells.csv]``; ``--sim N`` runs the same
+estimators on N simulated LA-shaped *score* tables with known truth instead
+(``decision_model_floor.simulate`` with logistic scores; the floor is the true rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, special, stats
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import scoremix as sm  # noqa: E402
+from decision_model_floor import simulate, split, with_groups  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data" / "asvspoof2019_la_eval" / "asvspoof2019_la_eval_multisystem_long.csv.gz"
+PROB = {"rawnet2_transferfiles", "rawnet2_robeval", "air_softmax", "air_amsoftmax", "aasist_junjul"}
+
+LINKS = {
+    "logit": (special.expit, stats.logistic.pdf),
+    "probit": (special.ndtr, stats.norm.pdf),
+    "cloglog": (lambda x: -np.expm1(-np.exp(np.minimum(x, 30))), lambda x: np.exp(x - np.exp(np.minimum(x, 30)))),
+    "loglog": (lambda x: np.exp(-np.exp(-np.maximum(x, -30))), lambda x: np.exp(-x - np.exp(-np.maximum(x, -30)))),
+}
+
+
+def cuts_around(s: np.ndarray, err_low: bool, tau: float, window: float, n_side: int) -> np.ndarray:
+    """τ* and the class quantiles whose error-tail rates are p*·m, m = window^(±j/n_side)."""
+    p_star = np.mean(s < tau) if err_low else np.mean(s >= tau)
+    p_star = min(max(p_star, 0.5 / s.size), 0.999)
+    ms = window ** (np.arange(-n_side, n_side + 1) / n_side)
+    ps = np.clip(p_star * ms, 1.0 / s.size, 0.95)
+    qs = np.quantile(s, ps if err_low else 1 - ps)
+    c = np.unique(np.concatenate([qs, [tau]]))
+    return c
+
+
+def fit_cumulative(counts: np.ndarray, X: np.ndarray, cut_group: np.ndarray, link: str) -> tuple[np.ndarray, np.ndarray]:
+    """ML fit of P(category ≤ k | cell c) = F(θ_{g(c),k} − x_cᵀβ) on counts ``(C, K+1)``.
+
+    ``cut_group`` ``(C,)``: which set of cuts a cell uses (0..G−1).  Returns θ ``(G, K)`` and β."""
+    F, f = LINKS[link]
+    C, K1 = counts.shape
+    K = K1 - 1
+    G = int(cut_group.max()) + 1
+    p = X.shape[1]
+    # start: pooled empirical cumulative proportions per group
+    th0 = np.zeros((G, K))
+    for g in range(G):
+        cum = np.cumsum(counts[cut_group == g].sum(0))[:-1] / max(counts[cut_group == g].sum(), 1)
+        cum = np.clip(cum, 1e-4, 1 - 1e-4)
+        # invert F numerically on a grid (links without closed-form inverse)
+        grid = np.linspace(-30, 30, 6001)
+        th0[g] = np.interp(cum, F(grid), grid)
+        th0[g] = np.maximum.accumulate(th0[g] + 1e-6 * np.arange(K))
+
+    def unpack(v):
+        th = np.empty((G, K))
+        a = v[:G * K].reshape(G, K)
+        th[:, 0] = a[:, 0]
+        th[:, 1:] = a[:, :1] + np.cumsum(np.exp(a[:, 1:]), axis=1)
+        return th, v[G * K:]
+
+    def pack(th, b):
+        a = np.empty((G, K))
+        a[:, 0] = th[:, 0]
+        a[:, 1:] = np.log(np.maximum(np.diff(th, axis=1), 1e-8))
+        return np.concatenate([a.ravel(), b])
+
+    def nll(v):
+        th, b = unpack(v)
+        eta = X @ b
+        z = th[cut_group] - eta[:, None]                       # (C, K)
+        Fz = np.column_stack([np.zeros(C), F(z), np.ones(C)])
+        P = np.maximum(np.diff(Fz, axis=1), 1e-300)
+        ll = (counts * np.log(P)).sum()
+        fz = f(z)
+        r = counts / P                                        # (C, K+1)
+        # d ll / d z_k = f(z_k) (r_{k-1} − r_k)   (z_k is the upper bound of category k−1)
+        dz = fz * (r[:, :-1] - r[:, 1:])                      # (C, K)
+        g_th = np.zeros((G, K))
+        np.add.at(g_th, cut_group, dz)
+        g_b = -X.T @ dz.sum(1)
+        # chain rule for the increasing parametrisation
+        g_a = np.empty((G, K))
+        rev = np.cumsum(g_th[:, ::-1], axis=1)[:, ::-1]       # Σ_{j≥k} g_th_j
+        g_a[:, 0] = rev[:, 0]
+        g_a[:, 1:] = rev[:, 1:] * np.exp(v[:G * K].reshape(G, K)[:, 1:])
+        return -ll, -np.concatenate([g_a.ravel(), g_b])
+
+    v0 = pack(th0, np.zeros(p))
+    res = optimize.minimize(nll, v0, jac=True, method="L-BFGS-B", options=dict(maxiter=2000))
+    return unpack(res.x)
+
+
+def ordinal_rates(A: pd.DataFrame, B: pd.DataFrame, tau: float, *, link: str = "logit", window: float = 4.0,
+                  n_side: int = 2, neg: str = "add") -> dict[str, dict[str, float]]:
+    """Gender FNR and FPR at τ* of the cumulative-link model (module docstring), B-weighted;
+    also the B-weighted rates of all trials (for the ratios)."""
+    F, _ = LINKS[link]
+    out: dict[str, dict[str, float]] = {}
+    genders = sorted(A["speaker_gender"].unique())
+    for pos in (True, False):
+        a = A[A.pos == pos]
+        b = B[B.pos == pos]
+        s = a["score"].to_numpy(float)
+        cuts = cuts_around(s, pos, tau, window, n_side)
+        k_star = int(np.searchsorted(cuts, tau))               # cuts[k_star] == tau
+        cat = np.searchsorted(cuts, s, side="right")          # # cuts ≤ s: s < cuts[k] ⇔ cat ≤ k
+        if pos:
+            cell = a["speaker_gender"].map({g: i for i, g in enumerate(genders)}).to_numpy()
+            cells = pd.DataFrame({"g": genders})
+            cg = np.zeros(len(genders), int)
+        else:
+            atts = sorted(a["attack"].unique())
+            cells = pd.DataFrame([(g, l) for g in genders for l in atts], columns=["g", "l"])
+            key = {(g, l): i for i, (g, l) in enumerate(zip(cells.g, cells.l))}
+            cell = np.array([key[k] for k in zip(a["speaker_gender"], a["attack"])])
+            cg = (cells.l.map({l: i for i, l in enumerate(atts)}).to_numpy() if neg == "cut"
+                  else np.zeros(len(cells), int))
+        counts = np.zeros((len(cells), cuts.size + 1))
+        np.add.at(counts, (cell, cat), 1.0)
+        # location design: gender (male − female) [+ attack dummies for "add"]
+        X = (cells.g == genders[-1]).to_numpy(float)[:, None]
+        if not pos and neg == "add":
+            X = np.column_stack([X, pd.get_dummies(cells.l, drop_first=True).to_numpy(float)])
+        th, beta = fit_cumulative(counts, X, cg, link)
+        eta = X @ beta
+        below = F(th[cg, k_star] - eta)                        # P(s < τ*)
+        rate = below if pos else 1 - below
+        if pos:
+            nb = b.groupby("speaker_gender").size().reindex(genders).to_numpy(float)
+        else:
+            nb = np.array([((b.speaker_gender == g) & (b.attack == l)).sum() for g, l in zip(cells.g, cells.l)], float)
+        m = "fnr" if pos else "fpr"
+        for g in genders:
+            sel = (cells.g == g).to_numpy()
+            out.setdefault(g, {})[m] = float((nb[sel] * rate[sel]).sum() / nb[sel].sum())
+        out.setdefault("all", {})[m] = float((nb * rate).sum() / nb.sum())
+    return out
+
+
+def score_model_rates(A: pd.DataFrame, B: pd.DataFrame, tau: float, system: str) -> dict[str, dict[str, float]]:
+    """``sm.score_model`` on A (attack strata, gender covariate), the rates of B's trials at τ*."""
+    from scoremix.predictive.attainable import score_rates
+    from scoremix.predictive.layer import predictive
+
+    def tr(x):
+        x = np.asarray(x, float)
+        if system in PROB:
+            p = np.clip(x, 1e-12, 1 - 1e-12)
+            return np.log(p) - np.log1p(-p)
+        return x
+    A2, B2 = A.assign(score=tr(A["score"])), B.assign(score=tr(B["score"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.score_model(A2, score="score", label="label", speaker="speaker", factors=["attack"],
+                             covariates=["speaker_gender"], positive="bonafide")
+        pred = predictive(fit, B2.reset_index(drop=True), label="label", positive="bonafide")
+    genders = sorted(A["speaker_gender"].unique())
+    fr = B2.reset_index(drop=True)
+    masks = [np.ones(len(fr), bool)] + [(fr["speaker_gender"] == g).to_numpy() for g in genders]
+    W = np.vstack([pred.counts(m) for m in masks])
+    fnr, fpr = score_rates(pred, W, np.array([float(tr([tau])[0])]))
+    out = {"all": {"fnr": float(fnr[0, 0, 0]), "fpr": float(fpr[0, 0, 0])}}
+    for i, g in enumerate(genders):
+        out[g] = {"fnr": float(fnr[i + 1, 0, 0]), "fpr": float(fpr[i + 1, 0, 0])}
+    sel = getattr(fit, "selection", None)
+    out["_spec"] = "" if sel is None else f"{sel.chosen.name}; pooling {getattr(sel.speaker_pooling, 'kappa', '')}"
+    return out
+
+
+def ratios(r: dict, g: str) -> dict[str, float]:
+    dcf = 0.05 * r[g]["fnr"] + 0.95 * r[g]["fpr"]
+    dcf_all = 0.05 * r["all"]["fnr"] + 0.95 * r["all"]["fpr"]
+    return {"fnr": r[g]["fnr"], "fpr": r[g]["fpr"], "ratio_overall": dcf / dcf_all,
+            "fnr_ratio": r[g]["fnr"] / r["all"]["fnr"], "fpr_ratio": r[g]["fpr"] / r["all"]["fpr"]}
+
+
+def counted(T: pd.DataFrame, col: str = "err") -> dict:
+    out = {"all": {"fnr": T.loc[T.pos, col].mean(), "fpr": T.loc[~T.pos, col].mean()}}
+    for g, s in T.groupby("speaker_gender"):
+        out[g] = {"fnr": s.loc[s.pos, col].mean(), "fpr": s.loc[~s.pos, col].mean()}
+    return out
+
+
+VARIANTS = {
+    # name: ordinal_rates kwargs
+    "ord_logit_w1.25": dict(link="logit", window=1.25, n_side=1),
+    "ord_logit_w1.5": dict(link="logit", window=1.5, n_side=1),
+    "ord_logit_w2": dict(link="logit", window=2.0, n_side=2),
+    "ord_logit_w4": dict(link="logit", window=4.0, n_side=2),
+    "ord_logit_w16": dict(link="logit", window=16.0, n_side=4),
+    "ord_probit_w4": dict(link="probit", window=4.0, n_side=2),
+    "ord_cloglog_w4": dict(link="cloglog", window=4.0, n_side=2),
+    "ord_loglog_w4": dict(link="loglog", window=4.0, n_side=2),
+    "ord_logit_w4_cut": dict(link="logit", window=4.0, n_side=2, neg="cut"),
+    "ord_logit_w16_cut": dict(link="logit", window=16.0, n_side=4, neg="cut"),
+}
+
+
+def cells_of(A: pd.DataFrame, B: pd.DataFrame, tau: float, system: str, use_score: bool) -> pd.DataFrame:
+    A = A.assign(pos=A["label"] == "bonafide")
+    B = B.assign(pos=B["label"] == "bonafide")
+    for T in (A, B):
+        s = T["score"].to_numpy(float)
+        T["err"] = np.where(T.pos, s < tau, s >= tau).astype(float)
+    est = {"ref": counted(B), "counting": counted(A)}
+    if "p" in B.columns:
+        est["floor"] = counted(B, "p")
+    for name, kw in VARIANTS.items():
+        est[name] = ordinal_rates(A, B, tau, **kw)
+    spec = ""
+    if use_score:
+        sr = score_model_rates(A, B, tau, system)
+        spec = sr.pop("_spec")
+        est["score"] = sr
+    rows = []
+    for g in sorted(A["speaker_gender"].unique()):
+        per = {e: ratios(r, g) for e, r in est.items()}
+        for m in ("fnr", "fpr", "ratio_overall", "fnr_ratio", "fpr_ratio"):
+            rows.append(dict(kind=f"gender {m}", cell=g, spec=spec, **{e: v[m] for e, v in per.items()}))
+    return pd.DataFrame(rows)
+
+
+def summary(res: pd.DataFrame, unit: str = "system") -> pd.DataFrame:
+    ests = [c for c in res.columns if c not in ("kind", "cell", "spec", "ref", "counting", "seed", "system", "rep",
+                                                 "floor")]
+    if "floor" in res and res["floor"].notna().any():
+        ests = ["floor"] + ests
+    per = []
+    for (u, kind), c in res.groupby([unit, "kind"], sort=False):
+        mae_c = (c.counting - c.ref).abs().mean()
+        per.append({unit: u, "kind": kind, "mae_counting": mae_c,
+                    **{e: (c[e] - c.ref).abs().mean() / mae_c for e in ests}})
+    return pd.DataFrame(per), ests
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--share", type=float, default=0.2)
+    ap.add_argument("--seeds", type=int, nargs="*", default=[1, 2])
+    ap.add_argument("--systems", nargs="*", default=None)
+    ap.add_argument("--score-model", action="store_true")
+    ap.add_argument("--sim", type=int, default=0, help="simulated score tables with known truth instead of LA")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    pd.set_option("display.width", 250)
+    pd.set_option("display.max_columns", 40)
+    allc = []
+    if a.sim:
+        for rep in range(a.sim):
+            t = sim_scores(1000 + rep)
+            in_a = split(t, a.share, np.random.default_rng(rep))
+            allc.append(cells_of(t[in_a], t[~in_a], 0.0, "sim", a.score_model).assign(rep=rep))
+        res = pd.concat(allc, ignore_index=True)
+        res["system"] = "sim"
+        per, ests = summary(res, "system")
+        print(per.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        for e in ["counting"] + ests:
+            b = res.groupby("kind").apply(lambda c: pd.Series({"bias": (c[e] - c.floor).mean(),
+                                                               "rmse": np.sqrt(((c[e] - c.floor) ** 2).mean())}))
+            print(e, " ".join(f"{k}: bias {r.bias:.2e} rmse {r.rmse:.2e};" for k, r in b.iterrows()))
+    else:
+        d = pd.read_csv(DATA)
+        systems = a.systems or sorted(d.system.unique())
+        for system in systems:
+            t = d[d.system == system].reset_index(drop=True)
+            if system == "air_ocsoftmax":
+                t["score"] = -t["score"]
+            tau = sm.subgroup_dcf(t, ["speaker_gender"], positive="bonafide", n_boot=0, eer=False,
+                                  progress=False).threshold
+            t0 = time.time()
+            for s in a.seeds:
+                rng = np.random.default_rng(s)
+                tg = with_groups(t, np.random.default_rng(10_000 + s))
+                in_a = split(tg, a.share, rng)
+                allc.append(cells_of(tg[in_a], tg[~in_a], tau, system, a.score_model).assign(seed=s, system=system))
+            print(f"# {system}: {time.time() - t0:.0f} s", flush=True)
+        res = pd.concat(allc, ignore_index=True)
+        per, ests = summary(res)
+        rows = []
+        for kind, o in per.groupby("kind", sort=False):
+            rows.append({"kind": kind, "counting MAE": o.mae_counting.mean(),
+                         **{e: f"{np.median(o[e]):.2f} ({int((o[e] < 1).sum())}/{len(o)})" for e in ests}})
+        print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        for e in ests:
+            print(f"\n{e}: MAE / counting MAE per system")
+            print(per.pivot(index="system", columns="kind", values=e).to_string(float_format=lambda v: f"{v:.2f}"))
+    if a.out:
+        res.to_csv(a.out, index=False)
+
+
+def sim_scores(seed: int) -> pd.DataFrame:
+    """``decision_model_floor.simulate``'s table with a score per trial: s = ±(logistic noise −
+    η) so that the error at threshold 0 has the simulated probability p = logit⁻¹(η) (positives
+    err when s < 0, negatives when s ≥ 0); heterogeneity between speakers, attacks and
+    gender × attack cells makes the genders' score distributions mixtures, not shifts."""
+    t = simulate(seed)
+    rng = np.random.default_rng(seed + 77)
+    eta = special.logit(np.clip(t["p"].to_numpy(float), 1e-15, 1 - 1e-15))
+    u = rng.logistic(size=len(t))
+    pos = (t["label"] == "bonafide").to_numpy()
+    # positives: error ⇔ s < 0 ⇔ u < η   (s = u − η);  negatives: error ⇔ s ≥ 0 ⇔ u ≤ η (s = η − u)
+    t["score"] = np.where(pos, u - eta, eta - u)
+    return t
+
+
+if __name__ == "__main__":
+    main()
