@@ -206,6 +206,63 @@ def score_model_rates(A: pd.DataFrame, B: pd.DataFrame, tau: float, system: str)
     return out
 
 
+def clmm_rates(A: pd.DataFrame, B: pd.DataFrame, tau: float, *, window: float = 4.0,
+               n_side: int = 2) -> dict[str, dict[str, float]]:
+    """The cumulative-link *mixed* model (``benchmarks/r/clmm_gender.R``, R's ``ordinal::clmm``,
+    Laplace): per class, P(s < t_k | i) = F(θ_k − β_g − a_l − b_s), b_s ~ N(0, σ²) per speaker,
+    attack fixed (negatives); the rate of every B trial at τ* at the speaker's conditional mode,
+    averaged over the gender's B trials."""
+    import json
+    import subprocess
+    import tempfile
+    F = special.expit
+    parts, kstars = [], {}
+    for pos in (True, False):
+        a = A[A.pos == pos]
+        s = a["score"].to_numpy(float)
+        cuts = cuts_around(s, pos, tau, window, n_side)
+        kstars["pos" if pos else "neg"] = int(np.searchsorted(cuts, tau))
+        parts.append(pd.DataFrame({"cls": "pos" if pos else "neg", "cat": np.searchsorted(cuts, s, side="right"),
+                                   "gender": a["speaker_gender"].to_numpy(), "speaker": a["speaker"].to_numpy(),
+                                   "attack": a["attack"].to_numpy()}))
+    with tempfile.TemporaryDirectory() as tmp:
+        pd.concat(parts).to_csv(f"{tmp}/in.csv", index=False)
+        subprocess.run(["Rscript", str(ROOT / "benchmarks" / "r" / "clmm_gender.R"), f"{tmp}/in.csv",
+                        f"{tmp}/out.json"], check=True, capture_output=True)
+        fit = json.load(open(f"{tmp}/out.json"))
+    out: dict[str, dict[str, float]] = {}
+    for pos in (True, False):
+        cl = "pos" if pos else "neg"
+        f, b = fit[cl], B[B.pos == pos]
+        lv = np.asarray(f["levels"])
+        i = int(np.searchsorted(lv, kstars[cl], side="right")) - 1          # largest level ≤ k*
+        th = -np.inf if i < 0 else (np.inf if i >= len(f["theta"]) else f["theta"][i])
+        eta = np.array([f["beta"].get(f"gender{g}", 0.0) for g in b["speaker_gender"]])
+        if not pos:
+            eta += np.array([f["beta"].get(f"attack{l}", 0.0) for l in b["attack"]])
+        eta += np.array([f["speaker"].get(k, 0.0) for k in b["speaker"]])
+        below = F(th - eta)
+        rate = below if pos else 1 - below
+        m = "fnr" if pos else "fpr"
+        for g in sorted(A["speaker_gender"].unique()):
+            out.setdefault(g, {})[m] = float(rate[(b["speaker_gender"] == g).to_numpy()].mean())
+        out.setdefault("all", {})[m] = float(rate.mean())
+    return out
+
+
+def poststratified(A: pd.DataFrame, B: pd.DataFrame) -> dict:
+    """Design-based post-stratified count (Holt & Smith 1979): each speaker × attack cell's
+    error rate counted on A, weighted by the cell's B trials (unbiased for B's expected rate;
+    counting on A weights the cells by A's trials instead)."""
+    key = ["speaker", "attack", "pos"]
+    pa = A.groupby(key)["err"].mean().rename("pa")
+    b = B[key + ["speaker_gender"]].join(pa, on=key)
+    out = {"all": {"fnr": b.loc[b.pos, "pa"].mean(), "fpr": b.loc[~b.pos, "pa"].mean()}}
+    for g, s in b.groupby("speaker_gender"):
+        out[g] = {"fnr": s.loc[s.pos, "pa"].mean(), "fpr": s.loc[~s.pos, "pa"].mean()}
+    return out
+
+
 def ratios(r: dict, g: str) -> dict[str, float]:
     dcf = 0.05 * r[g]["fnr"] + 0.95 * r[g]["fpr"]
     dcf_all = 0.05 * r["all"]["fnr"] + 0.95 * r["all"]["fpr"]
@@ -235,7 +292,29 @@ VARIANTS = {
 }
 
 
-def cells_of(A: pd.DataFrame, B: pd.DataFrame, tau: float, system: str, use_score: bool) -> pd.DataFrame:
+NO_FIXED = False
+CLMM = {"clmm_logit_w4": dict(window=4.0, n_side=2)}
+#: composite estimators (counting ⊕ model) built for these model estimators
+COMPOSITE = ("ord_logit_w1.25", "ord_logit_w2", "ord_logit_w4", "clmm_logit_w4", "score")
+
+
+def composite(count: dict, model: dict, n: dict) -> dict:
+    """Composite (small-area) estimator of every rate: φ·count + (1−φ)·model with
+    φ = b²/(b² + v), v = p̂(1−p̂)/n the binomial variance of the count, b² = max((model −
+    count)² − v, 0) the estimated squared bias of the model (Rao & Molina 2015, §3.3)."""
+    out: dict = {}
+    for g, r in count.items():
+        out[g] = {}
+        for m, c in r.items():
+            v = c * (1 - c) / max(n[g][m], 1)
+            b2 = max((model[g][m] - c) ** 2 - v, 0.0)
+            phi = 1.0 if b2 + v == 0 else b2 / (b2 + v)
+            out[g][m] = phi * c + (1 - phi) * model[g][m]
+    return out
+
+
+def cells_of(A: pd.DataFrame, B: pd.DataFrame, tau: float, system: str, use_score: bool,
+             use_clmm: bool = False) -> pd.DataFrame:
     A = A.assign(pos=A["label"] == "bonafide")
     B = B.assign(pos=B["label"] == "bonafide")
     for T in (A, B):
@@ -244,13 +323,23 @@ def cells_of(A: pd.DataFrame, B: pd.DataFrame, tau: float, system: str, use_scor
     est = {"ref": counted(B), "counting": counted(A)}
     if "p" in B.columns:
         est["floor"] = counted(B, "p")
-    for name, kw in VARIANTS.items():
+    est["poststrat"] = poststratified(A, B)
+    for name, kw in ({} if NO_FIXED else VARIANTS).items():
         est[name] = ordinal_rates(A, B, tau, **kw)
+    if use_clmm:
+        for name, kw in CLMM.items():
+            est[name] = clmm_rates(A, B, tau, **kw)
     spec = ""
     if use_score:
         sr = score_model_rates(A, B, tau, system)
         spec = sr.pop("_spec")
         est["score"] = sr
+    n = {"all": {"fnr": A.pos.sum(), "fpr": (~A.pos).sum()}}
+    for g, sa in A.groupby("speaker_gender"):
+        n[g] = {"fnr": sa.pos.sum(), "fpr": (~sa.pos).sum()}
+    for e in COMPOSITE:
+        if e in est:
+            est[f"comp_{e}"] = composite(est["counting"], est[e], n)
     rows = []
     for g in sorted(A["speaker_gender"].unique()):
         per = {e: ratios(r, g) for e, r in est.items()}
@@ -278,17 +367,36 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--systems", nargs="*", default=None)
     ap.add_argument("--score-model", action="store_true")
+    ap.add_argument("--clmm", action="store_true", help="the cumulative-link mixed model (R ordinal::clmm)")
+    ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-effect cumulative-link variants")
     ap.add_argument("--sim", type=int, default=0, help="simulated score tables with known truth instead of LA")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--decompose", type=int, default=0,
+                    help="instead: shape-sharing bias (full table) and split-to-split SD of counting and "
+                         "the fixed-effect cumulative-link variants over this many random A shares")
     a = ap.parse_args()
+    global NO_FIXED
+    NO_FIXED = a.no_fixed
     pd.set_option("display.width", 250)
     pd.set_option("display.max_columns", 40)
     allc = []
+    if a.decompose:
+        d = pd.read_csv(DATA)
+        names = ["ord_logit_w1.25", "ord_logit_w2", "ord_logit_w4"]
+        res = decompose(d, a.systems or sorted(d.system.unique()), a.decompose, a.share, names)
+        print(res.to_string(index=False, float_format=lambda v: f"{v:.2e}"))
+        for e in names:
+            r = (res[f"bias_{e}"] ** 2 + res[f"sd_{e}"] ** 2) / res["sd_counting"] ** 2
+            print(f"{e}: RMSE²/Var(counting) per cell, median {np.median(r):.2f}, below 1: {int((r < 1).sum())}/{len(r)}; "
+                  f"FNR median {np.median(r[res.rate == 'fnr']):.2f}, FPR median {np.median(r[res.rate == 'fpr']):.2f}")
+        if a.out:
+            res.to_csv(a.out, index=False)
+        return
     if a.sim:
         for rep in range(a.sim):
             t = sim_scores(1000 + rep)
             in_a = split(t, a.share, np.random.default_rng(rep))
-            allc.append(cells_of(t[in_a], t[~in_a], 0.0, "sim", a.score_model).assign(rep=rep))
+            allc.append(cells_of(t[in_a], t[~in_a], 0.0, "sim", a.score_model, a.clmm).assign(rep=rep))
         res = pd.concat(allc, ignore_index=True)
         res["system"] = "sim"
         per, ests = summary(res, "system")
@@ -311,7 +419,7 @@ def main() -> None:
                 rng = np.random.default_rng(s)
                 tg = with_groups(t, np.random.default_rng(10_000 + s))
                 in_a = split(tg, a.share, rng)
-                allc.append(cells_of(tg[in_a], tg[~in_a], tau, system, a.score_model).assign(seed=s, system=system))
+                allc.append(cells_of(tg[in_a], tg[~in_a], tau, system, a.score_model, a.clmm).assign(seed=s, system=system))
             print(f"# {system}: {time.time() - t0:.0f} s", flush=True)
         res = pd.concat(allc, ignore_index=True)
         per, ests = summary(res)
@@ -325,6 +433,39 @@ def main() -> None:
             print(per.pivot(index="system", columns="kind", values=e).to_string(float_format=lambda v: f"{v:.2f}"))
     if a.out:
         res.to_csv(a.out, index=False)
+
+
+def decompose(d: pd.DataFrame, systems: list[str], n_splits: int, share: float, names: list[str]) -> pd.DataFrame:
+    """Shape-sharing bias against the variance saved, per system × gender × rate: the model fitted
+    to the *full* table minus the full table's count (its bias; sampling noise ≈ 0), and the SD over
+    ``n_splits`` random A shares of counting and of the model (each against its own mean)."""
+    rows = []
+    for system in systems:
+        t = d[d.system == system].reset_index(drop=True)
+        if system == "air_ocsoftmax":
+            t["score"] = -t["score"]
+        tau = sm.subgroup_dcf(t, ["speaker_gender"], positive="bonafide", n_boot=0, eer=False, progress=False).threshold
+        T = t.assign(pos=t["label"] == "bonafide")
+        T["err"] = np.where(T.pos, T.score < tau, T.score >= tau).astype(float)
+        full_c = counted(T)
+        full_m = {e: ordinal_rates(T, T, tau, **VARIANTS[e]) for e in names}
+        reps = {e: [] for e in ["counting"] + names}
+        for k in range(n_splits):
+            in_a = split(T, share, np.random.default_rng(500 + k))
+            A = T[in_a]
+            reps["counting"].append(counted(A))
+            for e in names:
+                reps[e].append(ordinal_rates(A, T[~in_a], tau, **VARIANTS[e]))
+        for g in sorted(T["speaker_gender"].unique()):
+            for m in ("fnr", "fpr"):
+                row = dict(system=system, cell=g, rate=m, full=full_c[g][m],
+                           sd_counting=np.std([r[g][m] for r in reps["counting"]], ddof=1))
+                for e in names:
+                    row[f"bias_{e}"] = full_m[e][g][m] - full_c[g][m]
+                    row[f"sd_{e}"] = np.std([r[g][m] for r in reps[e]], ddof=1)
+                rows.append(row)
+        print(f"# {system}", flush=True)
+    return pd.DataFrame(rows)
 
 
 def sim_scores(seed: int) -> pd.DataFrame:
