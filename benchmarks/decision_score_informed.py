@@ -46,8 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import scoremix as sm  # noqa: E402
-from decision_model_floor import simulate, split, with_groups  # noqa: E402
+from decision_model_floor import simulate, split, with_groups
+
+import scoremix as sm
 
 DATA = ROOT.parent / "shared" / "data" / "asvspoof2019_la_eval" / "asvspoof2019_la_eval_multisystem_long.csv.gz"
 PROB = {"rawnet2_transferfiles", "rawnet2_robeval", "air_softmax", "air_amsoftmax", "aasist_junjul"}
@@ -125,7 +126,7 @@ def fit_cumulative(counts: np.ndarray, X: np.ndarray, cut_group: np.ndarray, lin
         return -ll, -np.concatenate([g_a.ravel(), g_b])
 
     v0 = pack(th0, np.zeros(p))
-    res = optimize.minimize(nll, v0, jac=True, method="L-BFGS-B", options=dict(maxiter=2000))
+    res = optimize.minimize(nll, v0, jac=True, method="L-BFGS-B", options={"maxiter": 2000})
     return unpack(res.x)
 
 
@@ -229,7 +230,8 @@ def clmm_rates(A: pd.DataFrame, B: pd.DataFrame, tau: float, *, window: float = 
         pd.concat(parts).to_csv(f"{tmp}/in.csv", index=False)
         subprocess.run(["Rscript", str(ROOT / "benchmarks" / "r" / "clmm_gender.R"), f"{tmp}/in.csv",
                         f"{tmp}/out.json"], check=True, capture_output=True)
-        fit = json.load(open(f"{tmp}/out.json"))
+        with open(f"{tmp}/out.json") as fh:
+            fit = json.load(fh)
     out: dict[str, dict[str, float]] = {}
     for pos in (True, False):
         cl = "pos" if pos else "neg"
@@ -279,21 +281,21 @@ def counted(T: pd.DataFrame, col: str = "err") -> dict:
 
 VARIANTS = {
     # name: ordinal_rates kwargs
-    "ord_logit_w1.25": dict(link="logit", window=1.25, n_side=1),
-    "ord_logit_w1.5": dict(link="logit", window=1.5, n_side=1),
-    "ord_logit_w2": dict(link="logit", window=2.0, n_side=2),
-    "ord_logit_w4": dict(link="logit", window=4.0, n_side=2),
-    "ord_logit_w16": dict(link="logit", window=16.0, n_side=4),
-    "ord_probit_w4": dict(link="probit", window=4.0, n_side=2),
-    "ord_cloglog_w4": dict(link="cloglog", window=4.0, n_side=2),
-    "ord_loglog_w4": dict(link="loglog", window=4.0, n_side=2),
-    "ord_logit_w4_cut": dict(link="logit", window=4.0, n_side=2, neg="cut"),
-    "ord_logit_w16_cut": dict(link="logit", window=16.0, n_side=4, neg="cut"),
+    "ord_logit_w1.25": {"link": "logit", "window": 1.25, "n_side": 1},
+    "ord_logit_w1.5": {"link": "logit", "window": 1.5, "n_side": 1},
+    "ord_logit_w2": {"link": "logit", "window": 2.0, "n_side": 2},
+    "ord_logit_w4": {"link": "logit", "window": 4.0, "n_side": 2},
+    "ord_logit_w16": {"link": "logit", "window": 16.0, "n_side": 4},
+    "ord_probit_w4": {"link": "probit", "window": 4.0, "n_side": 2},
+    "ord_cloglog_w4": {"link": "cloglog", "window": 4.0, "n_side": 2},
+    "ord_loglog_w4": {"link": "loglog", "window": 4.0, "n_side": 2},
+    "ord_logit_w4_cut": {"link": "logit", "window": 4.0, "n_side": 2, "neg": "cut"},
+    "ord_logit_w16_cut": {"link": "logit", "window": 16.0, "n_side": 4, "neg": "cut"},
 }
 
 
 NO_FIXED = False
-CLMM = {"clmm_logit_w4": dict(window=4.0, n_side=2)}
+CLMM = {"clmm_logit_w4": {"window": 4.0, "n_side": 2}}
 #: composite estimators (counting ⊕ model) built for these model estimators
 COMPOSITE = ("ord_logit_w1.25", "ord_logit_w2", "ord_logit_w4", "clmm_logit_w4", "score")
 
@@ -402,8 +404,8 @@ def main() -> None:
         per, ests = summary(res, "system")
         print(per.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         for e in ["counting"] + ests:
-            b = res.groupby("kind").apply(lambda c: pd.Series({"bias": (c[e] - c.floor).mean(),
-                                                               "rmse": np.sqrt(((c[e] - c.floor) ** 2).mean())}))
+            b = res.groupby("kind").apply(lambda c, e=e: pd.Series({"bias": (c[e] - c.floor).mean(),
+                                                                    "rmse": np.sqrt(((c[e] - c.floor) ** 2).mean())}))
             print(e, " ".join(f"{k}: bias {r.bias:.2e} rmse {r.rmse:.2e};" for k, r in b.iterrows()))
     else:
         d = pd.read_csv(DATA)
@@ -458,8 +460,8 @@ def decompose(d: pd.DataFrame, systems: list[str], n_splits: int, share: float, 
                 reps[e].append(ordinal_rates(A, T[~in_a], tau, **VARIANTS[e]))
         for g in sorted(T["speaker_gender"].unique()):
             for m in ("fnr", "fpr"):
-                row = dict(system=system, cell=g, rate=m, full=full_c[g][m],
-                           sd_counting=np.std([r[g][m] for r in reps["counting"]], ddof=1))
+                row = {"system": system, "cell": g, "rate": m, "full": full_c[g][m],
+                           "sd_counting": np.std([r[g][m] for r in reps["counting"]], ddof=1)}
                 for e in names:
                     row[f"bias_{e}"] = full_m[e][g][m] - full_c[g][m]
                     row[f"sd_{e}"] = np.std([r[g][m] for r in reps[e]], ddof=1)
