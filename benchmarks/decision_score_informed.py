@@ -22,12 +22,21 @@ Estimators (besides counting):
   link scale within the window.  Fitted by maximum likelihood on the aggregated counts.
 * ``score``: ``sm.score_model(A, factors=["attack"], covariates=["speaker_gender"])`` and
   the fit's predictive rates of B's trials at τ* (conditional on A's speakers), with
-  ``--score-model`` (slow: minutes per fit).
+  ``--score-model`` (slow: 30-80 s per system and two seeds on a loaded machine).
+* ``clmm_logit_w4``: the cumulative-link *mixed* model, a speaker random intercept added
+  (R's ``ordinal::clmm`` through ``benchmarks/r/clmm_gender.R``), rates at the speakers'
+  conditional modes, with ``--clmm`` (needs R with ``ordinal`` and ``jsonlite``).
+* ``poststrat``: the post-stratified count (speaker × attack cells of A weighted by B's trials).
+* ``comp_<model>``: the composite of counting and a model, weight from A alone
+  (:func:`composite`).
 
 Usage: ``OPENBLAS_NUM_THREADS=1 nice -n 5 python benchmarks/decision_score_informed.py
-[--seeds 1 2] [--systems ...] [--score-model] [--out cells.csv]``; ``--sim N`` runs the same
-estimators on N simulated LA-shaped *score* tables with known truth instead
-(``decision_model_floor.simulate`` with logistic scores; the floor is the true rate).
+[--seeds 1 2] [--systems ...] [--score-model] [--clmm] [--no-fixed] [--out cells.csv]``;
+``--sim N`` runs the same estimators on N simulated LA-shaped *score* tables with known truth
+instead (``decision_model_floor.simulate`` with logistic scores; the floor is the true rate);
+``--decompose N``: the shape-sharing bias of the fixed-effect variants on the full tables and
+the SD of them and of counting over N random A shares.  Results: docs/glmm.md, "Score-informed
+estimators of the gender cells".
 """
 
 from __future__ import annotations
@@ -130,8 +139,32 @@ def fit_cumulative(counts: np.ndarray, X: np.ndarray, cut_group: np.ndarray, lin
     return unpack(res.x)
 
 
+def fit_location_scale(counts: np.ndarray, X: np.ndarray, Z: np.ndarray, link: str, th0: np.ndarray,
+                       b0: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ML fit of the location-scale cumulative-link model (McCullagh 1980; Cox 1995)
+    P(category ≤ k | c) = F((θ_k − x_cᵀβ) / exp(z_cᵀγ)), one set of cuts, started at the
+    location fit (θ0, β0).  Returns θ ``(K,)``, β, γ."""
+    F, _ = LINKS[link]
+    C, K1 = counts.shape
+    K, p, q = K1 - 1, X.shape[1], Z.shape[1]
+
+    def unpack(v):
+        th = v[0] + np.concatenate([[0.0], np.cumsum(np.exp(v[1:K]))])
+        return th, v[K:K + p], v[K + p:]
+
+    def nll(v):
+        th, b, g = unpack(v)
+        z = (th[None, :] - (X @ b)[:, None]) * np.exp(-(Z @ g))[:, None]
+        Fz = np.column_stack([np.zeros(C), F(z), np.ones(C)])
+        return -(counts * np.log(np.maximum(np.diff(Fz, axis=1), 1e-300))).sum()
+
+    v0 = np.concatenate([[th0[0]], np.log(np.maximum(np.diff(th0), 1e-8)), b0, np.zeros(q)])
+    res = optimize.minimize(nll, v0, method="L-BFGS-B", options={"maxiter": 5000})
+    return unpack(res.x)
+
+
 def ordinal_rates(A: pd.DataFrame, B: pd.DataFrame, tau: float, *, link: str = "logit", window: float = 4.0,
-                  n_side: int = 2, neg: str = "add") -> dict[str, dict[str, float]]:
+                  n_side: int = 2, neg: str = "add", scale: bool = False) -> dict[str, dict[str, float]]:
     """Gender FNR and FPR at τ* of the cumulative-link model (module docstring), B-weighted;
     also the B-weighted rates of all trials (for the ratios)."""
     F, _ = LINKS[link]
@@ -164,6 +197,10 @@ def ordinal_rates(A: pd.DataFrame, B: pd.DataFrame, tau: float, *, link: str = "
         th, beta = fit_cumulative(counts, X, cg, link)
         eta = X @ beta
         below = F(th[cg, k_star] - eta)                        # P(s < τ*)
+        if scale:                                              # gender-specific scale as well
+            Z = X[:, :1]
+            th1, beta, gam = fit_location_scale(counts, X, Z, link, th[0], beta)
+            below = F((th1[k_star] - X @ beta) * np.exp(-(Z @ gam)))
         rate = below if pos else 1 - below
         if pos:
             nb = b.groupby("speaker_gender").size().reindex(genders).to_numpy(float)
@@ -290,6 +327,9 @@ VARIANTS = {
     "ord_cloglog_w4": {"link": "cloglog", "window": 4.0, "n_side": 2},
     "ord_loglog_w4": {"link": "loglog", "window": 4.0, "n_side": 2},
     "ord_logit_w4_cut": {"link": "logit", "window": 4.0, "n_side": 2, "neg": "cut"},
+    "ord_logit_w2_scale": {"link": "logit", "window": 2.0, "n_side": 2, "scale": True},
+    "ord_logit_w4_scale": {"link": "logit", "window": 4.0, "n_side": 2, "scale": True},
+    "ord_logit_w16_scale": {"link": "logit", "window": 16.0, "n_side": 4, "scale": True},
     "ord_logit_w16_cut": {"link": "logit", "window": 16.0, "n_side": 4, "neg": "cut"},
 }
 
@@ -384,7 +424,7 @@ def main() -> None:
     allc = []
     if a.decompose:
         d = pd.read_csv(DATA)
-        names = ["ord_logit_w1.25", "ord_logit_w2", "ord_logit_w4"]
+        names = ["ord_logit_w1.25", "ord_logit_w2", "ord_logit_w4", "ord_logit_w2_scale", "ord_logit_w4_scale"]
         res = decompose(d, a.systems or sorted(d.system.unique()), a.decompose, a.share, names)
         print(res.to_string(index=False, float_format=lambda v: f"{v:.2e}"))
         for e in names:
