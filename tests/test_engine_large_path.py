@@ -100,6 +100,48 @@ def test_ray_start_keeps_the_start_when_smaller_factors_are_worse():
     assert n == 2
 
 
+def _smooth_convex():
+    """``f(x) = Σ_i exp(a_i x_i) + ½ x'Bx − c'x`` (convex, not quadratic) with its exact
+    gradient and its minimiser by a tight Newton iteration on the exact Hessian."""
+    a = np.array([0.7, -0.4, 0.9, 0.3])
+    B = np.array([[4.0, 1.0, 0.5, 0.0], [1.0, 3.0, 0.2, 0.4], [0.5, 0.2, 2.0, 0.3],
+                  [0.0, 0.4, 0.3, 1.5]])
+    c = np.array([1.0, -2.0, 0.5, 3.0])
+
+    def fg(x):
+        e = np.exp(a * x)
+        return float(e.sum() + 0.5 * x @ B @ x - c @ x), a * e + B @ x - c
+
+    x = np.zeros(4)
+    for _ in range(50):
+        g = fg(x)[1]
+        x = x - np.linalg.solve(B + np.diag(a * a * np.exp(a * x)), g)
+    return fg, x
+
+
+def test_newton_iteration_converges_superlinearly_from_a_distant_hessian():
+    """The large route's Newton iteration (BFGS-corrected finite-difference Hessian of the
+    loose-stop point) reaches the exact minimiser; one plain step does not."""
+    fg, xstar = _smooth_convex()
+    x0 = xstar + np.array([0.05, -0.04, 0.03, 0.06])
+    idx = np.arange(4)
+    g0, H0 = optimizer.gradient_hessian(fg, x0, idx, 1e-4, central=False)
+    lb, ub = np.full(4, -np.inf), np.full(4, np.inf)
+    f0 = fg(x0)[0]
+    one = optimizer.newton_polish(fg, x0, f0, lb, ub, idx, g0, H0)
+    many = optimizer.newton_polish(fg, x0, f0, lb, ub, idx, g0, H0, max_steps=5,
+                                   dec_rtol=1e-20)
+    assert np.max(np.abs(one[0] - xstar)) > 1e-5
+    np.testing.assert_allclose(many[0], xstar, atol=1e-9)
+    assert many[1] == pytest.approx(fg(xstar)[0], rel=1e-15, abs=1e-14)
+    # without convergence within max_steps: None (the caller resumes L-BFGS-B)
+    assert optimizer.newton_polish(fg, x0, f0, lb, ub, idx, g0, H0, max_steps=2,
+                                   dec_rtol=1e-30) is None
+    # a step that would leave the bounds is refused
+    assert optimizer.newton_polish(fg, x0, f0, x0 - 1e-6, ub, idx, g0, H0, max_steps=5,
+                                   dec_rtol=1e-20) is None
+
+
 def _crossed(seed: int = 5) -> pd.DataFrame:
     """Students × lecturers, each student rating 5 of 120 lecturers (a sparse crossing)."""
     rng = np.random.default_rng(seed)
