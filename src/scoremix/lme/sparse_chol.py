@@ -706,7 +706,7 @@ def _assemble_pattern_kernel(Lp, sn_start, sn_ptr, sn_rows, ei, ej, eptr, widx, 
 
 @_njit(cache=True)
 def _assembler_build(Arr, indptr, indices, data, iperm, bsz, pos, toff):
-    """The index lists of :class:`PatternAssembler` (see there), with two ``m × m`` maps."""
+    """The index lists of :class:`PatternAssembler` (see there), with one ``m × m`` map."""
     m = Arr.shape[0]
     wmap = np.full((m, m), -1, dtype=np.int32)
     for i in range(m):
@@ -752,14 +752,21 @@ def _assembler_build(Arr, indptr, indices, data, iperm, bsz, pos, toff):
                 pv[q] = data[a] * data[b]
                 q += 1
         pptr[s + 1] = q
-    # entries (i ≥ j, permuted) of Λ'WΛ reached from each W entry through Λ
-    emap = wmap                      # reuse the memory: reset to -1
-    emap[:, :] = -1
-    cnt = np.zeros(0, dtype=np.int64)
-    ei = np.zeros(0, dtype=np.int64)
-    ej = np.zeros(0, dtype=np.int64)
-    nE = 0
+    # the contributions (T_k)_{a'a} W_w (T_l)_{b'b} to the entries (i ≥ j, permuted) of
+    # Λ'WΛ, in the order w, orientation, a', b' (the summation order of each entry);
+    # bucketed by row i (stable), then stably sorted by column j within each row: the
+    # entries in row-major order, each with its contributions in that order
+    rowptr = np.zeros(m + 1, dtype=np.int64)
     for pass_ in range(2):
+        if pass_ == 1:
+            for i in range(m):
+                rowptr[i + 1] += rowptr[i]
+            nK = rowptr[m]
+            Kj = np.empty(nK, dtype=np.int64)
+            Kw = np.empty(nK, dtype=np.int64)
+            Ka = np.empty(nK, dtype=np.int64)
+            Kb = np.empty(nK, dtype=np.int64)
+            fillr = rowptr[:m].copy()
         for w in range(nW):
             for o in range(2):
                 if o == 0:
@@ -770,61 +777,50 @@ def _assembler_build(Arr, indptr, indices, data, iperm, bsz, pos, toff):
                     x, y = wc[w], wr[w]
                 for da in range(pos[x] + 1):
                     r = x - da
+                    i = iperm[r]
                     for db in range(pos[y] + 1):
                         c = y - db
-                        i = iperm[r]
                         j = iperm[c]
                         if i >= j:
                             if pass_ == 0:
-                                emap[i, j] = 0
+                                rowptr[i + 1] += 1
                             else:
-                                cnt[emap[i, j]] += 1
-        if pass_ == 0:
-            nE = 0
-            for i in range(m):
-                for j in range(i + 1):
-                    if emap[i, j] != -1:
-                        nE += 1
-            ei = np.empty(nE, dtype=np.int64)
-            ej = np.empty(nE, dtype=np.int64)
-            e = 0
-            for i in range(m):
-                for j in range(i + 1):
-                    if emap[i, j] != -1:
-                        emap[i, j] = e
-                        ei[e] = i
-                        ej[e] = j
-                        e += 1
-            cnt = np.zeros(nE, dtype=np.int64)
-    eptr = np.zeros(nE + 1, dtype=np.int64)
-    for e in range(nE):
-        eptr[e + 1] = eptr[e] + cnt[e]
-    nK = eptr[nE]
+                                k = fillr[i]
+                                Kj[k] = j
+                                Kw[k] = w
+                                Ka[k] = toff[r] + pos[x] * bsz[r] + pos[r]
+                                Kb[k] = toff[c] + pos[y] * bsz[c] + pos[c]
+                                fillr[i] = k + 1
     widx = np.empty(nK, dtype=np.int64)
     ta = np.empty(nK, dtype=np.int64)
     tb = np.empty(nK, dtype=np.int64)
-    fill = eptr[:-1].copy()
-    for w in range(nW):
-        for o in range(2):
-            if o == 0:
-                x, y = wr[w], wc[w]
-            else:
-                if wr[w] == wc[w]:
-                    break
-                x, y = wc[w], wr[w]
-            for da in range(pos[x] + 1):
-                r = x - da
-                for db in range(pos[y] + 1):
-                    c = y - db
-                    i = iperm[r]
-                    j = iperm[c]
-                    if i >= j:
-                        e = emap[i, j]
-                        k = fill[e]
-                        widx[k] = w
-                        ta[k] = toff[r] + pos[x] * bsz[r] + pos[r]
-                        tb[k] = toff[c] + pos[y] * bsz[c] + pos[c]
-                        fill[e] = k + 1
+    js = np.empty(nK, dtype=np.int64)
+    nE = 0
+    for i in range(m):
+        a0 = rowptr[i]
+        a1 = rowptr[i + 1]
+        if a1 == a0:
+            continue
+        o = np.argsort(Kj[a0:a1], kind="mergesort")
+        for t in range(a1 - a0):
+            k = a0 + o[t]
+            widx[a0 + t] = Kw[k]
+            ta[a0 + t] = Ka[k]
+            tb[a0 + t] = Kb[k]
+            js[a0 + t] = Kj[k]
+            if t == 0 or js[a0 + t] != js[a0 + t - 1]:
+                nE += 1
+    ei = np.empty(nE, dtype=np.int64)
+    ej = np.empty(nE, dtype=np.int64)
+    eptr = np.zeros(nE + 1, dtype=np.int64)
+    e = -1
+    for i in range(m):
+        for k in range(rowptr[i], rowptr[i + 1]):
+            if k == rowptr[i] or js[k] != js[k - 1]:
+                e += 1
+                ei[e] = i
+                ej[e] = js[k]
+            eptr[e + 1] = k + 1
     return W0, pptr, pw, pv, ei, ej, eptr, widx, ta, tb
 
 
