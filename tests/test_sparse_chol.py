@@ -375,10 +375,20 @@ def test_work_arrays_are_not_shared_with_a_held_factor(force_sparse):
     # once released, an array is reused (no new 40 MB array per evaluation of a big model)
     del f, Z1
     sym = rest_symbolic(cps)
-    pool = list(sym.extra["work_L"])
+    pool = list(sym.extra["work_mm"])
     for th in (th2, th1 * 1.1):
         factorize(th, cps, need_lr1=False, sparse_ok=True)
-    assert all(any(b is p for p in pool) for b in sym.extra["work_L"])
+    assert all(any(b is p for p in pool) for b in sym.extra["work_mm"])
+    # factors and selected inverses share the pool: a run of gradient evaluations needs at
+    # most three arrays, and a selected inverse never takes its own factor's array
+    for th in (th2, th1 * 1.1, th2 * 0.9, th1):
+        f = factorize(th, cps, need_lr1=False, sparse_ok=True)
+        Z = f.rest_inverse(cps.q_rest)
+        assert Z.Zp is not f.sparse[0]
+        g = profiled_deviance_grad(th, cps, True)[1]
+        np.testing.assert_allclose(g, profiled_deviance_grad(th, cpd, True)[1], rtol=1e-8,
+                                   atol=1e-8)
+    assert len(sym.extra["work_mm"]) <= sparse_chol.WORK_POOL == 3
 
 
 def test_last_factor_is_reused_only_at_the_same_theta(force_sparse):

@@ -982,9 +982,12 @@ def workspace(sym: RestSymbolic, name: str) -> np.ndarray:
     """An ``m × m`` work array of ``sym`` (``name``: ``"L"`` for the factor, ``"Z"`` for the
     selected inverse), reused from an earlier evaluation when nothing else refers to it
     any more (a factor or selected inverse still held by a caller keeps its array; up to
-    :data:`WORK_POOL` arrays per name are kept): a fresh 40 MB array costs its page faults
-    again at every evaluation."""
-    pool = sym.extra.setdefault("work_" + name, [])
+    :data:`WORK_POOL` arrays are kept): a fresh 40 MB array costs its page faults again at
+    every evaluation.  Factors and selected inverses share one pool: a gradient
+    evaluation's selected inverse takes the array of the factor before the last one (the
+    last is kept for the estimates at the optimum), so two or three arrays serve a whole
+    fit instead of four."""
+    pool = sym.extra.setdefault("work_mm", [])
     for buf in pool:
         # references: the pool, ``buf`` and getrefcount's argument; a caller's view adds one
         if sys.getrefcount(buf) <= 3:
@@ -995,9 +998,10 @@ def workspace(sym: RestSymbolic, name: str) -> np.ndarray:
     return buf
 
 
-#: work arrays kept per name by :func:`workspace` (two: the factor of the last evaluation,
-#: kept for the estimates at the optimum, and the one being computed)
-WORK_POOL = 2
+#: work arrays kept by :func:`workspace` (the factor of the last evaluation, kept for the
+#: estimates at the optimum, the factor being computed and, for a gradient, its selected
+#: inverse)
+WORK_POOL = 3
 
 _LAPACK: dict = {}
 
