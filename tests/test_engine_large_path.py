@@ -2,8 +2,9 @@
 
 For a rest block of at least ``optimizer.LARGE_REST`` rows (e.g. InstEval's
 ``(1 | s) + (service | d)``: 2,259) the engine starts L-BFGS-B on the ray ``c·θ₀`` of lme4's
-start (:func:`~scoremix.lme.optimizer.ray_start`), stops it at a looser gap and lets the
-Newton step of the convergence check finish (resuming L-BFGS-B when that step is not taken);
+start (:func:`~scoremix.lme.optimizer.ray_start`), stops it at a loose gap and lets Newton
+steps with the convergence check's Hessian, BFGS-corrected, finish (resuming L-BFGS-B when
+they are not taken or do not converge);
 the conditional variances of a large, sparse model come from ``S^{-1}`` by per-level
 quadratic forms.  Independent truths:
 
@@ -12,6 +13,7 @@ quadratic forms.  Independent truths:
   must not exceed lme4's by more than 1e-10 relative and must agree with it to 1e-8, also
   when the Newton step is refused;
 * ``ray_start`` on a criterion that is an exact parabola in ``log c``: its vertex;
+* the Newton iteration on a smooth convex function with a known minimiser;
 * the conditional variances of the sparse route against the dense triangular-solve route
   (itself checked against lme4's ``condVar`` in ``test_native.py``).
 """

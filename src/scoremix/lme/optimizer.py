@@ -332,9 +332,10 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         ftol, gtol = (max(ctl.ftol, 1e-13), max(ctl.gtol, 1e-6)) if analytic else (ctl.ftol, ctl.gtol)
 
         # a large rest block (each evaluation costs several dense factorisations) with the
-        # Newton polish to follow stops L-BFGS-B at a looser gap (LARGE_STOP_RTOL): the Newton
-        # step, whose Hessian lme4's convergence check needs anyway, squares the error;
-        # when that step is not taken the run is resumed with the strict stop_rtol
+        # Newton polish to follow stops L-BFGS-B at a loose gap (LARGE_STOP_RTOL): Newton
+        # steps with the Hessian that lme4's convergence check needs anyway, BFGS-corrected
+        # (newton_polish, max_steps=LARGE_NEWTON_STEPS), finish superlinearly; when they are
+        # not taken or do not converge the run is resumed with the strict stop_rtol
         loose = (analytic and ctl.newton_polish and ctl.stop_rtol > 0
                  and cp.Arr.shape[1] >= LARGE_REST)
         if loose:
