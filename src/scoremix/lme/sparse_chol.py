@@ -741,7 +741,7 @@ def _assembler_build(Arr, indptr, indices, data, iperm, bsz, pos, toff):
                 W0[w] = Arr[i, j]
                 w += 1
     pptr = np.zeros(ncol + 1, dtype=np.int64)
-    pw = np.empty(npair, dtype=np.int64)
+    pw = np.empty(npair, dtype=np.int32)
     pv = np.empty(npair)
     q = 0
     for s in range(ncol):
@@ -763,9 +763,9 @@ def _assembler_build(Arr, indptr, indices, data, iperm, bsz, pos, toff):
                 rowptr[i + 1] += rowptr[i]
             nK = rowptr[m]
             Kj = np.empty(nK, dtype=np.int64)
-            Kw = np.empty(nK, dtype=np.int64)
-            Ka = np.empty(nK, dtype=np.int64)
-            Kb = np.empty(nK, dtype=np.int64)
+            Kw = np.empty(nK, dtype=np.int32)
+            Ka = np.empty(nK, dtype=np.int32)
+            Kb = np.empty(nK, dtype=np.int32)
             fillr = rowptr[:m].copy()
         for w in range(nW):
             for o in range(2):
@@ -791,9 +791,9 @@ def _assembler_build(Arr, indptr, indices, data, iperm, bsz, pos, toff):
                                 Ka[k] = toff[r] + pos[x] * bsz[r] + pos[r]
                                 Kb[k] = toff[c] + pos[y] * bsz[c] + pos[c]
                                 fillr[i] = k + 1
-    widx = np.empty(nK, dtype=np.int64)
-    ta = np.empty(nK, dtype=np.int64)
-    tb = np.empty(nK, dtype=np.int64)
+    widx = np.empty(nK, dtype=np.int32)
+    ta = np.empty(nK, dtype=np.int32)
+    tb = np.empty(nK, dtype=np.int32)
     js = np.empty(nK, dtype=np.int64)
     nE = 0
     for i in range(m):
@@ -810,8 +810,8 @@ def _assembler_build(Arr, indptr, indices, data, iperm, bsz, pos, toff):
             js[a0 + t] = Kj[k]
             if t == 0 or js[a0 + t] != js[a0 + t - 1]:
                 nE += 1
-    ei = np.empty(nE, dtype=np.int64)
-    ej = np.empty(nE, dtype=np.int64)
+    ei = np.empty(nE, dtype=np.int32)
+    ej = np.empty(nE, dtype=np.int32)
     eptr = np.zeros(nE + 1, dtype=np.int64)
     e = -1
     for i in range(m):
@@ -873,7 +873,8 @@ class PatternAssembler:
     ``A_is A_js`` form ``P`` with ``W_w = (A_rr)_w − (P c)_w``) and, per entry of the
     result, the list of ``(T_k)_{a'a} W_w (T_l)_{b'b}`` terms that ``Λ_r`` contributes.
     Each evaluation is one pass over the pairs and one over the lists: work proportional
-    to the non-zeros instead of ``m²``."""
+    to the non-zeros instead of ``m²`` (32-bit indices, ``m ≤ MAX_SIZE``: less memory to
+    stream per evaluation)."""
 
     def __init__(self, A_csc, Arr: np.ndarray, sym: RestSymbolic, term_p, term_nlev):
         self.sym = sym
