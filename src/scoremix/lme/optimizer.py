@@ -348,8 +348,9 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
             stop = None
             if analytic and rtol_now[0] > 0:
                 # the loose stop (a Newton step follows) also accepts a larger last decrease
-                stop = SuperlinearStop(rtol_now[0], LARGE_STOP_DEC_RTOL
-                                       if rtol_now[0] > ctl.stop_rtol else 1e-9)
+                loose_now = rtol_now[0] > ctl.stop_rtol
+                stop = SuperlinearStop(rtol_now[0], LARGE_STOP_DEC_RTOL if loose_now else 1e-9,
+                                       runs=LARGE_STOP_RUNS if loose_now else 1)
             return _lbfgsb_scaled(fg, x_start, lo, ubf, D, ctl.maxiter, ftol, gtol, stop,
                                   newton_follows=ctl.newton_polish)
         near_bound = False
@@ -591,9 +592,10 @@ class SuperlinearStop:
     stop is reported as abnormal, which the caller checks as L-BFGS-B's own).
     """
 
-    def __init__(self, rtol: float, dec_rtol: float = 1e-9):
+    def __init__(self, rtol: float, dec_rtol: float = 1e-9, runs: int = 1):
         self.rtol = rtol
         self.dec_rtol = dec_rtol
+        self.runs = runs
         self.prev: float | None = None
         self.decs: list[float] = []
         self.stopped = False
@@ -609,6 +611,15 @@ class SuperlinearStop:
         if not (d0 > 0 and 0 <= d1 <= 0.5 * d0
                 and d1 <= self.dec_rtol * max(1.0, abs(self.prev))):
             return np.inf
+        # the loose stop (runs > 1) also needs the decreases before to have halved: one
+        # small decrease after a large one is a stalled line search, not convergence
+        if self.runs > 1:
+            if len(self.decs) < self.runs + 1:
+                return np.inf
+            for k in range(2, self.runs + 1):
+                a, b = self.decs[-k], self.decs[-k - 1]
+                if not (b > 0 and 0 <= a <= 0.5 * b):
+                    return np.inf
         r = d1 / d0
         return d1 * r / (1 - r)
 
@@ -782,15 +793,20 @@ LARGE_REST = 1000
 #: stops once the gap estimate of :class:`SuperlinearStop` is at most this (relative); the
 #: Newton iteration of :func:`newton_polish` (:data:`LARGE_NEWTON_STEPS`) then converges
 #: superlinearly from there with the Hessian that lme4's convergence check needs anyway
-LARGE_STOP_RTOL = 1e-5
+LARGE_STOP_RTOL = 1e-7
 
 #: with the loose stop of :data:`LARGE_STOP_RTOL`, the last decrease of the criterion may be
 #: up to this (relative; the strict stop: ``1e-9``): near the optimum a Newton step with
 #: the finite-difference Hessian gains more than a quasi-Newton iteration at the same cost
 #: (InstEval ``(1 | s) + (service | d)``: the last L-BFGS-B iterations decrease the
-#: criterion by 8e-6, 6e-7 and 5e-9 relative; two Newton steps from the first of these
-#: end closer to the optimum than one from the last)
-LARGE_STOP_DEC_RTOL = 3e-5
+#: criterion by 8e-6, 6e-7 and 5e-9 relative; one Newton step from the second of these
+#: ends as close to the optimum as one from the third)
+LARGE_STOP_DEC_RTOL = 1e-6
+
+#: the loose stop also needs this many consecutive decreases, each at most half the one
+#: before (:class:`SuperlinearStop` ``runs``): InstEval ``(1 | s) + (1 | d) + (1 | dept)``
+#: has a decrease of 4e-7 relative after one of 2e-5, 15 criterion units from its optimum
+LARGE_STOP_RUNS = 2
 
 #: Newton steps (BFGS-corrected, see :func:`newton_polish`) after the loose stop at most;
 #: without convergence L-BFGS-B resumes with the strict stop
