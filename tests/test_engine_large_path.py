@@ -75,6 +75,23 @@ def test_large_route_reaches_tight_lme4_optimum(name, refuse_newton, large_route
         assert f"rtol {optimizer.LARGE_STOP_RTOL:g}" not in m.fit_info["optimizer_message"]
 
 
+@pytest.mark.parametrize("name", ["orthodont_reml", "oxboys_reml", "machines_reml"])
+def test_large_route_equals_the_strict_quasi_newton_path(name, large_route):
+    """The loose stop with the Newton iteration reaches the optimum of the strict L-BFGS-B
+    path (``newton_polish=False``: no loose stop, no Newton steps): criterion to 1e-10
+    relative (not above it by more), θ to 1e-4."""
+    ref = _ref(name)
+    data = _data(ref)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        new = lmer(ref["formula"], data, REML=ref["REML"])
+        old = lmer(ref["formula"], data, REML=ref["REML"], control=dict(newton_polish=False))
+    cn, co = -2 * new.loglik, -2 * old.loglik
+    assert cn <= co + 1e-10 * abs(co)
+    assert cn == pytest.approx(co, rel=1e-10)
+    np.testing.assert_allclose(new.theta.to_numpy(), old.theta.to_numpy(), rtol=0, atol=1e-4)
+
+
 def test_ray_start_finds_the_vertex_of_a_parabola_in_log_c():
     x0 = np.array([2.0, -1.0, 0.5])
     calls = []
