@@ -2,8 +2,9 @@
 
 For a rest block of at least ``optimizer.LARGE_REST`` rows (e.g. InstEval's
 ``(1 | s) + (service | d)``: 2,259) the engine starts L-BFGS-B on the ray ``c·θ₀`` of lme4's
-start (:func:`~scoremix.lme.optimizer.ray_start`), stops it at a looser gap and lets the
-Newton step of the convergence check finish (resuming L-BFGS-B when that step is not taken);
+start (:func:`~scoremix.lme.optimizer.ray_start`), stops it at a loose gap and lets Newton
+steps with the convergence check's Hessian, BFGS-corrected, finish (resuming L-BFGS-B when
+they are not taken or do not converge);
 the conditional variances of a large, sparse model come from ``S^{-1}`` by per-level
 quadratic forms.  Independent truths:
 
@@ -12,6 +13,7 @@ quadratic forms.  Independent truths:
   must not exceed lme4's by more than 1e-10 relative and must agree with it to 1e-8, also
   when the Newton step is refused;
 * ``ray_start`` on a criterion that is an exact parabola in ``log c``: its vertex;
+* the Newton iteration on a smooth convex function with a known minimiser;
 * the conditional variances of the sparse route against the dense triangular-solve route
   (itself checked against lme4's ``condVar`` in ``test_native.py``).
 """
@@ -73,6 +75,23 @@ def test_large_route_reaches_tight_lme4_optimum(name, refuse_newton, large_route
         assert f"rtol {optimizer.LARGE_STOP_RTOL:g}" not in m.fit_info["optimizer_message"]
 
 
+@pytest.mark.parametrize("name", ["orthodont_reml", "oxboys_reml", "machines_reml"])
+def test_large_route_equals_the_strict_quasi_newton_path(name, large_route):
+    """The loose stop with the Newton iteration reaches the optimum of the strict L-BFGS-B
+    path (``newton_polish=False``: no loose stop, no Newton steps): criterion to 1e-10
+    relative (not above it by more), θ to 1e-4."""
+    ref = _ref(name)
+    data = _data(ref)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        new = lmer(ref["formula"], data, REML=ref["REML"])
+        old = lmer(ref["formula"], data, REML=ref["REML"], control=dict(newton_polish=False))
+    cn, co = -2 * new.loglik, -2 * old.loglik
+    assert cn <= co + 1e-10 * abs(co)
+    assert cn == pytest.approx(co, rel=1e-10)
+    np.testing.assert_allclose(new.theta.to_numpy(), old.theta.to_numpy(), rtol=0, atol=1e-4)
+
+
 def test_ray_start_finds_the_vertex_of_a_parabola_in_log_c():
     x0 = np.array([2.0, -1.0, 0.5])
     calls = []
@@ -98,6 +117,48 @@ def test_ray_start_keeps_the_start_when_smaller_factors_are_worse():
     x, n = optimizer.ray_start(lambda x: (x[0] - 1.5) ** 2, x0)
     np.testing.assert_array_equal(x, x0)
     assert n == 2
+
+
+def _smooth_convex():
+    """``f(x) = Σ_i exp(a_i x_i) + ½ x'Bx − c'x`` (convex, not quadratic) with its exact
+    gradient and its minimiser by a tight Newton iteration on the exact Hessian."""
+    a = np.array([0.7, -0.4, 0.9, 0.3])
+    B = np.array([[4.0, 1.0, 0.5, 0.0], [1.0, 3.0, 0.2, 0.4], [0.5, 0.2, 2.0, 0.3],
+                  [0.0, 0.4, 0.3, 1.5]])
+    c = np.array([1.0, -2.0, 0.5, 3.0])
+
+    def fg(x):
+        e = np.exp(a * x)
+        return float(e.sum() + 0.5 * x @ B @ x - c @ x), a * e + B @ x - c
+
+    x = np.zeros(4)
+    for _ in range(50):
+        g = fg(x)[1]
+        x = x - np.linalg.solve(B + np.diag(a * a * np.exp(a * x)), g)
+    return fg, x
+
+
+def test_newton_iteration_converges_superlinearly_from_a_distant_hessian():
+    """The large route's Newton iteration (BFGS-corrected finite-difference Hessian of the
+    loose-stop point) reaches the exact minimiser; one plain step does not."""
+    fg, xstar = _smooth_convex()
+    x0 = xstar + np.array([0.05, -0.04, 0.03, 0.06])
+    idx = np.arange(4)
+    g0, H0 = optimizer.gradient_hessian(fg, x0, idx, 1e-4, central=False)
+    lb, ub = np.full(4, -np.inf), np.full(4, np.inf)
+    f0 = fg(x0)[0]
+    one = optimizer.newton_polish(fg, x0, f0, lb, ub, idx, g0, H0)
+    many = optimizer.newton_polish(fg, x0, f0, lb, ub, idx, g0, H0, max_steps=5,
+                                   dec_rtol=1e-20)
+    assert np.max(np.abs(one[0] - xstar)) > 1e-5
+    np.testing.assert_allclose(many[0], xstar, atol=1e-9)
+    assert many[1] == pytest.approx(fg(xstar)[0], rel=1e-15, abs=1e-14)
+    # without convergence within max_steps: None (the caller resumes L-BFGS-B)
+    assert optimizer.newton_polish(fg, x0, f0, lb, ub, idx, g0, H0, max_steps=2,
+                                   dec_rtol=1e-30) is None
+    # a step that would leave the bounds is refused
+    assert optimizer.newton_polish(fg, x0, f0, x0 - 1e-6, ub, idx, g0, H0, max_steps=5,
+                                   dec_rtol=1e-20) is None
 
 
 def _crossed(seed: int = 5) -> pd.DataFrame:

@@ -172,3 +172,19 @@ def test_tiny_covariate_fit_equals_the_rescaled_fit(seed, formula, scaled):
     assert -2 * a.loglik == pytest.approx(-2 * b.loglik, rel=1e-10)
     assert a.singular == b.singular
     assert a.converged == b.converged
+
+
+def test_loose_stop_needs_consecutive_halvings():
+    """The large-rest-block stop (``runs = 2``) ignores one small decrease after a large one
+    (InstEval ``(1 | s) + (1 | d) + (1 | dept)``: 4e-7 relative after 2e-5, 15 criterion
+    units from the optimum) but stops on a superlinear sequence (InstEval slopes: decreases
+    1.9, 0.15 after 13)."""
+    rtol, dec = optimizer.LARGE_STOP_RTOL, optimizer.LARGE_STOP_DEC_RTOL
+    stalled = [237803.617090, 237762.680228, 237756.817940, 237755.332957, 237753.694940,
+               237749.375547, 237749.280590]
+    assert _feed(optimizer.SuperlinearStop(rtol, dec), stalled) == len(stalled) - 1
+    assert _feed(optimizer.SuperlinearStop(rtol, dec, runs=optimizer.LARGE_STOP_RUNS),
+                 stalled) is None
+    slopes = [237443.947649, 237357.604559, 237344.384546, 237342.458568, 237342.304514]
+    assert _feed(optimizer.SuperlinearStop(rtol, dec, runs=optimizer.LARGE_STOP_RUNS),
+                 slopes) == len(slopes) - 1

@@ -375,10 +375,20 @@ def test_work_arrays_are_not_shared_with_a_held_factor(force_sparse):
     # once released, an array is reused (no new 40 MB array per evaluation of a big model)
     del f, Z1
     sym = rest_symbolic(cps)
-    pool = list(sym.extra["work_L"])
+    pool = list(sym.extra["work_mm"])
     for th in (th2, th1 * 1.1):
         factorize(th, cps, need_lr1=False, sparse_ok=True)
-    assert all(any(b is p for p in pool) for b in sym.extra["work_L"])
+    assert all(any(b is p for p in pool) for b in sym.extra["work_mm"])
+    # factors and selected inverses share the pool: a run of gradient evaluations needs at
+    # most three arrays, and a selected inverse never takes its own factor's array
+    for th in (th2, th1 * 1.1, th2 * 0.9, th1):
+        f = factorize(th, cps, need_lr1=False, sparse_ok=True)
+        Z = f.rest_inverse(cps.q_rest)
+        assert Z.Zp is not f.sparse[0]
+        g = profiled_deviance_grad(th, cps, True)[1]
+        np.testing.assert_allclose(g, profiled_deviance_grad(th, cpd, True)[1], rtol=1e-8,
+                                   atol=1e-8)
+    assert len(sym.extra["work_mm"]) <= sparse_chol.WORK_POOL == 3
 
 
 def test_last_factor_is_reused_only_at_the_same_theta(force_sparse):
@@ -509,3 +519,48 @@ def test_trace_from_the_assembly_pass_equals_its_own_pass(force_sparse):
     assert t_kept == pytest.approx(t_own, rel=1e-13)
     Lp = sparse_chol.factor_numeric(asm(c, T, c2=c2), sym, assembled=True)
     assert asm.trace_downdate(Z, c2 * 1.5, T) == pytest.approx(1.5 * t_own, rel=1e-12)
+
+
+# ------------------------------------------------ compiled symbolic phase (issue 20, s8)
+def _pattern_by_products(cp) -> sp.csr_matrix:
+    """The rest block's Z-row pattern by scipy sparse products (the definition):
+    ``Bl'(A_rr ≠ 0 ∪ Az Az')Bl + blockdiag(ones)`` with ``Az`` the union of ``|A_r1,d|`` and
+    ``Bl = ⊕_k I ⊗ tril(1_{p_k × p_k})``."""
+    qr = cp.q_rest
+    pat = sp.csr_matrix(cp.Arr[:, :qr, :qr].any(axis=0))
+    Az = sum(abs(sp.csr_matrix(A[:qr])) for A in cp.ar1_sparse()).tocsr()
+    Az.data = np.ones_like(Az.data)
+    pat = pat + Az @ Az.T
+    tri = [sp.kron(sp.identity(nk, format="csr"), np.tril(np.ones((pk, pk))), format="csr")
+           for pk, nk in zip(cp.term_p[1:], cp.term_nlev[1:])]
+    full = [sp.kron(sp.identity(nk, format="csr"), np.ones((pk, pk)), format="csr")
+            for pk, nk in zip(cp.term_p[1:], cp.term_nlev[1:])]
+    Bl = sp.block_diag(tri, format="csr")
+    out = (Bl.T @ pat @ Bl + sp.block_diag(full, format="csr")).tocsr()
+    out.data = out.data != 0
+    out.eliminate_zeros()
+    return out
+
+
+@pytest.mark.parametrize("formula,dispersion", [
+    ("y ~ x + (1 | s) + (x | d)", None),
+    ("y ~ x + (1 | s) + (1 | d)", None),
+    ("y ~ x3 + (1 | s) + (x3 | d)", None),
+    ("y ~ x + (1 | s) + (x | d)", "~ x"),
+])
+def test_compiled_pattern_and_analysis_equal_their_definitions(formula, dispersion):
+    """``rest_pattern`` (one compiled pass) gives exactly the pattern of the sparse products,
+    and the compiled ``analyse`` exactly the Python analysis (order, supernodes, rows,
+    nnz, flops) at several relaxations."""
+    spec = build_model_spec(formula, _data_with_empty_slopes(5), dispersion=dispersion)
+    cp = crossproducts(spec)
+    cp.sparse_ar1 = True
+    P = sparse_chol.rest_pattern(cp.Arr, cp.ar1_sparse(), cp.q_rest, cp.term_p, cp.term_nlev)
+    Q = _pattern_by_products(cp)
+    assert P.shape == Q.shape and P.nnz == Q.nnz and (P != Q).nnz == 0
+    m = cp.Arr.shape[1]
+    for relax in (0.0, 0.2, 0.8):
+        a, b = sparse_chol._analyse_py(P, m, relax), sparse_chol.analyse(P, m, relax)
+        for key in ("perm", "iperm", "sn_start", "sn_ptr", "sn_rows"):
+            np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+        assert (a.m, a.qz, a.nnz, a.flops) == (b.m, b.qz, b.nnz, b.flops)

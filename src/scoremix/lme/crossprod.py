@@ -118,8 +118,7 @@ class CrossProducts:
         if not use:
             return None
         if self._ar1_sp is None:
-            import scipy.sparse as sp
-            self._ar1_sp = [sp.csr_matrix(a) for a in self.Ar1]
+            self._ar1_sp = [_dense_to_csr(a) for a in self.Ar1]
         return self._ar1_sp
 
     @property
@@ -316,6 +315,21 @@ def _cross_term1(codes1: np.ndarray, X1: np.ndarray, n1: int, cols: list[tuple],
 #: ``[Z_k]' W Z_1`` is summed over the distinct level pairs of the rows (``np.unique``)
 #: instead of a dense ``bincount`` when ``n_k · n_1`` is at least this
 _TRIPLET_MIN = 1_000_000
+
+
+def _dense_to_csr(a: np.ndarray):
+    """``scipy.sparse.csr_matrix(a)`` of a C-ordered 2-d array (canonical: sorted indices,
+    no duplicates) from one ``flatnonzero`` pass instead of scipy's COO route."""
+    import scipy.sparse as sp
+    a = np.ascontiguousarray(a)
+    nr, nc = a.shape
+    idx = np.flatnonzero(a)
+    rows, cols = np.divmod(idx, nc)
+    indptr = np.zeros(nr + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=nr), out=indptr[1:])
+    itype = np.int32 if max(idx.size, nc) < 2 ** 31 else np.int64
+    return sp.csr_matrix((a.ravel()[idx], cols.astype(itype), indptr.astype(itype)),
+                         shape=(nr, nc))
 
 
 def crossproducts(spec: ModelSpec, weights: np.ndarray | None = None) -> CrossProducts:

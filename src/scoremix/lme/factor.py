@@ -324,24 +324,8 @@ def rest_symbolic(cp: CrossProducts):
     sym = None
     if (sparse_chol.AVAILABLE and sparse_chol.MIN_SIZE <= qr <= sparse_chol.MAX_SIZE
             and cp.ar1_sparse() is not None):
-        import scipy.sparse as sp
-        pat = sp.csr_matrix(cp.Arr[:, :qr, :qr].any(axis=0))
-        # the pattern of Σ_d A_d/ρ_d: one union over the dispersion levels (the downdate
-        # couples rows of different levels through a shared column)
-        Az = sum(abs(sp.csr_matrix(A[:qr])) for A in cp.ar1_sparse()).tocsr()
-        Az.data = np.ones_like(Az.data)
-        pat = pat + Az @ Az.T
-        # Λ_k = I ⊗ T_k with T_k lower triangular: row a of a level in Λ'WΛ collects the
-        # rows a' ≥ a of W only (a level's last column keeps its own pattern: InstEval's
-        # lecturers without service = 1 ratings have an empty slope row, which then costs
-        # no fill); plus every within-level block, whose entries of S⁻¹ the gradient and
-        # the conditional variances read
-        tri = [sp.kron(sp.identity(nk, format="csr"), np.tril(np.ones((pk, pk))), format="csr")
-               for pk, nk in zip(cp.term_p[1:], cp.term_nlev[1:])]
-        full = [sp.kron(sp.identity(nk, format="csr"), np.ones((pk, pk)), format="csr")
-                for pk, nk in zip(cp.term_p[1:], cp.term_nlev[1:])]
-        Bl = sp.block_diag(tri, format="csr")
-        pat = (Bl.T @ pat @ Bl + sp.block_diag(full, format="csr")).tocsr()
+        # (one compiled pass: sparse_chol.rest_pattern)
+        pat = sparse_chol.rest_pattern(cp.Arr, cp.ar1_sparse(), qr, cp.term_p, cp.term_nlev)
         cand = sparse_chol.analyse(pat, cp.Arr.shape[1])
         if cand.flops <= sparse_chol.MAX_FLOP_SHARE * cand.dense_flops():
             sym = cand

@@ -309,6 +309,7 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         D[is_th] = sc[free[is_th]]
     messages: list[str] = []
     rtol_now = [ctl.stop_rtol]
+    loose = False
     if free.size == 0:
         xopt = x0
         fopt = f(x0)
@@ -331,9 +332,10 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
         ftol, gtol = (max(ctl.ftol, 1e-13), max(ctl.gtol, 1e-6)) if analytic else (ctl.ftol, ctl.gtol)
 
         # a large rest block (each evaluation costs several dense factorisations) with the
-        # Newton polish to follow stops L-BFGS-B at a looser gap (LARGE_STOP_RTOL): the Newton
-        # step, whose Hessian lme4's convergence check needs anyway, squares the error;
-        # when that step is not taken the run is resumed with the strict stop_rtol
+        # Newton polish to follow stops L-BFGS-B at a loose gap (LARGE_STOP_RTOL): Newton
+        # steps with the Hessian that lme4's convergence check needs anyway, BFGS-corrected
+        # (newton_polish, max_steps=LARGE_NEWTON_STEPS), finish superlinearly; when they are
+        # not taken or do not converge the run is resumed with the strict stop_rtol
         loose = (analytic and ctl.newton_polish and ctl.stop_rtol > 0
                  and cp.Arr.shape[1] >= LARGE_REST)
         if loose:
@@ -346,8 +348,9 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
             stop = None
             if analytic and rtol_now[0] > 0:
                 # the loose stop (a Newton step follows) also accepts a larger last decrease
-                stop = SuperlinearStop(rtol_now[0], LARGE_STOP_DEC_RTOL
-                                       if rtol_now[0] > ctl.stop_rtol else 1e-9)
+                loose_now = rtol_now[0] > ctl.stop_rtol
+                stop = SuperlinearStop(rtol_now[0], LARGE_STOP_DEC_RTOL if loose_now else 1e-9,
+                                       runs=LARGE_STOP_RUNS if loose_now else 1)
             return _lbfgsb_scaled(fg, x_start, lo, ubf, D, ctl.maxiter, ftol, gtol, stop,
                                   newton_follows=ctl.newton_polish)
         near_bound = False
@@ -461,7 +464,9 @@ def optimize_theta(cp: CrossProducts, reml: bool, lower: np.ndarray, start: np.n
             pre = (interior, gh[1])
             keep = np.where(np.isfinite(lbf) & (lbf == 0.0), ctl.singular_tol, -np.inf)
             step = newton_polish(grad_analytic, xopt, fopt, lbf, ubf, interior, gh[0], gh[1],
-                                 keep_above=keep)
+                                 keep_above=keep, **(dict(max_steps=LARGE_NEWTON_STEPS,
+                                                          dec_rtol=LARGE_NEWTON_DEC_RTOL)
+                                                     if loose else {}))
             if step is not None:
                 xopt, fopt = step
                 x = full(xopt)
@@ -587,9 +592,10 @@ class SuperlinearStop:
     stop is reported as abnormal, which the caller checks as L-BFGS-B's own).
     """
 
-    def __init__(self, rtol: float, dec_rtol: float = 1e-9):
+    def __init__(self, rtol: float, dec_rtol: float = 1e-9, runs: int = 1):
         self.rtol = rtol
         self.dec_rtol = dec_rtol
+        self.runs = runs
         self.prev: float | None = None
         self.decs: list[float] = []
         self.stopped = False
@@ -605,6 +611,15 @@ class SuperlinearStop:
         if not (d0 > 0 and 0 <= d1 <= 0.5 * d0
                 and d1 <= self.dec_rtol * max(1.0, abs(self.prev))):
             return np.inf
+        # the loose stop (runs > 1) also needs the decreases before to have halved: one
+        # small decrease after a large one is a stalled line search, not convergence
+        if self.runs > 1:
+            if len(self.decs) < self.runs + 1:
+                return np.inf
+            for k in range(2, self.runs + 1):
+                a, b = self.decs[-k], self.decs[-k - 1]
+                if not (b > 0 and 0 <= a <= 0.5 * b):
+                    return np.inf
         r = d1 / d0
         return d1 * r / (1 - r)
 
@@ -776,14 +791,31 @@ LARGE_REST = 1000
 
 #: with a rest block of at least :data:`LARGE_REST` rows and the Newton polish on, L-BFGS-B
 #: stops once the gap estimate of :class:`SuperlinearStop` is at most this (relative); the
-#: Newton step then squares the remaining error
-LARGE_STOP_RTOL = 1e-9
+#: Newton iteration of :func:`newton_polish` (:data:`LARGE_NEWTON_STEPS`) then converges
+#: superlinearly from there with the Hessian that lme4's convergence check needs anyway
+LARGE_STOP_RTOL = 1e-7
 
 #: with the loose stop of :data:`LARGE_STOP_RTOL`, the last decrease of the criterion may be
-#: up to this (relative; the strict stop: ``1e-9``): near the optimum the Newton step of
-#: :func:`newton_polish` squares the remaining error, and one more quasi-Newton iteration
-#: costs as much as that step
-LARGE_STOP_DEC_RTOL = 1e-8
+#: up to this (relative; the strict stop: ``1e-9``): near the optimum a Newton step with
+#: the finite-difference Hessian gains more than a quasi-Newton iteration at the same cost
+#: (InstEval ``(1 | s) + (service | d)``: the last L-BFGS-B iterations decrease the
+#: criterion by 8e-6, 6e-7 and 5e-9 relative; one Newton step from the second of these
+#: ends as close to the optimum as one from the third)
+LARGE_STOP_DEC_RTOL = 1e-6
+
+#: the loose stop also needs this many consecutive decreases, each at most half the one
+#: before (:class:`SuperlinearStop` ``runs``): InstEval ``(1 | s) + (1 | d) + (1 | dept)``
+#: has a decrease of 4e-7 relative after one of 2e-5, 15 criterion units from its optimum
+LARGE_STOP_RUNS = 2
+
+#: Newton steps (BFGS-corrected, see :func:`newton_polish`) after the loose stop at most;
+#: without convergence L-BFGS-B resumes with the strict stop
+LARGE_NEWTON_STEPS = 5
+
+#: the Newton iteration after the loose stop ends once the predicted decrease of a further
+#: step is at most this (relative): a parameter error of ``√(2·1e-13·|d|/λ)``, at the
+#: criterion's rounding level (its noise is ≈ 1e-14 relative)
+LARGE_NEWTON_DEC_RTOL = 1e-13
 
 
 def _abnormal(message: str) -> bool:
@@ -835,34 +867,67 @@ def gradient_hessian(fg, x: np.ndarray, interior: np.ndarray, h: float = 1e-4,
 
 def newton_polish(fg, x: np.ndarray, f0: float, lb: np.ndarray, ub: np.ndarray,
                   interior: np.ndarray, g: np.ndarray, H: np.ndarray,
-                  keep_above: np.ndarray | None = None) -> tuple[np.ndarray, float] | None:
-    """One Newton step ``x_I ← x_I − H^{-1} g_I`` on the ``interior`` parameters ``I``
-    (``H`` positive definite): the new point and its criterion when it stays inside the
-    bounds (and above ``keep_above`` where that is given) and does not raise the criterion
-    by more than its rounding level (``1e-13`` relative); otherwise ``None``.
+                  keep_above: np.ndarray | None = None, max_steps: int = 1,
+                  dec_rtol: float = 0.0) -> tuple[np.ndarray, float] | None:
+    """Newton steps ``x_I ← x_I − H^{-1} g_I`` on the ``interior`` parameters ``I``
+    (``H`` positive definite): the new point and its criterion when the steps stay inside
+    the bounds (and above ``keep_above`` where that is given) and do not raise the
+    criterion by more than its rounding level (``1e-13`` relative); otherwise ``None``.
 
     Near the optimum the quasi-Newton iterate has a small criterion gap but, on a flat
     criterion, a parameter error of its square root; one Newton step with the Hessian
-    that lme4's convergence check needs anyway squares that error."""
-    try:
-        c = sla.cho_factor(H, lower=True)
-    except np.linalg.LinAlgError:
-        return None
-    d = -sla.cho_solve(c, g[interior])
-    if not np.all(np.isfinite(d)):
-        return None
-    xn = x.copy()
-    xn[interior] += d
-    if np.any(xn < lb) or np.any(xn > ub):
-        return None
-    if keep_above is not None and np.any(xn[interior] < keep_above[interior]):
-        return None
-    out = fg(xn)
-    if out is None or not np.isfinite(out[0]):
-        return None
-    if out[0] > f0 + 1e-13 * max(1.0, abs(f0)):
-        return None
-    return xn, float(out[0])
+    that lme4's convergence check needs anyway squares that error.
+
+    ``max_steps > 1`` (the large-rest-block route, whose L-BFGS-B run stops further from
+    the optimum): after each accepted step ``s`` with gradient change ``y``, ``H`` is
+    updated by BFGS, ``H ← H − Hss'H/(s'Hs) + yy'/(s'y)`` (the finite-difference Hessian
+    corrected along the step: superlinear convergence without new Hessians), and the
+    iteration ends once the predicted decrease ``½ g_I'H^{-1}g_I`` of a further step is at
+    most ``dec_rtol · max(1, |f|)``; ``None`` also when that does not happen within
+    ``max_steps`` steps or a step leaves the bounds (the caller then resumes its
+    quasi-Newton run); a step that raises the criterion after an accepted one ends the
+    iteration at the accepted point (the criterion's rounding level)."""
+    best = None
+    Hk = np.array(H, float, copy=True)
+    xk, fk, gk = x, float(f0), np.asarray(g, float)
+    for k in range(max_steps):
+        try:
+            c = sla.cho_factor(Hk, lower=True)
+        except np.linalg.LinAlgError:
+            return best if max_steps == 1 else None
+        d = -sla.cho_solve(c, gk[interior])
+        if not np.all(np.isfinite(d)):
+            break
+        xn = xk.copy()
+        xn[interior] += d
+        if np.any(xn < lb) or np.any(xn > ub):
+            break
+        if keep_above is not None and np.any(xn[interior] < keep_above[interior]):
+            break
+        out = fg(xn)
+        if out is None or not np.isfinite(out[0]):
+            break
+        if out[0] > fk + 1e-13 * max(1.0, abs(fk)):
+            # (after an accepted step: the criterion is at its rounding level there)
+            return best
+        best = (xn, float(out[0]))
+        if max_steps == 1:
+            return best
+        gn = np.asarray(out[1], float)
+        y = gn[interior] - gk[interior]
+        sy = float(d @ y)
+        if sy > 0:
+            Hs = Hk @ d
+            Hk = Hk - np.outer(Hs, Hs) / float(d @ Hs) + np.outer(y, y) / sy
+        xk, fk, gk = xn, float(out[0]), gn
+        try:
+            pred = 0.5 * float(gk[interior] @ sla.cho_solve(sla.cho_factor(Hk, lower=True),
+                                                            gk[interior]))
+        except np.linalg.LinAlgError:
+            return None
+        if pred <= dec_rtol * max(1.0, abs(fk)):
+            return best
+    return best if max_steps == 1 else None
 
 
 def check_conv(f, x: np.ndarray, lb: np.ndarray, ctl: NativeControl, fg=None,

@@ -52,7 +52,7 @@ except Exception:  # pragma: no cover - exercised by monkeypatching AVAILABLE in
             return args[0]
         return lambda f: f
 
-__all__ = ["AVAILABLE", "RestSymbolic", "SelectedInverse", "analyse", "assemble",
+__all__ = ["AVAILABLE", "RestSymbolic", "SelectedInverse", "analyse", "assemble", "rest_pattern",
            "downdate_lower", "factor_numeric", "solve_lt", "selected_inverse",
            "min_degree_order"]
 
@@ -202,6 +202,91 @@ def min_degree_order(pattern) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _md_kernel(P.indptr.astype(np.int64), P.indices.astype(np.int64), n)
 
 
+@_njit(cache=True)
+def _rest_pattern_kernel(Arr, qz, indptr, indices, level0, pos, bsz):
+    """The symmetric pattern (CSR, sorted, diagonal included) of the ``qz`` ``Z`` rows of
+    the rest block, see :func:`rest_pattern`: ``Arr`` ``(D, m, m)``, the CSC pattern
+    ``indptr, indices`` of ``A_r1`` (the union over the dispersion levels), per row its
+    level's first row ``level0``, its position in the level ``pos`` and the level size
+    ``bsz``."""
+    B = np.zeros((qz, qz), dtype=np.bool_)
+    D = Arr.shape[0]
+    # the non-zeros of W = A_rr − A_r1 D A_r1' (lower triangle), closed through
+    # Λ = I ⊗ T_k (T_k lower triangular: row r of a level collects rows r' ≥ r)
+    for i in range(qz):
+        for j in range(i + 1):
+            nz = False
+            for d in range(D):
+                if Arr[d, i, j] != 0.0:
+                    nz = True
+                    break
+            if nz:
+                for da in range(pos[i] + 1):
+                    for db in range(pos[j] + 1):
+                        B[i - da, j - db] = True
+                        B[j - db, i - da] = True
+    for s in range(indptr.size - 1):
+        for a in range(indptr[s], indptr[s + 1]):
+            ia = indices[a]
+            if ia >= qz:
+                continue
+            for b in range(indptr[s], a + 1):
+                ib = indices[b]
+                if ib >= qz:
+                    continue
+                for da in range(pos[ia] + 1):
+                    for db in range(pos[ib] + 1):
+                        B[ia - da, ib - db] = True
+                        B[ib - db, ia - da] = True
+    # every within-level block
+    for i in range(qz):
+        for j in range(level0[i], level0[i] + bsz[i]):
+            B[i, j] = True
+    ptr = np.zeros(qz + 1, dtype=np.int64)
+    for i in range(qz):
+        c = 0
+        for j in range(qz):
+            if B[i, j]:
+                c += 1
+        ptr[i + 1] = ptr[i] + c
+    idx = np.empty(ptr[qz], dtype=np.int64)
+    k = 0
+    for i in range(qz):
+        for j in range(qz):
+            if B[i, j]:
+                idx[k] = j
+                k += 1
+    return ptr, idx
+
+
+def rest_pattern(Arr: np.ndarray, A_csc: list, qz: int, term_p, term_nlev):
+    """The sparsity pattern (scipy CSR, ``qz × qz``) of the ``Z`` rows of the Schur
+    complement ``Λ'(Σ_d A_rr,d − A_r1 D A_r1')Λ + I`` for every ``θ``: the non-zeros of
+    ``A_rr`` (any dispersion level ``d``) and the row pairs coupled by a column of
+    ``A_r1`` (any ``d``), closed over ``Λ_k = I ⊗ T_k`` (``T_k`` lower triangular: row
+    ``a`` of a level collects the rows ``a' ≥ a``), plus every within-level block.
+
+    ``A_csc``: the ``A_r1`` of each dispersion level as scipy sparse (rows: the ``m`` rest
+    rows).  One compiled pass over ``A_rr``'s lower triangle and ``A_r1``'s row pairs."""
+    import scipy.sparse as sp
+    level0 = np.arange(qz, dtype=np.int64)
+    pos = np.zeros(qz, dtype=np.int64)
+    bsz = np.ones(qz, dtype=np.int64)
+    start = 0
+    for pk, nk in zip(term_p[1:], term_nlev[1:]):
+        idx = start + np.arange(nk * pk)
+        level0[idx] = start + (np.arange(nk * pk) // pk) * pk
+        pos[idx] = np.arange(nk * pk) % pk
+        bsz[idx] = pk
+        start += nk * pk
+    # the union over the dispersion levels: a column couples rows of different levels too
+    A = sp.csc_matrix(A_csc[0]) if len(A_csc) == 1 else sp.csc_matrix(
+        sum(abs(sp.csc_matrix(a)) for a in A_csc))
+    ptr, idx = _rest_pattern_kernel(np.ascontiguousarray(Arr), qz, A.indptr.astype(np.int64),
+                                    A.indices.astype(np.int64), level0, pos, bsz)
+    return sp.csr_matrix((np.ones(idx.size, dtype=bool), idx, ptr), shape=(qz, qz))
+
+
 def _postorder(parent: np.ndarray) -> np.ndarray:
     n = parent.size
     children: list[list[int]] = [[] for _ in range(n)]
@@ -222,8 +307,167 @@ def _postorder(parent: np.ndarray) -> np.ndarray:
     return post
 
 
+@_njit(cache=True)
+def _analyse_kernel(order, ptr, rows, qz, m, relax):
+    """The steps of :func:`analyse` after the minimum-degree elimination (see there)."""
+    pos = np.empty(qz, dtype=np.int64)
+    for k in range(qz):
+        pos[order[k]] = k
+    # column j (elimination step j): its rows in elimination labels, sorted
+    c1 = np.empty(ptr[qz], dtype=np.int64)
+    parent = np.full(qz, -1, dtype=np.int64)
+    for j in range(qz):
+        for p in range(ptr[j], ptr[j + 1]):
+            c1[p] = pos[rows[p]]
+        if ptr[j + 1] > ptr[j]:
+            c1[ptr[j]:ptr[j + 1]] = np.sort(c1[ptr[j]:ptr[j + 1]])
+            parent[j] = c1[ptr[j]]
+    # postorder of the elimination tree: children in increasing order, roots likewise
+    nch = np.zeros(qz + 1, dtype=np.int64)
+    for j in range(qz):
+        if parent[j] >= 0:
+            nch[parent[j] + 1] += 1
+    for j in range(qz):
+        nch[j + 1] += nch[j]
+    ch = np.empty(max(nch[qz], 1), dtype=np.int64)
+    fill = nch[:qz].copy()
+    nroot = 0
+    for j in range(qz):
+        if parent[j] >= 0:
+            ch[fill[parent[j]]] = j
+            fill[parent[j]] += 1
+        else:
+            nroot += 1
+    roots = np.empty(nroot, dtype=np.int64)
+    r = 0
+    for j in range(qz):
+        if parent[j] < 0:
+            roots[r] = j
+            r += 1
+    post = np.empty(qz, dtype=np.int64)
+    sv = np.empty(qz + 1, dtype=np.int64)
+    si = np.empty(qz + 1, dtype=np.int64)
+    k = 0
+    for r in range(nroot):
+        top = 0
+        sv[0] = roots[r]
+        si[0] = 0
+        while top >= 0:
+            v = sv[top]
+            i = si[top]
+            if i < nch[v + 1] - nch[v]:
+                si[top] = i + 1
+                top += 1
+                sv[top] = ch[nch[v] + i]
+                si[top] = 0
+            else:
+                post[k] = v
+                k += 1
+                top -= 1
+    rank = np.empty(qz, dtype=np.int64)
+    for k in range(qz):
+        rank[post[k]] = k
+    # columns in postorder, rows relabelled and sorted, then the X, y rows (dense)
+    tail = m - qz
+    cptr = np.zeros(m + 1, dtype=np.int64)
+    for k in range(qz):
+        j = post[k]
+        cptr[k + 1] = cptr[k] + ptr[j + 1] - ptr[j] + tail
+    for j in range(qz, m):
+        cptr[j + 1] = cptr[j] + m - 1 - j
+    cols = np.empty(cptr[m], dtype=np.int64)
+    for k in range(qz):
+        j = post[k]
+        n0 = ptr[j + 1] - ptr[j]
+        q = cptr[k]
+        for p in range(n0):
+            cols[q + p] = rank[c1[ptr[j] + p]]
+        if n0 > 1:
+            cols[q:q + n0] = np.sort(cols[q:q + n0])
+        for t in range(tail):
+            cols[q + n0 + t] = qz + t
+    for j in range(qz, m):
+        for t in range(m - 1 - j):
+            cols[cptr[j] + t] = j + 1 + t
+    perm = np.empty(m, dtype=np.int64)
+    for k in range(qz):
+        perm[k] = order[post[k]]
+    for j in range(qz, m):
+        perm[j] = j
+    cnt = np.empty(m, dtype=np.int64)
+    par = np.empty(m, dtype=np.int64)
+    for j in range(m):
+        cnt[j] = cptr[j + 1] - cptr[j]
+        par[j] = cols[cptr[j]] if cnt[j] > 0 else -1
+    # relaxed supernodes: extend the current one with column j when j-1's parent is j
+    starts = np.empty(m + 1, dtype=np.int64)
+    ns = 1
+    starts[0] = 0
+    ent = cnt[0] + 1      # true entries of the current supernode
+    for j in range(1, m):
+        c0 = starts[ns - 1]
+        nc = j - c0 + 1
+        if par[j - 1] == j:
+            tot = nc * (nc + 1) // 2 + nc * cnt[j]
+            new_ent = ent + cnt[j] + 1
+            if tot - new_ent <= relax * tot or (cnt[j - 1] == cnt[j] + 1 and tot == new_ent):
+                ent = new_ent
+                continue
+        starts[ns] = j
+        ns += 1
+        ent = cnt[j] + 1
+    starts[ns] = m
+    sn_start = starts[:ns + 1].copy()
+    sn_ptr = np.zeros(ns + 1, dtype=np.int64)
+    for J in range(ns):
+        c0 = sn_start[J]
+        c1_ = sn_start[J + 1]
+        sn_ptr[J + 1] = sn_ptr[J] + (c1_ - c0) + cnt[c1_ - 1]
+    sn_rows = np.empty(sn_ptr[ns], dtype=np.int64)
+    flops = 0.0
+    nnz = 0
+    for J in range(ns):
+        c0 = sn_start[J]
+        c1_ = sn_start[J + 1]
+        q = sn_ptr[J]
+        for t in range(c1_ - c0):
+            sn_rows[q + t] = c0 + t
+        q += c1_ - c0
+        last = c1_ - 1
+        below = cnt[last]
+        for t in range(below):
+            sn_rows[q + t] = cols[cptr[last] + t]
+        for t in range(c1_ - c0, 0, -1):
+            cc = below + t
+            flops += float(cc) * float(cc)
+            nnz += cc
+    return perm, sn_start, sn_ptr, sn_rows, nnz, flops
+
+
 def analyse(pattern, m: int, relax: float = 0.2) -> RestSymbolic:
     """Symbolic analysis of an ``m × m`` rest block whose first ``qz = pattern.shape[0]``
+    rows (the ``Z`` rows) have the symmetric sparsity ``pattern`` and whose last ``m − qz``
+    rows (``X``, ``y``) are dense: a minimum-degree order, the pattern of ``L``, the
+    elimination tree's postorder and relaxed supernodes (compiled; :func:`_analyse_py` is
+    the same in Python).
+
+    ``relax``: a column is merged into the next column's supernode when it is that column's
+    only-child chain link and the merged supernode stays at most this share explicit zeros.
+    """
+    qz = pattern.shape[0]
+    order, ptr, rows = min_degree_order(pattern)
+    perm, sn_start, sn_ptr, sn_rows, nnz, flops = _analyse_kernel(
+        order, ptr, rows, qz, m, float(relax))
+    iperm = np.empty(m, dtype=np.int64)
+    iperm[perm] = np.arange(m)
+    return RestSymbolic(m=m, qz=qz, perm=perm, iperm=iperm, sn_start=sn_start, sn_ptr=sn_ptr,
+                        sn_rows=sn_rows, nnz=int(nnz), flops=float(flops))
+
+
+def _analyse_py(pattern, m: int, relax: float = 0.2) -> RestSymbolic:
+    """:func:`analyse` in Python (the reference of its compiled kernel, for tests).
+
+    Symbolic analysis of an ``m × m`` rest block whose first ``qz = pattern.shape[0]``
     rows (the ``Z`` rows) have the symmetric sparsity ``pattern`` and whose last ``m − qz``
     rows (``X``, ``y``) are dense.
 
@@ -462,7 +706,7 @@ def _assemble_pattern_kernel(Lp, sn_start, sn_ptr, sn_rows, ei, ej, eptr, widx, 
 
 @_njit(cache=True)
 def _assembler_build(Arr, indptr, indices, data, iperm, bsz, pos, toff):
-    """The index lists of :class:`PatternAssembler` (see there), with two ``m × m`` maps."""
+    """The index lists of :class:`PatternAssembler` (see there), with one ``m × m`` map."""
     m = Arr.shape[0]
     wmap = np.full((m, m), -1, dtype=np.int32)
     for i in range(m):
@@ -497,7 +741,7 @@ def _assembler_build(Arr, indptr, indices, data, iperm, bsz, pos, toff):
                 W0[w] = Arr[i, j]
                 w += 1
     pptr = np.zeros(ncol + 1, dtype=np.int64)
-    pw = np.empty(npair, dtype=np.int64)
+    pw = np.empty(npair, dtype=np.int32)
     pv = np.empty(npair)
     q = 0
     for s in range(ncol):
@@ -508,14 +752,21 @@ def _assembler_build(Arr, indptr, indices, data, iperm, bsz, pos, toff):
                 pv[q] = data[a] * data[b]
                 q += 1
         pptr[s + 1] = q
-    # entries (i ≥ j, permuted) of Λ'WΛ reached from each W entry through Λ
-    emap = wmap                      # reuse the memory: reset to -1
-    emap[:, :] = -1
-    cnt = np.zeros(0, dtype=np.int64)
-    ei = np.zeros(0, dtype=np.int64)
-    ej = np.zeros(0, dtype=np.int64)
-    nE = 0
+    # the contributions (T_k)_{a'a} W_w (T_l)_{b'b} to the entries (i ≥ j, permuted) of
+    # Λ'WΛ, in the order w, orientation, a', b' (the summation order of each entry);
+    # bucketed by row i (stable), then stably sorted by column j within each row: the
+    # entries in row-major order, each with its contributions in that order
+    rowptr = np.zeros(m + 1, dtype=np.int64)
     for pass_ in range(2):
+        if pass_ == 1:
+            for i in range(m):
+                rowptr[i + 1] += rowptr[i]
+            nK = rowptr[m]
+            Kj = np.empty(nK, dtype=np.int64)
+            Kw = np.empty(nK, dtype=np.int32)
+            Ka = np.empty(nK, dtype=np.int32)
+            Kb = np.empty(nK, dtype=np.int32)
+            fillr = rowptr[:m].copy()
         for w in range(nW):
             for o in range(2):
                 if o == 0:
@@ -526,61 +777,50 @@ def _assembler_build(Arr, indptr, indices, data, iperm, bsz, pos, toff):
                     x, y = wc[w], wr[w]
                 for da in range(pos[x] + 1):
                     r = x - da
+                    i = iperm[r]
                     for db in range(pos[y] + 1):
                         c = y - db
-                        i = iperm[r]
                         j = iperm[c]
                         if i >= j:
                             if pass_ == 0:
-                                emap[i, j] = 0
+                                rowptr[i + 1] += 1
                             else:
-                                cnt[emap[i, j]] += 1
-        if pass_ == 0:
-            nE = 0
-            for i in range(m):
-                for j in range(i + 1):
-                    if emap[i, j] != -1:
-                        nE += 1
-            ei = np.empty(nE, dtype=np.int64)
-            ej = np.empty(nE, dtype=np.int64)
-            e = 0
-            for i in range(m):
-                for j in range(i + 1):
-                    if emap[i, j] != -1:
-                        emap[i, j] = e
-                        ei[e] = i
-                        ej[e] = j
-                        e += 1
-            cnt = np.zeros(nE, dtype=np.int64)
+                                k = fillr[i]
+                                Kj[k] = j
+                                Kw[k] = w
+                                Ka[k] = toff[r] + pos[x] * bsz[r] + pos[r]
+                                Kb[k] = toff[c] + pos[y] * bsz[c] + pos[c]
+                                fillr[i] = k + 1
+    widx = np.empty(nK, dtype=np.int32)
+    ta = np.empty(nK, dtype=np.int32)
+    tb = np.empty(nK, dtype=np.int32)
+    js = np.empty(nK, dtype=np.int64)
+    nE = 0
+    for i in range(m):
+        a0 = rowptr[i]
+        a1 = rowptr[i + 1]
+        if a1 == a0:
+            continue
+        o = np.argsort(Kj[a0:a1], kind="mergesort")
+        for t in range(a1 - a0):
+            k = a0 + o[t]
+            widx[a0 + t] = Kw[k]
+            ta[a0 + t] = Ka[k]
+            tb[a0 + t] = Kb[k]
+            js[a0 + t] = Kj[k]
+            if t == 0 or js[a0 + t] != js[a0 + t - 1]:
+                nE += 1
+    ei = np.empty(nE, dtype=np.int32)
+    ej = np.empty(nE, dtype=np.int32)
     eptr = np.zeros(nE + 1, dtype=np.int64)
-    for e in range(nE):
-        eptr[e + 1] = eptr[e] + cnt[e]
-    nK = eptr[nE]
-    widx = np.empty(nK, dtype=np.int64)
-    ta = np.empty(nK, dtype=np.int64)
-    tb = np.empty(nK, dtype=np.int64)
-    fill = eptr[:-1].copy()
-    for w in range(nW):
-        for o in range(2):
-            if o == 0:
-                x, y = wr[w], wc[w]
-            else:
-                if wr[w] == wc[w]:
-                    break
-                x, y = wc[w], wr[w]
-            for da in range(pos[x] + 1):
-                r = x - da
-                for db in range(pos[y] + 1):
-                    c = y - db
-                    i = iperm[r]
-                    j = iperm[c]
-                    if i >= j:
-                        e = emap[i, j]
-                        k = fill[e]
-                        widx[k] = w
-                        ta[k] = toff[r] + pos[x] * bsz[r] + pos[r]
-                        tb[k] = toff[c] + pos[y] * bsz[c] + pos[c]
-                        fill[e] = k + 1
+    e = -1
+    for i in range(m):
+        for k in range(rowptr[i], rowptr[i + 1]):
+            if k == rowptr[i] or js[k] != js[k - 1]:
+                e += 1
+                ei[e] = i
+                ej[e] = js[k]
+            eptr[e + 1] = k + 1
     return W0, pptr, pw, pv, ei, ej, eptr, widx, ta, tb
 
 
@@ -633,7 +873,8 @@ class PatternAssembler:
     ``A_is A_js`` form ``P`` with ``W_w = (A_rr)_w − (P c)_w``) and, per entry of the
     result, the list of ``(T_k)_{a'a} W_w (T_l)_{b'b}`` terms that ``Λ_r`` contributes.
     Each evaluation is one pass over the pairs and one over the lists: work proportional
-    to the non-zeros instead of ``m²``."""
+    to the non-zeros instead of ``m²`` (32-bit indices, ``m ≤ MAX_SIZE``: less memory to
+    stream per evaluation)."""
 
     def __init__(self, A_csc, Arr: np.ndarray, sym: RestSymbolic, term_p, term_nlev):
         self.sym = sym
@@ -742,9 +983,12 @@ def workspace(sym: RestSymbolic, name: str) -> np.ndarray:
     """An ``m × m`` work array of ``sym`` (``name``: ``"L"`` for the factor, ``"Z"`` for the
     selected inverse), reused from an earlier evaluation when nothing else refers to it
     any more (a factor or selected inverse still held by a caller keeps its array; up to
-    :data:`WORK_POOL` arrays per name are kept): a fresh 40 MB array costs its page faults
-    again at every evaluation."""
-    pool = sym.extra.setdefault("work_" + name, [])
+    :data:`WORK_POOL` arrays are kept): a fresh 40 MB array costs its page faults again at
+    every evaluation.  Factors and selected inverses share one pool: a gradient
+    evaluation's selected inverse takes the array of the factor before the last one (the
+    last is kept for the estimates at the optimum), so two or three arrays serve a whole
+    fit instead of four."""
+    pool = sym.extra.setdefault("work_mm", [])
     for buf in pool:
         # references: the pool, ``buf`` and getrefcount's argument; a caller's view adds one
         if sys.getrefcount(buf) <= 3:
@@ -755,9 +999,10 @@ def workspace(sym: RestSymbolic, name: str) -> np.ndarray:
     return buf
 
 
-#: work arrays kept per name by :func:`workspace` (two: the factor of the last evaluation,
-#: kept for the estimates at the optimum, and the one being computed)
-WORK_POOL = 2
+#: work arrays kept by :func:`workspace` (the factor of the last evaluation, kept for the
+#: estimates at the optimum, the factor being computed and, for a gradient, its selected
+#: inverse)
+WORK_POOL = 3
 
 _LAPACK: dict = {}
 
