@@ -43,10 +43,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import scoremix as sm  # noqa: E402
-from decision_model_floor import split, summarise, targets, with_groups  # noqa: E402
+from decision_model_floor import split, summarise, targets, with_groups
+
+import scoremix as sm
 
 DATA = ROOT.parent / "shared" / "data" / "asvspoof2019_la_eval" / "asvspoof2019_la_eval_multisystem_long.csv.gz"
+
+
+def system_and_threshold(d: pd.DataFrame, system: str) -> tuple[pd.DataFrame, float]:
+    """One system's trials (OC-softmax negated: higher = bona fide) and SVEva's τ* of the full table."""
+    t = d[d.system == system].reset_index(drop=True)
+    if system == "air_ocsoftmax":
+        t["score"] = -t["score"]
+    tau = sm.subgroup_dcf(t, ["speaker_gender"], positive="bonafide", n_boot=0, eer=False,
+                          progress=False).threshold
+    return t, tau
 
 
 def one(t: pd.DataFrame, tau: float, share: float, seed: int, **kw) -> pd.DataFrame:
@@ -103,11 +114,7 @@ def main() -> None:
         return
     out, allc = [], []
     for system in systems:
-        t = d[d.system == system].reset_index(drop=True)
-        if system == "air_ocsoftmax":
-            t["score"] = -t["score"]
-        tau = sm.subgroup_dcf(t, ["speaker_gender"], positive="bonafide", n_boot=0, eer=False,
-                              progress=False).threshold
+        t, tau = system_and_threshold(d, system)
         t0 = time.time()
         res = pd.concat([one(t, tau, a.share, s, pool_groups=a.pool, factor_by_group=a.factor_by_group,
                              factor_by_speaker=a.factor_by_speaker).assign(seed=s) for s in a.seeds], ignore_index=True)

@@ -56,6 +56,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from decision_model_floor import simulate, split, with_groups
+from decision_model_split_half import system_and_threshold
 
 import scoremix as sm
 
@@ -451,11 +452,7 @@ def main() -> None:
         d = pd.read_csv(DATA)
         systems = a.systems or sorted(d.system.unique())
         for system in systems:
-            t = d[d.system == system].reset_index(drop=True)
-            if system == "air_ocsoftmax":
-                t["score"] = -t["score"]
-            tau = sm.subgroup_dcf(t, ["speaker_gender"], positive="bonafide", n_boot=0, eer=False,
-                                  progress=False).threshold
+            t, tau = system_and_threshold(d, system)
             t0 = time.time()
             for s in a.seeds:
                 rng = np.random.default_rng(s)
