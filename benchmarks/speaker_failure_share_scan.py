@@ -42,6 +42,9 @@ def main() -> None:
     ap.add_argument("--variants", nargs="*", default=["mean", "median"])
     ap.add_argument("--rules", nargs="*", default=["1s-fold", "1s-paired", "1s-min"])
     ap.add_argument("--out", default=None)
+    ap.add_argument("--n-parts", type=int, default=2,
+                    help="parts of the within-speaker CV of κ (train on one, test on the others)")
+    ap.add_argument("--save", default=None, help="folder for each split's κ surface and CV entries (pickles)")
     a = ap.parse_args()
     d = pd.read_csv(DATA)
     systems = a.systems or sorted(d["system"].unique())
@@ -78,13 +81,18 @@ def main() -> None:
                             spec = spec0.with_(failure_share=v)
                             fit = fit_locscale(LocScaleData(A, spec), spec)
                         surf = surface(fit, A, B, y[in_a], y[~in_a])
-                        ent = rates_cv_entries(fit, kappas=KAPPAS, n_splits=1, seed=0)
+                        ent = rates_cv_entries(fit, kappas=KAPPAS, n_splits=1, seed=0, n_parts=a.n_parts)
+                    if a.save:
+                        import pickle
+                        Path(a.save).mkdir(parents=True, exist_ok=True)
+                        with open(Path(a.save) / f"{sysname}_{share:g}_{seed}_{v}.pkl", "wb") as fh:
+                            pickle.dump(dict(surf=surf, ent=ent, kappas=KAPPAS, chosen=spec0.name), fh)
                     best = np.unravel_index(int(np.argmin(surf["eer"])), surf["eer"].shape)
                     row = dict(system=sysname, share=share, seed=seed, variant=v, chosen=spec0.name,
                                model_alone=surf["eer"][-1, -1], model_alone_dcf=surf["min_dcf"][-1, -1],
                                best_pair=f"({KAPPAS[best[0]]:g},{KAPPAS[best[1]]:g})", best_eer=surf["eer"][best])
                     for r in a.rules:
-                        pool = speaker_pooling_rates_cv(fit, kappas=KAPPAS, _entries=ent, **RULES[r])
+                        pool = speaker_pooling_rates_cv(fit, kappas=KAPPAS, _entries=ent, n_parts=a.n_parts, **RULES[r])
                         i, j = kap_idx[pool.kappa[0]], kap_idx[pool.kappa[1]]
                         row[r] = f"({pool.kappa[0]:g},{pool.kappa[1]:g})"
                         row[f"{r}_eer"] = surf["eer"][i, j]
