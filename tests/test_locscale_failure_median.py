@@ -119,3 +119,12 @@ def test_fit_locscale_uses_the_median_shares():
     m1 = fits["median"].failure["shares"].cells
     z = (m0["cls"] == 1) & (m0["k"] == 0)
     assert (m1.loc[z, "pi"] <= m0.loc[z, "pi"] + 1e-15).all()
+
+
+def test_score_model_rejects_an_unknown_failure_share():
+    from scoremix.locscale.fit import LocScaleError
+    from scoremix.locscale.select import score_model
+
+    t = pd.DataFrame(dict(score=[0.0, 1.0], label=["spoof", "bonafide"], speaker=["a", "a"]))
+    with pytest.raises(LocScaleError, match="failure_share must be one of"):
+        score_model(t, positive="bonafide", failure_share="mode")
