@@ -154,19 +154,19 @@ def test_repeated_halvings_deterministic_and_nested(small):
 
 
 def test_three_part_cv_holds_out_two_thirds(small):
-    """s8speaker default ``n_parts = 3``: every speaker × stratum cell is dealt into three parts;
+    """s8speaker, ``n_parts = 3`` (default 2): every speaker × stratum cell is dealt into three parts;
     each entry refits on one part and holds out the other two.  At κ = (0, 0) the entry's
     absolute EER error is |sm.eer(training third) − sm.eer(other two thirds)| (1e-12), and every
     speaker has three entries per deal."""
     from scoremix.locscale.speaker_pool import RATES_CV_PARTS, _part_split
 
-    assert RATES_CV_PARTS == 3
+    assert RATES_CV_PARTS == 2
     _, fit = small
     data = fit._data
     spk = np.asarray(data.speakers, dtype=object)[data.speaker_codes]
     cell = pd.MultiIndex.from_arrays([spk, data.core_key]).factorize()[0]
     kap = (0.0, np.inf)
-    ent = rates_cv_entries(fit, kappas=kap, n_splits=1, seed=5)
+    ent = rates_cv_entries(fit, kappas=kap, n_splits=1, seed=5, n_parts=3)
     part = _part_split(cell, np.random.default_rng(5), 3)
     # cells dealt into nearly equal thirds
     sizes = pd.crosstab(cell, part).to_numpy()

@@ -136,7 +136,7 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
                 candidates: Sequence[LocScaleSpec] | None = None, n_folds: int = 4, seed: int = 0,
                 n_nodes: int = 9, n_pass: int = 3, pool_shapes: bool = False,
                 failure_quantile: float | None = 0.99, speaker_pooling: str | None = "error_rates",
-                failure_share: str = "mean") -> Any:
+                failure_share: str = "mean", speaker_pooling_parts: int = 2) -> Any:
     r"""Fit a score model whose specification is chosen automatically (module docstring).
 
     Parameters
@@ -167,6 +167,10 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
         minimum DCF on held-out halves, the model refitted on the other half; ``"crps"``:
         leave-one-trial-out threshold-weighted CRPS); :math:`\kappa=\infty` (the model alone)
         is a candidate.  ``None``: never.  The choice is ``fit.selection.speaker_pooling``.
+    speaker_pooling_parts: parts of the ``"error_rates"`` CV of the speaker pooling (refit on
+        one, hold out the others; default 2, halves).  The held-out part's size shapes which
+        :math:`\kappa` the CV prefers (absolute errors of small-sample EERs); 3 holds out twice
+        what it refits (s8speaker, docs/score-models.md *Session 8*).
     pool_shapes: also consider shapes between one transform per class and one per stratum:
         each stratum's distribution shrunk toward a shared class shape, the amount of pooling
         :math:`\kappa` chosen by speaker-grouped CV (:mod:`scoremix.locscale.pooled`; κ = 0 is
@@ -265,7 +269,7 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
     if speaker_pooling is not None and chosen.transform and n_spk >= 4:
         from scoremix.locscale.speaker_pool import choose_speaker_pooling
 
-        pool = choose_speaker_pooling(fit, criterion=speaker_pooling, seed=seed)
+        pool = choose_speaker_pooling(fit, criterion=speaker_pooling, seed=seed, n_parts=speaker_pooling_parts)
         fit.selection.speaker_pooling = pool
         k = ", ".join(f"{'positive' if c else 'negative'} {v:g}" for c, v in sorted(pool.kappa.items()))
         fit.selection.notes.append(f"speaker shape pooling ({speaker_pooling} CV within speakers): kappa {k} "
