@@ -151,3 +151,41 @@ def test_repeated_halvings_deterministic_and_nested(small):
     q = speaker_pooling_rates_cv(fit, kappas=kap, _entries=e2)
     assert p.kappa == q.kappa
     pd.testing.assert_frame_equal(p.table, q.table)
+
+
+def test_three_part_cv_holds_out_two_thirds(small):
+    """s8speaker, ``n_parts = 3`` (default 2): every speaker × stratum cell is dealt into three parts;
+    each entry refits on one part and holds out the other two.  At κ = (0, 0) the entry's
+    absolute EER error is |sm.eer(training third) − sm.eer(other two thirds)| (1e-12), and every
+    speaker has three entries per deal."""
+    from scoremix.locscale.speaker_pool import RATES_CV_PARTS, _part_split
+
+    assert RATES_CV_PARTS == 2
+    _, fit = small
+    data = fit._data
+    spk = np.asarray(data.speakers, dtype=object)[data.speaker_codes]
+    cell = pd.MultiIndex.from_arrays([spk, data.core_key]).factorize()[0]
+    kap = (0.0, np.inf)
+    ent = rates_cv_entries(fit, kappas=kap, n_splits=1, seed=5, n_parts=3)
+    part = _part_split(cell, np.random.default_rng(5), 3)
+    # cells dealt into nearly equal thirds
+    sizes = pd.crosstab(cell, part).to_numpy()
+    assert (sizes.max(axis=1) - sizes.min(axis=1) <= 1).all()
+    who = pd.Series(ent["who"])
+    assert set(who.value_counts()) == {3}
+    k = 0
+    for p_ in range(3):
+        train = part == p_
+        for sp in np.unique(spk):
+            m = spk == sp
+            tr, te = m & train, m & ~train
+            if not (data.y[tr].any() and (~data.y[tr].astype(bool)).any() and data.y[te].any()
+                    and (~data.y[te].astype(bool)).any()):
+                continue
+            assert ent["who"][k] == sp
+            want = abs(float(sm.eer(data.score[tr], data.y[tr])) - float(sm.eer(data.score[te], data.y[te])))
+            assert ent["per"]["eer"][k][0, 0] == pytest.approx(want, abs=1e-12)
+            k += 1
+    assert k == len(ent["who"])
+    with pytest.raises(SpeakerPoolingError, match="n_parts"):
+        speaker_pooling_rates_cv(fit, kappas=kap, n_parts=1, _entries=ent)

@@ -58,7 +58,8 @@ from scipy.optimize import minimize_scalar
 from scipy.special import betaln, expit, gammaln
 
 __all__ = ["FailureCuts", "failure_cuts", "failure_flags", "FailureShares", "fit_shares", "betabinom_loglik",
-           "zinb_loglik", "zinb_grid", "multiplier_posterior", "zinb_predictive",
+           "zinb_loglik", "zinb_grid", "multiplier_posterior", "multiplier_quantile", "SHARE_ESTIMATES",
+           "zinb_predictive",
            "failure_cv", "FAILURE_LEVEL",
            "FAILURE_MIN_GRID", "own_failure_keys", "failure_strata", "failure_shape_cv",
            "choose_failure_min_count"]
@@ -225,9 +226,74 @@ def multiplier_posterior(K: np.ndarray, E: np.ndarray, w: np.ndarray, M: np.ndar
     return r @ post
 
 
-def _speaker_shares(df: pd.DataFrame, cells: pd.DataFrame, pooled: dict) -> tuple[np.ndarray, dict]:
+def multiplier_quantile(K: np.ndarray, E: np.ndarray, w: np.ndarray, M: np.ndarray, post: np.ndarray,
+                        q: float = 0.5, *, tol: float = 1e-10) -> np.ndarray:
+    r"""Posterior :math:`q`-quantile (default the median) of every speaker's multiplier
+    :math:`r_i`, the hyper-parameters integrated over their grid posterior ``post``.
+
+    Given :math:`\theta=(w, M)` the posterior of :math:`r_i` is a point mass at 0 with
+    probability :math:`\hat w_{i\theta}` (only when :math:`K_i=0`) and otherwise
+    :math:`\mathrm{Gamma}(M+K_i,\ \beta+E_i)`, :math:`\beta=M(1-w)`, so
+
+    .. math::
+
+        P(r_i\le x\mid K) = \sum_\theta p(\theta\mid K)\,\big[\hat w_{i\theta}
+        + (1-\hat w_{i\theta})\,P\big(M+K_i,\ (\beta+E_i)\,x\big)\big]
+
+    (:math:`P` the regularised lower incomplete gamma function).  The quantile is the smallest
+    :math:`x` with :math:`P(r_i\le x\mid K)\ge q`: 0 when the zero component alone carries
+    posterior mass :math:`\ge q`, else the root found by bisection (relative tolerance ``tol``).
+
+    Why the median: a speaker's error rate is increasing in its failure share, so the posterior
+    median of the rate is the rate at the posterior median of :math:`r_i` (medians are
+    equivariant under increasing maps), and the median minimises the expected *absolute*
+    error — the loss of the per-speaker comparison of :func:`scoremix.validation.validate_model`.
+    The posterior mean (:func:`multiplier_posterior`) minimises squared error; for the
+    right-skewed posterior of a speaker without failures it gives every such speaker a floor
+    of failure mass that the typical such speaker does not have."""
+    from scipy.special import gammainc
+
+    if not 0 < q < 1:
+        raise ValueError(f"quantile q must lie in (0, 1), got {q!r}")
+    K, E = np.asarray(K, np.float64)[:, None], np.asarray(E, np.float64)[:, None]
+    keep = post > 1e-14
+    w, M, post = w[keep], M[keep], post[keep] / post[keep].sum()
+    beta = M * (1 - w)
+    logp0 = M * (np.log(beta) - np.log(beta + E))
+    with np.errstate(divide="ignore"):
+        lw = np.log(w)
+    wpost = np.where(K == 0, np.exp(lw - np.logaddexp(lw, np.log1p(-w) + logp0)), 0.0)
+    shape, rate = M + K, beta + E                       # (n, G)
+
+    def cdf(x: np.ndarray) -> np.ndarray:
+        return (wpost + (1 - wpost) * gammainc(shape, rate * x[:, None])) @ post
+
+    out = np.zeros(K.shape[0])
+    todo = (wpost @ post) < q
+    if todo.any():
+        # bracket: the gamma components' means + 20 SDs bound the quantile from above
+        hi = np.max((shape + 20 * np.sqrt(shape)) / rate, axis=1)
+        lo = np.zeros_like(hi)
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            below = cdf(mid) < q
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+            if np.all((hi - lo)[todo] <= tol * np.maximum(hi[todo], 1e-300)):
+                break
+        out[todo] = hi[todo]
+    return out
+
+
+#: how a speaker's failure multiplier is summarised: its posterior mean or median
+SHARE_ESTIMATES = ("mean", "median")
+
+
+def _speaker_shares(df: pd.DataFrame, cells: pd.DataFrame, pooled: dict, estimate: str = "mean"
+                    ) -> tuple[np.ndarray, dict]:
     r"""Shares :math:`\hat\pi_{ja} = \bar\pi_a\,\hat r_i` of the speaker-multiplier model, the
-    multiplier's posterior mean averaged over the hyper-parameter posterior (:func:`zinb_grid`)."""
+    multiplier's posterior mean (``estimate="mean"``, :func:`multiplier_posterior`) or median
+    (``"median"``, :func:`multiplier_quantile`), the hyper-parameters integrated over their grid
+    posterior (:func:`zinb_grid`)."""
     pbar = cells.index.get_level_values("key").map(pooled).to_numpy(np.float64)
     cells = cells.assign(e=cells["n"] * pbar)
     spk = cells.index.get_level_values("speaker").to_numpy(object)
@@ -246,7 +312,9 @@ def _speaker_shares(df: pd.DataFrame, cells: pd.DataFrame, pooled: dict) -> tupl
         wg, Mg, post = zinb_grid(K, E)
         j = int(np.argmax(post))
         par[cl] = (float(wg[j]), float(Mg[j]), (wg, Mg, post))
-        r = pd.Series(multiplier_posterior(K, E, wg, Mg, post), index=g.index)
+        rr = (multiplier_posterior(K, E, wg, Mg, post) if estimate == "mean"
+              else multiplier_quantile(K, E, wg, Mg, post, 0.5))
+        r = pd.Series(rr, index=g.index)
         pi[m] = np.minimum(pbar[m] * r.reindex(spk[m]).to_numpy(), 1.0)
     return pi, par
 
@@ -267,8 +335,8 @@ def zinb_predictive(K: np.ndarray, E: np.ndarray, hyper: tuple | None) -> np.nda
     return logsumexp(ll + np.log(post[keep]), axis=1)
 
 
-def fit_shares(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.ndarray, pooling: str = "speaker"
-               ) -> FailureShares:
+def fit_shares(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.ndarray, pooling: str = "speaker",
+               estimate: str = "mean") -> FailureShares:
     """Partial pooling of the failure shares of every (speaker, stratum key) cell (module
     docstring); ``cls`` the class (0/1) of every trial, ``key`` its core stratum (the stratum
     it would have without the cut).  ``pooling="speaker"`` (default): the zero-inflated
@@ -276,6 +344,8 @@ def fit_shares(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.n
     cell."""
     if pooling not in ("speaker", "cell"):
         raise ValueError(f"pooling must be 'speaker' or 'cell', got {pooling!r}")
+    if estimate not in SHARE_ESTIMATES:
+        raise ValueError(f"estimate must be one of {SHARE_ESTIMATES}, got {estimate!r}")
     df = pd.DataFrame({"speaker": np.asarray(speaker, object), "key": np.asarray(key, object),
                        "cls": np.asarray(cls, np.int64), "fail": np.asarray(fail, bool)})
     cells = df.groupby(["speaker", "key"], sort=True).agg(n=("fail", "size"), k=("fail", "sum"), cls=("cls", "first"))
@@ -283,9 +353,9 @@ def fit_shares(speaker: np.ndarray, key: np.ndarray, cls: np.ndarray, fail: np.n
     pooled = (tot["k"] / tot["n"]).to_dict()
     pbar = cells.index.get_level_values("key").map(pooled).to_numpy(np.float64)
     if pooling == "speaker":
-        pi, par = _speaker_shares(df, cells, pooled)
+        pi, par = _speaker_shares(df, cells, pooled, estimate)
         return FailureShares(pooled=pooled, concentration={c: par[c][1] for c in par},
-                             cells=cells.assign(pooled=pbar, pi=pi), info=dict(pooling=pooling, zero_share={
+                             cells=cells.assign(pooled=pbar, pi=pi), info=dict(pooling=pooling, estimate=estimate, zero_share={
                                  c: par[c][0] for c in par}, hyper={c: par[c][2] for c in par}))
     k, n, c = cells["k"].to_numpy(np.float64), cells["n"].to_numpy(np.float64), cells["cls"].to_numpy()
     conc = {}

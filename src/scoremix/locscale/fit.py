@@ -459,7 +459,8 @@ def fit_locscale(trials: pd.DataFrame | LocScaleData, spec: LocScaleSpec, *, n_p
         cuts = failure_cuts(data.score, data.y, spec.failure_quantile)
         flags = failure_flags(data.score, data.y, cuts)
         data = LocScaleData(data.frame, spec, flags)
-        shares = fit_shares(np.asarray(data.speakers)[data.speaker_codes], data.core_key, data.y, flags)
+        shares = fit_shares(np.asarray(data.speakers)[data.speaker_codes], data.core_key, data.y, flags,
+                             estimate=spec.failure_share)
         failure = dict(cuts=cuts, shares=shares)
     fail = data.failure
     cells = data.cells

@@ -35,8 +35,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from scoremix.locscale.failure import (choose_failure_min_count, failure_cuts, failure_cv, failure_flags,
-                                      failure_shape_cv)
+from scoremix.locscale.failure import (SHARE_ESTIMATES, choose_failure_min_count, failure_cuts, failure_cv,
+                                      failure_flags, failure_shape_cv)
 from scoremix.locscale.covariates import CovCellStats, covariate_stats, make_likelihood
 from scoremix.locscale.fit import (LocScaleData, LocScaleError, _flags, _maximise, _start, _stats, covariate_design,
                                    fit_locscale)
@@ -135,7 +135,8 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
                 factors: Sequence[str] = (), covariates: Sequence[str] = (), positive: Any = None,
                 candidates: Sequence[LocScaleSpec] | None = None, n_folds: int = 4, seed: int = 0,
                 n_nodes: int = 9, n_pass: int = 3, pool_shapes: bool = False,
-                failure_quantile: float | None = 0.99, speaker_pooling: str | None = "error_rates") -> Any:
+                failure_quantile: float | None = 0.99, speaker_pooling: str | None = "error_rates",
+                failure_share: str = "mean", speaker_pooling_parts: int = 2) -> Any:
     r"""Fit a score model whose specification is chosen automatically (module docstring).
 
     Parameters
@@ -156,6 +157,9 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
     n_nodes, n_pass: passed to :func:`scoremix.locscale.fit_locscale`.
     failure_quantile: ``q`` of the per-speaker failure mixture (:mod:`scoremix.locscale.failure`)
         added to the chosen specification when its speaker-grouped CV wins; ``None``: never.
+    failure_share: how a speaker's failure multiplier is summarised when the failure mixture is
+        used: ``"mean"`` (its posterior mean) or ``"median"`` (its posterior median,
+        :func:`scoremix.locscale.failure.multiplier_quantile`; s8speaker).
     speaker_pooling: per-speaker shape pooling (:mod:`scoremix.locscale.speaker_pool`): every
         speaker's distribution is the blend :math:`\omega F_{\text{own}} + (1-\omega)
         F_{\text{model}}`, :math:`\omega = n/(n+\kappa_c)`, with :math:`\kappa_c` per class
@@ -163,6 +167,10 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
         minimum DCF on held-out halves, the model refitted on the other half; ``"crps"``:
         leave-one-trial-out threshold-weighted CRPS); :math:`\kappa=\infty` (the model alone)
         is a candidate.  ``None``: never.  The choice is ``fit.selection.speaker_pooling``.
+    speaker_pooling_parts: parts of the ``"error_rates"`` CV of the speaker pooling (refit on
+        one, hold out the others; default 2, halves).  The held-out part's size shapes which
+        :math:`\kappa` the CV prefers (absolute errors of small-sample EERs); 3 holds out twice
+        what it refits (s8speaker, docs/score-models.md *Session 8*).
     pool_shapes: also consider shapes between one transform per class and one per stratum:
         each stratum's distribution shrunk toward a shared class shape, the amount of pooling
         :math:`\kappa` chosen by speaker-grouped CV (:mod:`scoremix.locscale.pooled`; κ = 0 is
@@ -174,6 +182,8 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
         with ``.selection`` (:class:`Selection`); accepted by ``sm.model_eer(fit, by=...)``,
         :func:`scoremix.validate_model` and every function built on the predictive layer.
     """
+    if failure_share not in SHARE_ESTIMATES:
+        raise LocScaleError(f"failure_share must be one of {SHARE_ESTIMATES}, got {failure_share!r}")
     cov = [c for c in covariates if c not in factors]
     base = LocScaleSpec(score=score, label=label, speaker=speaker, positive=positive, strata=tuple(factors))
     data = LocScaleData(trials, base)
@@ -216,7 +226,8 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
             fail_row = dict(name="+failure-mixture", specification=chosen.with_(failure_quantile=fq).describe(),
                             cv_loglik=np.nan, cv_failure_delta=cvf["delta"], cv_failure_se=cvf["se"], chosen=use, chosen_failure=use)
             if use:
-                chosen = chosen.with_(failure_quantile=fq, name=f"{chosen.name}+failure-mixture")
+                chosen = chosen.with_(failure_quantile=fq, failure_share=failure_share,
+                                      name=f"{chosen.name}+failure-mixture")
                 # s6failure: one failure distribution per class or per stratum (CV of the CRPS)
                 shape_cv = failure_shape_cv(np.asarray(data.speakers)[data.speaker_codes], data.core_key, data.y,
                                             data.score, flags, n_folds=folds, seed=seed)
@@ -258,7 +269,7 @@ def score_model(trials: pd.DataFrame, *, score: str = "score", label: str = "lab
     if speaker_pooling is not None and chosen.transform and n_spk >= 4:
         from scoremix.locscale.speaker_pool import choose_speaker_pooling
 
-        pool = choose_speaker_pooling(fit, criterion=speaker_pooling, seed=seed)
+        pool = choose_speaker_pooling(fit, criterion=speaker_pooling, seed=seed, n_parts=speaker_pooling_parts)
         fit.selection.speaker_pooling = pool
         k = ", ".join(f"{'positive' if c else 'negative'} {v:g}" for c, v in sorted(pool.kappa.items()))
         fit.selection.notes.append(f"speaker shape pooling ({speaker_pooling} CV within speakers): kappa {k} "

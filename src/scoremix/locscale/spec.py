@@ -49,6 +49,10 @@ class LocScaleSpec:
         ``None`` (default): one failure distribution per class; ``m``: a core stratum with at
         least ``m`` fitted failures gets a failure distribution of its own
         (:func:`scoremix.locscale.failure.own_failure_keys`; s6failure).
+    failure_share:
+        how a speaker's failure multiplier :math:`r_{ic}` is summarised: its posterior
+        ``"mean"`` or ``"median"`` (:func:`scoremix.locscale.failure.multiplier_quantile`;
+        s8speaker).
     covariates:
         columns entering the latent location per class, :math:`x_t^\\top\\beta_c` (``label ×
         covariate``; :mod:`scoremix.locscale.covariates`).
@@ -69,6 +73,7 @@ class LocScaleSpec:
     heavy_tailed_scale: tuple[str, ...] = ()
     failure_quantile: float | None = None
     failure_min_count: int | None = None   # s6failure: per-stratum failure distributions
+    failure_share: str = "mean"            # s8speaker: speaker multiplier's posterior "mean" or "median"
     transform: bool = True
     covariates: tuple[str, ...] = ()  # s5trust-auto: per-class location terms
     name: str = field(default="", compare=False)
