@@ -22,16 +22,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-import scoremix as sm
 from scoremix.locscale.fit import LocScaleData, fit_locscale
 from scoremix.locscale.speaker_pool import rates_cv_entries, speaker_pooling_rates_cv
-from scoremix.validation import split_cells
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from speaker_holdout import DATA, system_table  # noqa: E402
 from speaker_holdout_oracle import both_classes  # noqa: E402
-from speaker_pool_kappa_scan import KAPPAS, RULES, surface  # noqa: E402
+from speaker_pool_kappa_scan import KAPPAS, RULES, split_fit, surface  # noqa: E402
 
 
 def main() -> None:
@@ -60,15 +58,8 @@ def main() -> None:
             for sysname in systems:
                 if all((sysname, share, seed, v) in done for v in a.variants):
                     continue
-                t = both_classes(system_table(d, sysname))
-                y = (t["label"] == "bonafide").to_numpy(np.int8)
-                in_a = split_cells(t.assign(__y=y), share, ["speaker", "__y", "attack"], seed=seed)
-                A, B = t.loc[in_a].reset_index(drop=True), t.loc[~in_a].reset_index(drop=True)
                 t0 = time.perf_counter()
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    fit0 = sm.score_model(A, score="score", label="label", speaker="speaker", factors=["attack"],
-                                          positive="bonafide", speaker_pooling=None)
+                A, B, y_a, y_b, fit0, _ = split_fit(both_classes(system_table(d, sysname)), share, seed)
                 spec0 = fit0.locscale_spec
                 for v in a.variants:
                     if (sysname, share, seed, v) in done:
@@ -80,7 +71,7 @@ def main() -> None:
                         else:
                             spec = spec0.with_(failure_share=v)
                             fit = fit_locscale(LocScaleData(A, spec), spec)
-                        surf = surface(fit, A, B, y[in_a], y[~in_a])
+                        surf = surface(fit, A, B, y_a, y_b)
                         ent = rates_cv_entries(fit, kappas=KAPPAS, n_splits=1, seed=0, n_parts=a.n_parts)
                     if a.save:
                         import pickle

@@ -87,6 +87,21 @@ def surface(fit, A: pd.DataFrame, B: pd.DataFrame, yA: np.ndarray, yB: np.ndarra
     return {k: np.mean(ae[k], axis=0) / np.mean(cnt_ae[k]) for k in ae}
 
 
+
+def split_fit(t: pd.DataFrame, share: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, np.ndarray, object, float]:
+    """One system's split (``split_cells`` by speaker × class × attack, as ``validate_model``),
+    and ``score_model`` on A without speaker pooling: (A, B, y_A, y_B, fit, seconds)."""
+    y = (t["label"] == "bonafide").to_numpy(np.int8)
+    in_a = split_cells(t.assign(__y=y), share, ["speaker", "__y", "attack"], seed=seed)
+    A, B = t.loc[in_a].reset_index(drop=True), t.loc[~in_a].reset_index(drop=True)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.score_model(A, score="score", label="label", speaker="speaker", factors=["attack"],
+                             positive="bonafide", speaker_pooling=None)
+    return A, B, y[in_a], y[~in_a], fit, time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--systems", nargs="*")
@@ -100,17 +115,8 @@ def main() -> None:
     rows = []
     kap_idx = {k: i for i, k in enumerate(KAPPAS)}
     for sysname in systems:
-        t = both_classes(system_table(d, sysname))
-        y = (t["label"] == "bonafide").to_numpy(np.int8)
-        in_a = split_cells(t.assign(__y=y), a.share, ["speaker", "__y", "attack"], seed=a.seed)
-        A, B = t.loc[in_a].reset_index(drop=True), t.loc[~in_a].reset_index(drop=True)
-        t0 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fit = sm.score_model(A, score="score", label="label", speaker="speaker", factors=["attack"],
-                                 positive="bonafide", speaker_pooling=None)
-        t_fit = time.perf_counter() - t0
-        surf = surface(fit, A, B, y[in_a], y[~in_a])
+        A, B, y_a, y_b, fit, t_fit = split_fit(both_classes(system_table(d, sysname)), a.share, a.seed)
+        surf = surface(fit, A, B, y_a, y_b)
         best = {m: np.unravel_index(int(np.argmin(s)), s.shape) for m, s in surf.items()}
         row = dict(system=sysname, share=a.share, seed=a.seed, fit_s=round(t_fit, 1),
                    model_alone=surf["eer"][-1, -1], counts=surf["eer"][0, 0],
