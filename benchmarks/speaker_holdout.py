@@ -53,6 +53,17 @@ def one(t: pd.DataFrame, share: float, seed: int, by=None, **kw):
     return r
 
 
+def chosen_label(r) -> str:
+    """The specification ``score_model`` chose inside a ``validate_model`` result, with the
+    speaker-pooling κ pair when there is one ("" when the fit has no selection)."""
+    sel = r.info.get("selection")
+    chosen = sel.chosen.name if sel is not None else ""
+    sp = getattr(sel, "speaker_pooling", None)
+    if sp is not None:
+        chosen += f" kappa-={sp.kappa[0]:g} kappa+={sp.kappa[1]:g}"
+    return chosen
+
+
 def print_summary(out: pd.DataFrame, note: str = "") -> None:
     """Per cells × measure: the ratios per system and share (mean over any seeds), median and max."""
     pd.set_option("display.width", 200)
@@ -88,11 +99,7 @@ def main() -> None:
                     failure_quantile=fq,
                     speaker_pooling=None if a.speaker_pooling.lower() == "none" else a.speaker_pooling)
             dt = time.perf_counter() - t0
-            sel = r.info.get("selection")
-            chosen = sel.chosen.name if sel is not None else ""
-            sp = getattr(sel, "speaker_pooling", None)
-            if sp is not None:
-                chosen += f" kappa-={sp.kappa[0]:g} kappa+={sp.kappa[1]:g}"
+            chosen = chosen_label(r)
             for (cells, m), row in r.summary.iterrows():
                 rows.append(dict(system=sysname, share=share, seed=a.seed, cells=cells, measure=m, **row.to_dict(),
                                  seconds=dt, chosen=chosen))

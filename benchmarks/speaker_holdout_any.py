@@ -35,7 +35,7 @@ import pandas as pd
 
 import scoremix as sm
 from scoremix.validation import validate_model
-from speaker_holdout import print_summary  # benchmarks/ is sys.path[0]
+from speaker_holdout import chosen_label, print_summary  # benchmarks/ is sys.path[0]
 
 
 def load(a: argparse.Namespace) -> pd.DataFrame:
@@ -138,11 +138,7 @@ def main() -> None:
                                        positive=positive, share=share, seed=seed, also_by=also, fitter=fitter,
                                        failure_quantile=fq, speaker_pooling=pool)
                 dt = time.perf_counter() - t0
-                sel = r.info.get("selection")
-                chosen = sel.chosen.name if sel is not None else ""
-                sp = getattr(sel, "speaker_pooling", None)
-                if sp is not None:
-                    chosen += f" kappa-={sp.kappa[0]:g} kappa+={sp.kappa[1]:g}"
+                chosen = chosen_label(r)
                 pub = public_ratios(r, fits[-1], a, positive) if a.check_model_eer else {}
                 for (cells, m), row in r.summary.iterrows():
                     rows.append(dict(system=sysname or "-", share=share, seed=seed, cells=cells, measure=m,

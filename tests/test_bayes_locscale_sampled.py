@@ -59,6 +59,24 @@ def _random_w(rng, S, M, scale=0.6):
     return e / e.sum(axis=1, keepdims=True)
 
 
+def _cells_loglik(cells, trial_cell, z, s_v, mu, lam, tau_b, tau_g, g) -> float:
+    """The unit log-likelihood (``unit_loglik_graph``) from the trials' warped latents ``z``:
+    each cell's count, mean and within-cell sum of squares (plus the transform's ``s_v``)."""
+    import pytensor.tensor as pt
+
+    from scoremix.bayes.locscale_model import unit_loglik_graph
+
+    C = cells.unit.size
+    n = np.bincount(trial_cell, minlength=C).astype(float)
+    zbar = np.bincount(trial_cell, weights=z, minlength=C) / n
+    ssw = np.bincount(trial_cell, weights=(z - zbar[trial_cell]) ** 2, minlength=C) + s_v
+    tg = np.ones(2)
+    tg[np.flatnonzero(cells.scale)] = tau_g
+    return unit_loglik_graph(cells, pt.constant(n), pt.constant(zbar), pt.constant(ssw), pt.constant(mu),
+                             pt.constant(lam), pt.constant(tau_b), pt.constant(tg), pt.constant(np.zeros(2)),
+                             pt.constant(np.zeros(2)), pt.constant(g)).eval().sum()
+
+
 def test_equal_increments_are_the_identity_and_J_is_the_derivative(setup):
     _, cells, _, td = setup
     S, M = cells.n_strata, td.order
@@ -100,12 +118,10 @@ def test_cell_statistics_match_the_directly_mapped_trials(setup):
 
 
 def test_model_likelihood_is_the_collapsed_likelihood_of_mapped_values_plus_jacobian(setup):
-    import pytensor.tensor as pt
 
     from scoremix.bayes.locscale_model import (
         build_locscale_model,
         default_locscale_priors,
-        unit_loglik_graph,
     )
 
     _, cells, maps, td = setup
@@ -124,15 +140,7 @@ def test_model_likelihood_is_the_collapsed_likelihood_of_mapped_values_plus_jaco
     st = cells.stratum[tc[keep]]
     lat = np.tile(maps["ez"][keep], (cells.n_strata, 1))
     z = warp(lat, td, w)[st, np.arange(st.size)]
-    C = cells.unit.size
-    n = np.bincount(tc[keep], minlength=C).astype(float)
-    zbar = np.bincount(tc[keep], weights=z, minlength=C) / n
-    ssw = np.bincount(tc[keep], weights=(z - zbar[tc[keep]]) ** 2, minlength=C) + td.sV
-    tg = np.ones(2)
-    tg[np.flatnonzero(cells.scale)] = tau_g
-    ll = unit_loglik_graph(cells, pt.constant(n), pt.constant(zbar), pt.constant(ssw), pt.constant(mu),
-                           pt.constant(lam), pt.constant(tau_b), pt.constant(tg), pt.constant(np.zeros(2)),
-                           pt.constant(np.zeros(2)), pt.constant(g)).eval().sum()
+    ll = _cells_loglik(cells, tc[keep], z, td.sV, mu, lam, tau_b, tau_g, g)
     x = (maps["ez"][keep] - td.lo[st]) / (td.hi - td.lo)[st]
     jac = np.log(np.einsum("tm,tm->t", basis_J(x, td.order), w[st])).sum()
     assert float(pot(point)) == pytest.approx(ll + jac, rel=1e-9)
@@ -147,9 +155,8 @@ def test_model_likelihood_is_the_collapsed_likelihood_of_mapped_values_plus_jaco
 
 def test_fixed_narrow_range_uses_linear_tails_in_basis_and_likelihood(setup):
     import pymc as pm
-    import pytensor.tensor as pt
 
-    from scoremix.bayes.locscale_model import default_locscale_priors, unit_loglik_graph
+    from scoremix.bayes.locscale_model import default_locscale_priors
 
     _, cells, maps, td = setup
     S, M = cells.n_strata, td.order
@@ -186,15 +193,7 @@ def test_fixed_narrow_range_uses_linear_tails_in_basis_and_likelihood(setup):
     z = warp(np.tile(ez, (S, 1)), td2, w)[st, np.arange(st.size)]
     eps = 1e-6
     dz = (warp(np.tile(ez + eps, (S, 1)), td2, w) - warp(np.tile(ez - eps, (S, 1)), td2, w))[st, np.arange(st.size)]
-    C = cells.unit.size
-    n = np.bincount(tc[keep], minlength=C).astype(float)
-    zbar = np.bincount(tc[keep], weights=z, minlength=C) / n
-    ssw = np.bincount(tc[keep], weights=(z - zbar[tc[keep]]) ** 2, minlength=C) + td2.sV
-    tg = np.ones(2)
-    tg[np.flatnonzero(cells.scale)] = tau_g
-    ll = unit_loglik_graph(cells, pt.constant(n), pt.constant(zbar), pt.constant(ssw), pt.constant(mu),
-                           pt.constant(lam), pt.constant(tau_b), pt.constant(tg), pt.constant(np.zeros(2)),
-                           pt.constant(np.zeros(2)), pt.constant(g)).eval().sum()
+    ll = _cells_loglik(cells, tc[keep], z, td2.sV, mu, lam, tau_b, tau_g, g)
     jac = np.log(dz / (2 * eps)).sum()
     assert float(pot(point)) == pytest.approx(ll + jac, rel=1e-7)
 
