@@ -39,3 +39,27 @@ def test_rocch_eer_nan_and_separable() -> None:
     # a perfectly separating point gives 0; the chance diagonal gives 0.5
     assert rocch_eer(np.array([0.0, 0.0, 1.0]), np.array([1.0, 0.0, 0.0])) == 0.0
     assert rocch_eer(np.array([0.0, 1.0]), np.array([1.0, 0.0])) == pytest.approx(0.5, abs=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["ordered", "unordered", "rounded"])
+def test_bootstrap_kernel_equals_linear_programme(kind: str) -> None:
+    """``resampling.bootstrap.rocch_eer_from_rates`` (golden section over α, then the exact
+    intersection of the two active lines) on many columns at once, against the LP to 1e-12."""
+    from scoremix.resampling.bootstrap import rocch_eer_from_rates
+
+    rng = np.random.default_rng(20)
+    for k in (1, 3, 10, 60):
+        cols = 40
+        if kind == "ordered":
+            pm, pf = np.sort(rng.random((k, cols)), axis=0), np.sort(rng.random((k, cols)), axis=0)[::-1]
+        else:
+            pm, pf = rng.random((k, cols)), rng.random((k, cols))
+        if kind == "rounded":
+            pm, pf = np.round(pm, 1), np.round(pf, 1)
+        P = np.vstack([np.zeros(cols), pm, np.ones(cols)])
+        F = np.vstack([np.ones(cols), pf, np.zeros(cols)])
+        got, alpha = rocch_eer_from_rates(P, F, return_alpha=True)
+        want = np.array([_lp_eer(P[:, j], F[:, j]) for j in range(cols)])
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+        # the returned α attains the value: min_k α P_miss + (1 − α) P_fa
+        np.testing.assert_allclose(np.min(alpha * P + (1 - alpha) * F, axis=0), want, rtol=0, atol=1e-12)
