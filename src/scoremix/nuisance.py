@@ -24,16 +24,18 @@ how much it does carry with the tied-variance two-Gaussian model
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator
-from sklearn.mixture import GaussianMixture
 from tqdm.auto import tqdm
 
 from scoremix.predictive.mixture import gaussian_eer
 from scoremix.trials import SingleClassError
+
+if TYPE_CHECKING:  # sklearn.mixture is imported by the first fit, not by ``import scoremix``
+    from sklearn.mixture import GaussianMixture
 
 __all__ = [
     "NuisanceInputError",
@@ -161,6 +163,8 @@ class NuisanceLLR(BaseEstimator):
 
     # -- fitting -----------------------------------------------------------------------
     def _gmm(self, k: int) -> GaussianMixture:
+        from sklearn.mixture import GaussianMixture
+
         return GaussianMixture(
             n_components=k,
             covariance_type=self.covariance_type,
