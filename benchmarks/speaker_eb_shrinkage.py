@@ -20,11 +20,18 @@ minDCF, p_target = 0.05) on B over the MAE of the speaker's own counts on A:
 * ``shrunk_oracle``: the best linear shrinkage of counts toward the pooled value, with λ chosen
   on B (what ``validate_model`` prints beside the model; an oracle).
 
+With ``--tail Q``, instead, the quantity that drives a strong detector's speaker EER: each
+speaker's bona fide share below the pooled Q-quantile of A's bona fide scores, predicted for B
+by the beta-binomial posterior mean (ML hyperparameters), its posterior-predictive median for B's
+size (the MAE-optimal prediction of B's share under that prior); ratio = MAE over that of the
+speaker's own share on A.
+
 Self-check: with :math:`M = 0` the shrunk points are the speaker's own counts, and their EER and
 minDCF must equal ``sm.eer``/``sm.min_dcf`` on A (asserted to 1e-12 for every speaker).
 
     python3 benchmarks/speaker_eb_shrinkage.py                       # 10 systems, seeds 1-3, 20 % and 50 %
     python3 benchmarks/speaker_eb_shrinkage.py --systems rawgat_st_mul --seeds 1
+    python3 benchmarks/speaker_eb_shrinkage.py --tail 0.01 --shares 0.2 --systems rawgat_st_add rawgat_st_cat rawgat_st_mul
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ import argparse
 
 import numpy as np
 import pandas as pd
+from scipy import stats
+from scipy.optimize import minimize
 from scipy.special import betaln
 
 from scoremix.metrics import eer as emp_eer
@@ -99,13 +108,7 @@ def speaker_counts(frame: pd.DataFrame, y: np.ndarray, speakers: np.ndarray, thr
 
 def one_split(t: pd.DataFrame, share: float, seed: int) -> dict:
     """Ratios to counting of every estimator on one split (as ``validate_model`` splits)."""
-    y_all = np.asarray(label_to_binary(t["label"], positive="bonafide"), np.int8)
-    both = pd.Series(y_all).groupby(t["speaker"].to_numpy()).agg(lambda v: 0 < v.mean() < 1)
-    keep = t["speaker"].map(both).to_numpy(bool)
-    data, y = t.loc[keep].reset_index(drop=True), y_all[keep]
-    in_a = split_cells(data.assign(__y=y), share, ["speaker", "__y", "attack"], seed=seed)
-    A, B = data.loc[in_a].reset_index(drop=True), data.loc[~in_a].reset_index(drop=True)
-    yA, yB = y[in_a], y[~in_a]
+    A, B, yA, yB = split_ab(t, share, seed)
     held = empirical_group_measures(B, ["speaker"], score="score", y=yB, p_target=P_TARGET)
     cnt = empirical_group_measures(A, ["speaker"], score="score", y=yA, p_target=P_TARGET)
     speakers = held.index.to_numpy()
@@ -136,11 +139,47 @@ def one_split(t: pd.DataFrame, share: float, seed: int) -> dict:
     return out
 
 
+def split_ab(t: pd.DataFrame, share: float, seed: int):
+    """``validate_model``'s split: (A, B, y_A, y_B) of the speakers with both classes."""
+    y_all = np.asarray(label_to_binary(t["label"], positive="bonafide"), np.int8)
+    both = pd.Series(y_all).groupby(t["speaker"].to_numpy()).agg(lambda v: 0 < v.mean() < 1)
+    keep = t["speaker"].map(both).to_numpy(bool)
+    data, y = t.loc[keep].reset_index(drop=True), y_all[keep]
+    in_a = split_cells(data.assign(__y=y), share, ["speaker", "__y", "attack"], seed=seed)
+    return data.loc[in_a].reset_index(drop=True), data.loc[~in_a].reset_index(drop=True), y[in_a], y[~in_a]
+
+
+def tail_split(t: pd.DataFrame, share: float, seed: int, q: float) -> dict:
+    """Ratios to the speaker's own A share of the bona fide tail-share predictors (``--tail``)."""
+    A, B, yA, yB = split_ab(t, share, seed)
+    bA, bB = A[yA == 1], B[yB == 1]
+    cut = float(np.quantile(bA["score"], q))
+    gA, gB = bA.groupby("speaker")["score"], bB.groupby("speaker")["score"]
+    k = gA.apply(lambda x: int((x < cut).sum())).to_numpy(float)
+    n = gA.size().to_numpy(float)
+    kB = gB.apply(lambda x: int((x < cut).sum())).to_numpy(float)
+    nB = gB.size().to_numpy(float)
+    truth = kB / nB
+    base = np.abs(k / n - truth).mean()
+
+    def nll(log_ab: np.ndarray) -> float:
+        a_, b_ = np.exp(log_ab)
+        return -float(stats.betabinom.logpmf(k, n, a_, b_).sum())
+
+    a, b = np.exp(minimize(nll, [0.0, 3.0], method="Nelder-Mead").x)
+    post_mean = (a + k) / (a + b + n)
+    pred_median = stats.betabinom.median(nB, a + k, b + n - k) / nB
+    return {"betabinom_mean": np.abs(post_mean - truth).mean() / base,
+            "betabinom_predictive_median": np.abs(pred_median - truth).mean() / base,
+            "prior_strength": float(a + b)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--systems", nargs="*")
     ap.add_argument("--shares", nargs="*", type=float, default=[0.2, 0.5])
     ap.add_argument("--seeds", nargs="*", type=int, default=[1, 2, 3])
+    ap.add_argument("--tail", type=float, default=None, help="bona fide tail share below this pooled quantile")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     d = pd.read_csv(DATA)
@@ -150,11 +189,16 @@ def main() -> None:
         for system in systems:
             t = system_table(d, system)
             for seed in a.seeds:
-                r = one_split(t, share, seed)
+                r = one_split(t, share, seed) if a.tail is None else tail_split(t, share, seed, a.tail)
                 rows.append(dict(system=system, share=share, seed=seed, **r))
                 print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
     out = pd.DataFrame(rows)
     pd.set_option("display.width", 200)
+    if a.tail is not None:
+        print(out.round(3).to_string(index=False))
+        if a.out:
+            out.to_csv(a.out, index=False)
+        return
     cols = ["eb_roc:eer", "eb_roc_per_threshold:eer", "shrunk_oracle:eer", "eb_roc:min_dcf", "shrunk_oracle:min_dcf"]
     for share, g in out.groupby("share"):
         print(f"\n== share {share:g}: ratio to counting, mean over seeds")
