@@ -26,6 +26,11 @@ by the beta-binomial posterior mean (ML hyperparameters), its posterior-predicti
 size (the MAE-optimal prediction of B's share under that prior); ratio = MAE over that of the
 speaker's own share on A.
 
+With ``--with-model``, also ``score_model`` with its defaults (``validate_model``, about 20 s per
+split) and two equal-weight forecast combinations (Bates & Granger 1969) of the per-speaker EERs:
+``avg_model_eb`` = (model + ``eb_roc``)/2 and ``avg_model_eb_count`` = (model + ``eb_roc`` +
+counts)/3.
+
 Self-check: with :math:`M = 0` the shrunk points are the speaker's own counts, and their EER and
 minDCF must equal ``sm.eer``/``sm.min_dcf`` on A (asserted to 1e-12 for every speaker).
 
@@ -49,7 +54,7 @@ from scoremix.metrics import hull_eer
 from scoremix.metrics import min_dcf as emp_min_dcf
 from scoremix.trials import label_to_binary
 from scoremix.validation import empirical_group_measures, shrinkage_mae, split_cells
-from speaker_holdout import DATA, system_table  # benchmarks/ is sys.path[0]
+from speaker_holdout import DATA, one, system_table  # benchmarks/ is sys.path[0]
 
 #: prior strengths M of the beta prior tried (∞ = full pooling)
 STRENGTHS = np.r_[np.logspace(-1, 5, 49), np.inf]
@@ -106,7 +111,7 @@ def speaker_counts(frame: pd.DataFrame, y: np.ndarray, speakers: np.ndarray, thr
     return (np.array(km, float), np.array(nm, float), np.array(kf, float), np.array(nf, float))
 
 
-def one_split(t: pd.DataFrame, share: float, seed: int) -> dict:
+def one_split(t: pd.DataFrame, share: float, seed: int, with_model: bool = False) -> dict:
     """Ratios to counting of every estimator on one split (as ``validate_model`` splits)."""
     A, B, yA, yB = split_ab(t, share, seed)
     held = empirical_group_measures(B, ["speaker"], score="score", y=yB, p_target=P_TARGET)
@@ -117,13 +122,14 @@ def one_split(t: pd.DataFrame, share: float, seed: int) -> dict:
     own_e, own_d = eer_and_min_dcf(km / nm[:, None], kf / nf[:, None])
     assert np.allclose(own_e, cnt["eer"].to_numpy(), atol=1e-12, rtol=0), "counts EER differs from sm.eer"
     assert np.allclose(own_d, cnt["min_dcf"].to_numpy(), atol=1e-12, rtol=0), "counts minDCF differs from sm.min_dcf"
-    out = {}
+    out, eb_eer = {}, {}
     for name, per in [("eb_roc", False), ("eb_roc_per_threshold", True)]:
         pm, m_miss = shrunk_rates(km, nm, per)
         pf, m_fa = shrunk_rates(kf, nf, per)
         pm = np.maximum.accumulate(pm, axis=1)  # misses grow with the threshold
         pf = np.minimum.accumulate(pf, axis=1)  # false alarms fall
         e, dc = eer_and_min_dcf(pm, pf)
+        eb_eer[name] = e
         for meas, est in [("eer", e), ("min_dcf", dc)]:
             base = np.abs(cnt[meas].to_numpy() - held[meas].to_numpy()).mean()
             out[f"{name}:{meas}"] = np.abs(est - held[meas].to_numpy()).mean() / base
@@ -136,6 +142,14 @@ def one_split(t: pd.DataFrame, share: float, seed: int) -> dict:
         mae, _ = shrinkage_mae(cnt[meas].to_numpy(), pooled[meas], held[meas].to_numpy())
         out[f"shrunk_oracle:{meas}"] = mae / base
     out["speakers"] = speakers.size
+    if with_model:
+        g = one(t, share, seed).groups.loc[speakers]
+        eb = eb_eer["eb_roc"]
+        h, m, c = held["eer"].to_numpy(), g["eer_model"].to_numpy(), cnt["eer"].to_numpy()
+        base = np.abs(c - h).mean()
+        out["model:eer"] = np.abs(m - h).mean() / base
+        out["avg_model_eb:eer"] = np.abs((m + eb) / 2 - h).mean() / base
+        out["avg_model_eb_count:eer"] = np.abs((m + eb + c) / 3 - h).mean() / base
     return out
 
 
@@ -179,6 +193,7 @@ def main() -> None:
     ap.add_argument("--systems", nargs="*")
     ap.add_argument("--shares", nargs="*", type=float, default=[0.2, 0.5])
     ap.add_argument("--seeds", nargs="*", type=int, default=[1, 2, 3])
+    ap.add_argument("--with-model", action="store_true", help="also score_model (validate_model) and combinations")
     ap.add_argument("--tail", type=float, default=None, help="bona fide tail share below this pooled quantile")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
@@ -189,7 +204,7 @@ def main() -> None:
         for system in systems:
             t = system_table(d, system)
             for seed in a.seeds:
-                r = one_split(t, share, seed) if a.tail is None else tail_split(t, share, seed, a.tail)
+                r = one_split(t, share, seed, a.with_model) if a.tail is None else tail_split(t, share, seed, a.tail)
                 rows.append(dict(system=system, share=share, seed=seed, **r))
                 print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
     out = pd.DataFrame(rows)
@@ -200,6 +215,7 @@ def main() -> None:
             out.to_csv(a.out, index=False)
         return
     cols = ["eb_roc:eer", "eb_roc_per_threshold:eer", "shrunk_oracle:eer", "eb_roc:min_dcf", "shrunk_oracle:min_dcf"]
+    cols += [c for c in ["model:eer", "avg_model_eb:eer", "avg_model_eb_count:eer"] if c in out.columns]
     for share, g in out.groupby("share"):
         print(f"\n== share {share:g}: ratio to counting, mean over seeds")
         tab = g.groupby("system")[cols].mean()
