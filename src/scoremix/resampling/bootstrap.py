@@ -168,7 +168,8 @@ def rocch_eer_from_rates(p_miss: np.ndarray, p_fa: np.ndarray, n_iter: int = 45,
     ``max_α min_k α·p_miss[k] + (1-α)·p_fa[k]`` (NaN where a column has NaN): a golden-section
     search for the maximising α of this concave function, then the intersection of the two
     lines active at the final bracket's ends (the hull vertex), so the value is exact up to
-    rounding (checked against a linear programme to 1e-12); with
+    rounding (checked against a linear programme to 1e-12; the returned α is the search's,
+    within about 1e-9 of the vertex); with
     ``return_alpha`` also the maximising ``α`` ``(B,)`` (the slope weight of the hull
     segment that meets the diagonal).
     """
@@ -205,10 +206,13 @@ def rocch_eer_from_rates(p_miss: np.ndarray, p_fa: np.ndarray, n_iter: int = 45,
     with np.errstate(divide="ignore", invalid="ignore"):
         cross = np.clip((p_fa[k_hi, cols] - p_fa[k_lo, cols]) / denom, 0.0, 1.0)
     cross = np.where(denom > 0, cross, lo)
-    cands = np.stack([c, d, lo, hi, cross])
-    vals = np.stack([fc, fd, f(lo), f(hi), f(cross)])
+    cands = np.stack([c, d, lo, hi])
+    vals = np.stack([fc, fd, f(lo), f(hi)])
     best = np.argmax(vals, axis=0)
-    out = vals[best, cols]
+    # the value: exact at the vertex; α: the search's (within ~1e-9 of the vertex's).  At the
+    # vertex two thresholds tie, and callers that take the threshold minimising the saddle at α
+    # (the fairness engine's τ̂) rely on the search's side of the tie, as before
+    out = np.maximum(vals[best, cols], f(cross))
     bad = np.isnan(p_miss).any(axis=0) | np.isnan(p_fa).any(axis=0)
     out = np.where(bad, np.nan, out)
     if return_alpha:
