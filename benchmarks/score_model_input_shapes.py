@@ -68,6 +68,12 @@ def la_table(system: str, n_speakers: int) -> pd.DataFrame:
     return t[t["speaker"].isin(keep)].reset_index(drop=True)[["speaker", "label", "attack", "score"]]
 
 
+def _logit(p: np.ndarray) -> np.ndarray:
+    """log(p / (1 − p)) without clipping: probabilities of exactly 0 or 1 give ∓inf."""
+    with np.errstate(divide="ignore"):
+        return np.log(p) - np.log1p(-p)
+
+
 def _set(t: pd.DataFrame, rows, col: str, value) -> pd.DataFrame:
     t = t.copy()
     t[col] = t[col].astype(object) if isinstance(value, float) and np.isnan(value) and t[col].dtype != float else t[col]
@@ -98,6 +104,11 @@ def variants(base: pd.DataFrame, la: bool) -> dict[str, tuple[Callable[[], pd.Da
         keep = b.loc[neg].groupby("speaker").head(2).index
         return b.drop(neg.difference(keep)).reset_index(drop=True)
 
+    def one_positive_per_speaker():
+        pos = b.index[bf]
+        keep = b.loc[pos].groupby("speaker").head(1).index
+        return b.drop(pos.difference(keep)).reset_index(drop=True)
+
     def one_attack():        # the negative class holds a single attack
         a0 = sorted(b.loc[~bf, "attack"].unique())[0]
         return b[bf | (b["attack"] == a0)].reset_index(drop=True)
@@ -114,11 +125,13 @@ def variants(base: pd.DataFrame, la: bool) -> dict[str, tuple[Callable[[], pd.Da
         "label bool, positive=True": (lambda: b.assign(label=bf.to_numpy()), dict(positive=True)),
         "label target/nontarget": (lambda: b.assign(label=np.where(bf, "target", "nontarget")), dict(positive="target")),
         "label human/machine": (lambda: b.assign(label=np.where(bf, "human", "machine")), dict(positive="human")),
+        "factor integer codes": (lambda: b.assign(attack=pd.factorize(b["attack"], sort=True)[0]), {}),
         "factor categorical dtype": (lambda: b.assign(attack=b["attack"].astype("category")), {}),
         "speaker + label categorical": (lambda: b.assign(speaker=b["speaker"].astype("category"),
                                                          label=b["label"].astype("category")), {}),
         "factor with NaN (3 rows)": (lambda: _set(b, b.index[~bf][[0, 5, 9]], "attack", np.nan), {}),
         "score probabilities [0,1], ties at 0/1": (lambda: b.assign(score=np.round(p, 3)), {}),
+        "score logit of rounded probabilities (±inf)": (lambda: b.assign(score=_logit(np.round(1 / (1 + np.exp(-3 * b["score"])), 3))), {}),
         "score ×1e6": (lambda: b.assign(score=b["score"] * 1e6), {}),
         "score 0.01·s + 1000": (lambda: b.assign(score=b["score"] * 0.01 + 1000), {}),
         "score rounded to 0.1": (lambda: b.assign(score=b["score"].round(1)), {}),
@@ -137,6 +150,7 @@ def variants(base: pd.DataFrame, la: bool) -> dict[str, tuple[Callable[[], pd.Da
         "factor level in 2 speakers": (rare_level, {}),
         "speaker with 1 bona fide": (single_bonafide, {}),
         "2 speakers one class only": (one_class_speakers, {}),
+        "positives: 1 per speaker": (one_positive_per_speaker, {}),
         "negatives: one attack": (one_attack, {}),
         "negatives: 2 per speaker": (few_negatives, {}),
         "negatives: 1 trial": (single_negative_trial, {}),

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 import scoremix as sm
+from scoremix.locscale.speaker_pool import with_speaker_pooling
 from scoremix.validation import ValidationError, validate_model
 
 
@@ -28,7 +29,7 @@ def _quiet(fn, *a, **kw):
         return fn(*a, **kw)
 
 
-def _table(n_spk: int = 12, n_per: int = 24, sep: float = 2.0, seed: int = 0) -> pd.DataFrame:
+def _table(n_spk: int = 8, n_per: int = 18, sep: float = 2.0, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     i = np.tile(np.arange(n_per), n_spk)
     spk = np.repeat(np.arange(n_spk), n_per)
@@ -45,18 +46,27 @@ def _two_negatives_per_speaker(t: pd.DataFrame) -> pd.DataFrame:
     return t.drop(neg.difference(keep)).reset_index(drop=True)
 
 
-@pytest.mark.parametrize("criterion", ["error_rates", "crps"])
-def test_speaker_pooling_with_single_trial_negative_cells(criterion):
-    # Before s9robust the speaker-pooling CV refitted on a part holding no negative (every
-    # single-trial cell is dealt into part 0) and score_model raised "holds one class only".
-    t = _two_negatives_per_speaker(_table(sep=40.0))
-    assert t[t["label"] == "spoof"].groupby(["speaker", "attack"]).size().eq(1).all()
+def _one_positive_per_speaker(t: pd.DataFrame) -> pd.DataFrame:
+    pos = t.index[t["label"] == "bonafide"]
+    keep = t.loc[pos].groupby("speaker").head(1).index
+    return t.drop(pos.difference(keep)).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("shape, criterion", [("negatives", "error_rates"), ("negatives", "crps"),
+                                              ("positives", "error_rates")])
+def test_speaker_pooling_with_single_trial_cells(shape, criterion):
+    # Before s9robust the speaker-pooling CV refitted on a part holding no trial of one class
+    # (every single-trial cell is dealt into part 0) and score_model raised "holds one class
+    # only" (negatives) or "positive='bonafide' does not occur" (positives).
+    t = (_two_negatives_per_speaker if shape == "negatives" else _one_positive_per_speaker)(_table(sep=40.0))
+    cls = "spoof" if shape == "negatives" else "bonafide"
+    assert t[t["label"] == cls].groupby(["speaker", "attack"]).size().eq(1).all()
     fit = _quiet(sm.score_model, t, factors=["attack"], positive="bonafide", speaker_pooling=criterion)
     tab = _quiet(sm.model_eer, fit, by="speaker", positive="bonafide", n_boot=0)
     counted = t.groupby("speaker").apply(lambda g: sm.eer(g["score"].to_numpy(), (g["label"] == "bonafide").to_numpy()),
                                          include_groups=False)
     assert (counted == 0).all()
-    assert len(tab) == 12 and (tab["eer_model"] == 0).all()
+    assert len(tab) == 8 and (tab["eer_model"] == 0).all()
 
 
 def test_speaker_pooling_without_cv_evidence_is_the_model_alone():
@@ -64,15 +74,15 @@ def test_speaker_pooling_without_cv_evidence_is_the_model_alone():
     # most pooled candidate, κ = ∞ (the model alone), i.e. the fit without speaker pooling.
     t = _two_negatives_per_speaker(_table(sep=1.5, seed=2))
     fit = _quiet(sm.score_model, t, factors=["attack"], positive="bonafide")
-    ref = _quiet(sm.score_model, t, factors=["attack"], positive="bonafide", speaker_pooling=None)
     a = _quiet(sm.model_eer, fit, by="speaker", positive="bonafide", n_boot=0)["eer_model"]
-    b = _quiet(sm.model_eer, ref, by="speaker", positive="bonafide", n_boot=0)["eer_model"]
+    with_speaker_pooling(fit, np.inf)                   # the same fit, the model alone
+    b = _quiet(sm.model_eer, fit, by="speaker", positive="bonafide", n_boot=0)["eer_model"]
     assert a.between(0, 0.5).all() and np.isfinite(a).all()
     np.testing.assert_allclose(a.to_numpy(), b.to_numpy(), rtol=0, atol=1e-12)
 
 
 def test_validate_model_nan_score_names_the_column_and_row():
-    t = _table().set_axis(np.arange(100, 100 + 12 * 24))
+    t = _table().set_axis(np.arange(100, 100 + 8 * 18))
     t.loc[[107, 150], "score"] = np.nan
     with pytest.raises(ValidationError, match=r"score column 'score' has 2 missing .*first at row 107"):
         validate_model(t, factors=["attack"], positive="bonafide", share=0.5, seed=1)
