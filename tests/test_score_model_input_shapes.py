@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 import scoremix as sm
+from scoremix.locscale.fit import LocScaleError
 from scoremix.locscale.speaker_pool import with_speaker_pooling
 from scoremix.validation import ValidationError, validate_model
 
@@ -79,6 +80,21 @@ def test_speaker_pooling_without_cv_evidence_is_the_model_alone():
     b = _quiet(sm.model_eer, fit, by="speaker", positive="bonafide", n_boot=0)["eer_model"]
     assert a.between(0, 0.5).all() and np.isfinite(a).all()
     np.testing.assert_allclose(a.to_numpy(), b.to_numpy(), rtol=0, atol=1e-12)
+
+
+def test_validate_model_many_speakers_with_singleton_cells_in_a():
+    # 40 speakers × 12 trials at a 20 % share: every speaker × class × attack cell of A holds one
+    # trial, so the speaker-pooling CV's second part was empty (numpy "zero-size array" error).
+    t = _table(n_spk=40, n_per=12, sep=40.0, seed=3)
+    r = _quiet(validate_model, t, factors=["attack"], positive="bonafide", share=0.2, seed=1)
+    g = r.groups[r.groups["cells"] == "speaker"]
+    assert r.info["n_fit"] == 40 * 3                       # one trial of each of 3 cells per speaker
+    assert len(g) == 40 and (g["eer_heldout"] == 0).all() and (g["eer_model"] == 0).all()
+
+
+def test_empty_table_is_a_locscale_error():
+    with pytest.raises(LocScaleError, match="no rows"):
+        sm.score_model(_table().iloc[:0], factors=["attack"], positive="bonafide")
 
 
 def test_validate_model_nan_score_names_the_column_and_row():
