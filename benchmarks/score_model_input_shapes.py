@@ -202,6 +202,43 @@ def run_one(t: pd.DataFrame, kw: dict, shares: list[float], public: bool) -> dic
     return out
 
 
+def _short(x: object) -> str:
+    import re
+
+    if not isinstance(x, str):
+        return "—"
+    m = re.match(r"ok (\d+)s ratio (\S+) n=(\d+)(.*)", x)
+    if m:
+        r = f"{float(m[2]):.2f}" if m[2] != "nan" else "0/0"
+        return r + f" (n={m[3]})" + (" **out of [0, 0.5]**" if m[4] else "")
+    m = re.match(r"ok (\d+)s EER \[(\S+), (\S+)\] fit_ok (\S+)(.*)", x)
+    if m:
+        return f"EER {m[2]}–{m[3]}, fit_ok {m[4]}" + (" **out of range**" if m[5] else "")
+    m = re.match(r"FAIL (\d+)s (\w+):", x)
+    return f"`{m[2]}`" if m else x
+
+
+def _seconds(r: pd.Series) -> int:
+    import re
+
+    return sum(int(m[1]) for c in ("v0.2", "v0.5", "public") if (m := re.match(r"\w+ (\d+)s", str(r.get(c)))))
+
+
+def markdown(after: str, before: str | None = None) -> None:
+    """Markdown table of a results CSV (and the status of the same variants in ``before``)."""
+    a = pd.read_csv(after)
+    b = pd.read_csv(before) if before else None
+    print("| variant | before: 20 % / 50 % / public | EER ratio 20 % | EER ratio 50 % | public path | s (3 calls) | load |")
+    print("|---|---|---|---|---|---|---|")
+    for _, r in a.iterrows():
+        st = "not run"
+        if b is not None and (r["variant"] == b["variant"]).any():
+            q = b[b["variant"] == r["variant"]].iloc[0]
+            st = " / ".join("ok" if str(q[c]).startswith("ok") else _short(q[c]) for c in ("v0.2", "v0.5", "public"))
+        print(f"| {r['variant']} | {st} | {_short(r['v0.2'])} | {_short(r['v0.5'])} | {_short(r['public'])} | "
+              f"{_seconds(r)} | {r['load']} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", default="synthetic", help="synthetic or la:<system>:<n_speakers>")
@@ -209,7 +246,12 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=None, help="variant names (substrings) to run")
     ap.add_argument("--no-public", action="store_true", help="skip score_model → model_eer → model_subgroup_dcf")
     ap.add_argument("--out", default=None, help="CSV of the results")
+    ap.add_argument("--table", nargs="+", default=None, metavar="CSV",
+                    help="print a markdown table of AFTER.csv [BEFORE.csv] and stop")
     a = ap.parse_args()
+    if a.table:
+        markdown(*a.table)
+        return
     if a.base == "synthetic":
         base, la = synthetic(), False
     else:
