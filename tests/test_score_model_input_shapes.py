@@ -125,3 +125,16 @@ def test_validate_model_with_no_scorable_speaker_reports_zero_groups():
         assert row["n_groups"] == 0 and np.isnan(row["ratio_model"]) and np.isnan(row["mae_model"])
     only = t.loc[t["label"] == "spoof", "speaker"].iloc[0]        # the one speaker with both classes
     assert r.info["n_fit"] + r.info["n_heldout"] == int((t["speaker"] == only).sum())
+
+
+def test_ratio_is_infinite_when_counting_is_exact_and_the_model_is_not():
+    # Counting MAE 0 with a model MAE > 0 was reported as NaN, like 0/0.
+    from scoremix.validation import _summarise
+
+    tab = pd.DataFrame({"eer_heldout": [0.0, 0.0], "eer_model": [0.01, 0.0], "eer_count": [0.0, 0.0],
+                        "min_dcf_heldout": [0.0, 0.0], "min_dcf_model": [0.0, 0.0], "min_dcf_count": [0.0, 0.0]})
+    out = _summarise(tab, {"eer": 0.0, "min_dcf": 0.0})
+    assert out.loc["eer", "mae_model"] == pytest.approx(0.005, abs=1e-15)
+    assert out.loc["eer", "ratio_model"] == np.inf
+    assert np.isnan(out.loc["min_dcf", "ratio_model"])                # 0 / 0
+    assert out.loc["eer", "mae_shrunk"] == 0 and np.isnan(out.loc["eer", "ratio_shrunk"])  # counts and pool exact

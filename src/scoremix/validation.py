@@ -209,6 +209,15 @@ def _check_columns(trials: pd.DataFrame, score: str, levels: Sequence[str]) -> N
 _SUMMARY_COLUMNS = ["n_groups", "mae_model", "mae_count", "mae_shrunk", "ratio_model", "ratio_shrunk", "shrink_lambda"]
 
 
+def _ratio(mae: float, mae_count: float) -> float:
+    """``mae / mae_count``; when counting is exact (``mae_count = 0``): NaN if ``mae`` is 0
+    too (0/0), ``inf`` otherwise — the estimate is worse than counting, not undefined
+    (s9robust: a separable attack gave NaN while the model erred)."""
+    if mae_count > 0:
+        return mae / mae_count
+    return float("inf") if mae > 0 else float("nan")
+
+
 def _summarise(tab: pd.DataFrame, pooled: dict[str, float]) -> pd.DataFrame:
     """One row per measure; a measure no group can score (no group with both classes in A,
     in B and in the model) gets ``n_groups = 0`` and NaN errors (s9robust: a table with one
@@ -224,8 +233,8 @@ def _summarise(tab: pd.DataFrame, pooled: dict[str, float]) -> pd.DataFrame:
         mae_count = float(np.abs(t[f"{m}_count"] - truth).mean())
         mae_shr, lam = shrinkage_mae(t[f"{m}_count"].to_numpy(), pooled[m], truth)
         rows.append(dict(measure=m, n_groups=len(t), mae_model=mae_model, mae_count=mae_count, mae_shrunk=mae_shr,
-                         ratio_model=mae_model / mae_count if mae_count > 0 else np.nan,
-                         ratio_shrunk=mae_shr / mae_count if mae_count > 0 else np.nan, shrink_lambda=lam))
+                         ratio_model=_ratio(mae_model, mae_count), ratio_shrunk=_ratio(mae_shr, mae_count),
+                         shrink_lambda=lam))
     return pd.DataFrame(rows).set_index("measure")
 
 
