@@ -183,19 +183,58 @@ class ValidationResult:
         return ax
 
 
+def _row(v: Any) -> Any:
+    """A numpy scalar as its Python value (for messages)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _check_columns(trials: pd.DataFrame, score: str, levels: Sequence[str]) -> None:
+    """Before the split (so rows are named by the caller's index): the score column must be
+    numeric without NaN (±inf are valid scores: certain decisions), the speaker and factor
+    columns without missing values."""
+    raw = trials[score]
+    s = pd.to_numeric(raw, errors="coerce").to_numpy(np.float64)
+    bad = np.isnan(s)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise ValidationError(f"score column {score!r} has {int(bad.sum())} missing or non-numeric value(s) "
+                              f"(first at row {_row(trials.index[first])!r}: {_row(raw.iloc[first])!r}); drop or fix those rows")
+    for c in levels:
+        miss = trials[c].isna().to_numpy()
+        if miss.any():
+            raise ValidationError(f"column {c!r} has {int(miss.sum())} missing value(s) (first at row "
+                                  f"{_row(trials.index[miss][0])!r}); fill them with a level (e.g. 'none') or drop those rows")
+
+
+_SUMMARY_COLUMNS = ["n_groups", "mae_model", "mae_count", "mae_shrunk", "ratio_model", "ratio_shrunk", "shrink_lambda"]
+
+
+def _ratio(mae: float, mae_count: float) -> float:
+    """``mae / mae_count``; when counting is exact (``mae_count = 0``): NaN if ``mae`` is 0
+    too (0/0), ``inf`` otherwise — the estimate is worse than counting, not undefined
+    (s9robust: a separable attack gave NaN while the model erred)."""
+    if mae_count > 0:
+        return mae / mae_count
+    return float("inf") if mae > 0 else float("nan")
+
+
 def _summarise(tab: pd.DataFrame, pooled: dict[str, float]) -> pd.DataFrame:
+    """One row per measure; a measure no group can score (no group with both classes in A,
+    in B and in the model) gets ``n_groups = 0`` and NaN errors (s9robust: a table with one
+    negative trial has no held-out negatives)."""
     rows = []
     for m in ("eer", "min_dcf"):
         t = tab[[f"{m}_heldout", f"{m}_model", f"{m}_count"]].dropna()
         if t.empty:
+            rows.append(dict(measure=m, n_groups=0) | {k: np.nan for k in _SUMMARY_COLUMNS[1:]})
             continue
         truth = t[f"{m}_heldout"].to_numpy()
         mae_model = float(np.abs(t[f"{m}_model"] - truth).mean())
         mae_count = float(np.abs(t[f"{m}_count"] - truth).mean())
         mae_shr, lam = shrinkage_mae(t[f"{m}_count"].to_numpy(), pooled[m], truth)
         rows.append(dict(measure=m, n_groups=len(t), mae_model=mae_model, mae_count=mae_count, mae_shrunk=mae_shr,
-                         ratio_model=mae_model / mae_count if mae_count > 0 else np.nan,
-                         ratio_shrunk=mae_shr / mae_count if mae_count > 0 else np.nan, shrink_lambda=lam))
+                         ratio_model=_ratio(mae_model, mae_count), ratio_shrunk=_ratio(mae_shr, mae_count),
+                         shrink_lambda=lam))
     return pd.DataFrame(rows).set_index("measure")
 
 
@@ -232,6 +271,7 @@ def validate_model(trials: pd.DataFrame, *, score: str = "score", label: str = "
             raise ValidationError(f"column {c!r} is not in the trial table (columns: {list(trials.columns)})")
     if split not in ("trials", "speakers"):
         raise ValidationError(f"split must be 'trials' or 'speakers', got {split!r}")
+    _check_columns(trials, score, [speaker, *factors])
     y_all = np.asarray(label_to_binary(trials[label], positive=positive), dtype=np.int8)
     both = pd.Series(y_all, index=trials.index).groupby(trials[speaker].to_numpy()).agg(lambda v: 0 < v.mean() < 1)
     keep = trials[speaker].map(both).to_numpy(bool)

@@ -83,6 +83,8 @@ class LocScaleData:
             y = np.asarray(label_to_binary(frame[spec.label], positive=spec.positive), dtype=np.int64)
         except (ValueError, TypeError) as exc:
             raise LocScaleError(f"class column {spec.label!r}: {exc}") from exc
+        if y.size == 0:   # s9robust: not a raw numpy reduction error
+            raise LocScaleError("the trial table has no rows")
         if y.min() == y.max():
             raise LocScaleError(f"class column {spec.label!r} holds one class only")
         for c in [spec.speaker, *spec.strata]:

@@ -308,6 +308,14 @@ def _rocch_eer(pm: np.ndarray, pf: np.ndarray) -> np.ndarray:
     return np.array([hull_eer(pf2[r], pm2[r])[0] for r in range(pm2.shape[0])]).reshape(shp)
 
 
+def _both_classes(y: np.ndarray) -> bool:
+    """Whether a training part holds both classes (a refit needs both).  Cells are dealt
+    into parts with part 0 the largest, so when every cell of a class is a single trial all
+    of that class lands in part 0 and the other parts cannot be refitted; such a part gives
+    no CV entries (s9robust: a table with 1–2 negatives per speaker)."""
+    return bool(y.size) and bool(y.any()) and not bool(y.all())
+
+
 def _half_split(cell: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """``True`` for a random half of every cell (the larger half; a single trial: ``True``)."""
     return _part_split(cell, rng, 2) == 0
@@ -389,6 +397,8 @@ def speaker_pooling_crps_refit(fit: Any, *, kappas: Sequence[float] = KAPPA_GRID
     half = _half_split(cell, rng)
     n_pass, n_nodes = fit.info.get("n_pass", 3), fit.info.get("n_nodes", 9)
     for train in (half, ~half):
+        if not _both_classes(y[train]):   # s9robust: nothing to refit (e.g. every negative cell a single trial)
+            continue
         fit_t = fit_locscale(LocScaleData(frame.loc[train], spec), spec, n_pass=n_pass, n_nodes=n_nodes)
         base = base_components(fit_t, None)
         tr_idx = np.flatnonzero(train)
@@ -460,6 +470,8 @@ def rates_cv_entries(fit: Any, *, kappas: Sequence[float], n_splits: int = 1, se
     for h in range(int(n_splits)):
         part = _part_split(cell, rng, n_parts)
         for train in [part == k for k in range(n_parts)]:
+            if not _both_classes(y[train]):   # s9robust: a part without one class gives no entries
+                continue
             frame_t = frame.loc[train]
             fit_t = fit_locscale(LocScaleData(frame_t, spec), spec, n_pass=n_pass, n_nodes=n_nodes)
             for sp_id, (tau, m_fnr, m_fpr, e_fnr, e_fpr, n_pos, n_neg, e_te, d_te) in _speaker_rate_parts(
