@@ -52,8 +52,7 @@ from scipy.special import betaln
 from scoremix.metrics import eer as emp_eer
 from scoremix.metrics import hull_eer
 from scoremix.metrics import min_dcf as emp_min_dcf
-from scoremix.trials import label_to_binary
-from scoremix.validation import empirical_group_measures, shrinkage_mae, split_cells
+from scoremix.validation import empirical_group_measures, heldout_split, shrinkage_mae
 from speaker_holdout import DATA, one, system_table  # benchmarks/ is sys.path[0]
 
 #: prior strengths M of the beta prior tried (∞ = full pooling)
@@ -113,7 +112,7 @@ def speaker_counts(frame: pd.DataFrame, y: np.ndarray, speakers: np.ndarray, thr
 
 def one_split(t: pd.DataFrame, share: float, seed: int, with_model: bool = False) -> dict:
     """Ratios to counting of every estimator on one split (as ``validate_model`` splits)."""
-    A, B, yA, yB = split_ab(t, share, seed)
+    A, B, yA, yB = heldout_split(t, factors=["attack"], positive="bonafide", share=share, seed=seed)
     held = empirical_group_measures(B, ["speaker"], score="score", y=yB, p_target=P_TARGET)
     cnt = empirical_group_measures(A, ["speaker"], score="score", y=yA, p_target=P_TARGET)
     speakers = held.index.to_numpy()
@@ -153,19 +152,9 @@ def one_split(t: pd.DataFrame, share: float, seed: int, with_model: bool = False
     return out
 
 
-def split_ab(t: pd.DataFrame, share: float, seed: int):
-    """``validate_model``'s split: (A, B, y_A, y_B) of the speakers with both classes."""
-    y_all = np.asarray(label_to_binary(t["label"], positive="bonafide"), np.int8)
-    both = pd.Series(y_all).groupby(t["speaker"].to_numpy()).agg(lambda v: 0 < v.mean() < 1)
-    keep = t["speaker"].map(both).to_numpy(bool)
-    data, y = t.loc[keep].reset_index(drop=True), y_all[keep]
-    in_a = split_cells(data.assign(__y=y), share, ["speaker", "__y", "attack"], seed=seed)
-    return data.loc[in_a].reset_index(drop=True), data.loc[~in_a].reset_index(drop=True), y[in_a], y[~in_a]
-
-
 def tail_split(t: pd.DataFrame, share: float, seed: int, q: float) -> dict:
     """Ratios to the speaker's own A share of the bona fide tail-share predictors (``--tail``)."""
-    A, B, yA, yB = split_ab(t, share, seed)
+    A, B, yA, yB = heldout_split(t, factors=["attack"], positive="bonafide", share=share, seed=seed)
     bA, bB = A[yA == 1], B[yB == 1]
     cut = float(np.quantile(bA["score"], q))
     gA, gB = bA.groupby("speaker")["score"], bB.groupby("speaker")["score"]

@@ -1,7 +1,7 @@
 """Per-speaker shape pooling on LA: the held-out ratio of every fixed (κ−, κ+) pair and of the
 pairs that choice rules pick (issue 19, session 7).
 
-For one system and split (exactly ``validate_model``'s: ``split_cells``, share A), the
+For one system and split (exactly ``validate_model``'s: ``heldout_split``, share A), the
 ``score_model`` fit on A without pooling is computed once (the pooling does not change it).
 Every speaker's pooled rates at the attainable thresholds are linear in the blend weight,
 ``ω·(A's counts) + (1−ω)·(model)``, so the held-out speaker EER / minDCF ratio of every pair
@@ -27,7 +27,7 @@ import scoremix as sm
 from scoremix.locscale.pooled import _weights
 from scoremix.locscale.speaker_pool import _rocch_eer, rates_cv_entries, speaker_pooling_rates_cv
 from scoremix.predictive.layer import predictive
-from scoremix.validation import empirical_group_measures, split_cells
+from scoremix.validation import empirical_group_measures, heldout_split
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -89,17 +89,15 @@ def surface(fit, A: pd.DataFrame, B: pd.DataFrame, yA: np.ndarray, yB: np.ndarra
 
 
 def split_fit(t: pd.DataFrame, share: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, np.ndarray, object, float]:
-    """One system's split (``split_cells`` by speaker × class × attack, as ``validate_model``),
+    """One system's split (``validate_model``'s: :func:`scoremix.validation.heldout_split`),
     and ``score_model`` on A without speaker pooling: (A, B, y_A, y_B, fit, seconds)."""
-    y = (t["label"] == "bonafide").to_numpy(np.int8)
-    in_a = split_cells(t.assign(__y=y), share, ["speaker", "__y", "attack"], seed=seed)
-    A, B = t.loc[in_a].reset_index(drop=True), t.loc[~in_a].reset_index(drop=True)
+    A, B, y_a, y_b = heldout_split(t, factors=["attack"], positive="bonafide", share=share, seed=seed)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = sm.score_model(A, score="score", label="label", speaker="speaker", factors=["attack"],
                              positive="bonafide", speaker_pooling=None)
-    return A, B, y[in_a], y[~in_a], fit, time.perf_counter() - t0
+    return A, B, y_a, y_b, fit, time.perf_counter() - t0
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ import pandas as pd
 from scoremix.metrics import eer, hull_eer, min_dcf
 from scoremix.predictive.layer import predictive
 
-__all__ = ["ValidationError", "split_cells", "group_masks", "rocch_eer", "model_group_measures", "empirical_group_measures", "shrinkage_mae",
+__all__ = ["ValidationError", "split_cells", "heldout_split", "group_masks", "rocch_eer", "model_group_measures", "empirical_group_measures", "shrinkage_mae",
            "ValidationResult", "validate_model"]
 
 
@@ -183,29 +183,6 @@ class ValidationResult:
         return ax
 
 
-def _row(v: Any) -> Any:
-    """A numpy scalar as its Python value (for messages)."""
-    return v.item() if isinstance(v, np.generic) else v
-
-
-def _check_columns(trials: pd.DataFrame, score: str, levels: Sequence[str]) -> None:
-    """Before the split (so rows are named by the caller's index): the score column must be
-    numeric without NaN (±inf are valid scores: certain decisions), the speaker and factor
-    columns without missing values."""
-    raw = trials[score]
-    s = pd.to_numeric(raw, errors="coerce").to_numpy(np.float64)
-    bad = np.isnan(s)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        raise ValidationError(f"score column {score!r} has {int(bad.sum())} missing or non-numeric value(s) "
-                              f"(first at row {_row(trials.index[first])!r}: {_row(raw.iloc[first])!r}); drop or fix those rows")
-    for c in levels:
-        miss = trials[c].isna().to_numpy()
-        if miss.any():
-            raise ValidationError(f"column {c!r} has {int(miss.sum())} missing value(s) (first at row "
-                                  f"{_row(trials.index[miss][0])!r}); fill them with a level (e.g. 'none') or drop those rows")
-
-
 _SUMMARY_COLUMNS = ["n_groups", "mae_model", "mae_count", "mae_shrunk", "ratio_model", "ratio_shrunk", "shrink_lambda"]
 
 
@@ -238,6 +215,38 @@ def _summarise(tab: pd.DataFrame, pooled: dict[str, float]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("measure")
 
 
+def heldout_split(trials: pd.DataFrame, *, score: str = "score", label: str = "label", speaker: str = "speaker",
+                  factors: Sequence[str] = (), positive: Any = None, share: float = 0.5, split: str = "trials",
+                  seed: int | np.random.Generator = 0) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, np.ndarray]:
+    """:func:`validate_model`'s split, ``(A, B, y_A, y_B)`` with the classes as 0/1: the
+    speakers with both classes, then either a random ``share`` of every speaker × class ×
+    factor cell (:func:`split_cells`, ``split="trials"``) or of whole speakers
+    (``"speakers"``) in A.  The score, speaker and factor columns are checked first, so a bad
+    row is named by the caller's index."""
+    from scoremix.locscale.fit import check_trial_columns
+    from scoremix.trials import label_to_binary
+
+    for c in [score, label, speaker, *factors]:
+        if c not in trials.columns:
+            raise ValidationError(f"column {c!r} is not in the trial table (columns: {list(trials.columns)})")
+    if split not in ("trials", "speakers"):
+        raise ValidationError(f"split must be 'trials' or 'speakers', got {split!r}")
+    check_trial_columns(trials, score, [speaker, *factors], error=ValidationError)
+    y_all = np.asarray(label_to_binary(trials[label], positive=positive), dtype=np.int8)
+    both = pd.Series(y_all, index=trials.index).groupby(trials[speaker].to_numpy()).agg(lambda v: 0 < v.mean() < 1)
+    keep = trials[speaker].map(both).to_numpy(bool)
+    data = trials.loc[keep].reset_index(drop=True)
+    y = y_all[keep]
+    if split == "trials":
+        in_a = split_cells(data.assign(__y=y), share, [speaker, "__y", *factors], seed=seed)
+    else:
+        rng = np.random.default_rng(seed)
+        spk = np.unique(data[speaker].astype(str))
+        chosen = set(rng.choice(spk, size=max(1, int(round(share * spk.size))), replace=False))
+        in_a = data[speaker].astype(str).isin(chosen).to_numpy()
+    return data.loc[in_a].reset_index(drop=True), data.loc[~in_a].reset_index(drop=True), y[in_a], y[~in_a]
+
+
 def validate_model(trials: pd.DataFrame, *, score: str = "score", label: str = "label", speaker: str = "speaker",
                    factors: Sequence[str] = (), positive: Any = None, by: Sequence[str] | str | None = None,
                    share: float = 0.2, split: str = "trials", p_target: float = 0.05,
@@ -263,31 +272,14 @@ def validate_model(trials: pd.DataFrame, *, score: str = "score", label: str = "
         default :func:`scoremix.score_model`.
     """
     from scoremix.locscale.select import score_model
-    from scoremix.trials import label_to_binary
 
     fitter = score_model if fitter is None else fitter
-    for c in [score, label, speaker, *factors]:
-        if c not in trials.columns:
-            raise ValidationError(f"column {c!r} is not in the trial table (columns: {list(trials.columns)})")
-    if split not in ("trials", "speakers"):
-        raise ValidationError(f"split must be 'trials' or 'speakers', got {split!r}")
-    _check_columns(trials, score, [speaker, *factors])
-    y_all = np.asarray(label_to_binary(trials[label], positive=positive), dtype=np.int8)
-    both = pd.Series(y_all, index=trials.index).groupby(trials[speaker].to_numpy()).agg(lambda v: 0 < v.mean() < 1)
-    keep = trials[speaker].map(both).to_numpy(bool)
-    data = trials.loc[keep].reset_index(drop=True)
-    y = y_all[keep]
+    A, B, yA, yB = heldout_split(trials, score=score, label=label, speaker=speaker, factors=factors,
+                                 positive=positive, share=share, split=split, seed=seed)
     if split == "trials":
         by = [speaker] if by is None else ([by] if isinstance(by, str) else list(by))
-        in_a = split_cells(data.assign(__y=y), share, [speaker, "__y", *factors], seed=seed)
     else:
         by = (list(factors) or [label]) if by is None else ([by] if isinstance(by, str) else list(by))
-        rng = np.random.default_rng(seed)
-        spk = np.unique(data[speaker].astype(str))
-        chosen = set(rng.choice(spk, size=max(1, int(round(share * spk.size))), replace=False))
-        in_a = data[speaker].astype(str).isin(chosen).to_numpy()
-    A, B = data.loc[in_a].reset_index(drop=True), data.loc[~in_a].reset_index(drop=True)
-    yA, yB = y[in_a], y[~in_a]
     fit = fitter(A, score=score, label=label, speaker=speaker, factors=list(factors), positive=positive,
                  **fit_kwargs)
     groupings = [(list(by), None)]

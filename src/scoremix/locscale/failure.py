@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from scipy.optimize import minimize_scalar
-from scipy.special import betaln, expit, gammaln
+from scipy.special import betaln, expit, gammainc, gammaln
 
 __all__ = ["FailureCuts", "failure_cuts", "failure_flags", "FailureShares", "fit_shares", "betabinom_loglik",
            "zinb_loglik", "zinb_grid", "multiplier_posterior", "multiplier_quantile", "SHARE_ESTIMATES",
@@ -251,8 +251,6 @@ def multiplier_quantile(K: np.ndarray, E: np.ndarray, w: np.ndarray, M: np.ndarr
     The posterior mean (:func:`multiplier_posterior`) minimises squared error; for the
     right-skewed posterior of a speaker without failures it gives every such speaker a floor
     of failure mass that the typical such speaker does not have."""
-    from scipy.special import gammainc
-
     if not 0 < q < 1:
         raise ValueError(f"quantile q must lie in (0, 1), got {q!r}")
     K, E = np.asarray(K, np.float64)[:, None], np.asarray(E, np.float64)[:, None]

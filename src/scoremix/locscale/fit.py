@@ -42,7 +42,7 @@ from scoremix.locscale.likelihood import CellStats, Params, UnitLikelihood
 from scoremix.locscale.spec import LocScaleSpec
 from scoremix.transform.errors import TransformError
 
-__all__ = ["LocScaleError", "LocScaleFit", "LocScaleData", "prepare", "fit_locscale", "STRATUM"]
+__all__ = ["LocScaleError", "LocScaleFit", "LocScaleData", "check_trial_columns", "prepare", "fit_locscale", "STRATUM"]
 
 STRATUM = "__stratum__"
 _CLASSES = ("negative", "positive")
@@ -65,6 +65,34 @@ class _Spec:
         self.dispersion_formula = dispersion
 
 
+def _row(v: Any) -> Any:
+    """A row label as its Python value (numpy scalars print as ``np.int64(7)`` otherwise)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def check_trial_columns(frame: pd.DataFrame, score: str, levels: Sequence[str],
+                        error: type[Exception] | None = None) -> np.ndarray:
+    """The ``score`` column as float64, checked to be numeric without NaN (±inf are valid
+    scores: certain decisions), and the ``levels`` columns (speaker, factors) without missing
+    values; otherwise ``error`` (default :class:`LocScaleError`) naming the column, the count,
+    the first row by the frame's own index, and the remedy."""
+    error = LocScaleError if error is None else error
+    raw = frame[score]
+    s = pd.to_numeric(raw, errors="coerce").to_numpy(np.float64)
+    bad = np.isnan(s)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise error(f"score column {score!r} has {int(bad.sum())} missing or non-numeric value(s) (first at row "
+                    f"{_row(frame.index[first])!r}: {_row(raw.iloc[first])!r}); drop or fix those rows")
+    for c in levels:
+        miss = frame[c].isna().to_numpy()
+        if miss.any():   # s7heldout: count, first row label as text, and the remedy
+            raise error(f"column {c!r} has {int(miss.sum())} missing value(s) (first at row "
+                        f"{_row(frame.index[miss][0])!r}); fill them with a level (e.g. 'none' for the "
+                        f"class that has no {c}) or drop those rows")
+    return s
+
+
 class LocScaleData:
     """A trial table prepared for fitting: class, speaker and stratum codes, cells."""
 
@@ -74,11 +102,7 @@ class LocScaleData:
         for c in [spec.score, spec.label, spec.speaker, *spec.strata]:
             if c not in frame.columns:
                 raise LocScaleError(f"column {c!r} is not in the trial table (columns: {list(frame.columns)})")
-        s = pd.to_numeric(frame[spec.score], errors="coerce").to_numpy(np.float64)
-        if np.isnan(s).any():
-            bad = int(np.flatnonzero(np.isnan(s))[0])
-            raise LocScaleError(f"column {spec.score!r}: row {frame.index[bad]!r} is not a number "
-                                f"({frame[spec.score].iloc[bad]!r})")
+        s = check_trial_columns(frame, spec.score, [spec.speaker, *spec.strata])
         try:
             y = np.asarray(label_to_binary(frame[spec.label], positive=spec.positive), dtype=np.int64)
         except (ValueError, TypeError) as exc:
@@ -87,12 +111,6 @@ class LocScaleData:
             raise LocScaleError("the trial table has no rows")
         if y.min() == y.max():
             raise LocScaleError(f"class column {spec.label!r} holds one class only")
-        for c in [spec.speaker, *spec.strata]:
-            miss = frame[c].isna().to_numpy()
-            if miss.any():   # s7heldout: count, first row label as text, and the remedy
-                raise LocScaleError(f"column {c!r} has {int(miss.sum())} missing value(s) (first at row "
-                                    f"{frame.index[miss][0]}); fill them with a level (e.g. 'none' for the "
-                                    f"class that has no {c}) or drop those rows")
         self.spec = spec
         self.frame = frame
         self.score = s
